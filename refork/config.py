@@ -6,8 +6,14 @@ Precedence, lowest first: defaults, WEB_CONCURRENCY (workers only), ``[tool.refo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import ast
+import math
+import os
+import re
+import types
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from dataclasses import fields as _dc_fields
 from typing import Any
 
 
@@ -87,3 +93,403 @@ HOOK_NAMES = (
     "child_exit",  # monitor, after a child was reaped: (config, child_info)
     "on_exit",  # monitor, before exit: (config)
 )
+
+
+# --------------------------------------------------------------------------------------------
+# Loading: every source yields raw values; one coercer per field validates and converts them.
+# --------------------------------------------------------------------------------------------
+
+Coercer = Callable[[Any, str], Any]  # (raw value, where it came from) -> validated value
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+def _got(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def _int(minimum: int, what: str | None = None) -> Coercer:
+    what = what or ("a positive integer" if minimum == 1 else f"an integer >= {minimum}")
+
+    def coerce(value: Any, where: str) -> int:
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigError(f"{where} must be {what}, got {_got(value)}")
+        return value
+
+    return coerce
+
+
+def _positive_float(value: Any, where: str) -> float:
+    """Timeouts and intervals: seconds, strictly positive."""
+    raw = value
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
+        raise ConfigError(f"{where} must be a number of seconds > 0, got {_got(raw)}")
+    return float(value)
+
+
+def _choice(*options: str) -> Coercer:
+    def coerce(value: Any, where: str) -> str:
+        if isinstance(value, str) and value.strip().lower() in options:
+            return value.strip().lower()
+        raise ConfigError(f"{where} must be one of {'|'.join(options)}, got {_got(value)}")
+
+    return coerce
+
+
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be a string, got {_got(value)}")
+    return value
+
+
+def _nonempty_str(value: Any, where: str) -> str:
+    if not _str(value, where).strip():
+        raise ConfigError(f"{where} must not be empty")
+    return value.strip()
+
+
+def _opt_str(value: Any, where: str) -> str | None:
+    """Optional paths: None or an empty string mean "not set"."""
+    if value is None or value == "":
+        return None
+    return _str(value, where)
+
+
+def _bool(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ConfigError(f"{where} must be true or false (1/0, yes/no, on/off), got {_got(value)}")
+
+
+def _list(item: Coercer, split_items: bool = True) -> Coercer:
+    """A list from a list/tuple or from a comma-separated string (env vars, some flags)."""
+
+    def coerce(value: Any, where: str) -> list[Any]:
+        if isinstance(value, str):
+            parts = value.split(",")
+        elif isinstance(value, (list, tuple)):
+            parts = []
+            for v in value:
+                parts.extend(v.split(",") if split_items and isinstance(v, str) else [v])
+        else:
+            raise ConfigError(f"{where} must be a list or a comma-separated string, got {_got(value)}")
+        return [item(p.strip() if isinstance(p, str) else p, where) for p in parts if p != ""]
+
+    return coerce
+
+
+def parse_size(text: str) -> int:
+    """'512M' -> 536870912: optional K/M/G/T suffix (base 1024, "B"/"iB" tolerated)."""
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise ValueError(text)
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+
+
+def _size(value: Any, where: str) -> int:
+    if isinstance(value, str):
+        try:
+            return parse_size(value)
+        except ValueError:
+            pass
+    elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise ConfigError(f"{where} must be a size in bytes like 1048576, 512K, 512M or 2G, got {_got(value)}")
+
+
+def cpu_quota(root: str = "/sys/fs/cgroup") -> int:
+    """CPUs this process may use: the cgroup v2/v1 CPU quota if set, else the CPU count (>= 1)."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count() or 1
+    quota = period = 0
+    try:
+        with open(os.path.join(root, "cpu.max")) as f:
+            q, _, p = f.read().strip().partition(" ")
+        if q != "max":
+            quota, period = int(q), int(p or 100000)
+    except (OSError, ValueError):
+        for sub in ("cpu", "cpu,cpuacct"):
+            try:
+                with open(os.path.join(root, sub, "cpu.cfs_quota_us")) as f:
+                    quota = int(f.read())
+                with open(os.path.join(root, sub, "cpu.cfs_period_us")) as f:
+                    period = int(f.read())
+                break
+            except (OSError, ValueError):
+                quota = period = 0
+    if quota > 0 and period > 0:
+        count = min(count, math.ceil(quota / period))
+    return max(1, count)
+
+
+def _workers(value: Any, where: str) -> int:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return cpu_quota()
+    return _int(1, 'a positive integer or "auto"')(value, where)
+
+
+_BIND_HOST_RE = re.compile(r"^(\[[0-9A-Fa-f:.%\w]+\]|[\w.\-]*):(\d{1,5})$")
+
+
+def _bind(value: Any, where: str) -> str:
+    """HOST:PORT, [V6]:PORT, :PORT, unix:PATH or fd://N (syntax only; binding happens later)."""
+    value = _str(value, where).strip()
+    if value.startswith("unix:") and len(value) > 5:
+        return value
+    if value.startswith("fd://") and value[5:].isdigit():
+        return value
+    m = _BIND_HOST_RE.match(value)
+    if m and int(m.group(2)) <= 65535:
+        return value
+    raise ConfigError(
+        f"{where}: {_got(value)} is not a valid address; use HOST:PORT, [V6]:PORT, :PORT, unix:PATH or fd://N"
+    )
+
+
+def _proxy(value: Any, where: str) -> str:
+    value = _str(value, where)
+    if "/" in value:
+        import ipaddress
+
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            raise ConfigError(f"{where}: {_got(value)} is not an IP network like 10.0.0.0/8") from None
+    return value
+
+
+def _url_path(value: Any, where: str) -> str:
+    value = _str(value, where).strip()
+    if value and not value.startswith("/"):
+        raise ConfigError(f"{where} must start with '/', got {_got(value)}")
+    return value
+
+
+def _root_path(value: Any, where: str) -> str:
+    return _url_path(value, where).rstrip("/")
+
+
+def _refork_after(value: Any, where: str) -> list[int] | None:
+    if value is None or value is False or (isinstance(value, str) and value.strip().lower() in ("off", "")):
+        return None
+    try:
+        return _list(_int(1))(value, where) or None
+    except ConfigError:
+        raise ConfigError(
+            f'{where} must be request counts like 500,1000,2000 or "off", got {_got(value)}'
+        ) from None
+
+
+def _opt_positive_int(value: Any, where: str) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto")):
+        return None
+    return _int(1, 'a positive integer or "auto"')(value, where)
+
+
+FIELD_COERCERS: dict[str, Coercer] = {
+    "app": _str,
+    "interface": _choice("auto", "wsgi", "asgi"),
+    "chdir": _opt_str,
+    "pythonpath": _list(_str),
+    "root_path": _root_path,
+    "bind": _list(_bind, split_items=False),
+    "backlog": _int(1),
+    "forwarded_allow_ips": _list(_proxy),
+    "workers": _workers,
+    "threads": _int(1),
+    "timeout": _positive_float,
+    "graceful_timeout": _positive_float,
+    "keepalive": _positive_float,
+    "header_timeout": _positive_float,
+    "spawn_timeout": _positive_float,
+    "max_requests": _int(0),
+    "max_requests_jitter": _int(0),
+    "proc_name": _nonempty_str,
+    "control_socket": _opt_str,
+    "loop": _choice("auto", "asyncio", "uvloop"),
+    "limit_request_line": _int(1),
+    "limit_request_fields": _int(1),
+    "limit_request_field_size": _int(1),
+    "limit_request_body": _size,
+    "body_spool_threshold": _size,
+    "access_logfile": _opt_str,
+    "access_log_format": _choice("common", "combined", "json"),
+    "error_logfile": _nonempty_str,
+    "log_level": _choice("debug", "info", "warning", "error", "critical"),
+    "immortalize": _bool,
+    "warmup": _list(_url_path, split_items=False),
+    "refork_after": _refork_after,
+    "refork_max_unavailable": _opt_positive_int,
+    "max_worker_memory": _size,
+    "memory_metric": _choice("uss", "pss"),
+    "memory_interval": _positive_float,
+    "allocator": _choice("system", "jemalloc"),
+    "malloc_trim": _bool,
+    "memray": _opt_str,
+    "check_config": _bool,
+    "print_config": _bool,
+}
+"""Every Config field settable from a source (all but ``hooks``)."""
+
+
+def _did_you_mean(name: str, candidates: list[str], cutoff: float = 0.7, shown: str = "{}") -> str:
+    """' (did you mean 'x'?)' for a close candidate, else ''; shown formats the suggestion."""
+    import difflib  # only on the error path
+
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=cutoff)
+    return f" (did you mean {shown.format(close[0])!r}?)" if close else ""
+
+
+def _from_pyproject(cwd: str) -> list[tuple[str, Any, str]]:
+    """[tool.refork] in ./pyproject.toml; ignored (with a debug note) when no TOML parser exists."""
+    path = os.path.join(cwd, "pyproject.toml")
+    if not os.path.isfile(path):
+        return []
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ImportError:
+            import logging
+
+            logging.getLogger("refork").debug("ignoring %s: install tomli to read it on Python 3.10", path)
+            return []
+    try:
+        with open(path, "rb") as f:
+            table = tomllib.load(f).get("tool", {}).get("refork", {})
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"cannot read {path}: {e}") from None
+    out = []
+    for key, value in table.items():
+        name = key.replace("-", "_")
+        if name not in FIELD_COERCERS:
+            hint = _did_you_mean(name, list(FIELD_COERCERS))
+            raise ConfigError(f"unknown setting {key!r} in {path} [tool.refork]{hint}")
+        out.append((name, value, f"{key} in {path} [tool.refork]"))
+    return out
+
+
+def _imported_names(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names.add(alias.asname or alias.name.split(".")[0])
+    return names
+
+
+def _from_config_file(path: str) -> tuple[list[tuple[str, Any, str]], dict[str, Callable[..., Any]]]:
+    """Execute a gunicorn.conf.py-style file: settings are module-level names, hooks are functions.
+
+    Names starting with "_", modules and imported names are ignored; anything else must be a
+    setting or a hook so that typos do not pass silently.
+    """
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror} (check -c/--config)") from None
+    try:
+        tree = ast.parse(source, path)
+    except SyntaxError as e:
+        raise ConfigError(f"{path}:{e.lineno}: {e.msg} (in config file)") from None
+    namespace: dict[str, Any] = {"__file__": path, "__name__": "__refork_config__"}
+    exec(compile(tree, path, "exec"), namespace)  # user code: its own errors keep their traceback
+    skip = _imported_names(tree)
+    values, hooks = [], {}
+    for key, value in namespace.items():
+        if key.startswith("_") or key in skip or isinstance(value, types.ModuleType):
+            continue
+        name = key.replace("-", "_")
+        if name in HOOK_NAMES:
+            if not callable(value):
+                raise ConfigError(f"{key} in {path} is a server hook: make it a function, got {_got(value)}")
+            hooks[name] = value
+        elif name in FIELD_COERCERS:
+            values.append((name, value, f"{key} in {path}"))
+        else:
+            hint = _did_you_mean(name, list(FIELD_COERCERS) + list(HOOK_NAMES))
+            raise ConfigError(
+                f"unknown setting {key!r} in {path}{hint}; prefix helper names with '_' to keep them"
+            )
+    return values, hooks
+
+
+def _from_env(environ: Mapping[str, str]) -> list[tuple[str, Any, str]]:
+    """REFORK_<FIELD>; unknown REFORK_* names are left alone unless they look like a typo."""
+    out = []
+    for key, value in environ.items():
+        if not key.startswith("REFORK_"):
+            continue
+        name = key[7:].lower()
+        if name in FIELD_COERCERS:
+            out.append((name, value, key))
+        else:
+            # strict cutoff: other tools (and refork itself) may use REFORK_* names of their own
+            hint = _did_you_mean(key[7:], [n.upper() for n in FIELD_COERCERS], cutoff=0.75, shown="REFORK_{}")
+            if hint:
+                raise ConfigError(f"unknown environment variable {key}{hint}")
+    return out
+
+
+def load_config(argv: list[str], environ: Mapping[str, str] = os.environ, cwd: str | None = None) -> Config:
+    """Build the Config: defaults < WEB_CONCURRENCY < pyproject < -c file < REFORK_* < CLI."""
+    from refork.cli import parse_args
+
+    cwd = cwd or os.getcwd()
+    cli_values, config_file = parse_args(argv)
+    sources: list[tuple[str, Any, str]] = []
+    if environ.get("WEB_CONCURRENCY"):
+        sources.append(("workers", environ["WEB_CONCURRENCY"], "WEB_CONCURRENCY"))
+    sources += _from_pyproject(cwd)
+    hooks: dict[str, Callable[..., Any]] = {}
+    if config_file:
+        file_values, hooks = _from_config_file(os.path.join(cwd, config_file))
+        sources += file_values
+    sources += _from_env(environ)
+    sources += cli_values
+
+    config = Config()
+    for name, value, where in sources:
+        setattr(config, name, FIELD_COERCERS[name](value, where))
+    config.hooks = hooks
+    if not config.app and not config.print_config:
+        raise ConfigError("no APP given: run refork [OPTIONS] module:app (e.g. refork mysite.wsgi:app)")
+    if not config.bind:
+        raise ConfigError("no address to listen on: give at least one -b/--bind")
+    return config
+
+
+def describe(config: Config) -> str:
+    """`name = value` lines (Python literals, so they can seed a config file); hooks by name."""
+    lines = []
+    for f in _dc_fields(config):
+        value = getattr(config, f.name)
+        if f.name == "hooks":
+            lines.append(f"hooks = {sorted(value)!r}")
+        else:
+            lines.append(f"{f.name} = {value!r}")
+    return "\n".join(lines)
+
+
+__all__ = ["Config", "ConfigError", "HOOK_NAMES", "cpu_quota", "describe", "load_config", "parse_size"]

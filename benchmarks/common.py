@@ -1,0 +1,328 @@
+"""Helpers shared by the benchmark scripts: venvs, server processes, wrk, /proc memory readings."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+RESULTS_DIR = BENCH_DIR / "results"
+
+
+# --------------------------------------------------------------------------- venvs
+
+
+def venv_dir(python: str | None) -> Path:
+    """Resolve --python (a version like "3.12", an interpreter path, or None) to benchmarks/.venv-X.Y."""
+    if python is None:
+        version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    elif re.fullmatch(r"\d+\.\d+", python):
+        version = python
+    else:
+        out = subprocess.run(
+            [python, "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+            capture_output=True, text=True, check=True,
+        )
+        version = out.stdout.strip()
+    venv = BENCH_DIR / f".venv-{version}"
+    if not (venv / "bin" / "python").exists():
+        sys.exit(f"{venv} does not exist: run benchmarks/setup.sh for Python {version} first")
+    return venv
+
+
+def refork_cmd(venv: Path) -> list[str]:
+    script = venv / "bin" / "refork"
+    return [str(script)] if script.exists() else [str(venv / "bin" / "python"), "-m", "refork"]
+
+
+def versions(venv: Path) -> dict[str, str]:
+    code = (
+        "import importlib.metadata as md, json, sys\n"
+        "out = {'python': sys.version.split()[0]}\n"
+        "for n in ('refork', 'gunicorn', 'uvicorn', 'httptools', 'uvloop', 'granian', 'bjoern'):\n"
+        "    try: out[n] = md.version(n)\n"
+        "    except md.PackageNotFoundError: out[n] = None\n"
+        "print(json.dumps(out))\n"
+    )
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True)
+    info = json.loads(out.stdout) if out.returncode == 0 else {}
+    wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True)
+    info["wrk"] = (wrk.stdout or wrk.stderr).splitlines()[0] if (wrk.stdout or wrk.stderr) else "?"
+    return info
+
+
+# --------------------------------------------------------------------------- process trees
+
+
+def children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in tasks:
+        try:
+            kids += [int(k) for k in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+        except OSError:
+            pass
+    return kids
+
+
+def tree(pid: int) -> list[int]:
+    """pid and all its descendants, parents first."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop(0)
+        if p not in out:
+            out.append(p)
+            todo += children(p)
+    return out
+
+
+def alive(pid: int) -> bool:
+    """True if pid exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def smaps_rollup(pid: int) -> dict[str, int]:
+    """Fields of /proc/PID/smaps_rollup, in KiB."""
+    fields: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts:
+            fields[name.strip()] = int(parts[0])
+    return fields
+
+
+def uss_kib(fields: dict[str, int]) -> int:
+    return fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0) + fields.get("Private_Hugetlb", 0)
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+# --------------------------------------------------------------------------- servers
+
+
+@dataclass
+class Server:
+    """A server under test: a command line that listens on 127.0.0.1:port."""
+
+    name: str
+    interface: str  # "wsgi" or "asgi"
+    argv: list[str]
+    port: int
+    cwd: Path
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+    stderr_path: Path | None = None
+    seen: set[int] = field(default_factory=set)
+
+    def start(self, timeout: float = 60.0, path: str = "/") -> str | None:
+        """Start and wait until it answers 200 on path. Returns None, or an error message."""
+        fd, name = tempfile.mkstemp(prefix=f"bench-{self.name}-", suffix=".stderr")
+        self.stderr_path = Path(name)
+        env = {**os.environ, **self.env}
+        with os.fdopen(fd, "wb") as err:
+            self.proc = subprocess.Popen(
+                self.argv, cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return f"failed to start: {self.first_stderr_line()}"
+            if http_get(self.port, path, timeout=2.0) == 200:
+                self.seen.update(tree(self.proc.pid))
+                return None
+            time.sleep(0.2)
+        self.stop()
+        return f"failed to start (no answer in {timeout:.0f}s): {self.first_stderr_line()}"
+
+    def first_stderr_line(self) -> str:
+        lines = [ln.strip() for ln in self.stderr_text().splitlines() if ln.strip()]
+        if not lines:
+            return "(no stderr)"
+        # A traceback's first line says nothing; its last line names the error.
+        return lines[-1] if lines[0].startswith("Traceback") else lines[0]
+
+    def stderr_text(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path else ""
+
+    def pids(self) -> list[int]:
+        assert self.proc is not None
+        found = tree(self.proc.pid)
+        self.seen.update(found)
+        return found
+
+    def stop(self, grace: float = 10.0) -> list[int]:
+        """SIGTERM, then SIGKILL after grace seconds. Returns the pids still alive afterwards (leaks)."""
+        if self.proc is None:
+            return []
+        if self.proc.poll() is None:
+            self.pids()
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.pids()
+                for pid in self.seen:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                self.proc.wait(5)
+        # Give orphaned workers a moment to notice their parent is gone.
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(alive(p) for p in self.seen):
+            time.sleep(0.1)
+        leaked = [p for p in self.seen if alive(p)]
+        for pid in leaked:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.stderr_path:
+            self.stderr_path.unlink(missing_ok=True)
+        self.proc = None
+        return leaked
+
+
+def http_get(port: int, path: str = "/", timeout: float = 5.0) -> int | None:
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+        conn.close()
+        return resp.status
+    except (OSError, http.client.HTTPException):
+        return None
+
+
+# --------------------------------------------------------------------------- wrk
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60000.0}
+
+
+def _ms(text: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
+    if not m:
+        raise ValueError(text)
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def run_wrk(port: int, duration: float, connections: int = 64, threads: int = 2,
+            path: str = "/", script: Path | None = None, timeout_s: int = 5) -> dict:
+    """Run wrk with keep-alive against 127.0.0.1:port. Returns req/s, p50/p99 ms, requests and errors."""
+    cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration:g}s", f"--timeout={timeout_s}s"]
+    cmd.append("--latency")
+    if script is not None:
+        cmd += ["-s", str(script)]
+    cmd.append(f"http://127.0.0.1:{port}{path}")
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
+    result: dict = {"rps": 0.0, "p50_ms": None, "p99_ms": None, "requests": 0, "errors": 0, "non2xx": 0}
+    if m := re.search(r"Requests/sec:\s+([\d.]+)", out):
+        result["rps"] = float(m.group(1))
+    if m := re.search(r"^\s+50%\s+(\S+)", out, re.M):
+        result["p50_ms"] = _ms(m.group(1))
+    if m := re.search(r"^\s+99%\s+(\S+)", out, re.M):
+        result["p99_ms"] = _ms(m.group(1))
+    if m := re.search(r"(\d+) requests in", out):
+        result["requests"] = int(m.group(1))
+    if m := re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out):
+        result["errors"] = sum(int(x) for x in m.groups())
+    if m := re.search(r"Non-2xx or 3xx responses: (\d+)", out):
+        result["non2xx"] = int(m.group(1))
+    return result
+
+
+# --------------------------------------------------------------------------- output
+
+
+def median(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def print_table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    print(line)
+    print("-" * len(line))
+    for row in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
+
+
+def write_results(kind: str, data: dict) -> Path:
+    RESULTS_DIR.mkdir(exist_ok=True)
+    path = RESULTS_DIR / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(data, indent=2, sort_keys=True))
+    return path
+
+
+def rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def wait_stable(server: Server, min_procs: int, quiet: float = 3.0, timeout: float = 120.0) -> list[int]:
+    """Wait until the server's process tree keeps the same pids and RSS (4 MiB buckets) for quiet seconds."""
+    deadline = time.monotonic() + timeout
+    last: dict[int, int] = {}
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        snap = {pid: rss_kib(pid) // 4096 for pid in server.pids()}
+        if snap != last:
+            last, since = snap, time.monotonic()
+        elif len(snap) >= min_procs and time.monotonic() - since >= quiet:
+            break
+        time.sleep(0.5)
+    return list(last)
+
+
+def write_temp(text: str, suffix: str) -> Path:
+    fd, name = tempfile.mkstemp(prefix="bench-", suffix=suffix)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return Path(name)
+
+
+def role(pid: int, root: int) -> str:
+    """main / mold / worker / other, from the process title (refork and gunicorn set one)."""
+    if pid == root:
+        return "main"
+    title = cmdline(pid).lower()
+    for name in ("mold", "worker", "master"):
+        if name in title:
+            return name
+    return "other"

@@ -1,0 +1,233 @@
+"""Copy-on-write memory benchmark on the generated monolith (issue 3).
+
+Serves benchmarks/monolith_generated (make_monolith.py) with refork and its peers, 4 workers each,
+one after another; sends every server the same warm load; then measures the whole process tree
+from /proc: total PSS and per-worker USS. "One copy" is the RSS of the single worker of a
+1-worker gunicorn (no preload) after the same load.
+
+    python benchmarks/cow/run.py --python 3.12 [--requests-per-worker 1000] [--only refork,gunicorn-preload]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from common import (  # noqa: E402
+    BENCH_DIR,
+    Server,
+    fmt,
+    median,
+    print_table,
+    refork_cmd,
+    role,
+    run_wrk,
+    smaps_rollup,
+    uss_kib,
+    venv_dir,
+    versions,
+    wait_stable,
+    write_results,
+    write_temp,
+)
+
+APP = "monolith_generated.app:app"
+FREEZE_CONF = Path(__file__).resolve().parent / "gunicorn_freeze.conf.py"
+BASELINE = "gunicorn-preload-freeze"
+LUA = """
+local paths = {%s}
+local limit = %d
+local count = 0
+local i = 0
+local next_offset = 0
+
+function setup(thread)
+  thread:set("i", next_offset)
+  next_offset = next_offset + 7
+end
+
+function request()
+  i = i + 1
+  return wrk.format("GET", paths[(i %% #paths) + 1])
+end
+
+function response(status, headers, body)
+  count = count + 1
+  if count >= limit then wrk.thread:stop() end
+end
+"""
+
+
+def warm_paths(n: int) -> list[str]:
+    return [f"/w/{i}" for i in range(n)]
+
+
+def servers(venv: Path, workers: int, port: int, warmup: list[str]) -> list[Server]:
+    bind = "127.0.0.1"
+    b = venv / "bin"
+    refork = [*refork_cmd(venv), "-w", str(workers), "--chdir", str(BENCH_DIR), "-b", f"{bind}:{{port}}"]
+    warm = [arg for path in warmup for arg in ("--warmup", path)]
+    gunicorn = [str(b / "gunicorn"), "-b", f"{bind}:{{port}}", "--log-level", "warning", "--timeout", "120"]
+    specs = [
+        ("one-copy", [*gunicorn, "-w", "1", APP]),
+        ("refork", [*refork, APP]),
+        ("refork-warmup", [*refork, *warm, APP]),
+        ("refork-after", [*refork, "--refork-after", "200,400", APP]),
+        ("refork-warmup-after", [*refork, *warm, "--refork-after", "200,400", APP]),
+        ("gunicorn", [*gunicorn, "-w", str(workers), APP]),
+        ("gunicorn-preload", [*gunicorn, "-w", str(workers), "--preload", APP]),
+        (BASELINE, [*gunicorn, "-w", str(workers), "--preload", "-c", str(FREEZE_CONF), APP]),
+        ("granian", [str(b / "granian"), "--interface", "wsgi", "--workers", str(workers), "--host", bind,
+                     "--port", "{port}", "--no-ws", "--log-level", "warning", APP]),
+    ]
+    return [
+        Server(name, "wsgi", [a.replace("{port}", str(port + i)) for a in argv], port + i, BENCH_DIR)
+        for i, (name, argv) in enumerate(specs)
+    ]
+
+
+def measure(server: Server, min_procs: int) -> dict:
+    """PSS/USS of every process in the tree, with its role."""
+    assert server.proc is not None
+    root = server.proc.pid
+    procs = []
+    for pid in wait_stable(server, min_procs):
+        try:
+            f = smaps_rollup(pid)
+        except OSError:
+            continue
+        procs.append({"pid": pid, "role": role(pid, root), "rss": f.get("Rss", 0), "pss": f.get("Pss", 0),
+                      "uss": uss_kib(f), "private_dirty": f.get("Private_Dirty", 0)})
+    workers = [p for p in procs if p["role"] == "worker"] or [p for p in procs if p["role"] == "other"]
+    return {
+        "processes": procs,
+        "total_pss": sum(p["pss"] for p in procs),
+        "workers": len(workers),
+        "worker_uss": median([p["uss"] for p in workers]),
+        "worker_private_dirty": median([p["private_dirty"] for p in workers]),
+        "worker_rss": median([p["rss"] for p in workers]),
+    }
+
+
+def bench_one(server: Server, workers: int, requests: int, paths: list[str]) -> dict:
+    error = server.start(timeout=180.0, path="/mem")
+    if error:
+        server.stop()
+        return {"error": error}
+    try:
+        wait_stable(server, workers + 1)
+        lua = write_temp(LUA % (", ".join(f'"{p}"' for p in paths), requests // 2), ".lua")
+        load = run_wrk(server.port, duration=300, connections=8, script=lua, timeout_s=30)
+        lua.unlink()
+        result = measure(server, workers + 1)
+        result["load"] = load
+    finally:
+        leaked = server.stop()
+    if leaked:
+        result["leaked_pids"] = leaked
+        print(f"  WARNING: {server.name} left processes behind: {leaked}", file=sys.stderr)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--python", help="interpreter version or path; selects benchmarks/.venv-X.Y")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--requests-per-worker", type=int, default=1000)
+    parser.add_argument("--warm-paths", type=int, default=20, help="/w/0.. paths, also refork's --warmup")
+    parser.add_argument("--load-paths", type=int, default=300, help="extra /r/0.. paths only the load sends")
+    parser.add_argument("--only", help="comma-separated server names (one-copy is always run)")
+    parser.add_argument("--port", type=int, default=19500)
+    args = parser.parse_args()
+
+    if not (BENCH_DIR / "monolith_generated" / "app.py").exists():
+        sys.exit("benchmarks/monolith_generated is missing: run benchmarks/cow/make_monolith.py first")
+    venv = venv_dir(args.python)
+    info = versions(venv)
+    print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()))
+    # Compile the generated package for this interpreter once, outside any measurement.
+    subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-q", "monolith_generated"],
+                   cwd=BENCH_DIR, check=True)
+
+    warmup = warm_paths(args.warm_paths)
+    paths = warmup + [f"/r/{i}" for i in range(args.load_paths)]
+    all_servers = servers(venv, args.workers, args.port, warmup)
+    wanted = {"one-copy", *(args.only.split(",") if args.only else [s.name for s in all_servers])}
+    unknown = wanted - {s.name for s in all_servers}
+    if unknown:
+        sys.exit(f"unknown server(s): {', '.join(sorted(unknown))}")
+    total_requests = args.workers * args.requests_per_worker
+
+    results: dict[str, dict] = {}
+    for server in all_servers:
+        if server.name not in wanted:
+            continue
+        print(f"{server.name}: {' '.join(server.argv[1:])}", flush=True)
+        t0 = time.monotonic()
+        n_workers = 1 if server.name == "one-copy" else args.workers
+        res = bench_one(server, n_workers, total_requests, paths)
+        results[server.name] = res
+        if "error" in res:
+            print(f"  {res['error']}")
+            continue
+        print(f"  {res['load']['requests']} requests, {res['load']['rps']:.0f} req/s; "
+              f"total PSS {res['total_pss'] / 1024:.1f} MiB in {len(res['processes'])} processes "
+              f"({time.monotonic() - t0:.0f}s)")
+        for p in res["processes"]:
+            mib = {k: p[k] / 1024 for k in ("rss", "pss", "uss", "private_dirty")}
+            print(f"    pid {p['pid']:>7} {p['role']:<7} RSS {mib['rss']:7.1f}  PSS {mib['pss']:7.1f}  "
+                  f"USS {mib['uss']:7.1f}  Private_Dirty {mib['private_dirty']:7.1f} MiB")
+
+    one = results.get("one-copy", {}).get("worker_rss")
+    base = results.get(BASELINE, {}).get("total_pss")
+    preload = results.get("gunicorn-preload", {}).get("total_pss")
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return fmt(a / b if a and b else None, ".2f", "x")
+
+    print(f"\n{args.workers} workers, {total_requests} requests, Python {info.get('python')}; "
+          f"one copy = {fmt(one and one / 1024)} MiB (RSS of a 1-worker gunicorn worker)")
+    rows = []
+    for name, r in results.items():
+        if "error" in r:
+            rows.append([name, r["error"], "", "", "", "", ""])
+            continue
+        rows.append([name, f"{r['total_pss'] / 1024:.1f}", fmt(r["worker_uss"] and r["worker_uss"] / 1024),
+                     fmt(r["worker_private_dirty"] and r["worker_private_dirty"] / 1024),
+                     ratio(r["total_pss"], one), ratio(r["total_pss"], preload), ratio(r["total_pss"], base)])
+    print_table(["server", "total PSS MiB", "worker USS MiB", "worker Priv_Dirty MiB", "x one copy",
+                 "vs preload", "vs preload+freeze"], rows)
+
+    checks: dict[str, dict] = {}
+    py312 = tuple(int(x) for x in info.get("python", "0.0").split(".")[:2]) >= (3, 12)
+    print()
+    for name, r in results.items():
+        if not name.startswith("refork"):
+            continue
+        pss = r.get("total_pss")
+        targets = ([("one copy", one, 1.10), ("gunicorn --preload + freeze", base, 0.70)] if py312
+                   else [("gunicorn --preload", preload, 0.80)])
+        for label, ref, limit in targets:
+            value = pss / ref if pss and ref else None
+            ok = value is not None and value <= limit
+            checks[f"{name} vs {label}"] = {"ratio": value, "limit": limit, "pass": ok}
+            verdict = "PASS" if ok else "FAIL"
+            print(f"[{verdict}] {name} total PSS <= {limit:.2f}x {label}: {fmt(value, '.2f', 'x')}")
+
+    path = write_results(f"cow-py{info.get('python')}", {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "versions": info, "workers": args.workers,
+        "requests": total_requests, "paths": len(paths), "results": results, "checks": checks,
+        "one_copy_kib": one,
+    })
+    print(f"\nresults: {path}")
+
+
+if __name__ == "__main__":
+    main()

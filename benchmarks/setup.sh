@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Create benchmarks/.venv-<major.minor> for one interpreter and install refork + the peer servers.
+# Usage: benchmarks/setup.sh [PYTHON]      (default: python3)
+# Idempotent: re-running reuses the venv and only installs what is missing.
+set -euo pipefail
+
+PY="${1:-python3}"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+VER="$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+VENV="$HERE/.venv-$VER"
+
+# System packages: bjoern needs libev headers, the load generator is wrk.
+missing=()
+dpkg -s libev-dev >/dev/null 2>&1 || missing+=(libev-dev)
+command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+if ((${#missing[@]})); then
+    if [[ "$(id -u)" == 0 ]]; then
+        apt-get update -qq && apt-get install -y -qq "${missing[@]}"
+    else
+        echo "warning: missing ${missing[*]}; install them (apt-get install ${missing[*]})" >&2
+    fi
+fi
+
+[[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+
+"${PIP[@]}" --upgrade pip wheel setuptools
+"${PIP[@]}" gunicorn "uvicorn[standard]" granian psutil
+# bjoern builds a C extension against libev.
+"${PIP[@]}" bjoern || echo "warning: bjoern failed to install; it will be reported as failed" >&2
+# The server under test; it is still being written, so a failing build is not fatal.
+"${PIP[@]}" -e "$ROOT[uvloop]" || echo "warning: refork failed to install; it will be reported as failed" >&2
+
+"$VENV/bin/python" - <<'PY'
+import importlib.metadata as md
+import sys
+
+print("python", sys.version.split()[0])
+for name in ("refork", "gunicorn", "uvicorn", "httptools", "uvloop", "granian", "bjoern", "psutil"):
+    try:
+        print(f"{name} {md.version(name)}")
+    except md.PackageNotFoundError:
+        print(f"{name} (not installed)")
+PY
+echo "venv: $VENV"

@@ -1,0 +1,352 @@
+"""Where an ASGI app is called: scope, the response message state machine, lifespan, warm-up.
+
+Everything here except :func:`warmup_asgi` and the :class:`Lifespan` driver is sans-IO: a
+request event goes in, a scope dict comes out; ``send()`` messages go in, bytes come out. The
+transport glue (sockets, flow control, tasks) lives in :mod:`refork.serving.aio`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+from refork.config import Config
+from refork.http.events import Request
+from refork.http.forwarded import TrustedProxies, resolve_forwarded
+
+log = logging.getLogger("refork")
+
+ASGI_INFO = {"version": "3.0", "spec_version": "2.4"}
+
+
+class ClientDisconnected(OSError):
+    """``send()`` after the client went away (ASGI spec 2.4: an OSError subclass)."""
+
+
+class LifespanFailure(RuntimeError):
+    """The app reported (or raised during) lifespan startup: the worker must not serve."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Scope
+
+
+def decode_path(raw: bytes) -> str:
+    """Percent-decode a raw path as UTF-8; undecodable bytes become U+FFFD, never an error."""
+    if b"%" in raw:
+        raw = unquote_to_bytes(raw)
+    try:
+        return raw.decode("ascii")
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "replace")
+
+
+def build_scope(
+    request: Request,
+    *,
+    server: tuple[str, int | None] | None,
+    client: tuple[str, int] | None,
+    scheme: str = "http",
+    root_path: str = "",
+    proxies: TrustedProxies | None = None,
+    state: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``http`` scope for one request.
+
+    X-Forwarded-Proto/-For are applied only when ``proxies`` trusts the peer. ``root_path`` is
+    prepended to ``path``/``raw_path`` unless the request path already carries it (a proxy that
+    does not strip the mount point), which is what current ASGI routers expect. ``state`` is
+    shallow-copied so one request cannot leak attributes into the next.
+    """
+    raw_path = request.path
+    if proxies is not None:
+        peer = client[0] if client else None
+        new_scheme, host = resolve_forwarded(request.headers, peer, scheme, proxies)
+        if host != peer or new_scheme != scheme:
+            scheme = new_scheme
+            if host is not None:
+                port = client[1] if client and host == peer else 0
+                client = (host, port)
+    path = decode_path(raw_path)
+    if root_path and not path.startswith(root_path):
+        path = root_path + path
+        raw_path = root_path.encode("utf-8") + raw_path
+    scope: dict[str, Any] = {
+        "type": "http",
+        "asgi": ASGI_INFO,
+        "http_version": request.http_version,
+        "server": server,
+        "client": client,
+        "scheme": scheme,
+        "method": request.method,
+        "root_path": root_path,
+        "path": path,
+        "raw_path": raw_path,
+        "query_string": request.query,
+        "headers": request.headers,
+    }
+    if state is not None:
+        scope["state"] = state.copy()
+    return scope
+
+
+# ---------------------------------------------------------------------------------------------
+# Response state machine
+
+
+class ResponseState:
+    """Validate the ``send()`` messages of one response and frame them into bytes (sans-IO).
+
+    The head is held back until the first body message so that a small response leaves in one
+    write. ``keep_alive`` may be turned off until ``http.response.start`` arrives (graceful stop).
+    """
+
+    __slots__ = ("request", "keep_alive", "framer", "started", "complete", "status", "_head")
+
+    def __init__(self, request: Request, *, keep_alive: bool = True) -> None:
+        self.request = request
+        self.keep_alive = keep_alive
+        self.framer: Any = None
+        self.started = False
+        self.complete = False
+        self.status = 0
+        self._head: bytes | None = None
+
+    def feed(self, message: dict[str, Any]) -> bytes:
+        """Bytes to write for this message (possibly empty); RuntimeError when it is out of order."""
+        try:
+            kind = message["type"]
+        except (KeyError, TypeError):
+            raise RuntimeError(f"ASGI message must be a dict with a 'type' key, got {message!r}") from None
+        if not self.started:
+            if kind != "http.response.start":
+                raise RuntimeError(f"Expected ASGI message 'http.response.start', but got {kind!r}")
+            return self._start(message)
+        if self.complete:
+            raise RuntimeError(f"Unexpected ASGI message {kind!r} sent after the response completed")
+        if kind != "http.response.body":
+            raise RuntimeError(f"Expected ASGI message 'http.response.body', but got {kind!r}")
+        body = message.get("body", b"")
+        framer = self.framer
+        if body:
+            if not isinstance(body, (bytes, bytearray, memoryview)):
+                raise RuntimeError(f"'body' must be bytes, got {type(body).__name__}")
+            try:
+                out = framer.body(bytes(body) if type(body) is not bytes else body)
+            except ValueError as exc:
+                raise RuntimeError(f"Invalid response body: {exc}") from None
+        else:
+            out = b""
+        if not message.get("more_body", False):
+            try:
+                out += framer.end()
+            except ValueError as exc:
+                raise RuntimeError(f"Invalid response: {exc}") from None
+            self.complete = True
+        head = self._head
+        if head is not None:
+            self._head = None
+            return head + out
+        return out
+
+    def _start(self, message: dict[str, Any]) -> bytes:
+        from refork.http.response import ResponseFramer
+
+        status = message.get("status")
+        if type(status) is not int or not 100 <= status <= 999:
+            raise RuntimeError(f"'status' must be an int between 100 and 999, got {status!r}")
+        if 100 <= status < 200:
+            raise RuntimeError(f"Informational status {status} cannot be sent as the final response")
+        headers = message.get("headers", ())
+        headers = _check_headers(headers)
+        framer = ResponseFramer(self.request, server_keep_alive=self.keep_alive)
+        try:
+            self._head = framer.head(status, headers)
+        except ValueError as exc:
+            raise RuntimeError(f"Invalid response head: {exc}") from None
+        self.framer = framer
+        self.status = status
+        self.started = True
+        return b""
+
+    @property
+    def will_keep_alive(self) -> bool:
+        """After completion: may the connection serve another request?"""
+        return self.framer is not None and bool(self.framer.keep_alive)
+
+    @property
+    def body_bytes(self) -> int:
+        return int(self.framer.body_bytes) if self.framer is not None else 0
+
+
+def _check_headers(headers: Iterable[Any]) -> list[tuple[bytes, bytes]]:
+    """Headers as a list of (bytes, bytes); anything else is an app bug worth a clear message."""
+    if type(headers) is list:
+        for item in headers:
+            if type(item) is not tuple or len(item) != 2:
+                break
+            if type(item[0]) is not bytes or type(item[1]) is not bytes:
+                break
+        else:
+            return headers
+    out: list[tuple[bytes, bytes]] = []
+    try:
+        for name, value in headers:
+            if not isinstance(name, bytes) or not isinstance(value, bytes):
+                raise RuntimeError(f"Response header names and values must be bytes, got {(name, value)!r}")
+            out.append((name, value))
+    except (TypeError, ValueError):
+        raise RuntimeError(f"'headers' must be an iterable of [name, value] pairs, got {headers!r}") from None
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Lifespan
+
+
+class Lifespan:
+    """Drive the app's ``lifespan`` scope: startup before serving, shutdown at graceful stop.
+
+    An app that raises on the lifespan scope before sending anything does not implement it; that
+    is logged at debug and serving goes on. ``state`` is the dict every request scope copies.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.state: dict[str, Any] = {}
+        self.supported = True
+        self._task: asyncio.Task[None] | None = None
+        self._inbox: asyncio.Queue[dict[str, Any]] | None = None
+        self._reply: asyncio.Future[dict[str, Any]] | None = None
+        self._sent_any = False
+        self._phase = "startup"
+
+    async def startup(self) -> None:
+        """Run lifespan.startup; raise LifespanFailure if the app says it failed."""
+        loop = asyncio.get_running_loop()
+        self._inbox = asyncio.Queue()
+        self._reply = loop.create_future()
+        scope = {"type": "lifespan", "asgi": ASGI_INFO, "state": self.state}
+        self._task = loop.create_task(self._run(scope))
+        await self._inbox.put({"type": "lifespan.startup"})
+        message = await self._wait_reply()
+        if message is None:
+            return
+        if message["type"] == "lifespan.startup.failed":
+            raise LifespanFailure(f"ASGI lifespan startup failed: {message.get('message', '')}")
+        if message["type"] != "lifespan.startup.complete":
+            raise LifespanFailure(f"Unexpected lifespan message during startup: {message['type']!r}")
+
+    async def shutdown(self) -> None:
+        """Run lifespan.shutdown (if startup ran and the app supports lifespan); never raises."""
+        if not self.supported or self._task is None or self._task.done():
+            return
+        loop = asyncio.get_running_loop()
+        self._phase = "shutdown"
+        self._reply = loop.create_future()
+        assert self._inbox is not None
+        await self._inbox.put({"type": "lifespan.shutdown"})
+        message = await self._wait_reply()
+        if message is not None and message["type"] == "lifespan.shutdown.failed":
+            log.error("ASGI lifespan shutdown failed: %s", message.get("message", ""))
+
+    async def _wait_reply(self) -> dict[str, Any] | None:
+        """The app's next lifespan message, or None when the app returned or does not do lifespan."""
+        assert self._reply is not None and self._task is not None
+        done, _ = await asyncio.wait({self._reply, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        if self._reply in done:
+            return self._reply.result()
+        self._reply.cancel()
+        return None
+
+    async def _run(self, scope: dict[str, Any]) -> None:
+        try:
+            await self.app(scope, self._receive, self._send)
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            if not self._sent_any:
+                self.supported = False
+                log.debug("ASGI app does not support lifespan (%s: %s)", type(exc).__name__, exc)
+            else:
+                log.exception("Exception in ASGI lifespan")
+                reply = self._reply
+                if reply is not None and not reply.done():
+                    kind = f"lifespan.{self._phase}.failed"
+                    reply.set_result({"type": kind, "message": f"{type(exc).__name__}: {exc}"})
+        else:
+            if not self._sent_any:
+                # Returned without a word: treat as "no lifespan", like uvicorn's "auto" mode.
+                self.supported = False
+
+    async def _receive(self) -> dict[str, Any]:
+        assert self._inbox is not None
+        return await self._inbox.get()
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        self._sent_any = True
+        reply = self._reply
+        if reply is not None and not reply.done():
+            reply.set_result(message)
+
+
+# ---------------------------------------------------------------------------------------------
+# Warm-up
+
+
+def warmup_asgi(app: Any, paths: list[str], config: Config) -> list[tuple[str, int]]:
+    """Send a GET for each path through the app, without a socket, on a throwaway event loop.
+
+    Runs in the mold before it forks: the loop is plain asyncio (no uvloop state to inherit) and
+    is closed completely, default executor included, so no thread survives. Lifespan is not run
+    (its resources must be opened in each worker). Returns (path, status); 500 if the app raised.
+    """
+    loop = asyncio.new_event_loop()
+    results: list[tuple[str, int]] = []
+    try:
+        for target in paths:
+            results.append((target, loop.run_until_complete(_warm_one(app, target, config))))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+    return results
+
+
+async def _warm_one(app: Any, target: str, config: Config) -> int:
+    path, _, query = target.partition("?")
+    raw = path.encode("utf-8")
+    request = Request(
+        method="GET",
+        target=target.encode("utf-8"),
+        path=raw,
+        query=query.encode("utf-8"),
+        http_version="1.1",
+        headers=[(b"host", b"localhost"), (b"user-agent", b"refork-warmup")],
+    )
+    scope = build_scope(
+        request, server=("localhost", 80), client=("127.0.0.1", 0), root_path=config.root_path, state={}
+    )
+    response = ResponseState(request, keep_alive=False)
+    sent_request = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent_request
+        if not sent_request:
+            sent_request = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        response.feed(message)
+
+    try:
+        await app(scope, receive, send)
+    except Exception:
+        log.warning("warm-up request %s raised", target, exc_info=True)
+        return 500
+    return response.status if response.complete else 500

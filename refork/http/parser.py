@@ -1,0 +1,387 @@
+"""Sans-IO HTTP/1.1 request parser: llhttp (via httptools) plus the checks llhttp leaves to us.
+
+Bytes go in through :meth:`RequestParser.feed`, :class:`Request` / :class:`Body` /
+:class:`EndOfMessage` events come out; anything unacceptable raises :class:`ParseError` carrying
+the status to answer before closing the connection. No sockets, no clocks.
+
+llhttp in its default (strict) mode already rejects, and we rely on it (each is pinned by a test):
+Content-Length with Transfer-Encoding, duplicate Content-Length (even equal values), non-digit /
+signed / overflowing Content-Length, Transfer-Encoding whose final coding is not ``chunked``,
+bad chunk sizes and extensions, non-token header names, whitespace before the colon, CTL / NUL in
+values, obs-fold, bare CR and bare LF, unknown methods, control characters in the target.
+
+What llhttp accepts and this module rejects itself:
+
+- HTTP/0.9 (``GET /``), HTTP/2.0 and the ``PRI`` preface -> 505: only 1.0 and 1.1 are served.
+- ``Transfer-Encoding`` other than exactly one ``chunked`` (``gzip, chunked`` -> 501; two TE
+  fields -> 400), and any Transfer-Encoding on an HTTP/1.0 request -> 400 (RFC 9112 6.1).
+- Missing ``Host`` on HTTP/1.1, or more than one ``Host`` -> 400.
+- ``CONNECT`` -> 501: this is an origin server, not a proxy.
+- An ``Upgrade`` request with a chunked body -> 400. (With a Content-Length body we read the body
+  ourselves: llhttp would treat it as the upgraded protocol, a smuggling vector.)
+- Limits: request line -> 414, header count / one field / whole head -> 431, body -> 413.
+
+Other behaviour worth knowing:
+
+- Upgrade requests (``Connection: upgrade``) are served as ordinary requests; the server ignores
+  the upgrade (RFC 9110 7.8) and keeps parsing HTTP after them.
+- Chunked trailers are validated and counted against the header limits, then dropped.
+- After a request that does not keep the connection alive, later bytes are ignored: the loop
+  answers that request and closes.
+- An error raises at once, even when an earlier pipelined request in the same feed() was
+  complete; the connection is answered with the error status and closed.
+- A limit of 0 means unlimited.
+- Known leniencies left as llhttp has them: several spaces between request-line parts, and an
+  ``RTSP/1.0`` / ``ICE/1.0`` protocol name (llhttp does not expose which one it saw; the request
+  is treated as HTTP/1.0 with the same framing rules).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
+
+from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
+
+if TYPE_CHECKING:
+    from refork.config import Config
+
+__all__ = ["Limits", "RequestParser", "ParseError"]
+
+_UNLIMITED = sys.maxsize
+_EOM = EndOfMessage()  # carries no data: one shared instance saves an allocation per request
+
+# Header names that change framing or connection handling; everything else is just stored.
+_HOST = b"host"
+_CL = b"content-length"
+_TE = b"transfer-encoding"
+_CONNECTION = b"connection"
+_EXPECT = b"expect"
+_SPECIAL = frozenset((_HOST, _CL, _TE, _CONNECTION, _EXPECT))
+
+# Interned method strings: a dict hit is cheaper than decoding, and equal strings share memory.
+_METHODS = {
+    m.encode(): m
+    for m in (
+        *("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"),
+        *("PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK", "SEARCH", "REPORT"),
+        *("MKACTIVITY", "CHECKOUT", "MERGE", "PURGE", "QUERY"),
+    )
+}
+
+# llhttp error reasons that deserve something more precise than 400.
+_LLHTTP_STATUS = {
+    "Invalid HTTP version": 505,
+    "Pause on PRI/Upgrade": 505,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-request size limits; each has the status it produces when exceeded."""
+
+    max_request_line: int = 8190  # -> 414
+    max_header_count: int = 100  # -> 431
+    max_header_size: int = 8190  # one field, name + value -> 431
+    max_body: int = 1 << 30  # 0 = unlimited -> 413
+
+    @classmethod
+    def from_config(cls, config: Config) -> Limits:
+        """The limit_request_* settings of a Config."""
+        return cls(
+            max_request_line=config.limit_request_line,
+            max_header_count=config.limit_request_fields,
+            max_header_size=config.limit_request_field_size,
+            max_body=config.limit_request_body,
+        )
+
+
+class RequestParser:
+    """Parse one connection's request stream (pipelining included) into events.
+
+    The ``on_*`` methods are llhttp callbacks, bound once when httptools is created; they are not
+    part of the API.
+    """
+
+    __slots__ = (
+        "_p",
+        "_events",
+        "_max_line",
+        "_max_count",
+        "_max_field",
+        "_max_body",
+        "_max_head",
+        "_url",
+        "_headers",
+        "_specials",
+        "_ntrailers",
+        "_request",
+        "_keep_alive",
+        "_in_message",
+        "_in_head",
+        "_head_started",
+        "_head_bytes",
+        "_body_left",
+        "_upgrade_body",
+        "_closed",
+        "_error",
+    )
+
+    def __init__(self, limits: Limits = Limits()) -> None:  # noqa: B008 - frozen, shared safely
+        self._max_line = limits.max_request_line or _UNLIMITED
+        self._max_count = limits.max_header_count or _UNLIMITED
+        self._max_field = limits.max_header_size or _UNLIMITED
+        self._max_body = limits.max_body or _UNLIMITED
+        # Bound on a whole head: llhttp buffers a header until its end, so without this a peer
+        # could stream one endless header line into memory before any per-field check runs.
+        if _UNLIMITED in (self._max_line, self._max_count, self._max_field):
+            self._max_head = _UNLIMITED
+        else:
+            self._max_head = self._max_line + 4 + self._max_count * (self._max_field + 4)
+        self._events: list[Event] = []
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._specials: list[tuple[bytes, bytes]] = []  # the framing-relevant subset of _headers
+        self._ntrailers = 0
+        self._request: Request | None = None
+        self._keep_alive = True
+        self._in_message = False
+        self._in_head = False
+        self._head_started = False
+        self._head_bytes = 0
+        self._body_left = _UNLIMITED  # chunked body bytes still allowed by max_body
+        self._upgrade_body = 0
+        self._closed = False
+        self._error: ParseError | None = None
+        self._p = HttpRequestParser(self)
+
+    @property
+    def in_message(self) -> bool:
+        """True from the first byte of a request until its EndOfMessage."""
+        return self._in_message
+
+    def feed(self, data: bytes) -> list[Event]:
+        """Parse more bytes; return the events they complete, in order."""
+        if self._error is not None or self._closed or self._upgrade_body or not data:
+            return self._feed_slow(data)
+        events: list[Event] = []
+        self._events = events
+        self._head_started = False
+        in_head = self._in_head
+        try:
+            self._p.feed_data(data)
+        except HttpParserUpgrade as exc:
+            self._continue_after_upgrade(data[exc.args[0] :])
+        except HttpParserError as exc:
+            self._fail_from_llhttp(exc)
+        if in_head and self._in_head and not self._head_started:
+            # The whole chunk belonged to one unfinished head.
+            self._head_bytes += len(data)
+            if self._head_bytes > self._max_head:
+                raise self._fail(431, "request header fields too large")
+        return events
+
+    def _feed_slow(self, data: bytes) -> list[Event]:
+        if self._error is not None:
+            raise self._error
+        if self._closed or not data:
+            return []
+        self._events = []
+        self._continue_after_upgrade(data)
+        return self._events
+
+    def _continue_after_upgrade(self, data: bytes) -> None:
+        """Parse on after an upgrade request: read its body if any, then more HTTP."""
+        while data and not self._closed:
+            if self._upgrade_body:
+                data = self._feed_upgrade_body(data, self._events)
+                continue
+            try:
+                self._p.feed_data(data)
+            except HttpParserUpgrade as exc:
+                # llhttp stops after an upgrade request's head; we ignore the upgrade and go on.
+                data = data[exc.args[0] :]
+                continue
+            except HttpParserError as exc:
+                self._fail_from_llhttp(exc)
+            return
+
+    def _feed_upgrade_body(self, data: bytes, events: list[Event]) -> bytes:
+        """Hand out the Content-Length body of an upgrade request llhttp did not read."""
+        n = self._upgrade_body
+        chunk = data[:n]
+        events.append(Body(bytes(chunk)))
+        self._upgrade_body = n - len(chunk)
+        if not self._upgrade_body:
+            self._events.append(_EOM)
+            self._in_message = False
+            self._request = None
+            if not self._keep_alive:
+                self._closed = True
+        return data[n:]
+
+    def _fail(self, status: int, reason: str) -> ParseError:
+        """Remember the error (the parser is unusable afterwards) and return it for raising."""
+        self._error = err = ParseError(status, reason)
+        return err
+
+    def _fail_from_llhttp(self, exc: HttpParserError) -> None:
+        if self._error is not None:  # raised by one of our callbacks
+            raise self._error from None
+        if self._closed:  # data after a non-keep-alive request: ignored, not an error
+            return
+        reason = str(exc) or "bad request"
+        raise self._fail(_LLHTTP_STATUS.get(reason, 400), reason) from None
+
+    # llhttp callbacks ------------------------------------------------------------------------
+    # Hot path: every attribute access counts, so state is flat and per-message resets are few.
+
+    def on_message_begin(self) -> None:
+        self._in_message = self._in_head = self._head_started = True
+        self._head_bytes = 0
+        self._url = b""
+        self._headers = []
+        self._specials = []
+
+    def on_url(self, part: bytes) -> None:
+        url = self._url = self._url + part if self._url else part
+        if len(url) + 13 > self._max_line:  # shortest method (3) + 2 SP + "HTTP/1.1"
+            raise self._fail(414, "request line too long")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._request is not None:
+            self._trailer(name, value)
+            return
+        headers = self._headers
+        if len(headers) >= self._max_count:
+            raise self._fail(431, "too many header fields")
+        if len(name) + len(value) > self._max_field:
+            raise self._fail(431, "header field too large")
+        header = (name.lower(), value.rstrip(b" \t"))  # llhttp strips leading OWS only
+        if header[0] in _SPECIAL:
+            self._specials.append(header)
+        headers.append(header)
+
+    def _trailer(self, name: bytes, value: bytes) -> None:
+        """Chunked trailers: validated by llhttp, held to the header limits, then dropped."""
+        self._ntrailers += 1
+        if self._ntrailers > self._max_count:
+            raise self._fail(431, "too many trailer fields")
+        if len(name) + len(value) > self._max_field:
+            raise self._fail(431, "trailer field too large")
+
+    def on_headers_complete(self) -> None:
+        p = self._p
+        version = p.get_http_version()
+        if version == "1.1":
+            http11 = True
+        elif version == "1.0":
+            http11 = False
+        else:
+            raise self._fail(505, f"HTTP version {version} not supported")
+        raw_method = p.get_method()
+        method = _METHODS.get(raw_method) or raw_method.decode("ascii")
+        url = self._url
+        if len(url) + len(method) + 10 > self._max_line:
+            raise self._fail(414, "request line too long")
+
+        hosts = 0
+        cl = te = conn = None
+        expect = False
+        for name, value in self._specials:
+            if name == _HOST:
+                hosts += 1
+            elif name == _CL:
+                cl = int(value)  # llhttp has checked: digits only, no duplicate, no overflow
+            elif name == _TE:
+                if te is not None:
+                    raise self._fail(400, "multiple Transfer-Encoding headers")
+                te = value.lower()
+            elif name == _CONNECTION:
+                conn = value if conn is None else conn + b"," + value
+            else:  # _EXPECT
+                expect = value.lower() == b"100-continue"
+        if hosts != 1 and (http11 or hosts):
+            raise self._fail(400, "multiple Host headers" if hosts else "missing Host header")
+        if method == "CONNECT":
+            raise self._fail(501, "CONNECT not supported")
+
+        chunked = False
+        if te is not None:
+            if not http11:
+                raise self._fail(400, "Transfer-Encoding in an HTTP/1.0 request")
+            if te != b"chunked":
+                if te.rsplit(b",", 1)[-1].strip(b" \t") == b"chunked":
+                    raise self._fail(501, "transfer coding not implemented")
+                raise self._fail(400, "invalid Transfer-Encoding")
+            chunked = True
+            self._body_left = self._max_body
+            self._ntrailers = 0
+        elif cl is not None and cl > self._max_body:
+            raise self._fail(413, "request body too large")
+
+        keep_alive = http11
+        if conn is not None:
+            tokens = conn.lower().replace(b" ", b"").replace(b"\t", b"").split(b",")
+            if b"close" in tokens:
+                keep_alive = False
+            elif not http11:
+                keep_alive = b"keep-alive" in tokens
+        # llhttp refuses bytes after a request it considers final: agree with it.
+        if keep_alive and not p.should_keep_alive():
+            keep_alive = False
+        self._keep_alive = keep_alive
+
+        if p.should_upgrade():
+            if chunked:
+                raise self._fail(400, "upgrade request with a chunked body")
+            if cl:
+                self._upgrade_body = cl
+
+        if (url and url[0] == 47) or url == b"*":  # origin-form (b"/...", the common case), asterisk
+            target = url
+        else:  # absolute-form: keep only path and query
+            rest = url.partition(b"://")[2]
+            slash = rest.find(b"/")
+            query_at = rest.find(b"?")
+            if slash < 0 or (0 <= query_at < slash):
+                target = b"/" + rest[query_at:] if query_at >= 0 else b"/"
+            else:
+                target = rest[slash:]
+        if 35 in target:  # b"#" (int membership: several times faster than a bytes needle)
+            target = target.partition(b"#")[0]
+        path, _, query = target.partition(b"?")
+
+        request = self._request = Request(
+            method,
+            url,
+            path,
+            query,
+            version,
+            self._headers,
+            keep_alive,
+            expect and http11 and (chunked or bool(cl)),
+            chunked,
+            cl,
+        )
+        self._in_head = False
+        self._events.append(request)
+
+    def on_body(self, data: bytes) -> None:
+        if self._request.chunked:  # type: ignore[union-attr]  # a body follows a head
+            left = self._body_left = self._body_left - len(data)
+            if left < 0:
+                raise self._fail(413, "request body too large")
+        self._events.append(Body(data))
+
+    def on_message_complete(self) -> None:
+        if self._upgrade_body:
+            return  # llhttp skipped the body of an upgrade request: feed() reads it
+        self._events.append(_EOM)
+        self._in_message = False
+        self._request = None
+        if not self._keep_alive:
+            self._closed = True

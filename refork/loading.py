@@ -1,0 +1,141 @@
+"""Import the user's app from "module:attr" / "module:factory()" and tell WSGI from ASGI.
+
+A mistake in APP (bad syntax, module not found, attribute missing) is a ConfigError: one line.
+An error raised by the app's own code while importing is the user's bug: it keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import os
+import re
+import sys
+from typing import Any
+
+from refork.config import ConfigError
+
+_MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_FIX = "check APP and --chdir/--pythonpath"
+
+
+def prepare_import_path(chdir: str | None, pythonpath: list[str]) -> None:
+    """chdir, then put the working directory first on sys.path (like gunicorn), then pythonpath."""
+    if chdir:
+        try:
+            os.chdir(chdir)
+        except OSError as e:
+            raise ConfigError(f"--chdir {chdir}: {e.strerror}") from None
+    paths = [os.getcwd()] + [os.path.abspath(p) for p in pythonpath]
+    for p in paths:
+        while p in sys.path:
+            sys.path.remove(p)
+    sys.path[0:0] = paths
+
+
+def _parse_spec(spec: str) -> tuple[str, list[str], tuple[list[Any], dict[str, Any]] | None]:
+    """'pkg.mod:obj.attr(1, x="y")' -> ('pkg.mod', ['obj', 'attr'], ([1], {'x': 'y'}))."""
+    module, _, expr = spec.partition(":")
+    bad = f'APP "{spec}" is not module:attribute or module:factory() (e.g. mysite.wsgi:app)'
+    if not _MODULE_RE.match(module.strip()):
+        raise ConfigError(bad)
+    module = module.strip()
+    if not expr.strip():
+        if ":" in spec:
+            raise ConfigError(bad)
+        return module, [], None
+    try:
+        node = ast.parse(expr.strip(), mode="eval").body
+    except SyntaxError:
+        raise ConfigError(bad) from None
+    call = None
+    if isinstance(node, ast.Call):
+        try:
+            args = [ast.literal_eval(a) for a in node.args]
+            kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg}
+        except ValueError:
+            raise ConfigError(f'{bad}: factory arguments must be literals like "x" or 2') from None
+        if len(kwargs) != len(node.keywords):
+            raise ConfigError(f"{bad}: **kwargs is not supported")
+        call, node = (args, kwargs), node.func
+    names: list[str] = []
+    while isinstance(node, ast.Attribute):
+        names.insert(0, node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        raise ConfigError(bad)
+    names.insert(0, node.id)
+    return module, names, call
+
+
+def _callables(module: Any) -> str:
+    found = [
+        name
+        for name, obj in vars(module).items()
+        if not name.startswith("_") and callable(obj) and getattr(obj, "__module__", None) == module.__name__
+    ]
+    return ", ".join(found[:4]) or "none"
+
+
+def _import(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        missing = e.name or ""
+        if missing == module or module.startswith(missing + "."):
+            raise ConfigError(
+                f"cannot import {module!r}: no module named {missing!r} ({_FIX}; cwd is {os.getcwd()})"
+            ) from None
+        raise  # an import inside the app's own code failed: the user's bug, keep the traceback
+
+
+def load_app(spec: str) -> Any:
+    """Import and return the app callable named by spec (calling it first if it is a factory)."""
+    module_name, names, call = _parse_spec(spec)
+    module = _import(module_name)
+    if not names:
+        for default in ("app", "application"):
+            if hasattr(module, default):
+                names = [default]
+                break
+        else:
+            raise ConfigError(
+                f"module {module_name!r} has no 'app' or 'application'; name it as {module_name}:NAME "
+                f"(callables found: {_callables(module)})"
+            )
+    obj: Any = module
+    for i, name in enumerate(names):
+        try:
+            obj = getattr(obj, name)
+        except AttributeError:
+            where = module_name + (":" + ".".join(names[:i]) if i else "")
+            hint = f" (callables found: {_callables(module)})" if i == 0 else ""
+            raise ConfigError(f"{where} has no attribute {name!r}{hint}; {_FIX}") from None
+    if call is not None:
+        if not callable(obj):
+            raise ConfigError(f"{spec}: {'.'.join(names)} is not callable, so it cannot be a factory")
+        obj = obj(*call[0], **call[1])
+        if obj is None:
+            raise ConfigError(f"{spec}: the factory returned None; it must return the app")
+    if not callable(obj):
+        raise ConfigError(f"{spec} is not callable (it is {type(obj).__name__}); point APP at the app object")
+    return obj
+
+
+def resolve_interface(app: Any, interface: str) -> str:
+    """auto -> "asgi" for ASGI3 apps (async function or object with async __call__), else "wsgi"."""
+    if interface in ("wsgi", "asgi"):
+        return interface
+    if interface != "auto":
+        raise ConfigError(f'--interface must be one of auto|wsgi|asgi, got "{interface}"')
+    if inspect.isclass(app):
+        if inspect.iscoroutinefunction(app.__call__):
+            raise ConfigError(
+                "the app looks like an ASGI2 class; refork serves ASGI3 only "
+                "(wrap it with asgiref.compatibility.guarantee_single_callable)"
+            )
+        return "wsgi"
+    if inspect.iscoroutinefunction(app) or inspect.iscoroutinefunction(type(app).__call__):
+        return "asgi"
+    return "wsgi"

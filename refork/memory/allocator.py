@@ -1,0 +1,162 @@
+"""Choose the C allocator (jemalloc by re-exec with LD_PRELOAD) and give memory back (malloc_trim).
+
+jemalloc must be loaded before the interpreter starts, so ``--allocator jemalloc`` re-execs
+the same command with LD_PRELOAD set. It mostly affects allocations pymalloc does not serve
+(objects over 512 bytes, buffers, C extensions); set PYTHONMALLOC=malloc to route all of them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import sysconfig
+
+from refork.config import ConfigError
+
+# Few arenas: with few threads per process more arenas only add fragmentation and
+# half-empty pages. Dirty pages go back to the OS after 1 s, muzzy ones at once.
+# background_thread stays OFF: it would start a native thread in the mold, and forking a
+# multi-threaded process is unsafe (3.12+ warns); the thread also does not exist in the
+# children, so purging would then only happen on allocation anyway.
+JEMALLOC_CONF = "narenas:2,dirty_decay_ms:1000,muzzy_decay_ms:0,background_thread:false"
+
+SEARCH_PATH_ENV = "REFORK_JEMALLOC_PATH"  # os.pathsep-separated files or directories to search
+_REEXEC_MARK = "REFORK_ALLOCATOR_REEXEC"  # set across the exec so it cannot loop
+_SAVED_PREFIX = "REFORK_SAVED_"  # the user's LD_PRELOAD / MALLOC_CONF, restored after the exec
+_NAMES = ("libjemalloc.so.2", "libjemalloc.so")
+_MISSING = "jemalloc not found: install it with `apt-get install libjemalloc2` (or drop --allocator jemalloc)"
+
+
+def _search_path() -> list[str]:
+    override = os.environ.get(SEARCH_PATH_ENV)
+    if override is not None:
+        return [p for p in override.split(os.pathsep) if p]
+    dirs = []
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    if multiarch:
+        dirs += [f"/usr/lib/{multiarch}", f"/lib/{multiarch}"]
+    return dirs + ["/usr/lib64", "/usr/lib", "/usr/local/lib", "/lib64", "/lib"]
+
+
+def find_jemalloc() -> str | None:
+    """Absolute path of the jemalloc shared library, or None ($REFORK_JEMALLOC_PATH overrides)."""
+    for entry in _search_path():
+        candidates = [entry] if os.path.isfile(entry) else [os.path.join(entry, n) for n in _NAMES]
+        for path in candidates:
+            if os.path.isfile(path):
+                return path
+    return None
+
+
+def loaded_allocator(pid: int | str = "self") -> str:
+    """Which malloc a process uses: "jemalloc", "tcmalloc", "mimalloc", "glibc", "musl" or "unknown"."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            maps = f.read()
+    except OSError:
+        return "unknown"
+    for lib, name in (("libjemalloc", "jemalloc"), ("libtcmalloc", "tcmalloc"), ("libmimalloc", "mimalloc")):
+        if lib in maps:
+            return name
+    if "libc.so.6" in maps:
+        return "glibc"
+    if "ld-musl" in maps or "libc.musl" in maps:
+        return "musl"
+    return "unknown"
+
+
+def _restore_env() -> None:
+    """After the exec: give subprocesses the user's environment, not our LD_PRELOAD."""
+    os.environ.pop(_REEXEC_MARK, None)
+    for name in ("LD_PRELOAD", "MALLOC_CONF"):
+        saved = os.environ.pop(_SAVED_PREFIX + name, None)
+        if saved is None:
+            continue
+        if saved.startswith("="):
+            os.environ[name] = saved[1:]
+        else:  # was unset
+            os.environ.pop(name, None)
+
+
+def _interpreter_flags() -> list[str]:
+    try:
+        import subprocess
+
+        return list(subprocess._args_from_interpreter_flags())  # type: ignore[attr-defined]
+    except Exception:
+        return []
+
+
+def reexec_with_jemalloc(argv: list[str], module: str = "refork") -> None:
+    """Re-exec ``python -m <module> argv[1:]`` with jemalloc preloaded; return if it already is.
+
+    argv is sys.argv: argv[0] (the script or __main__ path) is replaced by ``-m module``
+    so that the console script and ``python -m refork`` both work. A MALLOC_CONF set by
+    the user is used as is. Raises ConfigError if the library is missing, or if it is
+    still not loaded after the exec (e.g. LD_PRELOAD ignored), instead of looping.
+    """
+    if loaded_allocator() == "jemalloc":
+        _restore_env()
+        return
+    if os.environ.get(_REEXEC_MARK):
+        _restore_env()
+        raise ConfigError(
+            "jemalloc was preloaded with LD_PRELOAD but is not loaded after re-exec "
+            "(is the library for another architecture, or LD_PRELOAD ignored?)"
+        )
+    lib = find_jemalloc()
+    if lib is None:
+        raise ConfigError(_MISSING)
+    env = dict(os.environ)
+    for name in ("LD_PRELOAD", "MALLOC_CONF"):
+        # "=value" if set (even to ""), "-" if unset: env values cannot hold a NUL.
+        env[_SAVED_PREFIX + name] = "=" + os.environ[name] if name in os.environ else "-"
+    preload = os.environ.get("LD_PRELOAD", "")
+    env["LD_PRELOAD"] = f"{lib}:{preload}" if preload else lib
+    env.setdefault("MALLOC_CONF", JEMALLOC_CONF)
+    env[_REEXEC_MARK] = "1"
+    args = [sys.executable, *_interpreter_flags(), "-m", module, *argv[1:]]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, args, env)
+
+
+_malloc_trim = None
+
+
+def malloc_trim() -> bool:
+    """Ask glibc to return free heap memory to the OS; True if it released some.
+
+    Does not shrink pymalloc arenas (they go back only when empty) and does nothing for
+    jemalloc (its decay settings do this work).
+    """
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            fn = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            fn = False
+        else:
+            fn.argtypes = [ctypes.c_size_t]
+            fn.restype = ctypes.c_int
+        _malloc_trim = fn
+    if not _malloc_trim:
+        return False
+    return bool(_malloc_trim(0))
+
+
+class MallocTrimmer:
+    """Call malloc_trim at idle moments, at most once per min_interval seconds (it walks the heap)."""
+
+    def __init__(self, min_interval: float) -> None:
+        self.min_interval = min_interval
+        self._last: float | None = None
+
+    def maybe_trim(self, now: float) -> bool:
+        """Trim if the interval passed since the last trim; True if malloc_trim ran now."""
+        if self._last is not None and now - self._last < self.min_interval:
+            return False
+        self._last = now
+        malloc_trim()
+        return True

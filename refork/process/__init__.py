@@ -1,0 +1,1 @@
+"""Process management: monitor, mold, workers. Nothing in here knows about HTTP."""

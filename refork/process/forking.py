@@ -1,0 +1,116 @@
+"""How processes are made: the child subreaper, the double fork, and the clean unwind.
+
+A child made by `fork_detached` is a grandchild of the caller whose middle parent exits at once,
+so the kernel reparents it to the nearest subreaper: the monitor. Every mold and worker is then
+the monitor's direct child, which it reaps and signals, whoever forked it.
+
+The new process must not keep running the code that forked it (a worker's request loop, a mold's
+command loop). It raises an `Unwind` exception that travels up to `run_child`, the one top-level
+loop of every child, which then starts the new role with a short stack (Pitchfork's clean_fork).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+from collections.abc import Callable
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+class Unwind(SystemExit):
+    """Raised in a freshly forked process to drop the stack it inherited.
+
+    Derives from SystemExit so that asyncio, uvloop and thread pools let it through untouched.
+    """
+
+    def __init__(self, start: Callable[[], int]) -> None:
+        super().__init__(0)
+        self.start = start
+
+
+def make_subreaper() -> bool:
+    """Become the reaper of orphaned descendants; False where the kernel does not support it."""
+    if os.environ.get("REFORK_NO_SUBREAPER"):  # for testing the fallback
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def fork_detached() -> bool:
+    """Double fork. Returns True in the grandchild, False in the caller once the middle is reaped."""
+    middle = os.fork()
+    if middle == 0:
+        try:
+            if os.fork() == 0:
+                return True
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    while True:
+        try:
+            os.waitpid(middle, 0)
+            break
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+    return False
+
+
+def fork_child() -> bool:
+    """Single fork (used by the monitor, and by molds when there is no subreaper)."""
+    return os.fork() == 0
+
+
+def reset_signals_in_child() -> None:
+    """A new process starts from default signal handling; its role installs its own."""
+    signal.set_wakeup_fd(-1)
+    for sig in (
+        signal.SIGTERM,
+        signal.SIGINT,
+        signal.SIGQUIT,
+        signal.SIGHUP,
+        signal.SIGUSR1,
+        signal.SIGUSR2,
+        signal.SIGTTIN,
+        signal.SIGTTOU,
+        signal.SIGCHLD,
+    ):
+        signal.signal(sig, signal.SIG_DFL)
+    # Terminal signals (Ctrl-C) go to the monitor only; it decides what children do.
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+
+
+def run_child(start: Callable[[], int]) -> None:
+    """The top-level loop of every child process. Never returns."""
+    code = 1
+    while True:
+        try:
+            code = start()
+            break
+        except Unwind as unwind:
+            start = unwind.start
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            break
+        except BaseException:
+            import logging
+
+            logging.getLogger("refork").exception("unexpected error; exiting")
+            code = 1
+            break
+    try:
+        import sys
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)

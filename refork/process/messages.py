@@ -1,0 +1,163 @@
+"""The small named messages processes exchange, and their framing.
+
+Children report to the monitor over one shared SOCK_SEQPACKET socket (one datagram per message,
+so concurrent senders never interleave). The monitor commands each child over that child's own
+socketpair. A file descriptor may ride along with a message (SCM_RIGHTS).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import asdict, dataclass, fields
+
+MAX_MESSAGE = 65536
+
+
+# Child -> monitor (on the shared report socket)
+@dataclass
+class Spawned:
+    """A new mold or worker exists; its command socket is attached."""
+
+    role: str  # "mold" | "worker"
+    pid: int
+    generation: int
+    nr: int = -1
+    slot: int = -1
+
+
+@dataclass
+class Ready:
+    """The child finished booting: a mold can fork, a worker serves."""
+
+    pid: int
+    detail: str = ""
+
+
+@dataclass
+class MoldFailed:
+    """The app could not be loaded; `config_error` means the user's APP/config is wrong."""
+
+    pid: int
+    reason: str
+    config_error: bool
+
+
+@dataclass
+class WantsPromotion:
+    """A worker reached its refork threshold and is fork-safe."""
+
+    pid: int
+    requests: int
+
+
+@dataclass
+class WantsRetirement:
+    """A worker reached --max-requests: replace it, then stop it."""
+
+    pid: int
+    reason: str
+
+
+@dataclass
+class ForkUnsafe:
+    """App code called refork.mark_fork_unsafe(): never promote this worker."""
+
+    pid: int
+    reason: str
+
+
+@dataclass
+class WorkerExited:
+    """Without a subreaper the mold is the workers' parent and forwards their exit."""
+
+    pid: int
+    status: int
+
+
+# Monitor -> child (on the child's own socket)
+@dataclass
+class SpawnWorker:
+    nr: int
+    generation: int
+    slot: int
+
+
+@dataclass
+class Promote:
+    """Fork the next mold from this warm worker at the next safe point."""
+
+    generation: int
+
+
+@dataclass
+class Stop:
+    graceful: bool = True
+
+
+@dataclass
+class ReopenLogs:
+    pass
+
+
+MESSAGE_TYPES = {
+    cls.__name__: cls
+    for cls in (
+        Spawned,
+        Ready,
+        MoldFailed,
+        WantsPromotion,
+        WantsRetirement,
+        ForkUnsafe,
+        WorkerExited,
+        SpawnWorker,
+        Promote,
+        Stop,
+        ReopenLogs,
+    )
+}
+
+
+def encode(message: object) -> bytes:
+    return json.dumps([type(message).__name__, asdict(message)], separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> object:
+    name, values = json.loads(data)
+    cls = MESSAGE_TYPES[name]
+    known = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in known})
+
+
+def send(sock: socket.socket, message: object, fd: int | None = None) -> None:
+    """Send one message; raises OSError if the peer is gone."""
+    data = encode(message)
+    if fd is None:
+        sock.send(data)
+    else:
+        socket.send_fds(sock, [data], [fd])
+
+
+def receive(sock: socket.socket) -> tuple[object, socket.socket | None] | None:
+    """Receive one message and its attached socket; None on EOF. Raises BlockingIOError if none."""
+    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 1)
+    if not data:
+        for fd in fds:
+            _close_fd(fd)
+        return None
+    attached = socket.socket(fileno=fds[0]) if fds else None
+    return decode(data), attached
+
+
+def _close_fd(fd: int) -> None:
+    import os
+
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def command_pair() -> tuple[socket.socket, socket.socket]:
+    """A child's command channel: (monitor end, child end)."""
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -1,0 +1,131 @@
+"""The mold: imports and warms the app once, prepares its heap, then only forks workers.
+
+A mold is either fresh (forked by the monitor, imports the app: generation 0, after HUP, or after
+a mold crash) or promoted (a warm worker's double-forked child). Either way it ends in the same
+loop: wait for a command, fork a worker, repeat. It never serves a request.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import select
+import socket
+from functools import partial
+from typing import Any
+
+from refork.config import ConfigError
+from refork.memory.heap import prepare_heap_for_fork
+from refork.process import fork_safety, messages
+from refork.process.context import ProcessContext, set_title
+from refork.process.forking import Unwind, fork_detached, reset_signals_in_child
+
+log = logging.getLogger("refork")
+
+
+def boot_mold(ctx: ProcessContext, generation: int) -> int:
+    """A fresh mold: import the app, warm it, and serve as the mold of `generation`."""
+    gc.disable()  # no collections while the app loads: they leave holes workers would dirty
+    set_title(f"{ctx.config.proc_name}: mold (gen {generation})")
+    cmd = ctx.register(messages.Spawned("mold", os.getpid(), generation))
+    try:
+        app, interface = _load(ctx)
+        from refork.warmup import run_warmup
+
+        run_warmup(app, interface, ctx.config)
+    except ConfigError as e:
+        ctx.tell(messages.MoldFailed(os.getpid(), str(e), config_error=True))
+        return 2
+    except Exception as e:
+        log.exception("the app failed to load")
+        ctx.tell(messages.MoldFailed(os.getpid(), f"{type(e).__name__}: {e}", config_error=False))
+        return 3
+    return _mold_loop(ctx, cmd, app, interface, generation)
+
+
+def promoted_mold(ctx: ProcessContext, app: Any, interface: str, generation: int) -> int:
+    """A warm worker's child becomes the mold of `generation`."""
+    gc.disable()
+    reset_signals_in_child()
+    fork_safety.reset()
+    set_title(f"{ctx.config.proc_name}: mold (gen {generation})")
+    cmd = ctx.register(messages.Spawned("mold", os.getpid(), generation))
+    return _mold_loop(ctx, cmd, app, interface, generation)
+
+
+def _load(ctx: ProcessContext) -> tuple[Any, str]:
+    from refork.loading import load_app, prepare_import_path, resolve_interface
+
+    prepare_import_path(None, ctx.config.pythonpath)
+    app = load_app(ctx.config.app)
+    interface = resolve_interface(app, ctx.config.interface)
+    # Import the connection loop here, once, so every worker shares it instead of importing it.
+    if interface == "asgi":
+        import refork.serving.aio  # noqa: F401
+    else:
+        import refork.serving.threaded  # noqa: F401
+    return app, interface
+
+
+def _mold_loop(ctx: ProcessContext, cmd: socket.socket, app: Any, interface: str, generation: int) -> int:
+    report = prepare_heap_for_fork(immortalize=ctx.config.immortalize)
+    detail = (
+        f"heap: collected {report.collected}, frozen {report.frozen}, immortalize {report.immortalize}"
+        f" ({report.seconds * 1000:.0f} ms)"
+    )
+    log.info("mold (gen %d) ready; %s", generation, detail)
+    ctx.tell(messages.Ready(os.getpid(), detail))
+    children: set[int] = set()  # only without a subreaper: then workers are our children
+    while True:
+        if not ctx.subreaper:
+            _reap_workers(ctx, children)
+            ready, _, _ = select.select([cmd], [], [], 0.5)
+            if not ready:
+                continue
+        try:
+            received = messages.receive(cmd)
+        except InterruptedError:
+            continue
+        if received is None:
+            return 0  # the monitor is gone
+        message, _ = received
+        if isinstance(message, messages.Stop):
+            return 0
+        if isinstance(message, messages.SpawnWorker):
+            pid = _fork_worker(ctx, cmd, app, interface, message)
+            if pid:
+                children.add(pid)
+
+
+def _fork_worker(
+    ctx: ProcessContext, cmd: socket.socket, app: Any, interface: str, order: messages.SpawnWorker
+) -> int:
+    hook = ctx.config.hooks.get("pre_fork")
+    if hook is not None:
+        hook(ctx.config)
+    from refork.process.worker import run_worker
+
+    start = partial(run_worker, ctx, app, interface, order.nr, order.generation, order.slot)
+    if ctx.subreaper:
+        if fork_detached():
+            cmd.close()
+            raise Unwind(start)
+        return 0
+    pid = os.fork()
+    if pid == 0:
+        cmd.close()
+        raise Unwind(start)
+    return pid
+
+
+def _reap_workers(ctx: ProcessContext, children: set[int]) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        ctx.tell(messages.WorkerExited(pid, status))

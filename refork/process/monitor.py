@@ -1,0 +1,660 @@
+"""The monitor: the process the user starts. It supervises and never imports the app.
+
+One loop: wait for a signal, a child's report, a control-socket client or the next deadline; then
+reap, read reports, and `supervise()`: enforce deadlines, keep the worker count, roll out new
+generations, recycle workers, sample memory. Every mold and worker is its direct child (child
+subreaper), so it alone reaps and signals them all.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from functools import partial
+
+from refork.config import Config, ConfigError
+from refork.memory.accounting import format_bytes, read_memory
+from refork.memory.allocator import loaded_allocator
+from refork.process import messages
+from refork.process.context import ProcessContext, set_title
+from refork.process.control import ControlServer
+from refork.process.forking import make_subreaper, reset_signals_in_child, run_child
+from refork.process.listeners import bind, describe
+from refork.process.roster import Child, Roster, exit_description
+from refork.process.slots import SlotAllocator, Slots
+
+log = logging.getLogger("refork")
+TICK = 0.25  # the longest the loop sleeps, seconds
+BACKOFF_FIRST, BACKOFF_MAX = 0.1, 30.0
+STABLE_AFTER = 5.0  # a worker alive this long ends a crash loop
+STATUS_FRESHNESS = 1.0  # `refork status` re-reads memory samples older than this
+
+
+class Monitor:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.roster = Roster()
+        self.target_workers = config.workers
+        self.generation = 0
+        self.stopping: str | None = None  # None | "graceful" | "fast"
+        self.stop_deadline = 0.0
+        self.exit_code = 0
+        self.started = False  # the first mold became ready
+        self.signals: deque[int] = deque()
+        self.crashes = 0  # consecutive early worker deaths
+        self.next_spawn_at = 0.0
+        self.mold_crashes = 0
+        self.next_mold_at = 0.0
+        self.rollout_limit = 1
+        self.last_memory_sample = 0.0
+
+    # -- set-up ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        config = self.config
+        set_title(f"{config.proc_name}: monitor")
+        hook = config.hooks.get("on_starting")
+        if hook is not None:
+            hook(config)
+        subreaper = make_subreaper()
+        if not subreaper:
+            log.warning("child subreaper unavailable: workers are children of the mold; reforking is off")
+        listeners = bind(config.bind, config.backlog)
+        self.report_in, report_out = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.report_in.setblocking(False)
+        capacity = max(256, 4 * config.workers)
+        self.slot_allocator = SlotAllocator(capacity)
+        self.ctx = ProcessContext(config, listeners, report_out, Slots(capacity), subreaper)
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.wake_w.setblocking(False)
+        signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
+        for sig in (
+            signal.SIGTERM,
+            signal.SIGINT,
+            signal.SIGQUIT,
+            signal.SIGHUP,
+            signal.SIGUSR1,
+            signal.SIGUSR2,
+            signal.SIGTTIN,
+            signal.SIGTTOU,
+            signal.SIGCHLD,
+        ):
+            signal.signal(sig, self._on_signal)
+        self.control = ControlServer.open(config, self)
+        for sock in listeners:
+            log.info("listening on %s", describe(sock))
+        log.info(
+            "monitor %d: %d worker(s), %s",
+            os.getpid(),
+            config.workers,
+            "subreaper" if subreaper else "no subreaper",
+        )
+        self.spawn_mold(self.generation)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.signals.append(signum)
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self) -> int:
+        while True:
+            readers = [self.wake_r, self.report_in, *self.control.sockets()]
+            try:
+                ready, _, _ = select.select(readers, [], [], self._sleep_time())
+            except InterruptedError:
+                ready = []
+            if self.wake_r in ready:
+                self._drain_wakeups()
+            self._handle_signals()
+            self._read_reports()
+            self._reap()
+            for sock in ready:
+                if sock in self.control.sockets():
+                    self.control.on_readable(sock)
+            if self.stopping:
+                if self._stop_step():
+                    break
+            else:
+                self.supervise()
+        self.shutdown()
+        return self.exit_code
+
+    def _sleep_time(self) -> float:
+        return TICK
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while self.wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    # -- signals ---------------------------------------------------------------------------------
+    def _handle_signals(self) -> None:
+        while self.signals:
+            sig = self.signals.popleft()
+            if sig == signal.SIGCHLD:
+                continue
+            if sig == signal.SIGTERM:
+                self.begin_stop("graceful")
+            elif sig in (signal.SIGINT, signal.SIGQUIT):
+                self.begin_stop("fast")
+            elif sig == signal.SIGHUP:
+                self.reload()
+            elif sig == signal.SIGUSR1:
+                self.reopen_logs()
+            elif sig == signal.SIGUSR2:
+                self.refork_now()
+            elif sig == signal.SIGTTIN:
+                self.set_worker_count(self.target_workers + 1)
+            elif sig == signal.SIGTTOU:
+                self.set_worker_count(self.target_workers - 1)
+
+    def set_worker_count(self, count: int) -> None:
+        self.target_workers = max(1, count)
+        log.info("worker count is now %d", self.target_workers)
+
+    def reopen_logs(self) -> None:
+        from refork.logs import reopen_log_files
+
+        reopen_log_files()
+        for child in self.roster.children():
+            self._command(child, messages.ReopenLogs())
+
+    def reload(self) -> None:
+        """HUP: a new mold from a fresh import, then workers replaced one at a time."""
+        if self.roster.pending_mold() is not None:
+            log.info("reload ignored: a new mold is already starting")
+            return
+        log.info("reload: starting a new mold (gen %d) from a fresh import", self.generation + 1)
+        self.rollout_limit = 1
+        self.spawn_mold(self.generation + 1)
+
+    def refork_now(self) -> bool:
+        """USR2 / `refork refork`: promote the warmest fork-safe worker of the current generation."""
+        if not self.ctx.subreaper:
+            log.warning("refork unavailable without a child subreaper")
+            return False
+        if self.roster.pending_mold() is not None:
+            log.info("refork ignored: a new mold is already starting")
+            return False
+        candidates = [
+            c
+            for c in self.roster.workers()
+            if c.ready and not c.stopping and c.generation == self.generation and not c.fork_unsafe
+        ]
+        if not candidates:
+            log.warning("refork: no fork-safe worker of gen %d is ready", self.generation)
+            return False
+        chosen = max(candidates, key=lambda c: self.ctx.slots.requests(c.slot))
+        self._promote(chosen)
+        return True
+
+    def _promote(self, worker: Child) -> None:
+        generation = self.generation + 1
+        log.info(
+            "promoting worker %d (pid %d, %d requests) to mold of gen %d",
+            worker.nr,
+            worker.pid,
+            self.ctx.slots.requests(worker.slot),
+            generation,
+        )
+        self.roster.expect_mold(generation, promoted_from=worker.pid)
+        self._command(worker, messages.Promote(generation))
+        self.rollout_limit = self._refork_max_unavailable()
+
+    def _refork_max_unavailable(self) -> int:
+        if self.config.refork_max_unavailable:
+            return max(1, self.config.refork_max_unavailable)
+        return max(1, math.ceil(self.target_workers * 0.1))
+
+    # -- reports from children -------------------------------------------------------------------
+    def _read_reports(self) -> None:
+        while True:
+            try:
+                received = messages.receive(self.report_in)
+            except (BlockingIOError, InterruptedError):
+                return
+            if received is None:
+                return
+            message, attached = received
+            self._on_report(message, attached)
+
+    def _on_report(self, message: object, attached: socket.socket | None) -> None:
+        roster = self.roster
+        if isinstance(message, messages.Spawned):
+            child = roster.spawned(message, attached)
+            if child is None:
+                if attached is not None:
+                    attached.close()
+                return
+            if child.role == "worker":
+                log.debug("worker %d spawned (pid %d, gen %d)", child.nr, child.pid, child.generation)
+            return
+        child = roster.get(getattr(message, "pid", -1))
+        if child is None:
+            return
+        if isinstance(message, messages.Ready):
+            child.ready = True
+            child.ready_at = time.monotonic()
+            if child.role == "mold":
+                self._mold_ready(child)
+            else:
+                log.info("worker %d ready (pid %d, gen %d)", child.nr, child.pid, child.generation)
+        elif isinstance(message, messages.MoldFailed):
+            self._mold_failed(child, message)
+        elif isinstance(message, messages.WantsRetirement):
+            if not child.stopping and child.retire_reason is None:
+                log.info("worker %d (pid %d) %s; replacing it", child.nr, child.pid, message.reason)
+                child.retire_reason = message.reason
+        elif isinstance(message, messages.WantsPromotion):
+            self._promotion_wanted(child)
+        elif isinstance(message, messages.ForkUnsafe):
+            child.fork_unsafe = message.reason
+            log.info("worker %d (pid %d) is fork-unsafe: %s", child.nr, child.pid, message.reason)
+        elif isinstance(message, messages.WorkerExited):
+            self._child_exited(message.pid, message.status)
+
+    def _mold_ready(self, mold: Child) -> None:
+        previous = self.roster.current_mold()
+        self.roster.set_current_mold(mold)
+        self.generation = mold.generation
+        self.mold_crashes = 0
+        log.info("mold (gen %d, pid %d) is the current mold", mold.generation, mold.pid)
+        if previous is not None and previous.pid != mold.pid:
+            self._stop_child(previous, graceful=True)
+        if not self.started:
+            self.started = True
+            hook = self.config.hooks.get("when_ready")
+            if hook is not None:
+                hook(self.config)
+
+    def _mold_failed(self, mold: Child, failure: messages.MoldFailed) -> None:
+        mold.failed = failure.reason
+        if not self.started:
+            self.exit_code = 2 if failure.config_error else 3
+            if failure.config_error:
+                print(f"refork: error: {failure.reason}", file=sys.stderr, flush=True)
+            else:
+                log.error("the app failed to load: %s", failure.reason)
+            self.begin_stop("fast")
+        else:
+            log.error(
+                "new mold (gen %d) failed to load the app: %s; keeping gen %d",
+                mold.generation,
+                failure.reason,
+                self.generation,
+            )
+
+    def _promotion_wanted(self, worker: Child) -> None:
+        if (
+            self.stopping
+            or worker.stopping
+            or worker.fork_unsafe
+            or not worker.ready
+            or worker.generation != self.generation
+            or self.roster.pending_mold() is not None
+            or self._rollout_in_progress()
+        ):
+            return
+        self._promote(worker)
+
+    # -- reaping ---------------------------------------------------------------------------------
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            except InterruptedError:
+                continue
+            if pid == 0:
+                return
+            self._child_exited(pid, status)
+
+    def _child_exited(self, pid: int, status: int) -> None:
+        child = self.roster.exited(pid)
+        if child is None:
+            return
+        if child.slot >= 0:
+            self.ctx.slots.release(child.slot)
+            self.slot_allocator.give_back(child.slot)
+        lived = time.monotonic() - child.started
+        how = exit_description(status)
+        expected = child.stopping or self.stopping
+        if child.role == "mold":
+            self._mold_exited(child, how, expected)
+        else:
+            level = logging.INFO if expected else logging.WARNING
+            reason = f" ({child.kill_reason})" if child.kill_reason else ""
+            log.log(
+                level, "worker %d (pid %d, gen %d) %s%s", child.nr, child.pid, child.generation, how, reason
+            )
+            if not expected and child.kill_reason is None and (not child.ready or lived < 1.0):
+                self._crash_backoff(f"worker {child.nr} {how} {lived:.1f}s after start")
+        hook = self.config.hooks.get("child_exit")
+        if hook is not None:
+            hook(self.config, {"pid": pid, "role": child.role, "nr": child.nr, "status": status})
+
+    def _mold_exited(self, mold: Child, how: str, expected: bool) -> None:
+        if self.roster.current_mold() is None:
+            for pending in self.roster.drop_pending_workers():
+                self.slot_allocator.give_back(pending.slot)
+        if expected or mold.failed:
+            log.info("mold (gen %d, pid %d) %s", mold.generation, mold.pid, how)
+            return
+        log.warning("mold (gen %d, pid %d) %s", mold.generation, mold.pid, how)
+        if self.roster.current_mold() is None and self.roster.pending_mold() is None and self.started:
+            self.mold_crashes += 1
+            delay = (
+                min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (self.mold_crashes - 1)) if self.mold_crashes > 1 else 0
+            )
+            self.next_mold_at = time.monotonic() + delay
+            log.warning(
+                "starting a new mold from a fresh import%s; workers keep serving",
+                f" in {delay:.1f}s" if delay else "",
+            )
+
+    def _crash_backoff(self, why: str) -> None:
+        self.crashes += 1
+        delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (self.crashes - 1))
+        self.next_spawn_at = time.monotonic() + delay
+        log.warning("crash loop: %s; next worker in %.1fs (failure %d in a row)", why, delay, self.crashes)
+
+    # -- supervision -----------------------------------------------------------------------------
+    def supervise(self) -> None:
+        now = time.monotonic()
+        self._enforce_deadlines(now)
+        if (
+            self.started
+            and self.roster.current_mold() is None
+            and self.roster.pending_mold() is None
+            and now >= self.next_mold_at
+        ):
+            self.spawn_mold(self.generation)
+        self._end_crash_loop(now)
+        self._keep_worker_count(now)
+        self._rollout(now)
+        self._recycle(now)
+        self._sample_memory(now)
+
+    def _enforce_deadlines(self, now: float) -> None:
+        slots = self.ctx.slots
+        for pending in self.roster.expired_spawns(now, self.config.spawn_timeout):
+            log.warning("a worker asked of the mold did not report within %gs", self.config.spawn_timeout)
+            self.slot_allocator.give_back(pending.slot)
+        for child in self.roster.workers():
+            if child.kill_reason:
+                continue
+            if child.ready and slots.owner(child.slot) == child.pid:
+                deadline = slots.deadline(child.slot)
+                if deadline and now > deadline:
+                    self._kill(child, f"timeout: busy longer than {self.config.timeout:g}s")
+                    continue
+            if not child.ready and now - child.started > self.config.spawn_timeout:
+                self._kill(child, f"did not become ready within {self.config.spawn_timeout:g}s")
+            elif child.stopping and child.stop_deadline and now > child.stop_deadline:
+                self._kill(child, f"still running {self.config.graceful_timeout:g}s after stop")
+        pending = self.roster.pending_mold()
+        if pending is not None and now - pending.requested_at > self.config.spawn_timeout + 60:
+            child = self.roster.get(pending.pid) if pending.pid else None
+            log.warning("new mold (gen %d) did not become ready in time; giving up", pending.generation)
+            if child is not None:
+                self._kill(child, "mold spawn timeout")
+            self.roster.clear_pending_mold()
+
+    def _kill(self, child: Child, reason: str) -> None:
+        child.kill_reason = reason
+        log.warning(
+            "%s %s (pid %d): %s; killing it",
+            child.role,
+            child.nr if child.role == "worker" else f"gen {child.generation}",
+            child.pid,
+            reason,
+        )
+        try:
+            os.kill(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def _end_crash_loop(self, now: float) -> None:
+        if self.crashes and any(
+            c.ready and now - c.ready_at > STABLE_AFTER and c.started > self.next_spawn_at - BACKOFF_MAX
+            for c in self.roster.workers()
+        ):
+            self.crashes = 0
+
+    def _keep_worker_count(self, now: float) -> None:
+        mold = self.roster.current_mold()
+        if mold is None or not mold.ready or now < self.next_spawn_at:
+            return
+        serving = {}
+        for child in self.roster.workers():
+            if not child.stopping and child.retire_reason is None:
+                serving.setdefault(child.nr, []).append(child)
+        for nr in range(self.target_workers):
+            if nr not in serving and not self.roster.spawn_pending(nr):
+                self._spawn_worker(mold, nr)
+        for nr, children in serving.items():
+            if nr >= self.target_workers:
+                for child in children:
+                    self._stop_child(child, graceful=True)
+
+    def _spawn_worker(self, mold: Child, nr: int) -> None:
+        slot = self.slot_allocator.take()
+        self.roster.expect_worker(nr, mold.generation, slot)
+        if not self._command(mold, messages.SpawnWorker(nr, mold.generation, slot)):
+            self.roster.cancel_spawn(nr)
+            self.slot_allocator.give_back(slot)
+
+    def _rollout_in_progress(self) -> bool:
+        return any(c.generation < self.generation for c in self.roster.workers())
+
+    def _rollout(self, now: float) -> None:
+        """Replace workers of older generations, at most rollout_limit at a time."""
+        mold = self.roster.current_mold()
+        if mold is None or not mold.ready:
+            return
+        outdated = [c for c in self.roster.workers() if c.generation < self.generation and not c.stopping]
+        in_transition = sum(1 for c in self.roster.workers() if c.generation < self.generation and c.stopping)
+        in_transition += sum(1 for c in outdated if c.retire_reason is not None)
+        for child in outdated:
+            if child.retire_reason is None and in_transition < self.rollout_limit:
+                child.retire_reason = f"replaced by gen {self.generation}"
+                in_transition += 1
+
+    def _recycle(self, now: float) -> None:
+        """A retiring worker stops once its replacement (same nr) is ready."""
+        mold = self.roster.current_mold()
+        for child in list(self.roster.workers()):
+            if child.retire_reason is None or child.stopping:
+                continue
+            replacement = [
+                c
+                for c in self.roster.workers()
+                if c.nr == child.nr and c.pid != child.pid and c.retire_reason is None and not c.stopping
+            ]
+            if any(c.ready for c in replacement):
+                self._stop_child(child, graceful=True)
+            elif (
+                not replacement
+                and not self.roster.spawn_pending(child.nr)
+                and mold is not None
+                and mold.ready
+                and now >= self.next_spawn_at
+            ):
+                self._spawn_worker(mold, child.nr)
+
+    def _sample_memory(self, now: float) -> None:
+        """Read smaps_rollup for every child at most once per --memory-interval."""
+        if now - self.last_memory_sample < self.config.memory_interval:
+            return
+        self.last_memory_sample = now
+        limit = self.config.max_worker_memory
+        for child in self.roster.children():
+            self._read_memory(child, now)
+            if (
+                limit
+                and child.role == "worker"
+                and child.memory is not None
+                and child.ready
+                and not child.stopping
+                and child.retire_reason is None
+            ):
+                used = child.memory.pss if self.config.memory_metric == "pss" else child.memory.uss
+                if used > limit:
+                    reason = (
+                        f"{self.config.memory_metric.upper()} {format_bytes(used)} over "
+                        f"--max-worker-memory {format_bytes(limit)}"
+                    )
+                    log.warning("worker %d (pid %d): %s; replacing it", child.nr, child.pid, reason)
+                    child.retire_reason = reason
+
+    @staticmethod
+    def _read_memory(child: Child, now: float) -> None:
+        child.memory = read_memory(child.pid)
+        child.memory_at = now
+
+    # -- spawning --------------------------------------------------------------------------------
+    def spawn_mold(self, generation: int) -> None:
+        """Fork a fresh mold (it imports the app). The monitor forks it directly."""
+        from refork.process.mold import boot_mold
+
+        self.roster.expect_mold(generation, promoted_from=None)
+        private = [
+            self.report_in,
+            self.wake_r,
+            self.wake_w,
+            *self.control.sockets(),
+            *self.roster.command_sockets(),
+        ]
+        pid = os.fork()
+        if pid == 0:
+            for sock in private:
+                sock.close()
+            reset_signals_in_child()
+            run_child(partial(boot_mold, self.ctx, generation))
+        self.roster.pending_mold().pid = pid  # type: ignore[union-attr]
+        self.roster.expect_pid(pid)
+
+    def _command(self, child: Child, message: object) -> bool:
+        if child.conn is None:
+            return False
+        try:
+            messages.send(child.conn, message)
+            return True
+        except OSError:
+            return False
+
+    # -- stopping --------------------------------------------------------------------------------
+    def begin_stop(self, mode: str) -> None:
+        if self.stopping == "fast" or self.stopping == mode:
+            return
+        self.stopping = mode
+        timeout = self.config.graceful_timeout if mode == "graceful" else 1.0
+        self.stop_deadline = time.monotonic() + timeout
+        log.info("%s stop: %d process(es) to stop", mode, len(self.roster.children()))
+        for child in self.roster.children():
+            self._stop_child(child, graceful=mode == "graceful")
+
+    def _stop_child(self, child: Child, graceful: bool) -> None:
+        if child.stopping and graceful:
+            return
+        child.stopping = True
+        child.stop_deadline = time.monotonic() + self.config.graceful_timeout
+        if not self._command(child, messages.Stop(graceful)):
+            try:
+                os.kill(child.pid, signal.SIGTERM if graceful else signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _stop_step(self) -> bool:
+        """True once every child is gone."""
+        for child in self.roster.children():
+            if not child.stopping:
+                self._stop_child(child, graceful=self.stopping == "graceful")
+        if not self.roster.children() and not self.roster.unknown_pids():
+            return True
+        if time.monotonic() > self.stop_deadline:
+            for child in self.roster.children():
+                self._kill(child, "did not stop in time")
+            self.stop_deadline = time.monotonic() + 5.0
+        return False
+
+    def shutdown(self) -> None:
+        hook = self.config.hooks.get("on_exit")
+        if hook is not None:
+            hook(self.config)
+        self.control.close()
+        for sock in self.ctx.listeners:
+            if sock.family == socket.AF_UNIX:
+                try:
+                    os.unlink(sock.getsockname())
+                except OSError:
+                    pass
+            sock.close()
+        log.info("monitor %d: stopped", os.getpid())
+
+    # -- status ----------------------------------------------------------------------------------
+    def status(self) -> dict:
+        now = time.monotonic()
+        for child in self.roster.children():
+            if child.memory is None or now - child.memory_at > STATUS_FRESHNESS:
+                self._read_memory(child, now)
+
+        rows = []
+        for child in sorted(self.roster.children(), key=lambda c: (c.role != "mold", c.generation, c.nr)):
+            mem = child.memory
+            rows.append(
+                {
+                    "pid": child.pid,
+                    "role": child.role,
+                    "nr": child.nr if child.role == "worker" else None,
+                    "generation": child.generation,
+                    "state": "stopping" if child.stopping else ("ready" if child.ready else "starting"),
+                    "requests": self.ctx.slots.requests(child.slot) if child.slot >= 0 else 0,
+                    "rss": mem.rss if mem else None,
+                    "pss": mem.pss if mem else None,
+                    "uss": mem.uss if mem else None,
+                    "private_dirty": mem.private_dirty if mem else None,
+                    "minflt": mem.minflt if mem else None,
+                    "fork_unsafe": child.fork_unsafe,
+                    "retiring": child.retire_reason,
+                }
+            )
+        total_pss = sum(r["pss"] or 0 for r in rows)
+        return {
+            "monitor_pid": os.getpid(),
+            "generation": self.generation,
+            "workers": self.target_workers,
+            "allocator": loaded_allocator("self"),
+            "subreaper": self.ctx.subreaper,
+            "refork_pending": self.roster.pending_mold() is not None,
+            "total_pss": total_pss,
+            "processes": rows,
+        }
+
+
+def run(config: Config) -> int:
+    """Run the server until it is stopped; return the exit status."""
+    from refork.logs import setup_logging
+
+    setup_logging(config)
+    if config.allocator == "jemalloc":
+        from refork.memory.allocator import reexec_with_jemalloc
+
+        reexec_with_jemalloc(sys.argv)
+    if config.chdir:
+        try:
+            os.chdir(config.chdir)
+        except OSError as e:
+            raise ConfigError(f"--chdir {config.chdir}: {e.strerror}") from None
+    monitor = Monitor(config)
+    monitor.start()
+    return monitor.run()

@@ -1,0 +1,228 @@
+"""A worker: serves requests through a connection loop until told to stop.
+
+The worker is the loop's WorkerControl: it keeps its liveness slot current, counts requests,
+asks the monitor for retirement (--max-requests) or promotion (--refork-after), and at a safe
+point (no request in flight, no other thread) forks the next mold. Monitor commands are acted on
+only when the loop hands control back, never in the middle of a request.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+from functools import partial
+from typing import Any
+
+from refork.memory.heap import after_fork_in_child
+from refork.process import fork_safety, messages
+from refork.process.context import ProcessContext, set_title
+from refork.process.forking import Unwind, fork_detached
+
+log = logging.getLogger("refork")
+PROMOTION_RETRY = 10.0  # seconds before asking to be promoted again
+
+
+def run_worker(ctx: ProcessContext, app: Any, interface: str, nr: int, generation: int, slot: int) -> int:
+    after_fork_in_child()
+    random.seed()
+    set_title(f"{ctx.config.proc_name}: worker {nr} (gen {generation})")
+    cmd = ctx.register(messages.Spawned("worker", os.getpid(), generation, nr, slot))
+    worker = Worker(ctx, cmd, app, interface, nr, generation, slot)
+    hook = ctx.config.hooks.get("post_fork")
+    if hook is not None:
+        hook(ctx.config, worker.info())
+    if ctx.config.memray:
+        from refork.memory.profiling import start_memray
+
+        worker.memray = start_memray(ctx.config.memray, os.getpid())
+    hook = ctx.config.hooks.get("post_worker_init")
+    if hook is not None:
+        hook(ctx.config, worker.info())
+    return worker.run()
+
+
+class Worker:
+    """One worker process's state; implements refork.serving.WorkerControl."""
+
+    def __init__(
+        self,
+        ctx: ProcessContext,
+        cmd: socket.socket,
+        app: Any,
+        interface: str,
+        nr: int,
+        generation: int,
+        slot: int,
+    ) -> None:
+        self.ctx = ctx
+        self.config = config = ctx.config
+        self.cmd = cmd
+        self.app = app
+        self.interface = interface
+        self.nr = nr
+        self.generation = generation
+        self.slot = slot
+        self.slots = ctx.slots
+        self.timeout = config.timeout
+        self.requests = 0
+        self.memray: object = None
+        self._lock = threading.Lock()
+        self._in_flight: list[float] = []
+        self._stopping = False
+        self._exit_now = False
+        self._promote_to: int | None = None
+        self._retire_at = 0
+        if config.max_requests > 0:
+            self._retire_at = config.max_requests + random.randint(0, max(0, config.max_requests_jitter))
+        self._refork_at = 0
+        if config.refork_after and ctx.subreaper:
+            thresholds = config.refork_after
+            self._refork_at = thresholds[min(generation, len(thresholds) - 1)]
+        self._promotion_asked = 0.0
+        self._unsafe_reported = False
+        self._trimmer = None
+        if config.malloc_trim:
+            from refork.memory.allocator import MallocTrimmer
+
+            self._trimmer = MallocTrimmer(min_interval=10.0)
+
+    def info(self) -> dict[str, int]:
+        return {"pid": os.getpid(), "nr": self.nr, "generation": self.generation}
+
+    def run(self) -> int:
+        from refork.serving import serve
+
+        self.cmd.setblocking(False)
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGQUIT, self._on_quit)
+        signal.signal(signal.SIGINT, self._on_quit)
+        self.slots.claim(self.slot, os.getpid(), time.monotonic() + self.timeout)
+        self.ctx.tell(messages.Ready(os.getpid()))
+        serve(self.ctx.listeners, self.app, self.interface, self.config, self)
+        hook = self.config.hooks.get("worker_exit")
+        if hook is not None:
+            hook(self.config, self.info())
+        if self.memray is not None:
+            self.memray.__exit__(None, None, None)  # type: ignore[attr-defined]
+        return 0
+
+    # Signals sent straight to a worker (gunicorn's conventions): TERM graceful, INT/QUIT now.
+    def _on_term(self, signum: int, frame: object) -> None:
+        self._stopping = True
+
+    def _on_quit(self, signum: int, frame: object) -> None:
+        self._exit_now = True
+
+    # WorkerControl
+    def fileno(self) -> int:
+        return self.cmd.fileno()
+
+    def on_readable(self) -> None:
+        while True:
+            try:
+                received = messages.receive(self.cmd)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                received = None
+            if received is None:
+                log.warning("worker %d: the monitor is gone; stopping", self.nr)
+                self._stopping = True
+                return
+            message, _ = received
+            if isinstance(message, messages.Stop):
+                if message.graceful:
+                    self._stopping = True
+                else:
+                    self._exit_now = True
+            elif isinstance(message, messages.Promote):
+                self._promote_to = message.generation
+            elif isinstance(message, messages.ReopenLogs):
+                from refork.logs import reopen_log_files
+
+                reopen_log_files()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
+    def exit_now(self) -> bool:
+        return self._exit_now
+
+    @property
+    def safe_point_wanted(self) -> bool:
+        return self._promote_to is not None and not self._stopping
+
+    def at_safe_point(self) -> None:
+        generation, self._promote_to = self._promote_to, None
+        if generation is None:
+            return
+        if not fork_safety.is_fork_safe():
+            self._report_unsafe()
+            return
+        from refork.process.mold import promoted_mold
+
+        why = (
+            f"reached {self._refork_at} requests"
+            if self._refork_at and self.requests >= self._refork_at
+            else "asked by the monitor"
+        )
+        log.info(
+            "worker %d (gen %d): promoted to mold of gen %d (%s; %d served)",
+            self.nr,
+            self.generation,
+            generation,
+            why,
+            self.requests,
+        )
+        if fork_detached():
+            self.cmd.close()
+            raise Unwind(partial(promoted_mold, self.ctx, self.app, self.interface, generation))
+
+    def request_started(self) -> object:
+        now = time.monotonic()
+        with self._lock:
+            self._in_flight.append(now)
+            if len(self._in_flight) == 1:
+                self.slots.set_deadline(self.slot, now + self.timeout)
+        return now
+
+    def request_finished(self, token: object) -> None:
+        with self._lock:
+            self._in_flight.remove(token)  # type: ignore[arg-type]
+            self.requests += 1
+            requests = self.requests
+            self.slots.set_requests(self.slot, requests)
+            oldest = self._in_flight[0] if self._in_flight else time.monotonic()
+            self.slots.set_deadline(self.slot, oldest + self.timeout)
+        if requests == self._retire_at:
+            self.ctx.tell(
+                messages.WantsRetirement(os.getpid(), f"served {requests} requests (--max-requests)")
+            )
+        if self._refork_at and requests >= self._refork_at:
+            self._maybe_ask_promotion(requests)
+        if not self._unsafe_reported and not fork_safety.is_fork_safe():
+            self._report_unsafe()
+
+    def tick(self) -> None:
+        if not self._in_flight:
+            self.slots.set_deadline(self.slot, time.monotonic() + self.timeout)
+            if self._trimmer is not None:
+                self._trimmer.maybe_trim(time.monotonic())
+
+    def _maybe_ask_promotion(self, requests: int) -> None:
+        now = time.monotonic()
+        if now - self._promotion_asked < PROMOTION_RETRY or not fork_safety.is_fork_safe():
+            return
+        self._promotion_asked = now
+        self.ctx.tell(messages.WantsPromotion(os.getpid(), requests))
+
+    def _report_unsafe(self) -> None:
+        self._unsafe_reported = True
+        self.ctx.tell(messages.ForkUnsafe(os.getpid(), fork_safety.unsafe_reason() or "fork-unsafe"))

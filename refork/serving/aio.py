@@ -1,0 +1,667 @@
+"""ASGI connection loop on asyncio or uvloop: one Protocol per connection, one Task per request.
+
+The protocol feeds bytes to the sans-IO :class:`RequestParser` and hands each complete request
+head to a :class:`Cycle`, which runs the app and turns its messages into bytes through
+:class:`refork.asgi.ResponseState`. Timeouts are swept once a second instead of arming a timer
+per request. No thread is ever started here: the process may fork at a safe point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import select
+import socket
+from collections import deque
+from typing import Any
+
+from refork.asgi import ClientDisconnected, Lifespan, LifespanFailure, ResponseState, build_scope
+from refork.config import Config
+from refork.http.events import Body, ParseError, Request
+from refork.http.forwarded import TrustedProxies
+from refork.http.parser import Limits, RequestParser
+from refork.http.response import CONTINUE, simple_response
+from refork.serving import WorkerControl
+
+log = logging.getLogger("refork")
+
+HIGH_WATER = 256 * 1024  # buffered request body bytes before we stop reading the socket
+MAX_PIPELINE = 32  # queued pipelined requests before we stop reading the socket
+TICK = 1.0
+
+_ABANDONED: list[Any] = []  # what a forked child must never finalize (see _abandon_after_fork)
+
+
+def new_event_loop(config: Config) -> asyncio.AbstractEventLoop:
+    """uvloop when wanted and importable, else the stdlib loop."""
+    if config.loop in ("auto", "uvloop"):
+        try:
+            import uvloop
+        except ImportError:
+            if config.loop == "uvloop":
+                raise RuntimeError("loop = 'uvloop' but uvloop is not installed") from None
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+class Cycle:
+    """One request/response: the receive() and send() the app sees, and the request body buffer."""
+
+    __slots__ = (
+        "proto",
+        "request",
+        "response",
+        "chunks",
+        "buffered",
+        "body_done",
+        "final_sent",
+        "continue_sent",
+        "disconnected",
+        "finished",
+        "waiter",
+        "token",
+        "task",
+        "started_at",
+    )
+
+    def __init__(self, proto: HttpProtocol, request: Request) -> None:
+        self.proto = proto
+        self.request = request
+        self.response = ResponseState(request, keep_alive=not proto.srv.stopping)
+        self.chunks: list[bytes] = []
+        self.buffered = 0
+        self.body_done = False
+        self.final_sent = False
+        self.continue_sent = False
+        self.disconnected = False
+        self.finished = False
+        self.waiter: asyncio.Future[None] | None = None
+        self.token: object = None
+        self.task: asyncio.Task[None] | None = None
+        self.started_at = 0.0
+
+    # Events from the protocol ----------------------------------------------------------------
+
+    def body_received(self, data: bytes) -> None:
+        if self.finished:
+            return  # the response is done: the rest of the body is read and dropped
+        self.chunks.append(data)
+        self.buffered += len(data)
+        if self.buffered > HIGH_WATER:
+            self.proto.pause_reading()
+        self.wake()
+
+    def end_received(self) -> None:
+        self.body_done = True
+        self.wake()
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # The app side ----------------------------------------------------------------------------
+
+    async def run(self, srv: Server) -> None:
+        proto = self.proto
+        scope = build_scope(
+            self.request,
+            server=proto.server_addr,
+            client=proto.client_addr,
+            scheme="http",
+            root_path=srv.root_path,
+            proxies=srv.proxies,
+            state=srv.lifespan.state,
+        )
+        try:
+            await srv.app(scope, self.receive, self.send)
+        except BaseException as exc:
+            if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                raise
+            self.failed(exc)
+        else:
+            if not self.response.complete:
+                self.incomplete()
+
+    async def receive(self) -> dict[str, Any]:
+        while True:
+            if self.chunks:
+                data = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+                self.chunks.clear()
+                self.buffered = 0
+                proto = self.proto
+                if proto.read_paused:
+                    proto.maybe_resume_reading()
+                more = not self.body_done
+                self.final_sent = not more
+                return {"type": "http.request", "body": data, "more_body": more}
+            if self.body_done and not self.final_sent:
+                self.final_sent = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            if self.disconnected or self.response.complete:
+                return {"type": "http.disconnect"}
+            if self.final_sent:
+                pass  # nothing more to read: wait for the response to end or the client to go
+            elif (
+                self.request.expect_continue
+                and not self.continue_sent
+                and not self.response.started
+                and not self.body_done
+            ):
+                self.continue_sent = True
+                self.proto.transport.write(CONTINUE)
+            waiter = self.waiter = self.proto.loop.create_future()
+            await waiter
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if self.disconnected:
+            raise ClientDisconnected("client disconnected")
+        response = self.response
+        if (
+            self.request.expect_continue
+            and not response.started
+            and not self.continue_sent
+            and not self.body_done
+        ):
+            # The client is still waiting for our go-ahead: it may or may not send the body.
+            response.keep_alive = False
+        data = response.feed(message)
+        proto = self.proto
+        if data:
+            proto.transport.write(data)
+        if response.complete:
+            proto.cycle_done(self, response.will_keep_alive)
+        elif proto.write_paused:
+            await proto.drain()
+            if self.disconnected:
+                raise ClientDisconnected("client disconnected")
+
+    # Endings ---------------------------------------------------------------------------------
+
+    def failed(self, exc: BaseException) -> None:
+        if self.finished and self.response.complete:
+            log.error("Exception in ASGI application after the response was sent", exc_info=exc)
+            return
+        if self.disconnected or isinstance(exc, (ClientDisconnected, asyncio.CancelledError)):
+            log.debug("ASGI app ended after the client disconnected: %r", exc)
+        else:
+            log.error("Exception in ASGI application", exc_info=exc)
+        self.abort_response()
+
+    def incomplete(self) -> None:
+        if not self.disconnected:
+            if self.response.started:
+                log.error("ASGI app returned without completing the response")
+            else:
+                log.error("ASGI app returned without starting a response")
+        self.abort_response()
+
+    def abort_response(self) -> None:
+        """500 if nothing was sent yet, else cut the connection (the client sees a short body)."""
+        proto = self.proto
+        if not self.disconnected and not proto.closing and not self.response.started:
+            proto.transport.write(simple_response(500, b"Internal Server Error"))
+            self.response.status = 500
+        proto.cycle_done(self, False)
+
+
+class HttpProtocol(asyncio.Protocol):
+    """One client connection: parse, queue pipelined requests, run them in order."""
+
+    __slots__ = (
+        "srv",
+        "loop",
+        "parser",
+        "transport",
+        "server_addr",
+        "client_addr",
+        "cycle",
+        "reading",
+        "queue",
+        "read_paused",
+        "write_paused",
+        "drain_waiters",
+        "closing",
+        "idle_since",
+        "head_started",
+        "pending_error",
+        "eof",
+    )
+
+    def __init__(self, srv: Server) -> None:
+        self.srv = srv
+        self.loop = srv.loop
+        self.parser = RequestParser(srv.limits)
+        self.transport: Any = None
+        self.server_addr: tuple[str, int | None] | None = None
+        self.client_addr: tuple[str, int] | None = None
+        self.cycle: Cycle | None = None  # the request the app is working on
+        self.reading: Cycle | None = None  # the request the parser's body events belong to
+        self.queue: deque[Cycle] = deque()
+        self.read_paused = False
+        self.write_paused = False
+        self.drain_waiters: list[asyncio.Future[None]] = []
+        self.closing = False
+        self.idle_since = self.head_started = srv.loop.time()
+        self.pending_error = 0
+        self.eof = False
+
+    # asyncio.Protocol ------------------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        sockname = transport.get_extra_info("sockname")
+        if isinstance(sockname, tuple):
+            self.server_addr = (sockname[0], sockname[1])
+            peer = transport.get_extra_info("peername")
+            self.client_addr = (peer[0], peer[1]) if isinstance(peer, tuple) else None
+        else:  # AF_UNIX: path (str or bytes) and no client address
+            if isinstance(sockname, bytes):
+                sockname = sockname.decode("utf-8", "surrogateescape")
+            self.server_addr = (sockname or "", None)
+        self.srv.connections.add(self)
+        if self.srv.stopping:
+            self.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self.cycle is None and not self.parser.in_message:
+            self.head_started = self.loop.time()
+        try:
+            events = self.parser.feed(data)
+        except ParseError as exc:
+            self.parse_failed(exc)
+            return
+        for event in events:
+            kind = type(event)
+            if kind is Body:
+                self.reading.body_received(event.data)  # type: ignore[union-attr]
+            elif kind is Request:
+                self.request_received(event)  # type: ignore[arg-type]
+            else:
+                self.reading.end_received()  # type: ignore[union-attr]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        srv = self.srv
+        srv.connections.discard(self)
+        cycle = self.cycle
+        if cycle is not None:
+            cycle.disconnected = True
+            cycle.wake()
+        self.queue.clear()
+        self.reading = None
+        self.write_paused = False
+        self._release_drain_waiters()
+        if srv.stopping and not srv.connections:
+            srv.check_drained()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._release_drain_waiters()
+        if self.cycle is None and self.queue and not self.closing:
+            self.start_next()
+
+    def eof_received(self) -> bool | None:
+        # Half-close from the client: finish what is queued, then close (returning None closes).
+        self.eof = True
+        if self.cycle is None and not self.queue:
+            self.closing = True
+            return None
+        return True
+
+    # Requests --------------------------------------------------------------------------------
+
+    def request_received(self, request: Request) -> None:
+        cycle = Cycle(self, request)
+        self.reading = cycle
+        if self.cycle is None and not self.write_paused:
+            self.start(cycle)
+        else:
+            self.queue.append(cycle)
+            if len(self.queue) > MAX_PIPELINE:
+                self.pause_reading()
+
+    def start(self, cycle: Cycle) -> None:
+        srv = self.srv
+        if srv.stopping:
+            cycle.response.keep_alive = False
+        self.cycle = cycle
+        srv.in_flight += 1
+        cycle.token = srv.control.request_started()
+        if srv.access_log is not None:
+            cycle.started_at = self.loop.time()
+        cycle.task = self.loop.create_task(cycle.run(srv))
+
+    def start_next(self) -> None:
+        cycle = self.queue.popleft()
+        if self.read_paused:
+            self.maybe_resume_reading()
+        self.start(cycle)
+
+    def cycle_done(self, cycle: Cycle, keep_alive: bool) -> None:
+        """The response is written (or abandoned): account for it and move on to the next one."""
+        if cycle.finished:
+            return
+        cycle.finished = True
+        cycle.chunks.clear()
+        srv = self.srv
+        srv.in_flight -= 1
+        srv.control.request_finished(cycle.token)
+        if srv.access_log is not None:
+            srv.log_access(self, cycle)
+        if self.cycle is cycle:
+            self.cycle = None
+        cycle.wake()
+        if not keep_alive or self.closing or srv.stopping or (self.eof and not self.queue):
+            self.close()
+        else:
+            self.idle_since = self.loop.time()
+            if not cycle.body_done and self.read_paused:
+                self.maybe_resume_reading()  # drain and drop the unread body
+            if self.queue:
+                if not self.write_paused:
+                    self.start_next()
+            elif self.pending_error:
+                self.send_error(self.pending_error)
+        if srv.in_flight == 0:
+            srv.idle()
+
+    def parse_failed(self, exc: ParseError) -> None:
+        if self.cycle is not None or self.queue:
+            # Answer the requests before the bad one first, then the error.
+            self.pending_error = exc.status
+            self.pause_reading()
+        else:
+            self.send_error(exc.status)
+
+    def send_error(self, status: int) -> None:
+        if not self.closing:
+            self.transport.write(simple_response(status))
+            self.close()
+
+    # Flow control and closing ----------------------------------------------------------------
+
+    def pause_reading(self) -> None:
+        if not self.read_paused and not self.closing:
+            self.read_paused = True
+            self.transport.pause_reading()
+
+    def maybe_resume_reading(self) -> None:
+        reading = self.reading
+        if reading is not None and reading.buffered > HIGH_WATER and not reading.finished:
+            return
+        if len(self.queue) > MAX_PIPELINE or self.pending_error or self.closing:
+            return
+        self.read_paused = False
+        self.transport.resume_reading()
+
+    async def drain(self) -> None:
+        if self.write_paused and not self.closing:
+            waiter = self.loop.create_future()
+            self.drain_waiters.append(waiter)
+            await waiter
+
+    def _release_drain_waiters(self) -> None:
+        waiters, self.drain_waiters = self.drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            self.queue.clear()
+            self.transport.close()
+
+    def stop(self) -> None:
+        """Graceful stop: close if idle, else let the current response finish and then close."""
+        if self.cycle is None:
+            self.close()
+        else:
+            self.cycle.response.keep_alive = False
+            self.queue.clear()
+
+    def sweep(self, now: float, keepalive: float, header_timeout: float) -> None:
+        """Close idle keep-alive connections and heads that take too long (once a second)."""
+        if self.cycle is not None or self.closing:
+            return
+        if self.parser.in_message:
+            if now - self.head_started > header_timeout:
+                self.send_error(408)
+        elif now - self.idle_since > keepalive:
+            self.close()
+
+
+class Server:
+    """Per-worker state shared by all connections: app, config, control, counters."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        listeners: list[socket.socket],
+        app: Any,
+        config: Config,
+        control: WorkerControl,
+    ) -> None:
+        self.loop = loop
+        self.listeners = listeners
+        self.app = app
+        self.config = config
+        self.control = control
+        self.limits = Limits.from_config(config)
+        self.proxies = TrustedProxies(config.forwarded_allow_ips) if config.forwarded_allow_ips else None
+        self.root_path = config.root_path
+        self.lifespan = Lifespan(app)
+        self.access_log = _access_log(config)
+        self.connections: set[HttpProtocol] = set()
+        self.servers: list[asyncio.AbstractServer] = []
+        self.in_flight = 0
+        self.stopping = False
+        self.exiting = False
+        self.safe_point_requested = False
+        self._drained: asyncio.Future[None] | None = None
+        self._tick_handle: asyncio.TimerHandle | None = None
+
+    async def main(self) -> None:
+        """Lifespan startup, serve until a graceful stop, drain, lifespan shutdown."""
+        loop = self.loop
+        self._drained = loop.create_future()
+        loop.add_reader(self.control.fileno(), self.on_control)
+        self._tick_handle = loop.call_later(TICK, self.tick)
+        await self.lifespan.startup()
+        if not self.stopping:
+            for sock in self.listeners:
+                server = await loop.create_server(
+                    lambda: HttpProtocol(self), sock=sock, backlog=self.config.backlog
+                )
+                self.servers.append(server)
+            self.check_control()
+        await self._drained
+        await self.lifespan.shutdown()
+
+    def on_control(self) -> None:
+        self.control.on_readable()
+        self.check_control()
+
+    def check_control(self) -> None:
+        control = self.control
+        if control.exit_now:
+            self.exiting = True
+            self.loop.stop()
+        elif control.stopping and not self.stopping:
+            self.begin_stop()
+        elif control.safe_point_wanted:
+            self.idle()
+
+    def tick(self) -> None:
+        self._tick_handle = self.loop.call_later(TICK, self.tick)
+        self.control.tick()
+        self.check_control()
+        now = self.loop.time()
+        config = self.config
+        for conn in list(self.connections):
+            conn.sweep(now, config.keepalive, config.header_timeout)
+        if self.stopping:
+            self.check_drained()
+
+    def idle(self) -> None:
+        """No request in flight: if a safe point is wanted, leave run_forever to take it there."""
+        if self.in_flight == 0 and not self.stopping and self.control.safe_point_wanted:
+            self.safe_point_requested = True
+            self.loop.stop()
+        if self.stopping:
+            self.check_drained()
+
+    def begin_stop(self) -> None:
+        self.stopping = True
+        for server in self.servers:
+            server.close()
+        for conn in list(self.connections):
+            conn.stop()
+        deadline = self.loop.time() + self.config.graceful_timeout
+        self.loop.call_at(deadline, self._graceful_timeout)
+        self.check_drained()
+
+    def check_drained(self) -> None:
+        drained = self._drained
+        if self.in_flight == 0 and not self.connections and drained is not None and not drained.done():
+            drained.set_result(None)
+
+    def _graceful_timeout(self) -> None:
+        if self._drained is not None and not self._drained.done():
+            log.warning("graceful timeout: closing %d connection(s)", len(self.connections))
+            for conn in list(self.connections):
+                conn.transport.abort()
+            self._drained.set_result(None)
+
+    def log_access(self, conn: HttpProtocol, cycle: Cycle) -> None:
+        request = cycle.request
+        client = conn.client_addr
+        try:
+            self.access_log.log(  # type: ignore[union-attr]
+                remote=client[0] if client else "-",
+                method=request.method,
+                target=request.target,
+                http_version=request.http_version,
+                status=cycle.response.status,
+                length=cycle.response.body_bytes,
+                duration=self.loop.time() - cycle.started_at,
+                headers=request.headers,
+            )
+        except Exception:
+            log.exception("access log failed")
+
+
+def _access_log(config: Config) -> Any:
+    try:
+        from refork.logs import AccessLog
+    except ImportError:
+        return None
+    return AccessLog.from_config(config)
+
+
+def serve_asgi(
+    listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
+) -> None:
+    """Serve ASGI http on the listeners until control says stop (see WorkerControl).
+
+    Safe points are taken between two run_forever() calls, not inside a callback: when
+    at_safe_point() forks and raises in the child, no loop iteration is half done there and no
+    poll can run in the child on the epoll instance it shares with the parent.
+    """
+    loop = new_event_loop(config)
+    asyncio.set_event_loop(loop)
+    srv = Server(loop, listeners, app, config, control)
+    main = loop.create_task(srv.main())
+    main.add_done_callback(lambda _: loop.stop())
+    forked = False
+    try:
+        while True:
+            loop.run_forever()
+            if main.done() or srv.exiting:
+                break
+            if srv.safe_point_requested:
+                srv.safe_point_requested = False
+                if srv.in_flight == 0 and control.safe_point_wanted and not srv.stopping:
+                    try:
+                        control.at_safe_point()
+                    except SystemExit:
+                        forked = True
+                        _abandon_after_fork(loop, srv)
+                        raise
+        if main.done() and not main.cancelled():
+            exc = main.exception()
+            if isinstance(exc, LifespanFailure):
+                log.error("%s; worker exiting", exc)
+            main.result()
+    finally:
+        if not forked:
+            _close(loop, srv, main)
+
+
+def _close(loop: asyncio.AbstractEventLoop, srv: Server, main: asyncio.Task[None]) -> None:
+    """Tear the loop down in the worker itself (graceful stop done, exit_now, or an error)."""
+    try:
+        if srv._tick_handle is not None:
+            srv._tick_handle.cancel()
+        try:
+            loop.remove_reader(srv.control.fileno())
+        except (OSError, ValueError):
+            pass
+        for conn in list(srv.connections):
+            conn.transport.abort()
+        for server in srv.servers:
+            server.close()
+        tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            loop.run_until_complete(asyncio.wait(tasks, timeout=0.5 if srv.exiting else 2.0))
+        loop.run_until_complete(asyncio.sleep(0))  # let aborted transports close their sockets
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    except BaseException:
+        log.debug("error while closing the event loop", exc_info=True)
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+def _abandon_after_fork(loop: asyncio.AbstractEventLoop, srv: Server) -> None:
+    """In a forked child unwinding to become a mold: let go of the parent's I/O, touch nothing.
+
+    The child shares the parent's epoll instance and client sockets (same open file
+    descriptions). Any epoll_ctl here would change the *parent's* registrations, and a finalizer
+    running the app's cleanup (lifespan, background tasks) would talk on the parent's connections.
+    So: give every inherited epoll fd number a fresh private instance, point the client
+    connection fds at /dev/null (the parent keeps the real sockets; our copies must not keep
+    them open), and keep every loop object referenced forever so nothing is ever finalized.
+    """
+    try:
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                if os.readlink(f"/proc/self/fd/{name}") == "anon_inode:[eventpoll]":
+                    fresh = select.epoll()
+                    os.dup2(fresh.fileno(), int(name))
+                    fresh.close()
+            except OSError:
+                continue
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            for conn in list(srv.connections):
+                sock = conn.transport.get_extra_info("socket") if conn.transport else None
+                fd = sock.fileno() if sock is not None else -1
+                if fd >= 0:
+                    os.dup2(null, fd)
+        finally:
+            os.close(null)
+    except OSError:
+        log.debug("releasing inherited I/O after fork failed", exc_info=True)
+    _ABANDONED.append((loop, srv, list(asyncio.all_tasks(loop))))
+    asyncio.set_event_loop(None)

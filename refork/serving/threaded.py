@@ -1,0 +1,566 @@
+"""The WSGI connection loop: one epoll I/O thread, optionally a small pool of app threads.
+
+Idle keep-alive and slow clients cost a dict entry, never a thread: only complete requests (head
+and whole body) reach the app. With ``threads == 1`` the app runs on the loop thread (the lean
+path: one recv and one send per request); with more, a connection is unregistered while a pool
+thread serves it and handed back through a queue and a wake-up socketpair.
+
+We use ``select.epoll`` (``select.poll`` elsewhere) directly rather than ``selectors``: the
+per-event key objects of ``selectors`` are measurable at these request rates.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import queue
+import select
+import socket
+import threading
+import time
+from typing import Any
+
+from refork.config import Config
+from refork.http.events import Body, EndOfMessage, ParseError, Request
+from refork.http.forwarded import TrustedProxies
+from refork.http.parser import Limits, RequestParser
+from refork.http.response import CONTINUE, ResponseFramer, simple_response
+from refork.serving import WorkerControl
+from refork.serving.body import EMPTY_INPUT, BodyBuffer, InputStream
+from refork.wsgi import EnvironBuilder, run_wsgi
+
+log = logging.getLogger("refork")
+
+_IN = select.POLLIN
+_ACCEPT_BATCH = 8  # accepts per wake-up: more would starve sibling workers sharing the listener
+_RECV = 1 << 16
+
+
+class _Poller:
+    """epoll where available (seconds timeouts), poll elsewhere (milliseconds)."""
+
+    def __init__(self) -> None:
+        if hasattr(select, "epoll"):
+            self._p: Any = select.epoll()
+            self._scale = 1.0
+        else:  # pragma: no cover - non-Linux
+            self._p = select.poll()
+            self._scale = 1000.0
+
+    def register(self, fd: int) -> None:
+        self._p.register(fd, _IN)
+
+    def unregister(self, fd: int) -> None:
+        try:
+            self._p.unregister(fd)
+        except (OSError, KeyError, ValueError):
+            pass
+
+    def poll(self, timeout: float) -> list[tuple[int, int]]:
+        return self._p.poll(timeout * self._scale)
+
+    def close(self) -> None:
+        """Close without unregistering: after a fork the epoll instance is shared with the parent."""
+        close = getattr(self._p, "close", None)
+        if close is not None:
+            close()
+
+
+def _wait_writable(fd: int, deadline: float) -> None:
+    p = select.poll()
+    p.register(fd, select.POLLOUT)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out writing the response")
+        if p.poll(left * 1000):
+            return
+
+
+class _Conn:
+    """One client connection: its socket, parser and the request being received."""
+
+    __slots__ = (
+        "sock", "fd", "client", "builder", "parser", "request", "body", "pending",
+        "deadline", "head_since", "continued", "registered", "busy", "closed", "write_timeout",
+    )  # fmt: skip
+
+    def __init__(self, sock: socket.socket, client: Any, builder: EnvironBuilder, limits: Limits,
+                 write_timeout: float) -> None:  # fmt: skip
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.client = client
+        self.builder = builder
+        self.parser = RequestParser(limits)
+        self.request: Request | None = None  # head received, body still coming
+        self.body: BodyBuffer | None = None
+        self.pending: list | None = None  # parsed events not handled yet (pipelining)
+        self.deadline = 0.0
+        self.head_since: float | None = None
+        self.continued = False  # "100 Continue" already sent for the current request
+        self.registered = False
+        self.busy = False  # dispatched to a pool thread
+        self.closed = False
+        self.write_timeout = write_timeout
+
+    def send(self, data: bytes) -> None:
+        """Write everything: one non-blocking send normally, poll-and-retry when the buffer is full."""
+        try:
+            n = self.sock.send(data)
+        except BlockingIOError:
+            n = 0
+        if n < len(data):
+            self._send_slow(memoryview(data)[n:])
+
+    def _send_slow(self, view: memoryview) -> None:
+        deadline = time.monotonic() + self.write_timeout
+        while view:
+            _wait_writable(self.fd, deadline)
+            try:
+                n = self.sock.send(view)
+            except BlockingIOError:
+                continue
+            view = view[n:]
+
+    def sendfile(self, fd: int, offset: int, count: int | None) -> int:
+        """Zero-copy file body; returns bytes sent (short only at end of file)."""
+        deadline = time.monotonic() + self.write_timeout
+        total = 0
+        while count is None or total < count:
+            want = (1 << 30) if count is None else min(count - total, 1 << 30)
+            try:
+                n = os.sendfile(self.fd, fd, offset + total, want)
+            except BlockingIOError:
+                _wait_writable(self.fd, deadline)
+                continue
+            if n == 0:
+                break
+            total += n
+            deadline = time.monotonic() + self.write_timeout
+        return total
+
+
+class _Pool:
+    """App threads we own, so they can be stopped and joined before a fork."""
+
+    def __init__(self, size: int, handler: Any) -> None:
+        self.size = size
+        self.handler = handler
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for i in range(self.size):
+            t = threading.Thread(target=self._run, name=f"refork-wsgi-{i}", daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def stop(self) -> None:
+        for _ in self.threads:
+            self.jobs.put(None)
+        for t in self.threads:
+            t.join()
+        self.threads = []
+
+    def _run(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            self.handler(*job)
+
+
+class _Loop:
+    def __init__(
+        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
+    ) -> None:
+        self.app = app
+        self.config = config
+        self.control = control
+        self.limits = Limits.from_config(config)
+        self.poller = _Poller()
+        self.conns: dict[int, _Conn] = {}
+        self.listeners: dict[int, tuple[socket.socket, EnvironBuilder]] = {}
+        self.threads = max(1, int(config.threads))
+        self.draining = False
+        self.in_flight = 0
+        self.spool = config.body_spool_threshold
+        self.keepalive = float(config.keepalive)
+        self.header_timeout = float(config.header_timeout)
+        self.body_timeout = max(float(config.timeout), self.header_timeout)
+        self.write_timeout = float(config.timeout) or 30.0
+        self.accept_paused_until = 0.0
+        try:
+            from refork.logs import AccessLog
+
+            self.access_log = AccessLog.from_config(config)
+        except ImportError:  # pragma: no cover - logs.py not there
+            self.access_log = None
+        proxies = TrustedProxies(config.forwarded_allow_ips)
+        for lsock in listeners:
+            lsock.setblocking(False)
+            try:
+                addr = lsock.getsockname()
+            except OSError:
+                addr = ""
+            server = (str(addr[0]), int(addr[1])) if isinstance(addr, tuple) else str(addr)
+            builder = EnvironBuilder(
+                server=server,
+                root_path=config.root_path,
+                errors=_ErrorStream(),
+                multithread=self.threads > 1,
+                proxies=proxies,
+            )
+            self.listeners[lsock.fileno()] = (lsock, builder)
+        self.pool: _Pool | None = None
+        self.done: queue.SimpleQueue = queue.SimpleQueue()
+        self.parked: list[tuple[_Conn, Request, InputStream, list]] = []
+        self.wake_r: socket.socket | None = None
+        self.wake_w: socket.socket | None = None
+        if self.threads > 1:
+            self.pool = _Pool(self.threads, self._pool_job)
+            self.wake_r, self.wake_w = socket.socketpair()
+            self.wake_r.setblocking(False)
+            self.wake_w.setblocking(False)
+
+    # ---------------------------------------------------------------- the loop
+
+    def run(self) -> None:
+        control = self.control
+        poller = self.poller
+        conns = self.conns
+        listeners = self.listeners
+        control_fd = control.fileno()
+        wake_fd = self.wake_r.fileno() if self.wake_r is not None else -1
+        poller.register(control_fd)
+        for fd in listeners:
+            poller.register(fd)
+        if self.wake_r is not None:
+            poller.register(wake_fd)
+        if self.pool is not None:
+            self.pool.start()
+        next_tick = 0.0
+        try:
+            while True:
+                if control.exit_now:
+                    return
+                if control.stopping and not self.draining:
+                    self._begin_drain()
+                if self.draining and not conns and self.in_flight == 0:
+                    return
+                if control.safe_point_wanted and self.in_flight == 0:
+                    self._safe_point()
+                for fd, _ in poller.poll(1.0):
+                    conn = conns.get(fd)
+                    if conn is not None:
+                        self._on_readable(conn)
+                    elif fd in listeners:
+                        self._accept(listeners[fd])
+                    elif fd == control_fd:
+                        control.on_readable()
+                    elif fd == wake_fd:
+                        self._on_wake()
+                now = time.monotonic()
+                if now >= next_tick:
+                    next_tick = now + 1.0
+                    control.tick()
+                    self._sweep(now)
+        finally:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        """Release what this loop owns. No epoll unregister: in a forked child it is shared."""
+        if self.pool is not None and self.in_flight == 0:
+            self.pool.stop()  # idle threads: join them; busy ones (exit_now) are daemons
+        for conn in list(self.conns.values()):
+            if conn.body is not None:
+                conn.body.discard()
+            try:
+                conn.sock.close()
+            except OSError:
+                pass
+        self.conns.clear()
+        for sock in (self.wake_r, self.wake_w):
+            if sock is not None:
+                sock.close()
+        self.poller.close()
+
+    def _begin_drain(self) -> None:
+        self.draining = True
+        for fd in self.listeners:
+            self.poller.unregister(fd)
+        for conn in list(self.conns.values()):
+            if not conn.busy and conn.request is None and not conn.pending and not conn.parser.in_message:
+                self._close(conn)
+
+    def _safe_point(self) -> None:
+        """Single-threaded moment for the worker (it may fork); pool threads are joined first."""
+        if self.pool is not None:
+            self.pool.stop()
+        self.control.at_safe_point()  # in a forked child this raises SystemExit: let it through
+        if self.pool is not None:
+            self.pool.start()
+            parked, self.parked = self.parked, []
+            for conn, request, stream, rest in parked:
+                self._dispatch(conn, request, stream, rest)
+
+    def _sweep(self, now: float) -> None:
+        if self.accept_paused_until and now >= self.accept_paused_until:
+            self.accept_paused_until = 0.0
+            if not self.draining:
+                for fd in self.listeners:
+                    self.poller.register(fd)
+        expired = [c for c in self.conns.values() if not c.busy and c.deadline <= now and not c.pending]
+        for conn in expired:
+            if conn.request is not None or conn.parser.in_message:
+                try:
+                    conn.sock.send(simple_response(408))
+                except OSError:
+                    pass
+            self._close(conn)
+
+    # ---------------------------------------------------------------- connections
+
+    def _accept(self, entry: tuple[socket.socket, EnvironBuilder]) -> None:
+        lsock, builder = entry
+        inet = lsock.family in (socket.AF_INET, socket.AF_INET6)
+        now = time.monotonic()
+        for _ in range(_ACCEPT_BATCH):
+            try:
+                sock, addr = lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                if e.errno in (errno.ECONNABORTED, errno.EPROTO):
+                    continue
+                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.error("accept() failed: %s; pausing accepts for a second", e)
+                    for fd in self.listeners:
+                        self.poller.unregister(fd)
+                    self.accept_paused_until = now + 1.0
+                    return
+                raise
+            sock.setblocking(False)
+            if inet:
+                try:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                except OSError:
+                    pass
+            client = (addr[0], addr[1]) if inet else None
+            conn = _Conn(sock, client, builder, self.limits, self.write_timeout)
+            conn.deadline = now + self.keepalive
+            self.conns[conn.fd] = conn
+            self.poller.register(conn.fd)
+            conn.registered = True
+
+    def _close(self, conn: _Conn) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        if conn.registered:
+            self.poller.unregister(conn.fd)
+            conn.registered = False
+        if self.conns.get(conn.fd) is conn:
+            del self.conns[conn.fd]
+        if conn.body is not None:
+            conn.body.discard()
+            conn.body = None
+        try:
+            conn.sock.close()
+        except OSError:
+            pass
+
+    def _on_readable(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(_RECV)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        if not data:
+            self._close(conn)
+            return
+        try:
+            events = conn.parser.feed(data)
+        except ParseError as e:
+            self._reject(conn, e.status)
+            return
+        try:
+            self._advance(conn, events)
+        except Exception:
+            log.exception("Error serving a connection")
+            self._close(conn)
+
+    def _reject(self, conn: _Conn, status: int) -> None:
+        try:
+            conn.sock.send(simple_response(status))
+        except OSError:
+            pass
+        self._close(conn)
+
+    def _advance(self, conn: _Conn, events: list) -> bool:
+        """Handle parsed events in order; True when the connection was dispatched or closed."""
+        i = 0
+        n = len(events)
+        while i < n:
+            event = events[i]
+            i += 1
+            kind = type(event)
+            if kind is Request:
+                conn.request = event
+                conn.continued = False
+            elif kind is Body:
+                if conn.body is None:
+                    conn.body = BodyBuffer(self.spool)
+                conn.body.write(event.data)
+            elif kind is EndOfMessage:
+                request = conn.request
+                conn.request = None
+                conn.head_since = None
+                if request is None:  # pragma: no cover - parser contract
+                    continue
+                if conn.body is not None:
+                    stream = conn.body.finish()
+                    conn.body = None
+                else:
+                    stream = EMPTY_INPUT
+                if self.pool is not None:
+                    self._dispatch(conn, request, stream, events[i:])
+                    return True
+                if not self._respond(conn, request, stream):
+                    self._close(conn)
+                    return True
+        # everything parsed so far is handled: wait for more bytes
+        request = conn.request
+        if request is not None:  # head in, body still coming
+            conn.head_since = None
+            conn.deadline = time.monotonic() + self.body_timeout
+            if request.expect_continue and not conn.continued:
+                conn.continued = True
+                try:
+                    conn.send(CONTINUE)
+                except OSError:
+                    self._close(conn)
+                    return True
+        elif conn.parser.in_message:  # part of a head: the slowloris clock runs
+            if conn.head_since is None:
+                conn.head_since = time.monotonic()
+            conn.deadline = conn.head_since + self.header_timeout
+        else:
+            conn.deadline = time.monotonic() + self.keepalive
+        return False
+
+    def _respond(self, conn: _Conn, request: Request, stream: InputStream) -> bool:
+        """Run the app for one request and write the response; True to keep the connection."""
+        control = self.control
+        access_log = self.access_log
+        started = time.perf_counter() if access_log is not None else 0.0
+        token = control.request_started()
+        try:
+            environ = conn.builder.build(request, stream, conn.client)
+            framer = ResponseFramer(request, server_keep_alive=not self.draining)
+            status, length = run_wsgi(self.app, environ, framer, conn.send, conn.sendfile)
+            keep = framer.keep_alive
+        finally:
+            control.request_finished(token)
+            stream.close()
+        if access_log is not None:
+            try:
+                access_log.log(
+                    remote=environ.get("REMOTE_ADDR") or "-",
+                    method=request.method,
+                    target=request.target,
+                    http_version=request.http_version,
+                    status=status,
+                    length=length,
+                    duration=time.perf_counter() - started,
+                    headers=request.headers,
+                )
+            except Exception:
+                log.exception("access log failed")
+        return keep
+
+    # ---------------------------------------------------------------- the pool (threads > 1)
+
+    def _dispatch(self, conn: _Conn, request: Request, stream: InputStream, rest: list) -> None:
+        if conn.registered:
+            self.poller.unregister(conn.fd)
+            conn.registered = False
+        if self.control.safe_point_wanted:
+            self.parked.append((conn, request, stream, rest))  # hold it until the safe point
+            conn.busy = True
+            return
+        conn.busy = True
+        self.in_flight += 1
+        assert self.pool is not None
+        self.pool.jobs.put((conn, request, stream, rest))
+
+    def _pool_job(self, conn: _Conn, request: Request, stream: InputStream, rest: list) -> None:
+        keep = False
+        try:
+            keep = self._respond(conn, request, stream)
+        except Exception:
+            log.exception("Error serving a request")
+        finally:
+            self.done.put((conn, keep, rest))
+            try:
+                assert self.wake_w is not None
+                self.wake_w.send(b"\0")
+            except (BlockingIOError, OSError):
+                pass  # a wake-up byte is already pending
+
+    def _on_wake(self) -> None:
+        assert self.wake_r is not None
+        try:
+            while self.wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        while True:
+            try:
+                conn, keep, rest = self.done.get_nowait()
+            except queue.Empty:
+                return
+            self.in_flight -= 1
+            conn.busy = False
+            if not keep or conn.closed:
+                self._close(conn)
+                continue
+            try:
+                if rest and self._advance(conn, rest):
+                    continue
+                if not rest:
+                    conn.deadline = time.monotonic() + self.keepalive
+            except Exception:
+                log.exception("Error serving a connection")
+                self._close(conn)
+                continue
+            if self.draining and conn.request is None and not conn.parser.in_message:
+                self._close(conn)
+                continue
+            self.poller.register(conn.fd)
+            conn.registered = True
+
+
+class _ErrorStream:
+    """``wsgi.errors``: a text stream that goes to the "refork" error log."""
+
+    def write(self, s: str) -> int:
+        s = s.rstrip("\n")
+        if s:
+            log.error("%s", s)
+        return len(s)
+
+    def writelines(self, lines: list[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        pass
+
+
+def serve_wsgi(listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl) -> None:
+    """Serve WSGI on these listeners until the control says stop (see WorkerControl)."""
+    _Loop(listeners, app, config, control).run()

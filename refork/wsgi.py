@@ -1,0 +1,561 @@
+"""WHERE A WSGI APP IS CALLED (PEP 3333): environ, start_response, write(), file_wrapper.
+
+Nothing here knows about sockets, selectors or processes: the connection loop hands in a
+complete request, a ResponseFramer and `send` / `sendfile` callables, and gets back the status
+and the number of body bytes written.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import stat
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+from refork.http.events import Request
+from refork.http.forwarded import TrustedProxies, resolve_forwarded
+from refork.serving.body import EMPTY_INPUT, InputStream
+
+log = logging.getLogger("refork")
+
+Send = Callable[[bytes], None]
+SendFile = Callable[[int, int, "int | None"], int]  # (fd, offset, count or None = to EOF) -> sent
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+
+_JOIN_LIMIT = 1 << 16  # list bodies up to this size are sent with the head in one write
+
+
+# --------------------------------------------------------------------------------------------
+# environ
+
+
+_ENV_NAMES: dict[bytes, str | None] = {
+    b"content-type": "CONTENT_TYPE",
+    b"content-length": "CONTENT_LENGTH",
+}
+
+
+def _env_name(name: bytes) -> str | None:
+    """CGI name for a header; None drops it (underscores would alias dashed names: spoofing)."""
+    key = _ENV_NAMES.get(name, "")
+    if key != "":
+        return key
+    if b"_" in name:
+        key = None
+    else:
+        key = "HTTP_" + name.decode("latin-1").upper().replace("-", "_")
+    if len(_ENV_NAMES) < 512:
+        _ENV_NAMES[name] = key
+    return key
+
+
+_PROTOCOLS = {"1.1": "HTTP/1.1", "1.0": "HTTP/1.0"}
+
+
+class _TrustUnixPeers:
+    """A unix-socket peer is a local process allowed on the socket file: trusted like loopback."""
+
+    def __init__(self, proxies: TrustedProxies) -> None:
+        self._proxies = proxies
+
+    def trusts(self, host: str | None) -> bool:
+        return host is None or self._proxies.trusts(host)
+
+
+def _split_host(host: str, default_port: str) -> tuple[str, str]:
+    if host.startswith("["):
+        end = host.find("]")
+        if end > 0:
+            rest = host[end + 1 :]
+            return host[1:end], (rest[1:] if rest.startswith(":") and rest[1:] else default_port)
+    name, sep, port = host.rpartition(":")
+    if sep and port.isdigit():
+        return name, port
+    return host, default_port
+
+
+class EnvironBuilder:
+    """Builds environs from a per-worker base dict that is copied, not rebuilt, per request."""
+
+    def __init__(
+        self,
+        *,
+        server: tuple[str, int] | str,
+        url_scheme: str = "http",
+        root_path: str = "",
+        errors: Any = None,
+        multithread: bool = False,
+        multiprocess: bool = True,
+        proxies: TrustedProxies | None = None,
+        file_wrapper: Any = None,
+    ) -> None:
+        self.url_scheme = url_scheme
+        self.root_path = root_path.rstrip("/")
+        self.proxies = proxies if proxies is not None else TrustedProxies([])
+        self._unix_proxies = _TrustUnixPeers(self.proxies)
+        if isinstance(server, tuple):
+            self.server_name, self.server_port = str(server[0]), str(server[1])
+        else:  # unix socket: no meaningful address
+            self.server_name, self.server_port = "localhost", ""
+        self._hosts: dict[tuple[bytes, str], tuple[str, str]] = {}
+        self.base: dict[str, Any] = {
+            "SCRIPT_NAME": self.root_path,
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": url_scheme,
+            "wsgi.errors": errors if errors is not None else sys.stderr,
+            "wsgi.multithread": multithread,
+            "wsgi.multiprocess": multiprocess,
+            "wsgi.run_once": False,
+            "wsgi.file_wrapper": file_wrapper if file_wrapper is not None else FileWrapper,
+            "wsgi.input_terminated": True,
+            "SERVER_SOFTWARE": "refork",
+        }
+
+    def _server(self, host: bytes | None, scheme: str) -> tuple[str, str]:
+        default_port = "443" if scheme in ("https", "wss") else "80"
+        if host is None:
+            return self.server_name, self.server_port or default_port
+        key = (host, scheme)
+        hit = self._hosts.get(key)
+        if hit is None:
+            hit = _split_host(host.decode("latin-1"), default_port)
+            if len(self._hosts) < 256:
+                self._hosts[key] = hit
+        return hit
+
+    def build(self, request: Request, body: InputStream, client: tuple[str, int] | None) -> dict[str, Any]:
+        env = self.base.copy()
+        env["REQUEST_METHOD"] = request.method
+        raw = request.path
+        if not raw.startswith(b"/") and b"://" in raw:  # absolute-form target: keep the path
+            raw = b"/" + raw.split(b"://", 1)[1].partition(b"/")[2]
+        path = unquote_to_bytes(raw).decode("latin-1") if b"%" in raw else raw.decode("latin-1")
+        root = self.root_path
+        if root and (path == root or path.startswith(root + "/")):
+            path = path[len(root) :]
+        env["PATH_INFO"] = path
+        env["QUERY_STRING"] = request.query.decode("latin-1")
+        env["RAW_URI"] = env["REQUEST_URI"] = request.target.decode("latin-1")
+        env["SERVER_PROTOCOL"] = _PROTOCOLS.get(request.http_version) or "HTTP/" + request.http_version
+        host = None
+        forwarded = False
+        for name, value in request.headers:
+            key = _ENV_NAMES.get(name, "")
+            if key == "":
+                key = _env_name(name)
+            if key is None:
+                continue
+            text = value.decode("latin-1")
+            if key in env:
+                text = env[key] + ("; " if key == "HTTP_COOKIE" else ",") + text
+            env[key] = text
+            if name == b"host":
+                host = value
+            elif name[:12] == b"x-forwarded-":
+                forwarded = True
+        if request.content_length is not None or request.chunked:
+            env["CONTENT_LENGTH"] = str(body.length)
+        env["wsgi.input"] = body
+        scheme = self.url_scheme
+        if client is not None:
+            peer = client[0]
+            env["REMOTE_ADDR"] = peer
+            env["REMOTE_PORT"] = str(client[1])
+            if forwarded:
+                scheme, addr = resolve_forwarded(request.headers, peer, scheme, self.proxies)
+                if addr != peer and addr is not None:
+                    env["REMOTE_ADDR"] = addr
+                    del env["REMOTE_PORT"]
+        elif forwarded:
+            scheme, addr = resolve_forwarded(request.headers, None, scheme, self._unix_proxies)  # type: ignore[arg-type]
+            if addr is not None:
+                env["REMOTE_ADDR"] = addr
+        if scheme != self.url_scheme:
+            env["wsgi.url_scheme"] = scheme
+        env["SERVER_NAME"], env["SERVER_PORT"] = self._server(host, scheme)
+        return env
+
+
+def build_environ(
+    request: Request,
+    body_stream: InputStream | None,
+    *,
+    server: tuple[str, int] | str,
+    client: tuple[str, int] | None,
+    url_scheme: str = "http",
+    root_path: str = "",
+    errors: Any = None,
+    multithread: bool = False,
+    proxies: TrustedProxies | None = None,
+) -> dict[str, Any]:
+    """One-off environ; a connection loop keeps an EnvironBuilder instead (cheaper per request)."""
+    builder = EnvironBuilder(
+        server=server,
+        url_scheme=url_scheme,
+        root_path=root_path,
+        errors=errors,
+        multithread=multithread,
+        proxies=proxies,
+    )
+    return builder.build(request, body_stream if body_stream is not None else EMPTY_INPUT, client)
+
+
+# --------------------------------------------------------------------------------------------
+# file_wrapper
+
+
+class FileWrapper:
+    """``wsgi.file_wrapper``: the loop sends it with sendfile() when it can, else in blocks."""
+
+    def __init__(self, filelike: Any, blksize: int = 1 << 16) -> None:
+        self.filelike = filelike
+        self.blksize = blksize
+        if hasattr(filelike, "close"):
+            self.close = filelike.close
+
+    def __iter__(self) -> FileWrapper:
+        return self
+
+    def __next__(self) -> bytes:
+        data = self.filelike.read(self.blksize)
+        if data:
+            return data
+        raise StopIteration
+
+
+def _file_span(filelike: Any) -> tuple[int, int, int | None] | None:
+    """(fd, offset, bytes to end or None) when the object is backed by a real file."""
+    try:
+        fd = filelike.fileno()
+        offset = filelike.tell()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+    if not isinstance(fd, int) or fd < 0:
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    if stat.S_ISREG(st.st_mode):
+        return fd, offset, max(st.st_size - offset, 0)
+    return fd, offset, None
+
+
+# --------------------------------------------------------------------------------------------
+# start_response / write / the response body
+
+
+class SendFailed(Exception):
+    """Writing to the client failed (it went away): not an application error."""
+
+
+_STATUS_CACHE: dict[str, tuple[int, bytes]] = {}
+_NAME_CACHE: dict[str, tuple[bytes, bool, bool]] = {}  # name -> (bytes, hop-by-hop, content-length)
+_TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _check_status(status: Any) -> tuple[int, bytes]:
+    hit = _STATUS_CACHE.get(status) if type(status) is str else None
+    if hit is not None:
+        return hit
+    if type(status) is not str:
+        raise TypeError(f"WSGI status must be a str, got {type(status).__name__}")
+    code = status[:3]
+    if len(status) < 4 or not code.isdigit() or not code.isascii() or status[3] != " " or code[0] == "0":
+        raise ValueError(f"WSGI status must look like '200 OK', got {status!r}")
+    reason = status[4:].strip().encode("latin-1")
+    if b"\r" in reason or b"\n" in reason or b"\0" in reason:
+        raise ValueError(f"WSGI status contains a control character: {status!r}")
+    hit = (int(code), reason)
+    if len(_STATUS_CACHE) < 256:
+        _STATUS_CACHE[status] = hit
+    return hit
+
+
+def _check_name(name: Any) -> tuple[bytes, bool, bool]:
+    if type(name) is not str:
+        raise TypeError(f"WSGI header name must be a str, got {type(name).__name__}")
+    raw = name.encode("latin-1")
+    if not raw or not _TOKEN.issuperset(raw):
+        raise ValueError(f"invalid WSGI header name {name!r}")
+    lower = name.lower()
+    hit = (raw, lower in HOP_BY_HOP, lower == "content-length")
+    if len(_NAME_CACHE) < 1024:
+        _NAME_CACHE[name] = hit
+    return hit
+
+
+class _Exchange:
+    """State of one response: what start_response set and whether the head went out."""
+
+    __slots__ = ("framer", "send", "code", "reason", "headers", "has_length", "head_sent")
+
+    def __init__(self, framer: Any, send: Send) -> None:
+        self.framer = framer
+        self.send = send
+        self.code = 0
+        self.reason = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.has_length = False
+        self.head_sent = False
+
+    def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable:
+        if exc_info is not None:
+            try:
+                if self.head_sent:
+                    raise exc_info[1].with_traceback(exc_info[2])
+            finally:
+                exc_info = None
+        elif self.code:
+            raise AssertionError("start_response() called a second time without exc_info")
+        code, reason = _check_status(status)
+        if type(headers) is not list:
+            raise TypeError(f"WSGI headers must be a list, got {type(headers).__name__}")
+        out = []
+        has_length = False
+        for item in headers:
+            if type(item) is not tuple or len(item) != 2:
+                raise TypeError(f"WSGI header must be a (name, value) tuple, got {item!r}")
+            name, value = item
+            hit = _NAME_CACHE.get(name) if type(name) is str else None
+            if hit is None:
+                hit = _check_name(name)
+            if hit[1]:
+                raise ValueError(f"hop-by-hop header {name!r} is not allowed from a WSGI app")
+            if type(value) is not str:
+                raise TypeError(f"WSGI header value must be a str, got {type(value).__name__}")
+            raw = value.encode("latin-1")
+            if b"\n" in raw or b"\r" in raw or b"\0" in raw:
+                raise ValueError(f"WSGI header {name!r} has a control character in its value")
+            if hit[2]:
+                has_length = True
+            out.append((hit[0], raw))
+        self.code = code
+        self.reason = reason
+        self.headers = out
+        self.has_length = has_length
+        return self.write
+
+    def head(self, body_length: int | None = None) -> bytes:
+        """Frame the status line and headers; `body_length` adds Content-Length if the app had none."""
+        if not self.code:
+            raise AssertionError("the WSGI app did not call start_response()")
+        headers = self.headers
+        code = self.code
+        if body_length is not None and not self.has_length and code >= 200 and code not in (204, 304):
+            headers = [*headers, (b"Content-Length", b"%d" % body_length)]
+        self.head_sent = True
+        return self.framer.head(code, headers, self.reason)
+
+    def write(self, data: bytes) -> None:
+        """The legacy write() callable: unbuffered, so the head goes out with the first write."""
+        if type(data) is not bytes:
+            raise TypeError(f"write() takes bytes, got {type(data).__name__}")
+        if self.head_sent:
+            if data:
+                self.send(self.framer.body(data))
+        elif self.code:
+            if data:
+                self.send(self.head() + self.framer.body(data))
+        else:
+            raise AssertionError("write() called before start_response()")
+
+
+def _sending(send: Send) -> Send:
+    def guarded(data: bytes) -> None:
+        try:
+            send(data)
+        except OSError as e:
+            raise SendFailed(str(e)) from e
+
+    return guarded
+
+
+def _bytes_items(result: Any) -> int | None:
+    """Total length of a list/tuple body of bytes (None if it is anything else)."""
+    total = 0
+    for item in result:
+        if type(item) is not bytes:
+            return None
+        total += len(item)
+    return total
+
+
+def _send_result(ex: _Exchange, result: Iterable[bytes], sendfile: SendFile | None) -> None:
+    framer = ex.framer
+    send = ex.send
+    kind = type(result)
+    if (kind is list or kind is tuple) and not ex.head_sent:
+        total = _bytes_items(result)
+        if total is not None:
+            head = ex.head(total)
+            if total <= _JOIN_LIMIT:
+                if len(result) == 1:
+                    send(head + framer.body(result[0]) + framer.end())  # type: ignore[index]
+                else:
+                    send(head + framer.body(b"".join(result)) + framer.end())
+            else:
+                send(head)
+                for item in result:
+                    send(framer.body(item))
+                tail = framer.end()
+                if tail:
+                    send(tail)
+            return
+    if kind is FileWrapper and not ex.head_sent and _send_file(ex, result, sendfile):  # type: ignore[arg-type]
+        return
+    for data in result:
+        if type(data) is not bytes:
+            raise TypeError(f"WSGI body items must be bytes, got {type(data).__name__}")
+        if not data:
+            continue
+        if ex.head_sent:
+            send(framer.body(data))
+        else:
+            send(ex.head() + framer.body(data))
+    if ex.head_sent:
+        tail = framer.end()
+        if tail:
+            send(tail)
+    else:
+        send(ex.head(0) + framer.end())
+
+
+def _send_file(ex: _Exchange, wrapper: FileWrapper, sendfile: SendFile | None) -> bool:
+    """Zero-copy path for wsgi.file_wrapper; False means read blocks (the head may be out already).
+
+    A regular file's size gives the Content-Length when the app set none, so no chunking.
+    """
+    span = _file_span(wrapper.filelike)
+    if span is None:
+        return False
+    fd, offset, remaining = span
+    if not ex.code:
+        raise AssertionError("the WSGI app did not call start_response()")
+    framer = ex.framer
+    head = ex.head(remaining)
+    if framer.no_body:
+        ex.send(head + framer.end())
+        return True
+    if framer.chunked or sendfile is None:
+        ex.send(head)  # head is out: the block loop continues after it
+        return False
+    ex.send(head)
+    count = framer.content_length
+    sent = sendfile(fd, offset, count)
+    framer.body_bytes += sent  # these bytes bypassed framer.body()
+    if count is not None and sent < count:
+        raise RuntimeError(f"file_wrapper: file ended after {sent} of {count} bytes")
+    tail = framer.end()
+    if tail:
+        ex.send(tail)
+    return True
+
+
+def _force_close(framer: Any) -> None:
+    """The response is broken or incomplete: the connection cannot be reused."""
+    framer.keep_alive = False
+
+
+def run_wsgi(
+    app: Callable, environ: dict[str, Any], framer: Any, send: Send, sendfile: SendFile | None = None
+) -> tuple[int, int]:
+    """Call the app for one complete request and write the response; returns (status, body bytes).
+
+    An app error before the head went out becomes a 500; after it, the connection is closed
+    (framer.keep_alive is false). The iterable's close() is always called.
+    """
+    ex = _Exchange(framer, _sending(send))
+    result = None
+    try:
+        try:
+            result = app(environ, ex.start_response)
+            _send_result(ex, result, sendfile)
+        finally:
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+    except SendFailed:
+        _force_close(framer)
+        return ex.code or 499, framer.body_bytes
+    except Exception:
+        _force_close(framer)
+        if ex.head_sent:
+            log.exception("Error in WSGI app after the response head was sent: %s %s",
+                          environ.get("REQUEST_METHOD"), environ.get("RAW_URI"))
+            return ex.code, framer.body_bytes
+        log.exception("Error in WSGI app: %s %s", environ.get("REQUEST_METHOD"), environ.get("RAW_URI"))
+        from refork.http.response import simple_response
+
+        try:
+            send(simple_response(500, keep_alive=False))
+        except OSError:
+            pass
+        return 500, 0
+    return ex.code, framer.body_bytes
+
+
+# --------------------------------------------------------------------------------------------
+# warm-up (in the mold, before forking)
+
+
+def warmup_wsgi(app: Callable, paths: list[str], config: Any) -> list[tuple[str, int]]:
+    """Send GET requests through the app in-process so lazy imports and caches fill pre-fork."""
+    from refork.http.forwarded import TrustedProxies as _TP
+
+    builder = EnvironBuilder(
+        server=("localhost", 80),
+        root_path=getattr(config, "root_path", "") or "",
+        multithread=getattr(config, "threads", 1) > 1,
+        proxies=_TP([]),
+    )
+    results: list[tuple[str, int]] = []
+    for path in paths:
+        target = path.encode("latin-1") if path.startswith("/") else b"/" + path.encode("latin-1")
+        raw_path, _, query = target.partition(b"?")
+        request = Request(
+            method="GET",
+            target=target,
+            path=raw_path,
+            query=query,
+            http_version="1.1",
+            headers=[(b"host", b"localhost"), (b"user-agent", b"refork-warmup")],
+        )
+        environ = builder.build(request, EMPTY_INPUT, ("127.0.0.1", 0))
+        status: list[int] = [0]
+
+        def start_response(s: str, h: list, exc_info: Any = None, _status: list[int] = status) -> Callable:
+            _status[0] = int(s[:3])
+            return lambda data: None
+
+        result = None
+        try:
+            try:
+                result = app(environ, start_response)
+                for _ in result:
+                    pass
+            finally:
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
+        except Exception:
+            log.exception("warm-up request GET %s failed", path)
+            status[0] = 500
+        results.append((path, status[0]))
+    return results

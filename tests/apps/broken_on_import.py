@@ -1,0 +1,1 @@
+raise RuntimeError("this app is broken at import time")

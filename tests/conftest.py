@@ -1,0 +1,182 @@
+"""Start real refork servers (the CLI, as a user would) and talk HTTP to them."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One `python -m refork ...` process tree."""
+
+    def __init__(self, tmp: Path, args: list[str], app: str, env: dict[str, str] | None) -> None:
+        self.port = free_port()
+        self.control = str(tmp / f"refork-{self.port}.ctl")
+        self.log_path = tmp / f"refork-{self.port}.log"
+        cmd = [
+            sys.executable,
+            "-m",
+            "refork",
+            "-b",
+            f"127.0.0.1:{self.port}",
+            "--control-socket",
+            self.control,
+            "--chdir",
+            str(TESTS),
+            *args,
+            app,
+        ]
+        self.log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        )
+
+    # --- control socket ---
+    def request(self, command: str) -> dict:
+        from refork.process.control import request
+
+        return request(self.control, command)
+
+    def status(self) -> dict:
+        return self.request("status")
+
+    def workers(self, state: str | None = "ready") -> list[dict]:
+        return [
+            p
+            for p in self.status()["processes"]
+            if p["role"] == "worker" and (state is None or p["state"] == state)
+        ]
+
+    def mold(self) -> dict | None:
+        molds = [p for p in self.status()["processes"] if p["role"] == "mold" and p["state"] == "ready"]
+        return max(molds, key=lambda p: p["generation"]) if molds else None
+
+    def wait_for(self, predicate, timeout: float = 20.0, what: str = "condition"):
+        deadline = time.monotonic() + timeout
+        last_error = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"server exited ({self.proc.returncode}) waiting for {what}:\n{self.log()}"
+                )
+            try:
+                value = predicate()
+                if value:
+                    return value
+            except (OSError, ValueError, KeyError) as e:
+                last_error = e
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what} (last error: {last_error}):\n{self.log()}")
+
+    def wait_ready(self, workers: int, timeout: float = 30.0) -> list[dict]:
+        return self.wait_for(
+            lambda: len(w := self.workers()) >= workers and w, timeout, f"{workers} ready workers"
+        )
+
+    # --- HTTP ---
+    def get(self, path: str = "/", timeout: float = 10.0, headers: dict | None = None) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request("GET", path, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    def serving_pid(self) -> int:
+        return int(self.get("/")[1].split()[0])
+
+    # --- process ---
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout: float = 30.0) -> int:
+        return self.proc.wait(timeout)
+
+    def log(self) -> str:
+        self.log_file.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log_file.close()
+
+
+@pytest.fixture
+def start_server(tmp_path):
+    servers: list[Server] = []
+
+    def start(
+        *args: str,
+        app: str = "apps.procs:app",
+        workers: int | None = 2,
+        wait: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> Server:
+        extra = list(args)
+        if workers is not None:
+            extra = ["-w", str(workers), *extra]
+        server = Server(tmp_path, extra, app, env)
+        servers.append(server)
+        if wait:
+            server.wait_ready(workers or 1)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def pids_alive(pids) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] != "Z":
+                    alive.append(pid)
+        except (ProcessLookupError, FileNotFoundError):
+            pass
+    return alive
+
+
+def run_cli(*args: str, timeout: float = 30.0, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "refork", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or ROOT,
+    )
+
+
+__all__ = ["Server", "free_port", "pids_alive", "run_cli", "json"]

@@ -1,0 +1,592 @@
+"""ASGI: scope and response state machine (unit), and the asyncio/uvloop loop over real sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from refork.asgi import ResponseState, build_scope, decode_path, warmup_asgi
+from refork.config import Config
+from refork.http.events import Request
+from refork.http.forwarded import TrustedProxies
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+
+# ---------------------------------------------------------------------------------------------
+# Unit: scope
+
+
+def _request(**kw) -> Request:
+    base = dict(
+        method="GET",
+        target=b"/a%20b/%C3%A9?x=1",
+        path=b"/a%20b/%C3%A9",
+        query=b"x=1",
+        http_version="1.1",
+        headers=[
+            (b"host", b"example.com"),
+            (b"x-forwarded-proto", b"https"),
+            (b"x-forwarded-for", b"9.9.9.9"),
+        ],
+    )
+    base.update(kw)
+    return Request(**base)
+
+
+def test_build_scope_basics():
+    scope = build_scope(_request(), server=("127.0.0.1", 8000), client=("10.0.0.1", 5555), state={"k": 1})
+    assert scope["type"] == "http"
+    assert scope["asgi"] == {"version": "3.0", "spec_version": "2.4"}
+    assert scope["http_version"] == "1.1"
+    assert scope["method"] == "GET"
+    assert scope["path"] == "/a b/é"
+    assert scope["raw_path"] == b"/a%20b/%C3%A9"
+    assert scope["query_string"] == b"x=1"
+    assert scope["root_path"] == ""
+    assert scope["scheme"] == "http"  # no proxies configured: X-Forwarded-* ignored
+    assert scope["client"] == ("10.0.0.1", 5555)
+    assert scope["server"] == ("127.0.0.1", 8000)
+    assert [list(h) for h in scope["headers"]][0] == [b"host", b"example.com"]
+    assert scope["state"] == {"k": 1}
+
+
+def test_build_scope_state_is_a_copy():
+    state = {"k": 1}
+    scope = build_scope(_request(), server=None, client=None, state=state)
+    scope["state"]["k"] = 2
+    assert state == {"k": 1}
+
+
+def test_build_scope_forwarded_only_from_trusted_peer():
+    proxies = TrustedProxies(["127.0.0.1"])
+    trusted = build_scope(_request(), server=None, client=("127.0.0.1", 1), proxies=proxies)
+    assert trusted["scheme"] == "https"
+    assert trusted["client"][0] == "9.9.9.9"
+    untrusted = build_scope(_request(), server=None, client=("10.1.1.1", 1), proxies=proxies)
+    assert untrusted["scheme"] == "http"
+    assert untrusted["client"] == ("10.1.1.1", 1)
+
+
+def test_build_scope_root_path():
+    scope = build_scope(_request(path=b"/x"), server=None, client=None, root_path="/app")
+    assert scope["root_path"] == "/app"
+    assert scope["path"] == "/app/x"
+    assert scope["raw_path"] == b"/app/x"
+    already = build_scope(_request(path=b"/app/x"), server=None, client=None, root_path="/app")
+    assert already["path"] == "/app/x"
+
+
+def test_decode_path_bad_utf8_does_not_raise():
+    assert decode_path(b"/%FF") == "/\ufffd"
+    assert decode_path(b"/plain") == "/plain"
+
+
+# ---------------------------------------------------------------------------------------------
+# Unit: response state machine
+
+
+def _start(status=200, headers=None):
+    return {"type": "http.response.start", "status": status, "headers": headers or []}
+
+
+def test_response_head_is_joined_to_first_body():
+    state = ResponseState(_request())
+    assert state.feed(_start(headers=[(b"content-length", b"2")])) == b""
+    out = state.feed({"type": "http.response.body", "body": b"hi"})
+    assert out.startswith(b"HTTP/1.1 200 OK\r\n") and out.endswith(b"\r\n\r\nhi")
+    assert state.complete and state.status == 200 and state.body_bytes == 2
+    assert state.will_keep_alive
+
+
+def test_response_chunked_stream():
+    state = ResponseState(_request())
+    state.feed(_start())
+    first = state.feed({"type": "http.response.body", "body": b"abc", "more_body": True})
+    assert b"transfer-encoding: chunked" in first.lower()
+    assert first.endswith(b"3\r\nabc\r\n")
+    assert state.feed({"type": "http.response.body", "body": b"", "more_body": True}) == b""
+    assert state.feed({"type": "http.response.body"}) == b"0\r\n\r\n"
+    assert state.complete
+
+
+def test_response_head_request_has_no_body():
+    state = ResponseState(_request(method="HEAD"))
+    state.feed(_start(headers=[(b"content-length", b"5")]))
+    out = state.feed({"type": "http.response.body", "body": b"hello"})
+    assert out.endswith(b"\r\n\r\n") and b"hello" not in out
+
+
+@pytest.mark.parametrize(
+    "messages, error",
+    [
+        ([{"type": "http.response.body", "body": b"x"}], "http.response.start"),
+        ([_start(), _start()], "http.response.body"),
+        ([_start(), {"type": "http.response.body"}, {"type": "http.response.body"}], "completed"),
+        ([{"status": 200}], "type"),
+        ([_start(status="200")], "status"),
+        ([_start(headers=[("a", "b")])], "bytes"),
+        ([_start(headers=[(b"bad name", b"v")])], "head"),
+        ([_start(), {"type": "http.response.body", "body": "str"}], "bytes"),
+    ],
+)
+def test_response_order_and_type_errors(messages, error):
+    state = ResponseState(_request())
+    with pytest.raises(RuntimeError, match=error):
+        for message in messages:
+            state.feed(message)
+
+
+def test_response_keep_alive_can_be_withdrawn_before_start():
+    state = ResponseState(_request())
+    state.keep_alive = False
+    out = state.feed(_start(headers=[(b"content-length", b"0")])) + state.feed({"type": "http.response.body"})
+    assert b"connection: close" in out.lower()
+    assert not state.will_keep_alive
+
+
+# ---------------------------------------------------------------------------------------------
+# Unit: warm-up
+
+
+def test_warmup_asgi_leaves_no_thread_or_loop():
+    from apps import asgi_apps
+
+    before = threading.active_count()
+    results = warmup_asgi(asgi_apps.app, ["/", "/raise", "/noresponse", "/scope?q=1"], Config())
+    assert results == [("/", 200), ("/raise", 500), ("/noresponse", 500), ("/scope?q=1", 200)]
+    assert threading.active_count() == before
+    import asyncio
+
+    with pytest.raises(RuntimeError):
+        asyncio.get_running_loop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Real sockets
+
+
+RUNNER = r"""
+import os, signal, socket, sys
+sys.path[:0] = [os.environ["TESTS_DIR"], os.path.dirname(os.environ["TESTS_DIR"])]
+from harness import HarnessControl
+from refork.config import Config
+from refork.serving.aio import serve_asgi
+import importlib
+
+spec, loop, bind, mode = sys.argv[1:5]
+module, _, attr = spec.partition(":")
+app = getattr(importlib.import_module(module), attr)
+
+class Promoted(SystemExit):
+    pass
+
+class Control(HarnessControl):
+    def __init__(self):
+        super().__init__()
+        self.want = False
+    @property
+    def safe_point_wanted(self):
+        return self.want
+    def request_finished(self, token):
+        super().request_finished(token)
+        if mode == "fork" and self.served == 1:
+            self.want = True  # promote after the first response
+    def at_safe_point(self):
+        self.want = False
+        pid = os.fork()
+        if pid == 0:
+            raise Promoted(0)
+        os.write(1, f"FORKED {pid}\n".encode())
+
+if bind.startswith("unix:"):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(bind[5:])
+else:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", int(bind)))
+sock.listen(128)
+sock.setblocking(False)
+config = Config(app=spec, loop=loop, keepalive=1.0, header_timeout=1.0)
+control = Control()
+signal.signal(signal.SIGTERM, lambda *_: control.signal(b"T"))
+signal.signal(signal.SIGINT, lambda *_: control.signal(b"I"))
+print("READY", flush=True)
+try:
+    serve_asgi([sock], app, config, control)
+except Promoted:
+    import time
+    os.write(1, b"CHILD UNWOUND\n")
+    os.close(1); os.close(2)
+    time.sleep(10)  # a mold lives on: its copies of client sockets must not keep them open
+    os._exit(0)
+print(f"SERVED {control.served}", flush=True)
+"""
+
+
+def _port() -> int:
+    for _ in range(50):
+        port = random.randint(17000, 17999)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 17000-17999")
+
+
+class Proc:
+    """A serving subprocess: tests/harness.py (uvloop) or the RUNNER above (any loop, fork)."""
+
+    def __init__(self, spec: str, *, loop: str | None = None, mode: str = "plain", env=None, unix: str = ""):
+        self.port = _port()
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "TESTS_DIR": str(TESTS), **(env or {})}
+        if loop is None:
+            cmd = [sys.executable, str(TESTS / "harness.py"), spec, "asgi", str(self.port)]
+        else:
+            bind = f"unix:{unix}" if unix else str(self.port)
+            cmd = [sys.executable, "-c", RUNNER, spec, loop, bind, mode]
+        self.proc = subprocess.Popen(
+            cmd, cwd=TESTS, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        line = self.proc.stdout.readline()
+        if "READY" not in line:
+            self.proc.kill()
+            raise AssertionError(f"server did not start: {line!r} {self.proc.stderr.read()}")
+        self.lines: list[str] = []
+
+    def connect(self, timeout: float = 5.0) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+
+    def finish(self, sig=signal.SIGTERM, timeout: float = 10.0) -> tuple[int, str, str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, err
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+@pytest.fixture
+def serve():
+    procs: list[Proc] = []
+
+    def start(spec: str = "apps.asgi_apps:app", **kw) -> Proc:
+        proc = Proc(spec, **kw)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+
+
+def read_response(sock: socket.socket, buf: bytearray | None = None) -> tuple[int, dict[str, str], bytes]:
+    """Read exactly one response (Content-Length, chunked or until EOF) from a raw socket."""
+    buf = buf if buf is not None else bytearray()
+
+    def fill() -> bool:
+        data = sock.recv(65536)
+        buf.extend(data)
+        return bool(data)
+
+    while b"\r\n\r\n" not in buf:
+        if not fill():
+            raise ConnectionError(f"EOF before head: {bytes(buf)!r}")
+    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    del buf[: len(head) + 4]
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if status == 100 or status == 204 or status == 304:
+        return status, headers, b""
+    if "content-length" in headers:
+        n = int(headers["content-length"])
+        while len(buf) < n and fill():
+            pass
+        body = bytes(buf[:n])
+        del buf[:n]
+    elif headers.get("transfer-encoding") == "chunked":
+        body = b""
+        while True:
+            while b"\r\n" not in buf:
+                fill()
+            size_line, _, _ = bytes(buf).partition(b"\r\n")
+            size = int(size_line, 16)
+            del buf[: len(size_line) + 2]
+            while len(buf) < size + 2:
+                fill()
+            body += bytes(buf[:size])
+            del buf[: size + 2]
+            if size == 0:
+                break
+    else:
+        while fill():
+            pass
+        body = bytes(buf)
+        buf.clear()
+    return status, headers, body
+
+
+def exchange(proc: Proc, raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    with proc.connect() as sock:
+        sock.sendall(raw)
+        return read_response(sock)
+
+
+def at_eof(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_get_and_post_echo_streamed_body(serve):
+    proc = serve()
+    status, headers, body = exchange(proc, b"GET /hello?x=1 HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert (status, body) == (200, b"GET /hello")
+    payload = os.urandom(3 * 1024 * 1024)
+    with proc.connect() as sock:
+        sock.sendall(b"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n" % len(payload))
+        for i in range(0, len(payload), 256 * 1024):
+            sock.sendall(payload[i : i + 256 * 1024])
+        status, headers, body = read_response(sock)
+    assert status == 200 and body == payload
+    assert int(headers["x-messages"]) > 1  # streamed to the app in pieces
+
+
+def test_keep_alive_and_pipelining_in_order(serve):
+    proc = serve()
+    with proc.connect() as sock:
+        buf = bytearray()
+        sock.sendall(b"GET /one HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert read_response(sock, buf)[2] == b"GET /one"
+        sock.sendall(
+            b"GET /slow?0.2 HTTP/1.1\r\nHost: a\r\n\r\n"
+            b"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello"
+            b"GET /three HTTP/1.1\r\nHost: a\r\n\r\n"
+        )
+        assert read_response(sock, buf)[2] == b"slow done"
+        assert read_response(sock, buf)[2] == b"hello"
+        assert read_response(sock, buf)[2] == b"GET /three"
+
+
+def test_chunked_request_and_response(serve):
+    proc = serve()
+    raw = (
+        b"POST /chunked HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+    )
+    status, headers, body = exchange(proc, raw)
+    assert status == 200
+    assert headers["transfer-encoding"] == "chunked"
+    assert body == b"hello world|end"
+
+
+def test_expect_100_continue(serve):
+    proc = serve()
+    with proc.connect() as sock:
+        buf = bytearray()
+        sock.sendall(b"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+        status, _, _ = read_response(sock, buf)
+        assert status == 100
+        sock.sendall(b"data")
+        status, _, body = read_response(sock, buf)
+        assert (status, body) == (200, b"data")
+        # The connection is still usable.
+        sock.sendall(b"GET /after HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert read_response(sock, buf)[2] == b"GET /after"
+
+
+def test_expect_100_continue_not_sent_when_app_ignores_body(serve):
+    proc = serve()
+    with proc.connect() as sock:
+        sock.sendall(b"POST /hello HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+        status, headers, body = read_response(sock)
+        assert (status, body) == (200, b"POST /hello")
+        assert headers.get("connection") == "close"
+        assert at_eof(sock)
+
+
+def test_head_http10_and_connection_close(serve):
+    proc = serve()
+    with proc.connect() as sock:
+        sock.sendall(b"HEAD /big?5000 HTTP/1.1\r\nHost: a\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+        assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"\r\n\r\n")
+        assert b"content-length: 5000" in data.lower()
+        sock.sendall(b"GET /next HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert read_response(sock)[2] == b"GET /next"  # no stray body bytes after the HEAD
+    with proc.connect() as sock:
+        sock.sendall(b"GET /old HTTP/1.0\r\n\r\n")
+        status, headers, body = read_response(sock)
+        assert status == 200 and body == b"GET /old"
+        assert at_eof(sock)
+    with proc.connect() as sock:
+        sock.sendall(b"GET /bye HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        status, headers, body = read_response(sock)
+        assert body == b"GET /bye" and headers["connection"] == "close"
+        assert at_eof(sock)
+
+
+def test_malformed_request_gets_400_and_app_not_called(serve):
+    proc = serve()
+    with proc.connect() as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: a\r\nbad header\r\n\r\n")
+        status, _, _ = read_response(sock)
+        assert status == 400
+        assert at_eof(sock)
+    # A valid request pipelined before a bad one is answered first.
+    with proc.connect() as sock:
+        buf = bytearray()
+        sock.sendall(b"GET /slow?0.1 HTTP/1.1\r\nHost: a\r\n\r\n")
+        time.sleep(0.02)
+        sock.sendall(b"GARBAGE\r\n\r\n")
+        assert read_response(sock, buf)[0] == 200
+        assert read_response(sock, buf)[0] == 400
+    code, out, err = proc.finish()
+    assert "SERVED 1" in out  # only the /slow request reached the app
+
+
+@pytest.mark.parametrize("path", ["/raise", "/noresponse", "/bad-order"])
+def test_app_errors_give_500(serve, path):
+    proc = serve()
+    status, _, _ = exchange(proc, b"GET %s HTTP/1.1\r\nHost: a\r\n\r\n" % path.encode())
+    assert status == 500
+    assert exchange(proc, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")[0] == 200
+    code, out, err = proc.finish()
+    assert "ASGI" in err
+
+
+def test_app_raising_after_start_closes_connection(serve):
+    proc = serve()
+    with proc.connect() as sock:
+        sock.sendall(b"GET /raise-after-start HTTP/1.1\r\nHost: a\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+        assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"partial")
+
+
+def test_lifespan_startup_state_and_shutdown(serve, tmp_path):
+    logfile = tmp_path / "lifespan.log"
+    proc = serve(env={"LIFESPAN_LOG": str(logfile)})
+    status, _, body = exchange(proc, b"GET /scope HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert logfile.read_text() == "startup\n"  # startup ran before the first request was served
+    assert json.loads(body)["state"] == {"started": "yes"}
+    code, out, err = proc.finish()
+    assert code == 0, err
+    assert logfile.read_text() == "startup\nshutdown\n"
+
+
+def test_app_without_lifespan_still_serves(serve):
+    proc = serve("apps.asgi_apps:no_lifespan")
+    assert exchange(proc, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")[2] == b"no lifespan here"
+    code, out, err = proc.finish()
+    assert code == 0 and "Traceback" not in err
+
+
+def test_lifespan_startup_failure_exits(serve):
+    proc = serve("apps.asgi_apps:failing_startup")
+    code, out, err = proc.finish(sig=0)  # it exits by itself
+    assert code != 0
+    assert "database unreachable" in err and "worker exiting" in err
+
+
+def test_graceful_stop_lets_in_flight_request_finish(serve):
+    proc = serve()
+    idle = proc.connect()
+    idle.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+    read_response(idle)
+    with proc.connect() as sock:
+        sock.sendall(b"GET /slow?1 HTTP/1.1\r\nHost: a\r\n\r\n")
+        time.sleep(0.3)
+        proc.proc.send_signal(signal.SIGTERM)
+        status, headers, body = read_response(sock)
+        assert (status, body) == (200, b"slow done")
+        assert headers["connection"] == "close"
+    assert at_eof(idle)  # the idle keep-alive connection was closed
+    idle.close()
+    code, out, err = proc.finish(sig=0)
+    assert code == 0 and "SERVED 2" in out
+
+
+def test_sigint_stops_at_once(serve):
+    proc = serve()
+    with proc.connect() as sock:
+        sock.sendall(b"GET /slow?30 HTTP/1.1\r\nHost: a\r\n\r\n")
+        time.sleep(0.2)
+        code, out, err = proc.finish(sig=signal.SIGINT, timeout=5)
+    assert code == 0
+
+
+def test_client_disconnect_during_slow_request(serve):
+    proc = serve()
+    sock = proc.connect()
+    sock.sendall(b"GET /slow?0.3 HTTP/1.1\r\nHost: a\r\n\r\n")
+    sock.close()
+    time.sleep(0.5)
+    assert exchange(proc, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")[0] == 200
+    code, out, err = proc.finish()
+    assert "Exception" not in err, err
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_both_loops_keepalive_timeout_and_unix_socket(serve, loop, tmp_path):
+    path = str(tmp_path / "s.sock")
+    proc = serve(loop=loop, unix=path)
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(5)
+        sock.connect(path)
+        sock.sendall(b"GET /scope HTTP/1.1\r\nHost: a\r\n\r\n")
+        status, _, body = read_response(sock)
+        info = json.loads(body)
+        assert info["client"] is None and info["server"] == [path, None]
+        assert at_eof(sock)  # keep-alive timeout (1 s) closes the idle connection
+    code, out, err = proc.finish()
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_safe_point_fork_child_unwinds_and_parent_keeps_serving(serve, loop):
+    proc = serve(loop=loop, mode="fork")
+    before = proc.connect()  # open across the fork
+    with proc.connect() as sock:
+        sock.sendall(b"GET /first HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert read_response(sock)[2] == b"GET /first"
+    lines = sorted(proc.proc.stdout.readline() for _ in range(2))
+    assert lines[0] == "CHILD UNWOUND\n", lines  # the SystemExit subclass left serve_asgi
+    assert lines[1].startswith("FORKED"), lines
+    # The parent still accepts and serves, also on the connection that existed at fork time...
+    for _ in range(3):
+        assert exchange(proc, b"GET /again HTTP/1.1\r\nHost: a\r\n\r\n")[2] == b"GET /again"
+    before.sendall(b"GET /old-conn HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+    assert read_response(before)[2] == b"GET /old-conn"
+    # ...and when the parent closes it, the client sees EOF although the child is still alive.
+    before.settimeout(2)
+    assert at_eof(before)
+    before.close()
+    code, out, err = proc.finish()
+    assert code == 0, err
+    assert "SERVED 5" in out

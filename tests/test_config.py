@@ -1,0 +1,232 @@
+"""Config loading: precedence of sources, the config file, validation messages."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from refork.config import (
+    FIELD_COERCERS,
+    Config,
+    ConfigError,
+    cpu_quota,
+    describe,
+    load_config,
+    parse_size,
+)
+
+
+def write(path, text):
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def test_every_field_but_hooks_is_loadable():
+    names = set(Config.__dataclass_fields__) - {"hooks"}
+    assert names == set(FIELD_COERCERS)
+
+
+def test_defaults(tmp_path):
+    c = load_config(["a:app"], environ={}, cwd=str(tmp_path))
+    assert c == Config(app="a:app")
+
+
+def test_precedence(tmp_path):
+    """default < WEB_CONCURRENCY < pyproject < config file < env < CLI, one field at a time."""
+    write(
+        tmp_path / "pyproject.toml",
+        """
+        [tool.refork]
+        workers = 3
+        threads = 3
+        max-requests = 3
+        timeout = 3
+        """,
+    )
+    write(
+        tmp_path / "conf.py",
+        """
+        threads = 4
+        max_requests = 4
+        timeout = 4
+        """,
+    )
+    env = {"WEB_CONCURRENCY": "2", "REFORK_MAX_REQUESTS": "5", "REFORK_TIMEOUT": "5"}
+    c = load_config(["-c", "conf.py", "--timeout", "6", "a:app"], environ=env, cwd=str(tmp_path))
+    assert (c.workers, c.threads, c.max_requests, c.timeout) == (3, 4, 5, 6.0)
+    c = load_config(["a:app"], environ={"WEB_CONCURRENCY": "2"}, cwd=str(tmp_path / "nowhere"))
+    assert c.workers == 2
+    c = load_config(["a:app"], environ={}, cwd=str(tmp_path / "nowhere"))
+    assert c.workers == 1
+
+
+def test_env_lists_and_bools():
+    env = {
+        "REFORK_BIND": "127.0.0.1:8000,unix:/tmp/s",
+        "REFORK_IMMORTALIZE": "0",
+        "REFORK_MALLOC_TRIM": "yes",
+        "REFORK_REFORK_AFTER": "500,1000,2000",
+        "REFORK_MAX_WORKER_MEMORY": "512M",
+        "REFORK_APP": "env:app",
+        "REFORK_SOMETHING_INTERNAL": "ignored",
+    }
+    c = load_config([], environ=env)
+    assert c.bind == ["127.0.0.1:8000", "unix:/tmp/s"]
+    assert (c.immortalize, c.malloc_trim, c.app) == (False, True, "env:app")
+    assert c.refork_after == [500, 1000, 2000]
+    assert c.max_worker_memory == 512 * 1024 * 1024
+
+
+def test_cli_flags():
+    argv = [
+        "-b", ":9000", "-b", "[::1]:9001", "--bind", "fd://3", "-w", "4", "--pythonpath", "a,b",
+        "--pythonpath", "c", "--no-immortalize", "--warmup", "/", "--warmup", "/health",
+        "--refork-after", "off", "-n", "web", "--limit-request-body", "1K", "--root-path", "/api/",
+        "--log-level", "DEBUG", "--access-logfile", "-", "m:app",
+    ]  # fmt: skip
+    c = load_config(argv, environ={})
+    assert c.bind == [":9000", "[::1]:9001", "fd://3"]
+    assert c.workers == 4 and c.pythonpath == ["a", "b", "c"] and c.immortalize is False
+    assert c.warmup == ["/", "/health"] and c.refork_after is None and c.proc_name == "web"
+    assert c.limit_request_body == 1024 and c.root_path == "/api" and c.log_level == "debug"
+    assert c.access_logfile == "-"
+
+
+def test_workers_auto(monkeypatch):
+    c = load_config(["-w", "auto", "m:app"], environ={})
+    assert c.workers == cpu_quota() >= 1
+
+
+def test_cpu_quota_cgroups(tmp_path):
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert cpu_quota(str(tmp_path)) == min(2, cpu_quota("/nonexistent"))
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert cpu_quota(str(tmp_path)) == cpu_quota("/nonexistent")
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("50000\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert cpu_quota(str(v1)) == 1
+
+
+def test_config_file_hooks_and_names(tmp_path):
+    path = write(
+        tmp_path / "refork.conf.py",
+        """
+        import multiprocessing
+        from os import environ
+        _helper = 2
+        workers = _helper * 2
+        bind = ["unix:/tmp/x.sock"]
+        globals()["max-requests"] = 7
+
+        def post_fork(config, worker):
+            pass
+
+        def on_starting(config):
+            pass
+        """,
+    )
+    c = load_config(["-c", path, "m:app"], environ={})
+    assert c.workers == 4 and c.bind == ["unix:/tmp/x.sock"] and c.max_requests == 7
+    assert sorted(c.hooks) == ["on_starting", "post_fork"]
+    assert "hooks = ['on_starting', 'post_fork']" in describe(c)
+
+
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ("worker = 2\n", "'worker' in "),
+        ("post_forks = lambda c, w: None\n", "did you mean 'post_fork'"),
+        ("post_fork = 3\n", "server hook"),
+        ("workers = 'many'\n", "workers in "),
+        ("workers = (\n", "(in config file)"),
+    ],
+)
+def test_config_file_errors(tmp_path, body, needle):
+    path = write(tmp_path / "c.py", body)
+    with pytest.raises(ConfigError) as e:
+        load_config(["-c", path, "m:app"], environ={})
+    msg = str(e.value)
+    assert needle in msg and "\n" not in msg
+    assert path in msg
+
+
+def test_unknown_config_name_did_you_mean(tmp_path):
+    path = write(tmp_path / "c.py", "worker = 2\n")
+    pattern = r"unknown setting 'worker' in .*c\.py \(did you mean 'workers'\?\)"
+    with pytest.raises(ConfigError, match=pattern):
+        load_config(["-c", path, "m:app"], environ={})
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(["-c", "nope.py", "m:app"], environ={}, cwd=str(tmp_path))
+
+
+def test_pyproject_unknown_key(tmp_path):
+    write(tmp_path / "pyproject.toml", "[tool.refork]\nthread = 2\n")
+    with pytest.raises(ConfigError, match=r"unknown setting 'thread' .*did you mean 'threads'"):
+        load_config(["m:app"], environ={}, cwd=str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["-w", "x"], '--workers must be a positive integer or "auto", got "x"'),
+        (["-w", "0"], '--workers must be a positive integer or "auto", got 0'),
+        (["--threads", "0"], "--threads must be a positive integer, got 0"),
+        (["--timeout", "0"], "--timeout must be a number of seconds > 0"),
+        (["--graceful-timeout", "-1"], "--graceful-timeout must be a number of seconds > 0"),
+        (["--keepalive", "soon"], "--keepalive must be a number of seconds > 0"),
+        (["--interface", "wsgo"], "--interface must be one of auto|wsgi|asgi"),
+        (["--loop", "trio"], "--loop must be one of auto|asyncio|uvloop"),
+        (["-b", "localhost"], "use HOST:PORT, [V6]:PORT, :PORT, unix:PATH or fd://N"),
+        (["-b", "1.2.3.4:99999"], "is not a valid address"),
+        (["-b", "fd://x"], "is not a valid address"),
+        (["--access-log-format", "apache"], "--access-log-format must be one of common|combined|json"),
+        (["--log-level", "loud"], "--log-level must be one of debug|info|warning|error|critical"),
+        (["--refork-after", "10,x"], '--refork-after must be request counts like 500,1000,2000 or "off"'),
+        (["--max-worker-memory", "12Q"], "--max-worker-memory must be a size in bytes like"),
+        (["--memory-metric", "rss"], "--memory-metric must be one of uss|pss"),
+        (["--forwarded-allow-ips", "10.0.0.0/99"], "is not an IP network"),
+        (["--warmup", "health"], "--warmup must start with '/'"),
+        (["--max-requests", "-1"], "--max-requests must be an integer >= 0"),
+        (["--foo"], "unrecognized arguments: --foo (see refork --help)"),
+    ],
+)
+def test_validation_one_line(argv, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(argv + ["m:app"], environ={})
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_env_errors_name_the_variable():
+    with pytest.raises(ConfigError, match='REFORK_WORKERS must be a positive integer or "auto", got "x"'):
+        load_config(["m:app"], environ={"REFORK_WORKERS": "x"})
+    with pytest.raises(ConfigError, match="did you mean 'REFORK_THREADS'"):
+        load_config(["m:app"], environ={"REFORK_THREAD": "2"})
+    with pytest.raises(ConfigError, match="WEB_CONCURRENCY must be"):
+        load_config(["m:app"], environ={"WEB_CONCURRENCY": "lots"})
+
+
+def test_missing_app():
+    with pytest.raises(ConfigError, match=r"refork \[OPTIONS\] module:app"):
+        load_config([], environ={})
+
+
+def test_parse_size():
+    assert parse_size("512M") == 512 << 20
+    assert parse_size("1g") == 1 << 30
+    assert parse_size("2KiB") == 2048
+    assert parse_size("100") == 100
+    with pytest.raises(ValueError):
+        parse_size("1.5G")
+
+
+def test_describe_is_name_value_lines():
+    text = describe(Config(app="m:app"))
+    assert "app = 'm:app'" in text.splitlines()
+    assert all(" = " in line for line in text.splitlines())

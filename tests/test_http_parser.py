@@ -1,0 +1,468 @@
+"""The sans-IO request parser: a corpus of good and bad requests, fed whole and byte by byte.
+
+Every rejection here was checked against real llhttp behaviour; the module docstring of
+refork.http.parser lists which ones llhttp does itself and which ones refork adds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from refork.config import Config
+from refork.http.events import Body, EndOfMessage, ParseError, Request
+from refork.http.parser import Limits, RequestParser
+
+H = b"GET / HTTP/1.1\r\nHost: a\r\n"  # a valid head, still open for more fields
+P = b"POST / HTTP/1.1\r\nHost: a\r\n"
+TE = P + b"Transfer-Encoding: chunked\r\n"
+
+
+def parse(raw: bytes, *, split: bool = False, limits: Limits = Limits()) -> list:
+    """All events for raw, fed at once or one byte per feed(); Body pieces are merged."""
+    parser = RequestParser(limits)
+    if split:
+        events = [e for i in range(len(raw)) for e in parser.feed(raw[i : i + 1])]
+    else:
+        events = parser.feed(raw)
+    merged: list = []
+    for event in events:
+        if isinstance(event, Body) and merged and isinstance(merged[-1], Body):
+            merged[-1] = Body(merged[-1].data + event.data)
+        else:
+            merged.append(event)
+    return merged
+
+
+def status_of(raw: bytes, *, split: bool = False, limits: Limits = Limits()) -> int:
+    with pytest.raises(ParseError) as info:
+        parse(raw, split=split, limits=limits)
+    return info.value.status
+
+
+# (name, raw request, status): none of these may ever complete. Errors in the head never produce
+# a Request; errors in a chunked body ("chunk-*", "trailer-*") come after the Request event, but
+# never reach EndOfMessage, which is what the loops wait for before calling the app.
+INVALID = [
+    # Smuggling shapes: ambiguous or conflicting framing.
+    ("cl-te", P + b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+    ("te-cl", P + b"Transfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\n", 400),
+    ("duplicate-cl-equal", P + b"Content-Length: 1\r\nContent-Length: 1\r\n\r\na", 400),
+    ("duplicate-cl-differ", P + b"Content-Length: 1\r\ncontent-length: 2\r\n\r\nab", 400),
+    ("cl-list", P + b"Content-Length: 1, 1\r\n\r\na", 400),
+    ("cl-plus", P + b"Content-Length: +1\r\n\r\na", 400),
+    ("cl-negative", P + b"Content-Length: -1\r\n\r\n", 400),
+    ("cl-inner-space", P + b"Content-Length: 1 1\r\n\r\na", 400),
+    ("cl-hex", P + b"Content-Length: 0x1\r\n\r\na", 400),
+    ("cl-empty", P + b"Content-Length: \r\n\r\n", 400),
+    ("cl-overflow", P + b"Content-Length: 99999999999999999999999\r\n\r\n", 400),
+    ("te-xchunked", P + b"Transfer-Encoding: xchunked\r\n\r\n0\r\n\r\n", 400),
+    ("te-identity", P + b"Transfer-Encoding: identity\r\n\r\n", 400),
+    ("te-chunked-identity", P + b"Transfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n", 400),
+    ("te-chunked-twice", P + b"Transfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n", 400),
+    ("te-two-fields", TE + b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+    ("te-gzip-chunked", P + b"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501),
+    ("te-vtab", P + b"Transfer-Encoding: \x0bchunked\r\n\r\n0\r\n\r\n", 400),
+    ("te-space-before-colon", P + b"Transfer-Encoding : chunked\r\n\r\n0\r\n\r\n", 400),
+    ("te-http10", b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+    # Chunked body syntax.
+    ("chunk-size-overflow", TE + b"\r\nfffffffffffffffffff\r\nx\r\n0\r\n\r\n", 400),
+    ("chunk-size-negative", TE + b"\r\n-5\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-size-0x", TE + b"\r\n0x5\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-size-space", TE + b"\r\n5 \r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-size-empty", TE + b"\r\n\r\n", 400),
+    ("chunk-ext-ctl", TE + b"\r\n5;a=\x01\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-ext-space-name", TE + b"\r\n5;x =y\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-ext-empty", TE + b"\r\n5;\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-size-bare-lf", TE + b"\r\n5\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-data-no-crlf", TE + b"\r\n5\r\nhelloXX0\r\n\r\n", 400),
+    ("trailer-bad-name", TE + b"\r\n0\r\nX T: 1\r\n\r\n", 400),
+    ("trailer-nul", TE + b"\r\n0\r\nX-T: 1\x00\r\n\r\n", 400),
+    ("trailer-obs-fold", TE + b"\r\n0\r\nX-T: 1\r\n b\r\n\r\n", 400),
+    # Header syntax.
+    ("obs-fold-space", H + b"X-A: a\r\n b\r\n\r\n", 400),
+    ("obs-fold-tab", H + b"X-A: a\r\n\tb\r\n\r\n", 400),
+    ("space-before-colon", H + b"X-A : a\r\n\r\n", 400),
+    ("tab-before-colon", H + b"X-A\t: a\r\n\r\n", 400),
+    ("name-not-token", H + b"X(A: a\r\n\r\n", 400),
+    ("name-empty", H + b": a\r\n\r\n", 400),
+    ("leading-space-field", H + b" X-A: a\r\n\r\n", 400),
+    ("value-nul", H + b"X-A: a\x00b\r\n\r\n", 400),
+    ("value-del", H + b"X-A: a\x7fb\r\n\r\n", 400),
+    ("value-ctl", H + b"X-A: a\x01b\r\n\r\n", 400),
+    ("value-bare-cr", H + b"X-A: a\rb\r\n\r\n", 400),
+    # Line endings.
+    ("bare-lf-everywhere", b"GET / HTTP/1.1\nHost: a\n\n", 400),
+    ("bare-lf-after-field", b"GET / HTTP/1.1\r\nHost: a\n\r\n", 400),
+    ("bare-lf-end-of-head", H + b"\n", 400),
+    ("bare-cr-request-line", b"GET / HTTP/1.1\rHost: a\r\n\r\n", 400),
+    # Request line.
+    ("missing-host", b"GET / HTTP/1.1\r\n\r\n", 400),
+    ("two-hosts", H + b"Host: b\r\n\r\n", 400),
+    ("two-hosts-http10", b"GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+    ("http12", b"GET / HTTP/1.2\r\nHost: a\r\n\r\n", 505),
+    ("http20", b"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505),
+    ("http09-versioned", b"GET / HTTP/0.9\r\nHost: a\r\n\r\n", 505),
+    ("http09-simple", b"GET /\r\n\r\n", 505),
+    ("http30", b"GET / HTTP/3.0\r\nHost: a\r\n\r\n", 505),
+    ("h2-preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505),
+    ("lowercase-version", b"GET / http/1.1\r\nHost: a\r\n\r\n", 400),
+    ("version-trailing-space", b"GET / HTTP/1.1 \r\nHost: a\r\n\r\n", 400),
+    ("unknown-method", b"FOO / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    ("lowercase-method", b"get / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    ("tls-handshake", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400),
+    ("space-in-target", b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    ("ctl-in-target", b"GET /a\x01b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    ("tab-in-target", b"GET /a\tb HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    ("non-ascii-target", b"GET /\xc3\xa9 HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    ("target-no-slash", b"GET x HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    ("connect", b"CONNECT a.com:443 HTTP/1.1\r\nHost: a.com:443\r\n\r\n", 501),
+    ("upgrade-chunked", TE + b"Connection: upgrade\r\nUpgrade: h2c\r\n\r\n0\r\n\r\n", 400),
+]
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "bytewise"])
+@pytest.mark.parametrize(("name", "raw", "status"), INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_requests_never_produce_a_request(name: str, raw: bytes, status: int, split: bool) -> None:
+    parser = RequestParser()
+    seen: list = []
+    with pytest.raises(ParseError) as info:
+        for piece in [raw[i : i + 1] for i in range(len(raw))] if split else [raw]:
+            seen.extend(parser.feed(piece))
+    assert info.value.status == status, info.value
+    assert not [e for e in seen if isinstance(e, EndOfMessage)]
+    if not name.startswith(("chunk-", "trailer-")):
+        assert not [e for e in seen if isinstance(e, Request)]
+    with pytest.raises(ParseError):  # unusable afterwards
+        parser.feed(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+
+
+def req(**kw) -> Request:
+    base = dict(
+        method="GET", target=b"/", path=b"/", query=b"", http_version="1.1", headers=[(b"host", b"a")]
+    )
+    base.update(kw)
+    return Request(**base)
+
+
+EOM = EndOfMessage()
+
+# (name, raw, expected events)
+VALID = [
+    ("simple-get", H + b"\r\n", [req(), EOM]),
+    (
+        "path-query",
+        b"GET /a%20b/c?x=1&y=%2F HTTP/1.1\r\nHost: a\r\n\r\n",
+        [req(target=b"/a%20b/c?x=1&y=%2F", path=b"/a%20b/c", query=b"x=1&y=%2F"), EOM],
+    ),
+    (
+        "query-with-question",
+        H.replace(b"/", b"/?a=1?b", 1) + b"\r\n",
+        [req(target=b"/?a=1?b", query=b"a=1?b"), EOM],
+    ),
+    (
+        "fragment-stripped",
+        H.replace(b"/", b"/p?q#f", 1) + b"\r\n",
+        [req(target=b"/p?q#f", path=b"/p", query=b"q"), EOM],
+    ),
+    (
+        "absolute-form",
+        b"GET http://x.com/p?q HTTP/1.1\r\nHost: x.com\r\n\r\n",
+        [req(target=b"http://x.com/p?q", path=b"/p", query=b"q", headers=[(b"host", b"x.com")]), EOM],
+    ),
+    (
+        "absolute-form-no-path",
+        b"GET http://x.com?q HTTP/1.1\r\nHost: x.com\r\n\r\n",
+        [req(target=b"http://x.com?q", path=b"/", query=b"q", headers=[(b"host", b"x.com")]), EOM],
+    ),
+    (
+        "asterisk",
+        b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
+        [req(method="OPTIONS", target=b"*", path=b"*"), EOM],
+    ),
+    (
+        "names-lowered-values-stripped",
+        H + b"X-Thing:  v a l \t \r\nEmpty:\r\nUtf8: \xc3\xa9\r\nTab: a\tb\r\n\r\n",
+        [
+            req(
+                headers=[
+                    (b"host", b"a"),
+                    (b"x-thing", b"v a l"),
+                    (b"empty", b""),
+                    (b"utf8", b"\xc3\xa9"),
+                    (b"tab", b"a\tb"),
+                ]
+            ),
+            EOM,
+        ],
+    ),
+    (
+        "content-length-body",
+        P + b"Content-Length: 5\r\n\r\nhello",
+        [
+            req(method="POST", headers=[(b"host", b"a"), (b"content-length", b"5")], content_length=5),
+            Body(b"hello"),
+            EOM,
+        ],
+    ),
+    (
+        "content-length-ows",
+        P + b"Content-Length:  05 \r\n\r\nhello",
+        [
+            req(method="POST", headers=[(b"host", b"a"), (b"content-length", b"05")], content_length=5),
+            Body(b"hello"),
+            EOM,
+        ],
+    ),
+    (
+        "content-length-zero",
+        P + b"Content-Length: 0\r\n\r\n",
+        [req(method="POST", headers=[(b"host", b"a"), (b"content-length", b"0")], content_length=0), EOM],
+    ),
+    (
+        "chunked-ext-trailers",
+        TE + b'\r\n5;a=b;c="d e"\r\nhello\r\n06\r\n world\r\n0;x\r\nX-Trailer: 1\r\nY: 2\r\n\r\n',
+        [
+            req(method="POST", headers=[(b"host", b"a"), (b"transfer-encoding", b"chunked")], chunked=True),
+            Body(b"hello world"),
+            EOM,
+        ],
+    ),
+    (
+        "chunked-case-and-ows",
+        P + b"Transfer-Encoding:\tChunked \r\n\r\n0\r\n\r\n",
+        [
+            req(method="POST", headers=[(b"host", b"a"), (b"transfer-encoding", b"Chunked")], chunked=True),
+            EOM,
+        ],
+    ),
+    ("leading-crlf", b"\r\n" + H + b"\r\n", [req(), EOM]),
+    (
+        "http10-no-host",
+        b"GET / HTTP/1.0\r\n\r\n",
+        [req(http_version="1.0", headers=[], keep_alive=False), EOM],
+    ),
+    (
+        "http10-keep-alive",
+        b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n",
+        [req(http_version="1.0", headers=[(b"connection", b"Keep-Alive")], keep_alive=True), EOM],
+    ),
+    (
+        "http10-keep-alive-and-close",
+        b"GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n",
+        [req(http_version="1.0", headers=[(b"connection", b"keep-alive, close")], keep_alive=False), EOM],
+    ),
+    (
+        "http11-close",
+        H + b"Connection: foo, CLOSE\r\n\r\n",
+        [req(headers=[(b"host", b"a"), (b"connection", b"foo, CLOSE")], keep_alive=False), EOM],
+    ),
+    (
+        "http11-close-in-second-field",
+        H + b"Connection: keep-alive\r\nConnection: close\r\n\r\n",
+        [
+            req(
+                headers=[(b"host", b"a"), (b"connection", b"keep-alive"), (b"connection", b"close")],
+                keep_alive=False,
+            ),
+            EOM,
+        ],
+    ),
+    (
+        "expect-continue",
+        P + b"Content-Length: 2\r\nExpect: 100-Continue\r\n\r\nab",
+        [
+            req(
+                method="POST",
+                headers=[(b"host", b"a"), (b"content-length", b"2"), (b"expect", b"100-Continue")],
+                content_length=2,
+                expect_continue=True,
+            ),
+            Body(b"ab"),
+            EOM,
+        ],
+    ),
+    (
+        "expect-continue-no-body",
+        H + b"Expect: 100-continue\r\n\r\n",
+        [req(headers=[(b"host", b"a"), (b"expect", b"100-continue")]), EOM],
+    ),
+    (
+        "expect-continue-http10-ignored",
+        b"POST / HTTP/1.0\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\nx",
+        [
+            req(
+                method="POST",
+                http_version="1.0",
+                headers=[(b"content-length", b"1"), (b"expect", b"100-continue")],
+                keep_alive=False,
+                content_length=1,
+            ),
+            Body(b"x"),
+            EOM,
+        ],
+    ),
+    (
+        "upgrade-ignored-then-pipelined",
+        H + b"Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n" + H + b"\r\n",
+        [
+            req(headers=[(b"host", b"a"), (b"connection", b"Upgrade"), (b"upgrade", b"websocket")]),
+            EOM,
+            req(),
+            EOM,
+        ],
+    ),
+    (
+        # llhttp would hand the body to the "new protocol"; we read it as the body it is.
+        "upgrade-with-body-not-smuggled",
+        P + b"Connection: Upgrade\r\nUpgrade: h2c\r\nContent-Length: 27\r\n\r\n" + H + b"\r\n",
+        [
+            req(
+                method="POST",
+                headers=[
+                    (b"host", b"a"),
+                    (b"connection", b"Upgrade"),
+                    (b"upgrade", b"h2c"),
+                    (b"content-length", b"27"),
+                ],
+                content_length=27,
+            ),
+            Body(H + b"\r\n"),
+            EOM,
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "bytewise"])
+@pytest.mark.parametrize(("name", "raw", "expected"), VALID, ids=[c[0] for c in VALID])
+def test_valid_requests(name: str, raw: bytes, expected: list, split: bool) -> None:
+    assert parse(raw, split=split) == expected
+
+
+def test_pipelined_requests_in_one_feed_and_bytewise() -> None:
+    raw = (
+        H + b"\r\n"
+        + P + b"Content-Length: 3\r\n\r\nabc"
+        + TE + b"\r\n2\r\nxy\r\n0\r\n\r\n"
+        + b"HEAD /h HTTP/1.1\r\nHost: a\r\n\r\n"
+    )  # fmt: skip
+    for split in (False, True):
+        events = parse(raw, split=split)
+        kinds = [type(e).__name__ for e in events]
+        assert kinds == ["Request", "EndOfMessage", "Request", "Body", "EndOfMessage"] * 1 + [
+            "Request",
+            "Body",
+            "EndOfMessage",
+            "Request",
+            "EndOfMessage",
+        ]
+        assert [e.method for e in events if isinstance(e, Request)] == ["GET", "POST", "POST", "HEAD"]
+        assert [e.data for e in events if isinstance(e, Body)] == [b"abc", b"xy"]
+
+
+def test_in_message_tracks_one_request() -> None:
+    parser = RequestParser()
+    assert not parser.in_message
+    assert parser.feed(b"POST / HTTP/1.1\r\n") == []
+    assert parser.in_message
+    events = parser.feed(b"Host: a\r\nContent-Length: 4\r\n\r\nab")
+    assert [type(e) for e in events] == [Request, Body]
+    assert parser.in_message
+    assert parser.feed(b"cd") == [Body(b"cd"), EOM]
+    assert not parser.in_message
+    assert parser.feed(b"") == []
+
+
+def test_bytes_after_a_closing_request_are_ignored() -> None:
+    parser = RequestParser()
+    events = parser.feed(H + b"Connection: close\r\n\r\n" + H + b"\r\n")
+    assert [type(e) for e in events] == [Request, EndOfMessage]
+    assert not events[0].keep_alive
+    assert parser.feed(b"garbage") == []
+    parser = RequestParser()
+    events = parser.feed(b"GET / HTTP/1.0\r\n\r\nGET / HTTP/1.0\r\n\r\n")
+    assert [type(e) for e in events] == [Request, EndOfMessage]
+
+
+def test_http10_keep_alive_pipelines() -> None:
+    raw = b"GET /1 HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /2 HTTP/1.0\r\n\r\n"
+    requests = [e for e in parse(raw) if isinstance(e, Request)]
+    assert [(r.path, r.keep_alive) for r in requests] == [(b"/1", True), (b"/2", False)]
+
+
+def test_error_after_a_good_pipelined_request_still_raises() -> None:
+    with pytest.raises(ParseError):
+        RequestParser().feed(H + b"\r\n" + b"GET / HTTP/1.1\r\n\r\n")
+
+
+def test_method_strings() -> None:
+    for method in ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "PROPFIND", "PURGE"):
+        (request, _) = parse(H.replace(b"GET", method.encode()) + b"\r\n")
+        assert request.method == method
+
+
+# --- limits ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "bytewise"])
+def test_request_line_limit(split: bool) -> None:
+    limits = Limits(max_request_line=100)
+    ok = b"GET /" + b"a" * (100 - 14) + b" HTTP/1.1\r\nHost: a\r\n\r\n"  # line is exactly 100 bytes
+    assert len(ok.split(b"\r\n")[0]) == 100
+    assert isinstance(parse(ok, split=split, limits=limits)[0], Request)
+    too_long = ok.replace(b"/a", b"/aa")
+    assert status_of(too_long, split=split, limits=limits) == 414
+    assert status_of(b"GET /" + b"a" * 10_000, split=split, limits=limits) == 414  # before the end
+
+
+def test_header_count_limit() -> None:
+    limits = Limits(max_header_count=3)
+    assert isinstance(parse(H + b"A: 1\r\nB: 2\r\n\r\n", limits=limits)[0], Request)
+    assert status_of(H + b"A: 1\r\nB: 2\r\nC: 3\r\n\r\n", limits=limits) == 431
+
+
+def test_header_size_limit() -> None:
+    limits = Limits(max_header_size=20)
+    assert isinstance(parse(H + b"X-Name: " + b"v" * 14 + b"\r\n\r\n", limits=limits)[0], Request)
+    assert status_of(H + b"X-Name: " + b"v" * 15 + b"\r\n\r\n", limits=limits) == 431
+
+
+def test_endless_header_is_cut_off_before_it_ends() -> None:
+    """llhttp buffers a field until its end: the whole-head bound must stop an endless one."""
+    parser = RequestParser(Limits(max_request_line=100, max_header_count=2, max_header_size=100))
+    parser.feed(H + b"X: ")
+    with pytest.raises(ParseError) as info:
+        for _ in range(1000):
+            parser.feed(b"v" * 100)
+    assert info.value.status == 431
+
+
+def test_trailer_limits() -> None:
+    limits = Limits(max_header_count=3, max_header_size=20)
+    many = TE + b"\r\n0\r\n" + b"".join(b"T%d: v\r\n" % i for i in range(4)) + b"\r\n"
+    assert status_of(many, limits=limits) == 431
+    assert status_of(TE + b"\r\n0\r\nT: " + b"v" * 30 + b"\r\n\r\n", limits=limits) == 431
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "bytewise"])
+def test_body_limit(split: bool) -> None:
+    limits = Limits(max_body=5)
+    assert parse(P + b"Content-Length: 5\r\n\r\nhello", split=split, limits=limits)[1] == Body(b"hello")
+    assert status_of(P + b"Content-Length: 6\r\n\r\n", split=split, limits=limits) == 413
+    assert parse(TE + b"\r\n5\r\nhello\r\n0\r\n\r\n", split=split, limits=limits)[1] == Body(b"hello")
+    assert status_of(TE + b"\r\n3\r\nhel\r\n3\r\nlo!\r\n0\r\n\r\n", split=split, limits=limits) == 413
+
+
+def test_zero_means_unlimited() -> None:
+    limits = Limits(max_request_line=0, max_header_count=0, max_header_size=0, max_body=0)
+    raw = b"POST /" + b"a" * 20_000 + b" HTTP/1.1\r\nHost: a\r\n" + b"X: 1\r\n" * 300
+    raw += b"Content-Length: 3\r\n\r\nabc"
+    assert [type(e) for e in parse(raw, limits=limits)] == [Request, Body, EndOfMessage]
+
+
+def test_limits_from_config() -> None:
+    config = Config(
+        limit_request_line=1, limit_request_fields=2, limit_request_field_size=3, limit_request_body=4
+    )
+    assert Limits.from_config(config) == Limits(1, 2, 3, 4)
+    assert Limits.from_config(Config()) == Limits()

@@ -1,0 +1,121 @@
+"""Error log setup and the access log formats, plus reopen for logrotate."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+
+import pytest
+
+from refork.config import Config
+from refork.logs import AccessLog, reopen_log_files, setup_logging
+
+REQUEST = dict(
+    remote="127.0.0.1",
+    method="GET",
+    target=b"/x?y=1",
+    http_version="1.1",
+    status=200,
+    length=5,
+    duration=0.0123,
+    headers=[(b"host", b"a"), (b"referer", b"http://r/"), (b"user-agent", b'curl/8 "q"')],
+)
+
+
+def lines(path):
+    return path.read_text().splitlines()
+
+
+def test_from_config_off():
+    assert AccessLog.from_config(Config()) is None
+
+
+def test_common(tmp_path):
+    log = AccessLog.from_config(Config(access_logfile=str(tmp_path / "a.log")))
+    log.log(**REQUEST)
+    log.log(**{**REQUEST, "length": 0, "status": 304})
+    (first, second) = lines(tmp_path / "a.log")
+    stamp = r"\[\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d [+-]\d{4}\]"
+    assert re.fullmatch(rf'127\.0\.0\.1 - - {stamp} "GET /x\?y=1 HTTP/1\.1" 200 5', first)
+    assert second.endswith('" 304 -')
+    log.close()
+
+
+def test_combined_escapes(tmp_path):
+    log = AccessLog(str(tmp_path / "a.log"), "combined")
+    log.log(**REQUEST)
+    log.log(**{**REQUEST, "headers": [], "target": b'/evil\n"x'})
+    first, second = lines(tmp_path / "a.log")
+    assert first.endswith('"GET /x?y=1 HTTP/1.1" 200 5 "http://r/" "curl/8 \\"q\\""')
+    assert second.endswith('"GET /evil\\x0a\\"x HTTP/1.1" 200 5 "-" "-"')
+    log.close()
+
+
+def test_json(tmp_path):
+    log = AccessLog(str(tmp_path / "a.log"), "json")
+    log.log(**REQUEST)
+    (line,) = lines(tmp_path / "a.log")
+    record = json.loads(line)
+    assert record["remote"] == "127.0.0.1" and record["method"] == "GET"
+    assert (record["path"], record["query"], record["proto"]) == ("/x", "y=1", "HTTP/1.1")
+    assert (record["status"], record["bytes"], record["duration_ms"]) == (200, 5, 12.3)
+    assert record["referer"] == "http://r/" and record["user_agent"] == 'curl/8 "q"'
+    assert record["pid"] == os.getpid() and record["ts"].endswith("Z")
+    log.close()
+
+
+def test_reopen(tmp_path):
+    path = tmp_path / "a.log"
+    log = AccessLog(str(path), "common")
+    log.log(**REQUEST)
+    os.rename(path, tmp_path / "a.log.1")
+    log.log(**REQUEST)
+    reopen_log_files()
+    log.log(**REQUEST)
+    assert len(lines(tmp_path / "a.log.1")) == 2
+    assert len(lines(path)) == 1
+    log.reopen()
+    log.log(**REQUEST)
+    assert len(lines(path)) == 2
+    log.close()
+
+
+def test_stdout(capsys):
+    log = AccessLog("-", "common")
+    log.log(**REQUEST)
+    log.reopen()
+    assert capsys.readouterr().out.startswith("127.0.0.1 - - [")
+
+
+@pytest.fixture
+def restore_refork_logger():
+    logger = logging.getLogger("refork")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    for h in list(logger.handlers):
+        logger.removeHandler(h)
+        h.close()
+    logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]
+
+
+def test_error_log_file_and_reopen(tmp_path, restore_refork_logger):
+    path = tmp_path / "error.log"
+    logger = setup_logging(Config(error_logfile=str(path), log_level="warning"))
+    logger.info("hidden")
+    logger.warning("first")
+    os.rename(path, tmp_path / "error.log.1")
+    reopen_log_files()
+    logger.error("second")
+    (old,) = lines(tmp_path / "error.log.1")
+    (new,) = lines(path)
+    assert re.fullmatch(rf"\[.+\] \[{os.getpid()}\] \[WARNING\] first", old)
+    assert new.endswith("[ERROR] second")
+
+
+def test_error_log_stderr(capsys, restore_refork_logger):
+    logger = setup_logging(Config(log_level="debug"))
+    setup_logging(Config(log_level="debug"))  # idempotent: still one handler
+    logger.debug("hello")
+    assert capsys.readouterr().err.count("[DEBUG] hello") == 1

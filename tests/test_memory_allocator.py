@@ -1,0 +1,202 @@
+"""Allocator selection (jemalloc re-exec), malloc_trim, and the optional memray capture."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from refork.config import ConfigError
+from refork.memory import allocator, profiling
+from refork.memory.allocator import (
+    JEMALLOC_CONF,
+    MallocTrimmer,
+    find_jemalloc,
+    loaded_allocator,
+    malloc_trim,
+    reexec_with_jemalloc,
+)
+
+JEMALLOC = find_jemalloc()
+needs_jemalloc = pytest.mark.skipif(JEMALLOC is None, reason="libjemalloc2 not installed")
+linux_only = pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux /proc")
+
+PROBE = """
+import json, os, sys
+from refork.memory.allocator import loaded_allocator, reexec_with_jemalloc
+
+if __name__ == "__main__":
+    reexec_with_jemalloc(sys.argv, module="probe")
+    with open("/proc/self/environ", "rb") as f:
+        exec_env = dict(
+            kv.split(b"=", 1) for kv in f.read().split(b"\\0") if b"=" in kv
+        )
+    print(json.dumps({
+        "allocator": loaded_allocator(),
+        "argv": sys.argv[1:],
+        "exec_malloc_conf": exec_env.get(b"MALLOC_CONF", b"").decode(),
+        "exec_preload": exec_env.get(b"LD_PRELOAD", b"").decode(),
+        "env_preload": os.environ.get("LD_PRELOAD"),
+        "env_malloc_conf": os.environ.get("MALLOC_CONF"),
+        "marks": sorted(k for k in os.environ if k.startswith("REFORK_")),
+        "optimize": sys.flags.optimize,
+    }))
+"""
+
+
+def run_probe(tmp_path: Path, env_extra: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "probe.py").write_text(textwrap.dedent(PROBE))
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_CONF")}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    env.update(env_extra)
+    return subprocess.run(
+        [sys.executable, "-O", "-m", "probe", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
+
+
+@linux_only
+def test_this_process_uses_glibc() -> None:
+    assert loaded_allocator() == "glibc"
+    assert loaded_allocator(os.getpid()) == "glibc"
+    assert loaded_allocator(2**22 + 12345) == "unknown"
+
+
+@needs_jemalloc
+def test_find_jemalloc() -> None:
+    assert JEMALLOC is not None and os.path.isabs(JEMALLOC) and "libjemalloc" in JEMALLOC
+
+
+@needs_jemalloc
+@linux_only
+def test_reexec_loads_jemalloc_and_restores_the_environment(tmp_path: Path) -> None:
+    import json
+
+    proc = run_probe(tmp_path, {}, "serve", "app:wsgi", "--workers=2")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["allocator"] == "jemalloc"
+    assert out["argv"] == ["serve", "app:wsgi", "--workers=2"]
+    assert out["optimize"] == 1  # interpreter flags survive the exec
+    assert out["exec_preload"] == JEMALLOC
+    assert out["exec_malloc_conf"] == JEMALLOC_CONF
+    assert "background_thread:false" in JEMALLOC_CONF
+    # Subprocesses the app starts get the user's environment back.
+    assert out["env_preload"] is None and out["env_malloc_conf"] is None
+    assert out["marks"] == []
+
+
+@needs_jemalloc
+@linux_only
+def test_reexec_keeps_user_settings(tmp_path: Path) -> None:
+    import json
+
+    libm = "/lib/x86_64-linux-gnu/libm.so.6"
+    extra = {"MALLOC_CONF": "narenas:1"}
+    if os.path.exists(libm):
+        extra["LD_PRELOAD"] = libm
+    proc = run_probe(tmp_path, extra)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["allocator"] == "jemalloc"
+    assert out["exec_malloc_conf"] == "narenas:1"
+    assert out["env_malloc_conf"] == "narenas:1"
+    if "LD_PRELOAD" in extra:
+        assert out["exec_preload"] == f"{JEMALLOC}:{libm}"
+        assert out["env_preload"] == libm
+
+
+@linux_only
+def test_missing_library_is_a_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(allocator.SEARCH_PATH_ENV, str(tmp_path / "nowhere"))
+    assert find_jemalloc() is None
+    with pytest.raises(ConfigError) as info:
+        reexec_with_jemalloc(["refork", "app:wsgi"])
+    assert str(info.value) == (
+        "jemalloc not found: install it with `apt-get install libjemalloc2` (or drop --allocator jemalloc)"
+    )
+
+
+@linux_only
+def test_missing_library_in_a_subprocess(tmp_path: Path) -> None:
+    proc = run_probe(tmp_path, {allocator.SEARCH_PATH_ENV: "/nonexistent"})
+    assert proc.returncode != 0
+    assert "ConfigError: jemalloc not found: install it with `apt-get install libjemalloc2`" in proc.stderr
+
+
+def test_search_path_override_accepts_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = tmp_path / "libjemalloc.so.2"
+    lib.write_bytes(b"")
+    monkeypatch.setenv(allocator.SEARCH_PATH_ENV, os.pathsep.join(["/nonexistent", str(tmp_path)]))
+    assert find_jemalloc() == str(lib)
+    monkeypatch.setenv(allocator.SEARCH_PATH_ENV, str(lib))
+    assert find_jemalloc() == str(lib)
+
+
+@linux_only
+def test_no_exec_loop_when_preload_does_not_take(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REFORK_ALLOCATOR_REEXEC", "1")
+    with pytest.raises(ConfigError, match="not loaded after re-exec"):
+        reexec_with_jemalloc(["refork", "app:wsgi"])
+    assert "REFORK_ALLOCATOR_REEXEC" not in os.environ
+
+
+def test_malloc_trim_returns_a_bool() -> None:
+    junk = [bytes(200_000) for _ in range(50)]
+    del junk
+    assert isinstance(malloc_trim(), bool)
+
+
+def test_trimmer_is_rate_limited(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(allocator, "malloc_trim", lambda: calls.append(1) or True)
+    trimmer = MallocTrimmer(min_interval=10.0)
+    assert trimmer.maybe_trim(100.0)
+    assert not trimmer.maybe_trim(105.0)
+    assert not trimmer.maybe_trim(109.9)
+    assert trimmer.maybe_trim(110.0)
+    assert not trimmer.maybe_trim(111.0)
+    assert len(calls) == 2
+
+
+def test_memray_missing_is_a_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "memray", None)  # makes `import memray` raise ImportError
+    with pytest.raises(ConfigError, match=r"--memray needs memray: pip install 'refork\[memray\]'"):
+        profiling.start_memray(str(tmp_path), os.getpid())
+
+
+def test_memray_capture_per_worker(tmp_path: Path) -> None:
+    pytest.importorskip("memray", reason="memray not installed (pip install memray)")
+    code = textwrap.dedent(
+        """
+        import os, sys
+        from refork.memory.profiling import start_memray, stop_memray
+        d = sys.argv[1]
+        pid = os.fork()
+        if pid == 0:
+            tracker = start_memray(d, os.getpid())
+            data = [bytes(1000) for _ in range(1000)]
+            stop_memray(tracker)
+            os._exit(0)
+        assert os.waitpid(pid, 0)[1] == 0
+        print(pid)
+        """
+    )
+    out_dir = tmp_path / "captures"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(out_dir)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    pid = int(proc.stdout)
+    capture = out_dir / f"refork-worker-{pid}.bin"
+    assert capture.stat().st_size > 0
+    # A recycled pid does not overwrite an earlier capture.
+    assert profiling._output_path(str(out_dir), pid).endswith(f"refork-worker-{pid}.1.bin")

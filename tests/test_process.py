@@ -1,0 +1,258 @@
+"""The process model, end to end: real processes, real signals, real HTTP."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from conftest import pids_alive, run_cli
+from load import Load
+
+
+def cmdline(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().replace(b"\0", b" ").decode().strip()
+
+
+def test_serves_and_every_process_is_a_direct_child_of_the_monitor(start_server):
+    server = start_server(workers=2)
+    status = server.status()
+    monitor = status["monitor_pid"]
+    assert monitor == server.proc.pid
+    pids = {p["pid"] for p in status["processes"]}
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            assert int(f.read().split(")")[1].split()[1]) == monitor
+    code, body = server.get("/")
+    assert code == 200
+    pid, ppid = map(int, body.split())
+    assert ppid == monitor
+    assert cmdline(monitor) == "refork: monitor"
+    assert cmdline(server.mold()["pid"]) == "refork: mold (gen 0)"
+    titles = sorted(cmdline(w["pid"]) for w in server.workers())
+    assert titles == ["refork: worker 0 (gen 0)", "refork: worker 1 (gen 0)"]
+
+
+def test_killed_worker_is_replaced_from_the_mold(start_server):
+    server = start_server(workers=2)
+    victim = server.workers()[0]
+    started = time.monotonic()
+    os.kill(victim["pid"], signal.SIGKILL)
+    replacement = server.wait_for(
+        lambda: [w for w in server.workers() if w["nr"] == victim["nr"] and w["pid"] != victim["pid"]],
+        timeout=5,
+        what="a replacement worker",
+    )
+    assert time.monotonic() - started < 2.0  # generous: the target is tens of milliseconds
+    assert replacement[0]["generation"] == 0
+    assert server.get("/")[0] == 200
+
+
+def test_killed_mold_is_restarted_while_workers_keep_serving(start_server):
+    server = start_server(workers=2)
+    mold = server.mold()
+    workers = {w["pid"] for w in server.workers()}
+    os.kill(mold["pid"], signal.SIGKILL)
+    server.wait_for(lambda: (m := server.mold()) and m["pid"] != mold["pid"], timeout=15, what="a new mold")
+    assert {w["pid"] for w in server.workers()} == workers
+    assert server.get("/")[0] == 200
+    # the new mold can fork: kill a worker and see it replaced
+    os.kill(next(iter(workers)), signal.SIGKILL)
+    server.wait_for(
+        lambda: len(server.workers()) == 2 and {w["pid"] for w in server.workers()} != workers,
+        timeout=10,
+        what="replacement from the new mold",
+    )
+
+
+def test_term_is_a_graceful_stop_that_finishes_in_flight_requests(start_server):
+    import threading
+
+    server = start_server(workers=1)
+    result = {}
+
+    def slow():
+        result["response"] = server.get("/sleep?1.5")
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    time.sleep(0.5)
+    children = [p["pid"] for p in server.status()["processes"]]
+    server.signal(signal.SIGTERM)
+    thread.join(10)
+    assert result["response"] == (200, b"slept")
+    assert server.wait_exit(20) == 0
+    assert pids_alive(children) == []
+
+
+def test_int_is_a_fast_stop(start_server):
+    server = start_server(workers=2)
+    children = [p["pid"] for p in server.status()["processes"]]
+    server.signal(signal.SIGINT)
+    assert server.wait_exit(10) == 0
+    time.sleep(0.2)
+    assert pids_alive(children) == []
+
+
+def test_ttin_and_ttou_change_the_worker_count(start_server):
+    server = start_server(workers=1)
+    server.signal(signal.SIGTTIN)
+    server.wait_for(lambda: len(server.workers()) == 2, what="2 workers after TTIN")
+    server.signal(signal.SIGTTIN)
+    server.wait_for(lambda: len(server.workers()) == 3, what="3 workers after TTIN")
+    server.signal(signal.SIGTTOU)
+    server.wait_for(lambda: len(server.workers(state=None)) == 2, what="2 workers after TTOU")
+
+
+def test_hup_reloads_with_a_fresh_mold_and_no_failed_request(start_server):
+    server = start_server(workers=2)
+    old_mold = server.mold()["pid"]
+    old_workers = {w["pid"] for w in server.workers()}
+    with Load(server.port, threads=4) as load:
+        load.wait_for_requests(50)
+        server.signal(signal.SIGHUP)
+        server.wait_for(
+            lambda: (
+                server.status()["generation"] == 1
+                and {w["generation"] for w in server.workers(state=None)} == {1}
+                and len(server.workers()) == 2
+            ),
+            timeout=30,
+            what="all workers replaced by generation 1",
+        )
+        load.wait_for_requests(50)
+    assert load.failures == []
+    assert server.mold()["pid"] != old_mold
+    assert not old_workers & {w["pid"] for w in server.workers()}
+
+
+def test_hung_worker_is_killed_after_timeout_and_replaced(start_server):
+    server = start_server("--timeout", "1", workers=1)
+    before = server.workers()[0]["pid"]
+    try:
+        server.get("/sleep?30", timeout=10)
+    except Exception:  # noqa: BLE001 - the connection dies with the worker
+        pass
+    server.wait_for(
+        lambda: (w := server.workers()) and w[0]["pid"] != before,
+        timeout=10,
+        what="replacement of the hung worker",
+    )
+    assert "timeout" in server.log()
+    assert server.get("/")[0] == 200
+
+
+def test_crash_loop_backs_off_and_says_why(start_server, tmp_path):
+    conf = tmp_path / "crash.conf.py"
+    conf.write_text("import os\n\ndef post_fork(config, worker):\n    os._exit(7)\n")
+    server = start_server("-c", str(conf), workers=1, wait=False)
+    time.sleep(3.0)
+    log = server.log()
+    attempts = log.count("exited with code 7")
+    assert "crash loop" in log
+    assert 3 <= attempts <= 12, log  # backing off: 0.1, 0.2, 0.4, 0.8, 1.6 s...
+
+
+def test_monitor_death_stops_every_child(start_server):
+    server = start_server(workers=2)
+    children = [p["pid"] for p in server.status()["processes"]]
+    os.kill(server.proc.pid, signal.SIGKILL)
+    server.proc.wait()
+    deadline = time.monotonic() + 10
+    while pids_alive(children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pids_alive(children) == []
+
+
+def test_max_requests_recycles_workers_without_failures(start_server):
+    server = start_server("--max-requests", "20", workers=2)
+    first = {w["pid"] for w in server.workers()}
+    with Load(server.port, threads=2) as load:
+        load.wait_for_requests(200)
+    assert load.failures == []
+    assert len(load.pids) > 2
+    assert not first & {w["pid"] for w in server.workers()}
+
+
+def test_unix_socket_bind(start_server, tmp_path):
+    import http.client
+    import socket
+
+    path = tmp_path / "refork.sock"
+    server = start_server("-b", f"unix:{path}", workers=1)
+
+    class UnixConnection(http.client.HTTPConnection):
+        def connect(self):
+            self.sock = socket.socket(socket.AF_UNIX)
+            self.sock.connect(str(path))
+
+    conn = UnixConnection("localhost")
+    conn.request("GET", "/")
+    assert conn.getresponse().status == 200
+    conn.close()
+    server.signal(signal.SIGTERM)
+    server.wait_exit(20)
+    assert not path.exists()
+
+
+def test_bad_app_path_is_one_line_and_exit_2():
+    result = run_cli("-b", "127.0.0.1:0", "--chdir", "tests", "nosuchmodule:app")
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert len(lines) == 1 and "nosuchmodule" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unbindable_address_is_one_line_and_exit_2():
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_cli("-b", f"127.0.0.1:{port}", "--chdir", "tests", "apps.procs:app")
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert "cannot bind" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_app_crashing_at_import_exits_with_a_traceback():
+    result = run_cli("-b", "127.0.0.1:0", "--chdir", "tests", "apps.broken_on_import:app")
+    assert result.returncode == 3
+    assert "this app is broken at import time" in result.stderr
+
+
+def test_usr1_reopens_log_files(start_server, tmp_path):
+    access = tmp_path / "access.log"
+    server = start_server("--access-logfile", str(access), workers=1)
+    assert server.get("/")[0] == 200
+    server.wait_for(lambda: access.exists() and access.stat().st_size > 0, what="access log line")
+    access.rename(tmp_path / "access.log.1")
+    server.signal(signal.SIGUSR1)
+    time.sleep(0.5)
+    server.wait_for(
+        lambda: server.get("/")[0] == 200 and access.exists() and access.stat().st_size > 0,
+        timeout=10,
+        what="a new access log file",
+    )
+
+
+def test_asgi_app_through_the_cli(start_server):
+    server = start_server(app="apps.procs:asgi_app", workers=2)
+    code, body = server.get("/")
+    assert code == 200 and int(body) in {w["pid"] for w in server.workers()}
+
+
+def test_without_subreaper_workers_are_children_of_the_mold(start_server):
+    server = start_server(workers=2, env={"REFORK_NO_SUBREAPER": "1"})
+    mold = server.mold()["pid"]
+    _, body = server.get("/")
+    assert int(body.split()[1]) == mold
+    assert "subreaper unavailable" in server.log()
+    victim = server.workers()[0]
+    os.kill(victim["pid"], signal.SIGKILL)
+    server.wait_for(
+        lambda: victim["pid"] not in {w["pid"] for w in server.workers()} and len(server.workers()) == 2,
+        what="replacement without subreaper",
+    )

@@ -1,0 +1,148 @@
+"""Reforking from warm workers, fork-unsafe marking, memory accounting and recycling."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from conftest import ROOT
+from load import Load
+
+
+def generations(server) -> set[int]:
+    return {w["generation"] for w in server.workers(state=None)}
+
+
+def test_refork_after_promotes_at_the_configured_counts_without_failures(start_server):
+    server = start_server("--refork-after", "30,60", workers=2)
+    assert server.status()["generation"] == 0
+    with Load(server.port, threads=3) as load:
+        server.wait_for(
+            lambda: (
+                server.status()["generation"] >= 1
+                and generations(server) == {1}
+                and len(server.workers()) == 2
+            ),
+            timeout=30,
+            what="generation 1 everywhere",
+        )
+        server.wait_for(
+            lambda: (
+                server.status()["generation"] >= 2
+                and generations(server) == {2}
+                and len(server.workers()) == 2
+            ),
+            timeout=30,
+            what="generation 2 everywhere",
+        )
+    assert load.failures == []
+    log = server.log()
+    assert "reached 30 requests" in log  # gen-0 workers are promoted at the first count
+    assert "reached 60 requests" in log  # gen-1 workers at the second
+    mold = server.mold()
+    with open(f"/proc/{mold['pid']}/cmdline", "rb") as f:
+        assert f.read().split(b"\0")[0] == f"refork: mold (gen {mold['generation']})".encode()
+
+
+def test_usr2_and_refork_command_trigger_a_refork(start_server):
+    server = start_server(workers=2)
+    for _ in range(10):
+        server.get("/")
+    server.signal(signal.SIGUSR2)
+    server.wait_for(
+        lambda: (
+            server.status()["generation"] == 1 and generations(server) == {1} and len(server.workers()) == 2
+        ),
+        what="refork after USR2",
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "refork", "refork", "--control-socket", server.control],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    server.wait_for(
+        lambda: server.status()["generation"] == 2 and generations(server) == {2},
+        what="refork after `refork refork`",
+    )
+
+
+def test_mark_fork_unsafe_is_honoured(start_server):
+    server = start_server("--refork-after", "5", workers=1)
+    assert server.get("/unsafe") == (200, b"marked")
+    for _ in range(20):
+        assert server.get("/")[0] == 200
+    worker = server.wait_for(lambda: [w for w in server.workers() if w["fork_unsafe"]], what="unsafe mark")[0]
+    assert "opened a connection" in worker["fork_unsafe"]
+    assert server.status()["generation"] == 0
+    result = server.request("refork")
+    assert result["ok"] is False
+    assert server.status()["generation"] == 0
+    table = subprocess.run(
+        [sys.executable, "-m", "refork", "status", "--control-socket", server.control],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    ).stdout
+    assert "fork-unsafe: opened a connection at request time" in table
+
+
+def test_memory_limit_recycles_a_growing_worker(start_server):
+    server = start_server("--max-worker-memory", "150M", "--memory-interval", "0.2", workers=1)
+    victim = server.workers()[0]["pid"]
+    assert server.get("/grow?200000000")[0] == 200
+    server.wait_for(
+        lambda: (w := server.workers()) and w[0]["pid"] != victim,
+        timeout=20,
+        what="replacement of the big worker",
+    )
+    assert "over --max-worker-memory" in server.log()
+    assert server.get("/")[0] == 200
+
+
+def test_status_reports_per_process_memory(start_server):
+    server = start_server(workers=2)
+    server.get("/")
+    status = server.status()
+    assert status["total_pss"] > 0
+    for process in status["processes"]:
+        for key in ("rss", "pss", "uss", "private_dirty", "minflt"):
+            assert process[key] is not None and process[key] >= 0, (key, process)
+        assert process["uss"] <= process["rss"]
+    result = subprocess.run(
+        [sys.executable, "-m", "refork", "status", "--json", "--control-socket", server.control],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    )
+    assert json.loads(result.stdout)["monitor_pid"] == server.proc.pid
+    table = subprocess.run(
+        [sys.executable, "-m", "refork", "status", "--control-socket", server.control],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    ).stdout
+    assert "PSS" in table and "worker 1" in table and "mold" in table
+
+
+def test_jemalloc_flag_loads_jemalloc(start_server):
+    server = start_server("--allocator", "jemalloc", workers=1)
+    assert server.status()["allocator"] == "jemalloc"
+    worker = server.workers()[0]["pid"]
+    with open(f"/proc/{worker}/maps") as f:
+        assert "libjemalloc" in f.read()
+    assert server.get("/")[0] == 200
+    assert "MALLOC_CONF" not in os.environ
+
+
+def test_warmup_runs_in_the_mold_before_fork(start_server, tmp_path):
+    server = start_server("--warmup", "/", "--warmup", "/sleep?0", workers=1)
+    assert "warm-up: / 200, /sleep?0 200" in server.log()
