@@ -16,6 +16,7 @@ from urllib.parse import unquote_to_bytes
 from refork.config import Config
 from refork.http.events import Request
 from refork.http.forwarded import TrustedProxies, resolve_forwarded
+from refork.http.response import ResponseFramer
 
 log = logging.getLogger("refork")
 
@@ -153,15 +154,12 @@ class ResponseState:
         return out
 
     def _start(self, message: dict[str, Any]) -> bytes:
-        from refork.http.response import ResponseFramer
-
         status = message.get("status")
         if type(status) is not int or not 100 <= status <= 999:
             raise RuntimeError(f"'status' must be an int between 100 and 999, got {status!r}")
         if 100 <= status < 200:
             raise RuntimeError(f"Informational status {status} cannot be sent as the final response")
-        headers = message.get("headers", ())
-        headers = _check_headers(headers)
+        headers = _check_headers(message.get("headers", ()))
         framer = ResponseFramer(self.request, server_keep_alive=self.keep_alive)
         try:
             self._head = framer.head(status, headers)
@@ -171,6 +169,16 @@ class ResponseState:
         self.status = status
         self.started = True
         return b""
+
+    def take_head(self) -> bytes:
+        """The held-back head, if no body message came to carry it; empty afterwards."""
+        head = self._head
+        self._head = None
+        return head or b""
+
+    @property
+    def head_pending(self) -> bool:
+        return self._head is not None
 
     @property
     def will_keep_alive(self) -> bool:
@@ -210,8 +218,9 @@ def _check_headers(headers: Iterable[Any]) -> list[tuple[bytes, bytes]]:
 class Lifespan:
     """Drive the app's ``lifespan`` scope: startup before serving, shutdown at graceful stop.
 
-    An app that raises on the lifespan scope before sending anything does not implement it; that
-    is logged at debug and serving goes on. ``state`` is the dict every request scope copies.
+    An app that raises on the lifespan scope before its first ``receive()`` does not implement
+    it: logged at debug, serving goes on. Raising after receiving ``lifespan.startup`` without
+    answering is a startup failure. ``state`` is the dict every request scope copies.
     """
 
     def __init__(self, app: Any) -> None:
@@ -219,75 +228,78 @@ class Lifespan:
         self.state: dict[str, Any] = {}
         self.supported = True
         self._task: asyncio.Task[None] | None = None
-        self._inbox: asyncio.Queue[dict[str, Any]] | None = None
+        self._inbox: list[dict[str, Any]] = []
+        self._inbox_ready: asyncio.Future[None] | None = None
         self._reply: asyncio.Future[dict[str, Any]] | None = None
-        self._sent_any = False
+        self._received = False
         self._phase = "startup"
 
     async def startup(self) -> None:
-        """Run lifespan.startup; raise LifespanFailure if the app says it failed."""
+        """Run lifespan.startup; raise LifespanFailure if the app reports or raises a failure."""
         loop = asyncio.get_running_loop()
-        self._inbox = asyncio.Queue()
-        self._reply = loop.create_future()
         scope = {"type": "lifespan", "asgi": ASGI_INFO, "state": self.state}
         self._task = loop.create_task(self._run(scope))
-        await self._inbox.put({"type": "lifespan.startup"})
-        message = await self._wait_reply()
+        message = await self._exchange("startup")
         if message is None:
             return
         if message["type"] == "lifespan.startup.failed":
             raise LifespanFailure(f"ASGI lifespan startup failed: {message.get('message', '')}")
         if message["type"] != "lifespan.startup.complete":
-            raise LifespanFailure(f"Unexpected lifespan message during startup: {message['type']!r}")
+            raise LifespanFailure(f"unexpected lifespan message during startup: {message['type']!r}")
 
     async def shutdown(self) -> None:
-        """Run lifespan.shutdown (if startup ran and the app supports lifespan); never raises."""
+        """Run lifespan.shutdown if startup completed; failures are logged, never raised."""
         if not self.supported or self._task is None or self._task.done():
             return
-        loop = asyncio.get_running_loop()
-        self._phase = "shutdown"
-        self._reply = loop.create_future()
-        assert self._inbox is not None
-        await self._inbox.put({"type": "lifespan.shutdown"})
-        message = await self._wait_reply()
+        message = await self._exchange("shutdown")
         if message is not None and message["type"] == "lifespan.shutdown.failed":
             log.error("ASGI lifespan shutdown failed: %s", message.get("message", ""))
 
-    async def _wait_reply(self) -> dict[str, Any] | None:
-        """The app's next lifespan message, or None when the app returned or does not do lifespan."""
-        assert self._reply is not None and self._task is not None
-        done, _ = await asyncio.wait({self._reply, self._task}, return_when=asyncio.FIRST_COMPLETED)
-        if self._reply in done:
-            return self._reply.result()
-        self._reply.cancel()
+    async def _exchange(self, phase: str) -> dict[str, Any] | None:
+        """Deliver lifespan.<phase>; return the app's answer, or None if it does not do lifespan."""
+        assert self._task is not None
+        self._phase = phase
+        reply = self._reply = asyncio.get_running_loop().create_future()
+        self._inbox.append({"type": f"lifespan.{phase}"})
+        if self._inbox_ready is not None and not self._inbox_ready.done():
+            self._inbox_ready.set_result(None)
+        await asyncio.wait({reply, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        if reply.done():
+            return reply.result()
+        reply.cancel()
+        if self.supported:
+            log.warning("ASGI lifespan task returned without answering lifespan.%s", phase)
         return None
 
     async def _run(self, scope: dict[str, Any]) -> None:
         try:
             await self.app(scope, self._receive, self._send)
+        except (KeyboardInterrupt, SystemExit):
+            raise
         except BaseException as exc:
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
-            if not self._sent_any:
+            if not self._received:
                 self.supported = False
                 log.debug("ASGI app does not support lifespan (%s: %s)", type(exc).__name__, exc)
-            else:
-                log.exception("Exception in ASGI lifespan")
-                reply = self._reply
-                if reply is not None and not reply.done():
-                    kind = f"lifespan.{self._phase}.failed"
-                    reply.set_result({"type": kind, "message": f"{type(exc).__name__}: {exc}"})
+                return
+            reply = self._reply
+            if reply is None or reply.done():
+                log.error("Exception in ASGI lifespan task", exc_info=exc)
+                return
+            log.error("Exception in ASGI lifespan %s", self._phase, exc_info=exc)
+            detail = f"{type(exc).__name__}: {exc}"
+            reply.set_result({"type": f"lifespan.{self._phase}.failed", "message": detail})
         else:
-            if not self._sent_any:
-                # Returned without a word: treat as "no lifespan", like uvicorn's "auto" mode.
-                self.supported = False
+            if not self._received:
+                self.supported = False  # returned without looking: no lifespan support
 
     async def _receive(self) -> dict[str, Any]:
-        assert self._inbox is not None
-        return await self._inbox.get()
+        self._received = True
+        while not self._inbox:
+            self._inbox_ready = asyncio.get_running_loop().create_future()
+            await self._inbox_ready
+        return self._inbox.pop(0)
 
     async def _send(self, message: dict[str, Any]) -> None:
-        self._sent_any = True
         reply = self._reply
         if reply is not None and not reply.done():
             reply.set_result(message)

@@ -266,7 +266,7 @@ class SendFailed(Exception):
 
 
 _STATUS_CACHE: dict[str, tuple[int, bytes]] = {}
-_NAME_CACHE: dict[str, tuple[bytes, bool, bool]] = {}  # name -> (bytes, hop-by-hop, content-length)
+_HEADER_CACHE: dict[tuple[str, str], tuple[tuple[bytes, bytes], bool]] = {}
 _TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
@@ -288,32 +288,44 @@ def _check_status(status: Any) -> tuple[int, bytes]:
     return hit
 
 
-def _check_name(name: Any) -> tuple[bytes, bool, bool]:
+def _check_header(item: Any) -> tuple[tuple[bytes, bytes], bool]:
+    """Validate one (name, value) pair; returns it encoded and whether it is Content-Length."""
+    if type(item) is not tuple or len(item) != 2:
+        raise TypeError(f"WSGI header must be a (name, value) tuple, got {item!r}")
+    name, value = item
     if type(name) is not str:
         raise TypeError(f"WSGI header name must be a str, got {type(name).__name__}")
-    raw = name.encode("latin-1")
-    if not raw or not _TOKEN.issuperset(raw):
+    if type(value) is not str:
+        raise TypeError(f"WSGI header value must be a str, got {type(value).__name__}")
+    raw_name = name.encode("latin-1")
+    if not raw_name or not _TOKEN.issuperset(raw_name):
         raise ValueError(f"invalid WSGI header name {name!r}")
     lower = name.lower()
-    hit = (raw, lower in HOP_BY_HOP, lower == "content-length")
-    if len(_NAME_CACHE) < 1024:
-        _NAME_CACHE[name] = hit
+    if lower in HOP_BY_HOP:
+        raise ValueError(f"hop-by-hop header {name!r} is not allowed from a WSGI app (PEP 3333)")
+    raw = value.encode("latin-1")
+    if b"\n" in raw or b"\r" in raw or b"\0" in raw:
+        raise ValueError(f"WSGI header {name!r} has a control character in its value")
+    hit = ((raw_name, raw), lower == "content-length")
+    if len(_HEADER_CACHE) < 4096:  # most apps repeat the same few pairs on every response
+        _HEADER_CACHE[item] = hit
     return hit
 
 
 class _Exchange:
     """State of one response: what start_response set and whether the head went out."""
 
-    __slots__ = ("framer", "send", "code", "reason", "headers", "has_length", "head_sent")
+    __slots__ = ("framer", "_send", "code", "reason", "headers", "has_length", "head_sent", "sent")
 
     def __init__(self, framer: Any, send: Send) -> None:
         self.framer = framer
-        self.send = send
+        self._send = send
         self.code = 0
         self.reason = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.has_length = False
-        self.head_sent = False
+        self.head_sent = False  # framed: the framer's head is done, it cannot be replaced
+        self.sent = False  # some bytes reached the socket: too late for a 500
 
     def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable:
         if exc_info is not None:
@@ -329,23 +341,14 @@ class _Exchange:
             raise TypeError(f"WSGI headers must be a list, got {type(headers).__name__}")
         out = []
         has_length = False
+        cache = _HEADER_CACHE
         for item in headers:
-            if type(item) is not tuple or len(item) != 2:
-                raise TypeError(f"WSGI header must be a (name, value) tuple, got {item!r}")
-            name, value = item
-            hit = _NAME_CACHE.get(name) if type(name) is str else None
+            hit = cache.get(item) if type(item) is tuple else None
             if hit is None:
-                hit = _check_name(name)
+                hit = _check_header(item)
             if hit[1]:
-                raise ValueError(f"hop-by-hop header {name!r} is not allowed from a WSGI app")
-            if type(value) is not str:
-                raise TypeError(f"WSGI header value must be a str, got {type(value).__name__}")
-            raw = value.encode("latin-1")
-            if b"\n" in raw or b"\r" in raw or b"\0" in raw:
-                raise ValueError(f"WSGI header {name!r} has a control character in its value")
-            if hit[2]:
                 has_length = True
-            out.append((hit[0], raw))
+            out.append(hit[0])
         self.code = code
         self.reason = reason
         self.headers = out
@@ -363,6 +366,13 @@ class _Exchange:
         self.head_sent = True
         return self.framer.head(code, headers, self.reason)
 
+    def send(self, data: bytes) -> None:
+        try:
+            self._send(data)
+        except OSError as e:
+            raise SendFailed(str(e)) from e
+        self.sent = True
+
     def write(self, data: bytes) -> None:
         """The legacy write() callable: unbuffered, so the head goes out with the first write."""
         if type(data) is not bytes:
@@ -375,16 +385,6 @@ class _Exchange:
                 self.send(self.head() + self.framer.body(data))
         else:
             raise AssertionError("write() called before start_response()")
-
-
-def _sending(send: Send) -> Send:
-    def guarded(data: bytes) -> None:
-        try:
-            send(data)
-        except OSError as e:
-            raise SendFailed(str(e)) from e
-
-    return guarded
 
 
 def _bytes_items(result: Any) -> int | None:
@@ -402,14 +402,15 @@ def _send_result(ex: _Exchange, result: Iterable[bytes], sendfile: SendFile | No
     send = ex.send
     kind = type(result)
     if (kind is list or kind is tuple) and not ex.head_sent:
+        if len(result) == 1 and type(result[0]) is bytes:  # type: ignore[index]
+            data = result[0]  # type: ignore[index]
+            send(ex.head(len(data)) + framer.body(data) + framer.end())
+            return
         total = _bytes_items(result)
         if total is not None:
             head = ex.head(total)
             if total <= _JOIN_LIMIT:
-                if len(result) == 1:
-                    send(head + framer.body(result[0]) + framer.end())  # type: ignore[index]
-                else:
-                    send(head + framer.body(b"".join(result)) + framer.end())
+                send(head + framer.body(b"".join(result)) + framer.end())
             else:
                 send(head)
                 for item in result:
@@ -481,7 +482,7 @@ def run_wsgi(
     An app error before the head went out becomes a 500; after it, the connection is closed
     (framer.keep_alive is false). The iterable's close() is always called.
     """
-    ex = _Exchange(framer, _sending(send))
+    ex = _Exchange(framer, send)
     result = None
     try:
         try:
@@ -496,7 +497,7 @@ def run_wsgi(
         return ex.code or 499, framer.body_bytes
     except Exception:
         _force_close(framer)
-        if ex.head_sent:
+        if ex.sent:
             log.exception("Error in WSGI app after the response head was sent: %s %s",
                           environ.get("REQUEST_METHOD"), environ.get("RAW_URI"))
             return ex.code, framer.body_bytes

@@ -157,6 +157,54 @@ def test_response_keep_alive_can_be_withdrawn_before_start():
 
 
 # ---------------------------------------------------------------------------------------------
+# Unit: lifespan
+
+
+def _run_lifespan(app):
+    import asyncio
+
+    from refork.asgi import Lifespan
+
+    async def main():
+        lifespan = Lifespan(app)
+        await lifespan.startup()
+        await lifespan.shutdown()
+        return lifespan
+
+    return asyncio.run(main())
+
+
+def test_lifespan_complete_and_state():
+    from apps import asgi_apps
+
+    lifespan = _run_lifespan(asgi_apps.app)
+    assert lifespan.supported and lifespan.state == {"started": "yes"}
+
+
+def test_lifespan_unsupported_app():
+    from apps import asgi_apps
+
+    assert not _run_lifespan(asgi_apps.no_lifespan).supported
+    assert not _run_lifespan(asgi_apps.hello).supported
+
+
+def test_lifespan_failures_raise():
+    from apps import asgi_apps
+
+    from refork.asgi import LifespanFailure
+
+    with pytest.raises(LifespanFailure, match="database unreachable"):
+        _run_lifespan(asgi_apps.failing_startup)
+
+    async def raises_in_startup(scope, receive, send):
+        await receive()
+        raise OSError("no disk")
+
+    with pytest.raises(LifespanFailure, match="no disk"):
+        _run_lifespan(raises_in_startup)
+
+
+# ---------------------------------------------------------------------------------------------
 # Unit: warm-up
 
 
@@ -219,7 +267,8 @@ else:
     sock.bind(("127.0.0.1", int(bind)))
 sock.listen(128)
 sock.setblocking(False)
-config = Config(app=spec, loop=loop, keepalive=1.0, header_timeout=1.0)
+config = Config(app=spec, loop=loop, keepalive=1.0, header_timeout=1.0,
+                access_logfile=os.environ.get("ACCESS_LOG"))
 control = Control()
 signal.signal(signal.SIGTERM, lambda *_: control.signal(b"T"))
 signal.signal(signal.SIGINT, lambda *_: control.signal(b"I"))
@@ -427,6 +476,21 @@ def test_expect_100_continue_not_sent_when_app_ignores_body(serve):
         assert at_eof(sock)
 
 
+def test_response_head_is_sent_before_the_first_body_message(serve):
+    proc = serve()
+    with proc.connect() as sock:
+        sock.sendall(b"POST /head-first HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += sock.recv(65536)  # would block forever if the head waited for the body
+        assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head.lower()
+        sock.sendall(b"ping")
+        data = head.partition(b"\r\n\r\n")[2]
+        while not data.endswith(b"0\r\n\r\n"):
+            data += sock.recv(65536)
+        assert data == b"4\r\nping\r\n0\r\n\r\n"
+
+
 def test_head_http10_and_connection_close(serve):
     proc = serve()
     with proc.connect() as sock:
@@ -550,6 +614,25 @@ def test_client_disconnect_during_slow_request(serve):
     assert exchange(proc, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")[0] == 200
     code, out, err = proc.finish()
     assert "Exception" not in err, err
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_streamed_response_with_slow_reader_and_access_log(serve, loop, tmp_path):
+    access = tmp_path / "access.log"
+    proc = serve(loop=loop, env={"ACCESS_LOG": str(access)})
+    with proc.connect(timeout=10) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(b"GET /stream?300 HTTP/1.1\r\nHost: a\r\n\r\n")
+        time.sleep(0.3)  # let the server hit its write buffer limit (backpressure, not a timing check)
+        status, headers, body = read_response(sock)
+        assert status == 200 and len(body) == 300 * 65536
+        sock.sendall(b"GET /hello HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        status, headers, body = read_response(sock)
+        assert body == b"GET /hello" and headers["connection"] == "keep-alive"
+    code, out, err = proc.finish()
+    assert code == 0, err
+    lines = access.read_text().splitlines()
+    assert len(lines) == 2 and '"GET /stream?300 HTTP/1.1" 200 19660800' in lines[0], lines
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])

@@ -146,3 +146,20 @@ def test_jemalloc_flag_loads_jemalloc(start_server):
 def test_warmup_runs_in_the_mold_before_fork(start_server, tmp_path):
     server = start_server("--warmup", "/", "--warmup", "/sleep?0", workers=1)
     assert "warm-up: / 200, /sleep?0 200" in server.log()
+
+
+def test_memray_writes_one_capture_per_worker(start_server, tmp_path):
+    import pytest
+
+    pytest.importorskip("memray")
+    out = tmp_path / "memray"
+    server = start_server("--memray", str(out), workers=2)
+    pids = {w["pid"] for w in server.workers()}
+    for _ in range(5):
+        server.get("/")
+    assert {w["fork_unsafe"] for w in server.workers()} == {"--memray tracker running"}
+    server.signal(signal.SIGTERM)
+    assert server.wait_exit(30) == 0
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted(f"refork-worker-{pid}.bin" for pid in pids)
+    assert all((out / name).stat().st_size > 0 for name in files)

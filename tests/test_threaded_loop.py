@@ -189,6 +189,24 @@ def test_slow_body_keeps_working_while_others_are_served(server):
     sock.close()
 
 
+def test_request_sent_during_a_long_app_call_is_not_dropped_as_idle(server):
+    """threads == 1: the loop is blocked past keepalive (2 s); the waiting request still gets served."""
+    if server.threads > 1:
+        pytest.skip("only the single-thread loop blocks")
+    other = server.connect()
+    other_reader = Reader(other)
+    other.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert other_reader.response()[0] == 200
+    busy = server.connect()
+    busy.sendall(b"GET /slow?t=2.5 HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.5)
+    other.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert Reader(busy).response()[2] == b"slept"
+    assert other_reader.response()[2] == b"root"
+    busy.close()
+    other.close()
+
+
 @pytest.mark.parametrize("threads", [1, 4])
 def test_graceful_stop_completes_in_flight_request(threads):
     srv = Server("apps.wsgi_apps:app", threads=threads)
@@ -225,3 +243,153 @@ def test_immediate_stop_with_idle_connections():
     rc, _ = srv.stop(signal.SIGINT)
     assert rc == 0
     idle.close()
+
+
+# ------------------------------------------------------------------------------ in-process loop
+
+
+class Control:
+    """A WorkerControl driven by the test: flags plus a socketpair to wake the loop."""
+
+    def __init__(self) -> None:
+        self._r, self._w = socket.socketpair()
+        self._r.setblocking(False)
+        self.stopping = False
+        self.exit_now = False
+        self.safe_point_wanted = False
+        self.safe_point_threads: list[list[str]] = []
+        self.raise_at_safe_point: BaseException | None = None
+        self.ticks = 0
+
+    def fileno(self) -> int:
+        return self._r.fileno()
+
+    def on_readable(self) -> None:
+        try:
+            self._r.recv(64)
+        except BlockingIOError:
+            pass
+
+    def wake(self, **flags) -> None:
+        for name, value in flags.items():
+            setattr(self, name, value)
+        self._w.send(b"x")
+
+    def at_safe_point(self) -> None:
+        self.safe_point_threads.append([t.name for t in threading.enumerate()])
+        self.safe_point_wanted = False
+        if self.raise_at_safe_point is not None:
+            raise self.raise_at_safe_point
+
+    def request_started(self) -> object:
+        return None
+
+    def request_finished(self, token: object) -> None:
+        pass
+
+    def tick(self) -> None:
+        self.ticks += 1
+
+
+def serve_in_thread(listeners, threads=1, **config):
+    from apps.wsgi_apps import app
+
+    from refork.config import Config
+    from refork.serving.threaded import serve_wsgi
+
+    control = Control()
+    outcome: list[BaseException | None] = []
+
+    def run():
+        try:
+            serve_wsgi(listeners, app, Config(threads=threads, keepalive=5.0, **config), control)
+            outcome.append(None)
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            outcome.append(e)
+
+    thread = threading.Thread(target=run, name="test-loop")
+    thread.start()
+    return control, thread, outcome
+
+
+def tcp_listener() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    return sock
+
+
+class Promoted(SystemExit):
+    """Stands in for the worker's 'become the mold' exception."""
+
+
+def test_safe_point_joins_pool_threads_and_lets_systemexit_through():
+    lsock = tcp_listener()
+    control, thread, outcome = serve_in_thread([lsock], threads=3)
+    try:
+        port = lsock.getsockname()[1]
+        idle = socket.create_connection(("127.0.0.1", port), timeout=10)
+        idle.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        reader = Reader(idle)
+        assert reader.response()[2] == b"root"
+        control.wake(safe_point_wanted=True)
+        for _ in range(500):
+            if control.safe_point_threads:
+                break
+            time.sleep(0.01)
+        assert control.safe_point_threads
+        assert not [n for n in control.safe_point_threads[0] if n.startswith("refork-wsgi")]
+        # the pool is back and the idle keep-alive connection still works
+        idle.sendall(b"GET /environ HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert json.loads(reader.response()[2])["wsgi.multithread"] is True
+        control.raise_at_safe_point = Promoted(0)
+        control.wake(safe_point_wanted=True)
+        thread.join(10)
+        assert not thread.is_alive() and isinstance(outcome[0], Promoted)
+        assert reader.closed()  # the loop's sockets were closed on the way out
+        idle.close()
+    finally:
+        control.wake(exit_now=True)
+        thread.join(10)
+        lsock.close()
+
+
+def test_unix_listener(tmp_path):
+    path = str(tmp_path / "s.sock")
+    lsock = socket.socket(socket.AF_UNIX)
+    lsock.bind(path)
+    lsock.listen(16)
+    control, thread, outcome = serve_in_thread([lsock])
+    try:
+        client = socket.socket(socket.AF_UNIX)
+        client.settimeout(10)
+        client.connect(path)
+        client.sendall(b"GET /environ HTTP/1.1\r\nHost: example.org\r\n\r\n")
+        env = json.loads(Reader(client).response()[2])
+        assert env["REMOTE_ADDR"] is None and env["SERVER_NAME"] == "example.org"
+        client.close()
+        control.wake(stopping=True)
+        thread.join(10)
+        assert not thread.is_alive() and outcome == [None]
+    finally:
+        control.wake(exit_now=True)
+        thread.join(10)
+        lsock.close()
+
+
+def test_access_log(tmp_path):
+    log_path = tmp_path / "access.log"
+    lsock = tcp_listener()
+    control, thread, outcome = serve_in_thread([lsock], access_logfile=str(log_path))
+    try:
+        port = lsock.getsockname()[1]
+        assert requests.get(f"http://127.0.0.1:{port}/environ?x=1").status_code == 200
+        control.wake(stopping=True)
+        thread.join(10)
+        assert outcome == [None]
+        line = log_path.read_text()
+        assert "GET /environ?x=1" in line and " 200 " in line
+    finally:
+        control.wake(exit_now=True)
+        thread.join(10)
+        lsock.close()

@@ -15,7 +15,8 @@ What llhttp accepts and this module rejects itself:
 - HTTP/0.9 (``GET /``), HTTP/2.0 and the ``PRI`` preface -> 505: only 1.0 and 1.1 are served.
 - ``Transfer-Encoding`` other than exactly one ``chunked`` (``gzip, chunked`` -> 501; two TE
   fields -> 400), and any Transfer-Encoding on an HTTP/1.0 request -> 400 (RFC 9112 6.1).
-- Missing ``Host`` on HTTP/1.1, or more than one ``Host`` -> 400.
+- Missing ``Host`` on HTTP/1.1, more than one ``Host``, or one with characters outside
+  RFC 3986 host[:port] (spaces, ``/``, ``@``, ``?``, ``#``, ``"``, ...) -> 400 (RFC 9112 3.2).
 - ``CONNECT`` -> 501: this is an origin server, not a proxy.
 - An ``Upgrade`` request with a chunked body -> 400. (With a Content-Length body we read the body
   ourselves: llhttp would treat it as the upgraded protocol, a smuggling vector.)
@@ -25,7 +26,11 @@ Other behaviour worth knowing:
 
 - Upgrade requests (``Connection: upgrade``) are served as ordinary requests; the server ignores
   the upgrade (RFC 9110 7.8) and keeps parsing HTTP after them.
-- Chunked trailers are validated and counted against the header limits, then dropped.
+- Chunked trailers are validated, held to the header limits (counted on their own), then dropped.
+- Errors in a chunked body necessarily come after the Request event; EndOfMessage never follows,
+  and loops only call the app on EndOfMessage.
+- A ``#fragment`` in the target is cut from path and query (``target`` stays raw); an
+  absolute-form target gives path and query, the Host header is left as sent.
 - After a request that does not keep the connection alive, later bytes are ignored: the loop
   answers that request and closes.
 - An error raises at once, even when an earlier pipelined request in the same feed() was
@@ -33,7 +38,7 @@ Other behaviour worth knowing:
 - A limit of 0 means unlimited.
 - Known leniencies left as llhttp has them: several spaces between request-line parts, and an
   ``RTSP/1.0`` / ``ICE/1.0`` protocol name (llhttp does not expose which one it saw; the request
-  is treated as HTTP/1.0 with the same framing rules).
+  is framed exactly as HTTP/1.0). Both are pinned by a test so an llhttp upgrade is noticed.
 """
 
 from __future__ import annotations
@@ -61,6 +66,11 @@ _TE = b"transfer-encoding"
 _CONNECTION = b"connection"
 _EXPECT = b"expect"
 _SPECIAL = frozenset((_HOST, _CL, _TE, _CONNECTION, _EXPECT))
+
+# uri-host [":" port] characters (RFC 3986 reg-name / IP-literal). Checked because apps build URLs
+# from Host; validated values are remembered, a server sees few distinct hosts.
+_HOST_CHARS = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:[]%"
+_GOOD_HOSTS: set[bytes] = set()
 
 # Interned method strings: a dict hit is cheaper than decoding, and equal strings share memory.
 _METHODS = {
@@ -130,7 +140,7 @@ class RequestParser:
         "_error",
     )
 
-    def __init__(self, limits: Limits = Limits()) -> None:  # noqa: B008 - frozen, shared safely
+    def __init__(self, limits: Limits = Limits()) -> None:  # a frozen default is safe to share
         self._max_line = limits.max_request_line or _UNLIMITED
         self._max_count = limits.max_header_count or _UNLIMITED
         self._max_field = limits.max_header_size or _UNLIMITED
@@ -294,6 +304,11 @@ class RequestParser:
         for name, value in self._specials:
             if name == _HOST:
                 hosts += 1
+                if value not in _GOOD_HOSTS:
+                    if value.translate(None, _HOST_CHARS):
+                        raise self._fail(400, "invalid Host header")
+                    if len(_GOOD_HOSTS) < 256:
+                        _GOOD_HOSTS.add(value)
             elif name == _CL:
                 cl = int(value)  # llhttp has checked: digits only, no duplicate, no overflow
             elif name == _TE:

@@ -40,6 +40,8 @@ def run_worker(ctx: ProcessContext, app: Any, interface: str, nr: int, generatio
         from refork.memory.profiling import start_memray
 
         worker.memray = start_memray(ctx.config.memray, os.getpid())
+        # The tracker runs a thread: forking a mold from this process would not be safe.
+        fork_safety.mark_fork_unsafe("--memray tracker running")
     hook = ctx.config.hooks.get("post_worker_init")
     if hook is not None:
         hook(ctx.config, worker.info())
@@ -108,7 +110,9 @@ class Worker:
         if hook is not None:
             hook(self.config, self.info())
         if self.memray is not None:
-            self.memray.__exit__(None, None, None)  # type: ignore[attr-defined]
+            from refork.memory.profiling import stop_memray
+
+            stop_memray(self.memray)
         return 0
 
     # Signals sent straight to a worker (gunicorn's conventions): TERM graceful, INT/QUIT now.

@@ -114,7 +114,7 @@ class Cycle:
             client=proto.client_addr,
             scheme="http",
             root_path=srv.root_path,
-            proxies=srv.proxies,
+            proxies=srv.proxies if proto.trusted else None,
             state=srv.lifespan.state,
         )
         try:
@@ -173,12 +173,21 @@ class Cycle:
         proto = self.proto
         if data:
             proto.transport.write(data)
+        elif response.head_pending:
+            # Just started: the head rides with the first body message if that comes in this
+            # task step; otherwise (a slow stream) it goes out on its own right after.
+            proto.srv.hold_head(self)
         if response.complete:
             proto.cycle_done(self, response.will_keep_alive)
         elif proto.write_paused:
             await proto.drain()
             if self.disconnected:
                 raise ClientDisconnected("client disconnected")
+
+    def flush_head(self) -> None:
+        head = self.response.take_head()
+        if head and not self.disconnected and not self.proto.closing:
+            self.proto.transport.write(head)
 
     # Endings ---------------------------------------------------------------------------------
 
@@ -230,6 +239,7 @@ class HttpProtocol(asyncio.Protocol):
         "head_started",
         "pending_error",
         "eof",
+        "trusted",
     )
 
     def __init__(self, srv: Server) -> None:
@@ -249,6 +259,7 @@ class HttpProtocol(asyncio.Protocol):
         self.idle_since = self.head_started = srv.loop.time()
         self.pending_error = 0
         self.eof = False
+        self.trusted = False
 
     # asyncio.Protocol ------------------------------------------------------------------------
 
@@ -259,6 +270,8 @@ class HttpProtocol(asyncio.Protocol):
             self.server_addr = (sockname[0], sockname[1])
             peer = transport.get_extra_info("peername")
             self.client_addr = (peer[0], peer[1]) if isinstance(peer, tuple) else None
+            proxies = self.srv.proxies
+            self.trusted = proxies is not None and proxies.trusts(self.client_addr and self.client_addr[0])
         else:  # AF_UNIX: path (str or bytes) and no client address
             if isinstance(sockname, bytes):
                 sockname = sockname.decode("utf-8", "surrogateescape")
@@ -468,6 +481,7 @@ class Server:
         self.safe_point_requested = False
         self._drained: asyncio.Future[None] | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
+        self._held_heads: list[Cycle] = []
 
     async def main(self) -> None:
         """Lifespan startup, serve until a graceful stop, drain, lifespan shutdown."""
@@ -484,7 +498,22 @@ class Server:
                 self.servers.append(server)
             self.check_control()
         await self._drained
-        await self.lifespan.shutdown()
+        try:
+            await asyncio.wait_for(self.lifespan.shutdown(), max(self.config.graceful_timeout, 1.0))
+        except asyncio.TimeoutError:
+            log.error("ASGI lifespan shutdown did not finish within graceful_timeout")
+
+    def hold_head(self, cycle: Cycle) -> None:
+        """Flush held-back heads after this loop iteration; one callback for all connections."""
+        self._held_heads.append(cycle)
+        if len(self._held_heads) == 1:
+            self.loop.call_soon(self._flush_heads)
+
+    def _flush_heads(self) -> None:
+        held, self._held_heads = self._held_heads, []
+        for cycle in held:
+            if cycle.response.head_pending:
+                cycle.flush_head()
 
     def on_control(self) -> None:
         self.control.on_readable()

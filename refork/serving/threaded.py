@@ -303,7 +303,7 @@ class _Loop:
             self.pool.start()
             parked, self.parked = self.parked, []
             for conn, request, stream, rest in parked:
-                self._dispatch(conn, request, stream, rest)
+                self._dispatch(conn, request, stream, rest, force=True)
 
     def _sweep(self, now: float) -> None:
         if self.accept_paused_until and now >= self.accept_paused_until:
@@ -318,7 +318,16 @@ class _Loop:
                     conn.sock.send(simple_response(408))
                 except OSError:
                     pass
+            elif self._has_input(conn):
+                continue  # a request arrived while the loop was busy (threads == 1): serve it
             self._close(conn)
+
+    @staticmethod
+    def _has_input(conn: _Conn) -> bool:
+        try:
+            return bool(conn.sock.recv(1, socket.MSG_PEEK))
+        except OSError:
+            return False
 
     # ---------------------------------------------------------------- connections
 
@@ -334,13 +343,12 @@ class _Loop:
             except OSError as e:
                 if e.errno in (errno.ECONNABORTED, errno.EPROTO):
                     continue
-                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    log.error("accept() failed: %s; pausing accepts for a second", e)
-                    for fd in self.listeners:
-                        self.poller.unregister(fd)
-                    self.accept_paused_until = now + 1.0
-                    return
-                raise
+                # out of fds or memory (or worse): back off instead of spinning on a ready listener
+                log.error("accept() failed: %s; pausing accepts for a second", e)
+                for fd in self.listeners:
+                    self.poller.unregister(fd)
+                self.accept_paused_until = now + 1.0
+                return
             sock.setblocking(False)
             if inet:
                 try:
@@ -465,7 +473,8 @@ class _Loop:
             keep = framer.keep_alive
         finally:
             control.request_finished(token)
-            stream.close()
+            if stream is not EMPTY_INPUT:
+                stream.close()
         if access_log is not None:
             try:
                 access_log.log(
@@ -484,11 +493,13 @@ class _Loop:
 
     # ---------------------------------------------------------------- the pool (threads > 1)
 
-    def _dispatch(self, conn: _Conn, request: Request, stream: InputStream, rest: list) -> None:
+    def _dispatch(
+        self, conn: _Conn, request: Request, stream: InputStream, rest: list, force: bool = False
+    ) -> None:
         if conn.registered:
             self.poller.unregister(conn.fd)
             conn.registered = False
-        if self.control.safe_point_wanted:
+        if not force and self.control.safe_point_wanted:
             self.parked.append((conn, request, stream, rest))  # hold it until the safe point
             conn.busy = True
             return
@@ -529,10 +540,8 @@ class _Loop:
                 self._close(conn)
                 continue
             try:
-                if rest and self._advance(conn, rest):
+                if self._advance(conn, rest):  # pipelined requests first; sets the deadline
                     continue
-                if not rest:
-                    conn.deadline = time.monotonic() + self.keepalive
             except Exception:
                 log.exception("Error serving a connection")
                 self._close(conn)

@@ -111,6 +111,18 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         raise RuntimeError("boom after start")
     elif path == "/bad-order":
         await send({"type": "http.response.body", "body": b"oops"})
+    elif path == "/head-first":
+        # The head must reach the client before the body is read: it only sends the body then.
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        body, _ = await _read_body(receive)
+        await send({"type": "http.response.body", "body": body})
+    elif path == "/stream":
+        count = int(scope["query_string"].decode() or "100")
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        piece = b"y" * 65536
+        for _ in range(count):
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
     elif path == "/big":
         size = int(scope["query_string"].decode() or "1000000")
         await _respond(send, 200, b"x" * size)
