@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -326,3 +327,61 @@ def role(pid: int, root: int) -> str:
         if name in title:
             return name
     return "other"
+
+
+def send_requests(port: int, paths: list[str], total: int, concurrency: int = 8,
+                  timeout: float = 300.0, keepalive: bool = True) -> dict:
+    """Send exactly `total` GETs, cycling through paths, from `concurrency` client threads.
+
+    With keepalive=False every request says "Connection: close", so every request is a new
+    accept() and the load spreads over all workers instead of sticking to a few connections.
+    Reconnects whenever the server closes the connection (gunicorn sync does after every response).
+    Bounded: gives up after `timeout` seconds. Returns requests, errors, seconds and req/s.
+    """
+    lock = threading.Lock()
+    state = {"next": 0, "errors": 0, "done": 0}
+    samples: list[str] = []  # the first few errors, to say what went wrong
+    deadline = time.monotonic() + timeout
+    headers = {} if keepalive else {"Connection": "close"}
+
+    def worker() -> None:
+        conn: http.client.HTTPConnection | None = None
+        while time.monotonic() < deadline:
+            with lock:
+                i = state["next"]
+                if i >= total:
+                    break
+                state["next"] += 1
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                conn.request("GET", paths[i % len(paths)], headers=headers)
+                resp = conn.getresponse()
+                resp.read()
+                ok = resp.status == 200
+                if not ok and len(samples) < 5:
+                    samples.append(f"{paths[i % len(paths)]}: HTTP {resp.status}")
+                if resp.will_close:
+                    conn.close()
+                    conn = None
+            except (OSError, http.client.HTTPException) as exc:
+                ok = False
+                if len(samples) < 5:
+                    samples.append(f"{paths[i % len(paths)]}: {type(exc).__name__}: {exc}")
+                if conn is not None:
+                    conn.close()
+                conn = None
+            with lock:
+                state["done" if ok else "errors"] += 1
+        if conn is not None:
+            conn.close()
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()) + 1)
+    elapsed = time.monotonic() - start
+    return {"requests": state["done"], "errors": state["errors"], "seconds": elapsed,
+            "rps": state["done"] / elapsed if elapsed else 0.0, "error_samples": samples}

@@ -138,11 +138,11 @@ def main() -> None:
     for name, s in summary.items():
         base = WSGI_BASELINE if s["interface"] == "wsgi" else ASGI_BASELINE
         if "error" in s:
-            rows.append([name, s["interface"], s["error"], "", "", ""])
+            rows.append([name, s["interface"], "-", "-", "-", "-", s["error"]])
         else:
             rows.append([name, s["interface"], f"{s['rps']:.0f}", fmt(s["p99_ms"], ".2f"),
-                         fmt(ratio(name), ".2f", "x") + f" vs {base}", str(s["errors"])])
-    print_table(["server", "iface", "req/s", "p99 ms", "ratio", "errors"], rows)
+                         fmt(ratio(name), ".2f", "x") + f" vs {base}", str(s["errors"]), ""])
+    print_table(["server", "iface", "req/s", "p99 ms", "ratio", "errors", "note"], rows)
 
     checks = {}
     print()

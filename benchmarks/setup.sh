@@ -30,7 +30,8 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 # bjoern builds a C extension against libev.
 "${PIP[@]}" bjoern || echo "warning: bjoern failed to install; it will be reported as failed" >&2
 # The server under test; it is still being written, so a failing build is not fatal.
-"${PIP[@]}" -e "$ROOT[uvloop]" || echo "warning: refork failed to install; it will be reported as failed" >&2
+# compat mode: a plain path entry, so modules added to the tree later are picked up.
+"${PIP[@]}" -e "$ROOT[uvloop]" --config-settings editable_mode=compat || echo "warning: refork failed to install; it will be reported as failed" >&2
 
 "$VENV/bin/python" - <<'PY'
 import importlib.metadata as md

@@ -1,8 +1,9 @@
-"""Where an ASGI app is called: scope, the response message state machine, lifespan, warm-up.
+"""Where an ASGI app is called: scope, the response message state machine, receive/send, lifespan.
 
-Everything here except :func:`warmup_asgi` and the :class:`Lifespan` driver is sans-IO: a
-request event goes in, a scope dict comes out; ``send()`` messages go in, bytes come out. The
-transport glue (sockets, flow control, tasks) lives in :mod:`refork.serving.aio`.
+:func:`build_scope` and :class:`ResponseState` are sans-IO: a request event goes in, a scope dict
+comes out; ``send()`` messages go in, bytes come out. :class:`HttpCycle` is the app-facing
+receive()/send() pair of one request; it reaches the socket only through the small
+:class:`Connection` interface that :mod:`refork.serving.aio` implements.
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote_to_bytes
 
 from refork.config import Config
 from refork.http.events import Request
 from refork.http.forwarded import TrustedProxies, resolve_forwarded
-from refork.http.response import ResponseFramer
+from refork.http.response import CONTINUE, ResponseFramer, simple_response
 
 log = logging.getLogger("refork")
 
@@ -212,6 +213,183 @@ def _check_headers(headers: Iterable[Any]) -> list[tuple[bytes, bytes]]:
 
 
 # ---------------------------------------------------------------------------------------------
+# receive() / send(): the app side of one request on a connection
+
+HIGH_WATER = 256 * 1024  # buffered request body bytes before the connection stops reading
+
+
+class Connection(Protocol):
+    """What an :class:`HttpCycle` needs from the connection (refork.serving.aio.HttpProtocol)."""
+
+    loop: asyncio.AbstractEventLoop
+    transport: Any  # .write(bytes)
+    closing: bool
+    read_paused: bool
+    write_paused: bool
+
+    def pause_reading(self) -> None: ...
+    def maybe_resume_reading(self) -> None: ...
+    async def drain(self) -> None: ...
+    def hold_head(self, cycle: HttpCycle) -> None: ...
+    def cycle_done(self, cycle: HttpCycle, keep_alive: bool) -> None: ...
+
+
+class HttpCycle:
+    """One request/response: the receive() and send() the app sees, and the request body buffer.
+
+    It talks to its connection only through :class:`Connection`; the socket work is there.
+    """
+
+    __slots__ = (
+        "proto", "request", "response", "chunks", "buffered", "body_done", "final_sent",
+        "continue_sent", "disconnected", "finished", "waiter", "token", "task", "started_at",
+    )
+
+    def __init__(self, proto: Connection, request: Request, *, keep_alive: bool = True) -> None:
+        self.proto = proto
+        self.request = request
+        self.response = ResponseState(request, keep_alive=keep_alive)
+        self.chunks: list[bytes] = []
+        self.buffered = 0
+        self.body_done = False
+        self.final_sent = False
+        self.continue_sent = False
+        self.disconnected = False
+        self.finished = False
+        self.waiter: asyncio.Future[None] | None = None
+        self.token: object = None
+        self.task: asyncio.Task[None] | None = None
+        self.started_at = 0.0
+
+    # Events from the protocol ----------------------------------------------------------------
+
+    def body_received(self, data: bytes) -> None:
+        if self.finished:
+            return  # the response is done: the rest of the body is read and dropped
+        self.chunks.append(data)
+        self.buffered += len(data)
+        if self.buffered > HIGH_WATER:
+            self.proto.pause_reading()
+        self.wake()
+
+    def end_received(self) -> None:
+        self.body_done = True
+        self.wake()
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # The app side ----------------------------------------------------------------------------
+
+    async def run(self, app: Any, scope: dict[str, Any]) -> None:
+        """Call the app; whatever happens, the connection hears of the end exactly once."""
+        try:
+            await app(scope, self.receive, self.send)
+        except BaseException as exc:
+            if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                raise
+            self.failed(exc)
+        else:
+            if not self.response.complete:
+                self.incomplete()
+
+    async def receive(self) -> dict[str, Any]:
+        while True:
+            if self.chunks:
+                data = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+                self.chunks.clear()
+                self.buffered = 0
+                proto = self.proto
+                if proto.read_paused:
+                    proto.maybe_resume_reading()
+                more = not self.body_done
+                self.final_sent = not more
+                return {"type": "http.request", "body": data, "more_body": more}
+            if self.body_done and not self.final_sent:
+                self.final_sent = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            if self.disconnected or self.response.complete:
+                return {"type": "http.disconnect"}
+            if self.final_sent:
+                pass  # nothing more to read: wait for the response to end or the client to go
+            elif (
+                self.request.expect_continue
+                and not self.continue_sent
+                and not self.response.started
+                and not self.body_done
+            ):
+                self.continue_sent = True
+                self.proto.transport.write(CONTINUE)
+            waiter = self.waiter = self.proto.loop.create_future()
+            await waiter
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if self.disconnected:
+            raise ClientDisconnected("client disconnected")
+        response = self.response
+        if (
+            self.request.expect_continue
+            and not response.started
+            and not self.continue_sent
+            and not self.body_done
+        ):
+            # The client is still waiting for our go-ahead: it may or may not send the body.
+            response.keep_alive = False
+        data = response.feed(message)
+        proto = self.proto
+        if data:
+            proto.transport.write(data)
+        elif response.head_pending:
+            # Just started: the head rides with the first body message if that comes in this
+            # task step; otherwise (a slow stream) it goes out on its own right after.
+            proto.hold_head(self)
+        if response.complete:
+            proto.cycle_done(self, response.will_keep_alive)
+        elif proto.write_paused:
+            await proto.drain()
+            if self.disconnected:
+                raise ClientDisconnected("client disconnected")
+
+    def flush_head(self) -> None:
+        head = self.response.take_head()
+        if head and not self.disconnected and not self.proto.closing:
+            self.proto.transport.write(head)
+
+    # Endings ---------------------------------------------------------------------------------
+
+    def failed(self, exc: BaseException) -> None:
+        if self.finished and self.response.complete:
+            log.error("Exception in ASGI application after the response was sent", exc_info=exc)
+            return
+        if self.disconnected or isinstance(exc, (ClientDisconnected, asyncio.CancelledError)):
+            log.debug("ASGI app ended after the client disconnected: %r", exc)
+        else:
+            log.error("Exception in ASGI application", exc_info=exc)
+        self.abort_response()
+
+    def incomplete(self) -> None:
+        if not self.disconnected:
+            if self.response.started:
+                log.error("ASGI app returned without completing the response")
+            else:
+                log.error("ASGI app returned without starting a response")
+        self.abort_response()
+
+    def abort_response(self) -> None:
+        """500 if nothing was sent yet, else cut the connection (the client sees a short body)."""
+        proto = self.proto
+        if not self.disconnected and not proto.closing and not self.response.started:
+            proto.transport.write(simple_response(500, b"Internal Server Error"))
+            self.response.status = 500
+        proto.cycle_done(self, False)
+
+
+
+# ---------------------------------------------------------------------------------------------
 # Lifespan
 
 
@@ -324,7 +502,6 @@ def warmup_asgi(app: Any, paths: list[str], config: Config) -> list[tuple[str, i
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.run_until_complete(loop.shutdown_default_executor())
     finally:
-        asyncio.set_event_loop(None)
         loop.close()
     return results
 

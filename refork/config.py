@@ -291,12 +291,22 @@ def _root_path(value: Any, where: str) -> str:
 def _refork_after(value: Any, where: str) -> list[int] | None:
     if value is None or value is False or (isinstance(value, str) and value.strip().lower() in ("off", "")):
         return None
+    # A trailing "off" (False in a config file) stops reforking after the last count, as in Pitchfork;
+    # it is kept as a final 0.
+    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else value
+    stop = isinstance(items, list | tuple) and len(items) > 1 and (
+        items[-1] is False or (isinstance(items[-1], str) and items[-1].lower() == "off")
+    )
+    if stop:
+        items = list(items[:-1])
     try:
-        return _list(_int(1))(value, where) or None
+        counts = _list(_int(1))(items, where) or None
     except ConfigError:
         raise ConfigError(
-            f'{where} must be request counts like 500,1000,2000 or "off", got {_got(value)}'
+            f'{where} must be request counts like 500,1000,2000 (optionally ending in ",off") or "off", '
+            f"got {_got(value)}"
         ) from None
+    return counts + [0] if counts and stop else counts
 
 
 def _opt_positive_int(value: Any, where: str) -> int | None:

@@ -11,13 +11,13 @@ import io
 import logging
 import os
 import stat
-import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from refork.http.events import Request
 from refork.http.forwarded import TrustedProxies, resolve_forwarded
+from refork.http.response import ResponseFramer, simple_response
 from refork.serving.body import EMPTY_INPUT, InputStream
 
 log = logging.getLogger("refork")
@@ -45,24 +45,25 @@ _JOIN_LIMIT = 1 << 16  # list bodies up to this size are sent with the head in o
 # environ
 
 
-_ENV_NAMES: dict[bytes, str | None] = {
-    b"content-type": "CONTENT_TYPE",
-    b"content-length": "CONTENT_LENGTH",
+_PLAIN, _HOST, _FORWARDED = 0, 1, 2
+_HEADER_INFO: dict[bytes, tuple[str | None, int]] = {
+    b"content-type": ("CONTENT_TYPE", _PLAIN),
+    b"content-length": ("CONTENT_LENGTH", _PLAIN),
+    b"host": ("HTTP_HOST", _HOST),
 }
 
 
-def _env_name(name: bytes) -> str | None:
-    """CGI name for a header; None drops it (underscores would alias dashed names: spoofing)."""
-    key = _ENV_NAMES.get(name, "")
-    if key != "":
-        return key
+def _header_info(name: bytes) -> tuple[str | None, int]:
+    """(CGI name, kind) for a header; a None name drops it: with underscores it would alias a
+    dashed name (X_Forwarded_For vs X-Forwarded-For), a spoofing vector."""
     if b"_" in name:
-        key = None
+        info: tuple[str | None, int] = (None, _PLAIN)
     else:
         key = "HTTP_" + name.decode("latin-1").upper().replace("-", "_")
-    if len(_ENV_NAMES) < 512:
-        _ENV_NAMES[name] = key
-    return key
+        info = (key, _FORWARDED if name.startswith(b"x-forwarded-") else _PLAIN)
+    if len(_HEADER_INFO) < 512:
+        _HEADER_INFO[name] = info
+    return info
 
 
 _PROTOCOLS = {"1.1": "HTTP/1.1", "1.0": "HTTP/1.0"}
@@ -88,6 +89,23 @@ def _split_host(host: str, default_port: str) -> tuple[str, str]:
     if sep and port.isdigit():
         return name, port
     return host, default_port
+
+
+class ErrorStream:
+    """``wsgi.errors``: a text stream that goes to the "refork" error log, not a bare stderr."""
+
+    def write(self, s: str) -> int:
+        text = s.rstrip("\n")
+        if text:
+            log.error("%s", text)
+        return len(s)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        pass
 
 
 class EnvironBuilder:
@@ -118,7 +136,7 @@ class EnvironBuilder:
             "SCRIPT_NAME": self.root_path,
             "wsgi.version": (1, 0),
             "wsgi.url_scheme": url_scheme,
-            "wsgi.errors": errors if errors is not None else sys.stderr,
+            "wsgi.errors": errors if errors is not None else ErrorStream(),
             "wsgi.multithread": multithread,
             "wsgi.multiprocess": multiprocess,
             "wsgi.run_once": False,
@@ -142,9 +160,7 @@ class EnvironBuilder:
     def build(self, request: Request, body: InputStream, client: tuple[str, int] | None) -> dict[str, Any]:
         env = self.base.copy()
         env["REQUEST_METHOD"] = request.method
-        raw = request.path
-        if not raw.startswith(b"/") and b"://" in raw:  # absolute-form target: keep the path
-            raw = b"/" + raw.split(b"://", 1)[1].partition(b"/")[2]
+        raw = request.path  # the parser has reduced an absolute-form target to its path
         path = unquote_to_bytes(raw).decode("latin-1") if b"%" in raw else raw.decode("latin-1")
         root = self.root_path
         if root and (path == root or path.startswith(root + "/")):
@@ -156,19 +172,22 @@ class EnvironBuilder:
         host = None
         forwarded = False
         for name, value in request.headers:
-            key = _ENV_NAMES.get(name, "")
-            if key == "":
-                key = _env_name(name)
+            info = _HEADER_INFO.get(name)
+            if info is None:
+                info = _header_info(name)
+            key, kind = info
             if key is None:
                 continue
-            text = value.decode("latin-1")
-            if key in env:
-                text = env[key] + ("; " if key == "HTTP_COOKIE" else ",") + text
-            env[key] = text
-            if name == b"host":
-                host = value
-            elif name[:12] == b"x-forwarded-":
-                forwarded = True
+            if key in env:  # a repeated field: join (cookies with "; ", RFC 6265)
+                sep = "; " if key == "HTTP_COOKIE" else ","
+                env[key] = env[key] + sep + value.decode("latin-1")
+            else:
+                env[key] = value.decode("latin-1")
+            if kind:
+                if kind == _HOST:
+                    host = value
+                else:
+                    forwarded = True
         if request.content_length is not None or request.chunked:
             env["CONTENT_LENGTH"] = str(body.length)
         env["wsgi.input"] = body
@@ -239,22 +258,21 @@ class FileWrapper:
         raise StopIteration
 
 
-def _file_span(filelike: Any) -> tuple[int, int, int | None] | None:
-    """(fd, offset, bytes to end or None) when the object is backed by a real file."""
+def _file_span(filelike: Any) -> tuple[int, int, int] | None:
+    """(fd, offset, bytes to the end) when the object is a binary regular file: what sendfile needs."""
+    if isinstance(filelike, io.TextIOBase):
+        return None
     try:
         fd = filelike.fileno()
         offset = filelike.tell()
+        if not isinstance(fd, int) or fd < 0:
+            return None
+        st = os.fstat(fd)
     except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
         return None
-    if not isinstance(fd, int) or fd < 0:
+    if not stat.S_ISREG(st.st_mode):
         return None
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        return None
-    if stat.S_ISREG(st.st_mode):
-        return fd, offset, max(st.st_size - offset, 0)
-    return fd, offset, None
+    return fd, offset, max(st.st_size - offset, 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -404,7 +422,16 @@ def _send_result(ex: _Exchange, result: Iterable[bytes], sendfile: SendFile | No
     if (kind is list or kind is tuple) and not ex.head_sent:
         if len(result) == 1 and type(result[0]) is bytes:  # type: ignore[index]
             data = result[0]  # type: ignore[index]
-            send(ex.head(len(data)) + framer.body(data) + framer.end())
+            if len(data) <= _JOIN_LIMIT:  # one write; copying a small body beats a second syscall
+                send(ex.head(len(data)) + framer.body(data) + framer.end())
+            else:
+                send(ex.head(len(data)))
+                body = framer.body(data)
+                if body:
+                    send(body)
+                tail = framer.end()
+                if tail:
+                    send(tail)
             return
         total = _bytes_items(result)
         if total is not None:
@@ -414,7 +441,9 @@ def _send_result(ex: _Exchange, result: Iterable[bytes], sendfile: SendFile | No
             else:
                 send(head)
                 for item in result:
-                    send(framer.body(item))
+                    body = framer.body(item)
+                    if body:
+                        send(body)
                 tail = framer.end()
                 if tail:
                     send(tail)
@@ -459,7 +488,10 @@ def _send_file(ex: _Exchange, wrapper: FileWrapper, sendfile: SendFile | None) -
         return False
     ex.send(head)
     count = framer.content_length
-    sent = sendfile(fd, offset, count)
+    try:
+        sent = sendfile(fd, offset, count)
+    except OSError as e:
+        raise SendFailed(str(e)) from e
     framer.body_bytes += sent  # these bytes bypassed framer.body()
     if count is not None and sent < count:
         raise RuntimeError(f"file_wrapper: file ended after {sent} of {count} bytes")
@@ -475,7 +507,11 @@ def _force_close(framer: Any) -> None:
 
 
 def run_wsgi(
-    app: Callable, environ: dict[str, Any], framer: Any, send: Send, sendfile: SendFile | None = None
+    app: Callable,
+    environ: dict[str, Any],
+    framer: ResponseFramer,
+    send: Send,
+    sendfile: SendFile | None = None,
 ) -> tuple[int, int]:
     """Call the app for one complete request and write the response; returns (status, body bytes).
 
@@ -498,12 +534,13 @@ def run_wsgi(
     except Exception:
         _force_close(framer)
         if ex.sent:
-            log.exception("Error in WSGI app after the response head was sent: %s %s",
-                          environ.get("REQUEST_METHOD"), environ.get("RAW_URI"))
+            log.exception(
+                "Error in WSGI app after the response head was sent: %s %s",
+                environ.get("REQUEST_METHOD"),
+                environ.get("RAW_URI"),
+            )
             return ex.code, framer.body_bytes
         log.exception("Error in WSGI app: %s %s", environ.get("REQUEST_METHOD"), environ.get("RAW_URI"))
-        from refork.http.response import simple_response
-
         try:
             send(simple_response(500, keep_alive=False))
         except OSError:
@@ -516,15 +553,17 @@ def run_wsgi(
 # warm-up (in the mold, before forking)
 
 
+def _discard(data: bytes) -> None:
+    pass
+
+
 def warmup_wsgi(app: Callable, paths: list[str], config: Any) -> list[tuple[str, int]]:
     """Send GET requests through the app in-process so lazy imports and caches fill pre-fork."""
-    from refork.http.forwarded import TrustedProxies as _TP
-
     builder = EnvironBuilder(
         server=("localhost", 80),
         root_path=getattr(config, "root_path", "") or "",
         multithread=getattr(config, "threads", 1) > 1,
-        proxies=_TP([]),
+        proxies=TrustedProxies([]),
     )
     results: list[tuple[str, int]] = []
     for path in paths:
@@ -539,24 +578,7 @@ def warmup_wsgi(app: Callable, paths: list[str], config: Any) -> list[tuple[str,
             headers=[(b"host", b"localhost"), (b"user-agent", b"refork-warmup")],
         )
         environ = builder.build(request, EMPTY_INPUT, ("127.0.0.1", 0))
-        status: list[int] = [0]
-
-        def start_response(s: str, h: list, exc_info: Any = None, _status: list[int] = status) -> Callable:
-            _status[0] = int(s[:3])
-            return lambda data: None
-
-        result = None
-        try:
-            try:
-                result = app(environ, start_response)
-                for _ in result:
-                    pass
-            finally:
-                close = getattr(result, "close", None)
-                if close is not None:
-                    close()
-        except Exception:
-            log.exception("warm-up request GET %s failed", path)
-            status[0] = 500
-        results.append((path, status[0]))
+        # the real response path, so its caches (statuses, headers) are filled before the fork too
+        status, _ = run_wsgi(app, environ, ResponseFramer(request), _discard)
+        results.append((path, status))
     return results

@@ -253,6 +253,9 @@ class Control(HarnessControl):
             self.want = True  # promote after the first response
     def at_safe_point(self):
         self.want = False
+        import threading
+        if threading.active_count() != 1:
+            raise RuntimeError(f"threads alive at the safe point: {threading.enumerate()}")
         pid = os.fork()
         if pid == 0:
             raise Promoted(0)
@@ -375,7 +378,7 @@ def read_response(sock: socket.socket, buf: bytearray | None = None) -> tuple[in
         body = bytes(buf[:n])
         del buf[:n]
     elif headers.get("transfer-encoding") == "chunked":
-        body = b""
+        chunks = bytearray()
         while True:
             while b"\r\n" not in buf:
                 fill()
@@ -384,10 +387,11 @@ def read_response(sock: socket.socket, buf: bytearray | None = None) -> tuple[in
             del buf[: len(size_line) + 2]
             while len(buf) < size + 2:
                 fill()
-            body += bytes(buf[:size])
+            chunks += buf[:size]
             del buf[: size + 2]
             if size == 0:
                 break
+        body = bytes(chunks)
     else:
         while fill():
             pass
@@ -578,14 +582,24 @@ def test_lifespan_startup_failure_exits(serve):
     assert "database unreachable" in err and "worker exiting" in err
 
 
-def test_graceful_stop_lets_in_flight_request_finish(serve):
-    proc = serve()
+def wait_for_line(path: Path, line: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and line in path.read_text().splitlines():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{line!r} never appeared in {path}")
+
+
+def test_graceful_stop_lets_in_flight_request_finish(serve, tmp_path):
+    logfile = tmp_path / "events.log"
+    proc = serve(env={"LIFESPAN_LOG": str(logfile)})
     idle = proc.connect()
     idle.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
     read_response(idle)
     with proc.connect() as sock:
         sock.sendall(b"GET /slow?1 HTTP/1.1\r\nHost: a\r\n\r\n")
-        time.sleep(0.3)
+        wait_for_line(logfile, "slow")  # the request is in the app
         proc.proc.send_signal(signal.SIGTERM)
         status, headers, body = read_response(sock)
         assert (status, body) == (200, b"slow done")
@@ -605,6 +619,24 @@ def test_sigint_stops_at_once(serve):
     assert code == 0
 
 
+@pytest.mark.parametrize("half_close", [False, True])
+def test_disconnect_mid_body_reaches_the_app(serve, tmp_path, half_close):
+    logfile = tmp_path / "events.log"
+    proc = serve(env={"LIFESPAN_LOG": str(logfile)})
+    sock = proc.connect()
+    sock.sendall(b"POST /wait-disconnect HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\npartial")
+    time.sleep(0.2)
+    if half_close:
+        sock.shutdown(socket.SHUT_WR)
+    else:
+        sock.close()
+    wait_for_line(logfile, "disconnected")
+    assert logfile.read_text() == "startup\ndisconnected\n"
+    sock.close()
+    code, out, err = proc.finish()
+    assert code == 0 and "Traceback" not in err, err
+
+
 def test_client_disconnect_during_slow_request(serve):
     proc = serve()
     sock = proc.connect()
@@ -621,9 +653,8 @@ def test_streamed_response_with_slow_reader_and_access_log(serve, loop, tmp_path
     access = tmp_path / "access.log"
     proc = serve(loop=loop, env={"ACCESS_LOG": str(access)})
     with proc.connect(timeout=10) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.sendall(b"GET /stream?300 HTTP/1.1\r\nHost: a\r\n\r\n")
-        time.sleep(0.3)  # let the server hit its write buffer limit (backpressure, not a timing check)
+        time.sleep(0.3)  # not reading: the server hits its write buffer limit and must wait (drain)
         status, headers, body = read_response(sock)
         assert status == 200 and len(body) == 300 * 65536
         sock.sendall(b"GET /hello HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
@@ -647,6 +678,12 @@ def test_both_loops_keepalive_timeout_and_unix_socket(serve, loop, tmp_path):
         info = json.loads(body)
         assert info["client"] is None and info["server"] == [path, None]
         assert at_eof(sock)  # keep-alive timeout (1 s) closes the idle connection
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(5)
+        sock.connect(path)
+        sock.sendall(b"GET / HTTP/1.1\r\nHost:")
+        assert read_response(sock)[0] == 408  # header timeout (1 s)
+        assert at_eof(sock)
     code, out, err = proc.finish()
     assert code == 0, err
 

@@ -17,7 +17,7 @@ def generations(server) -> set[int]:
 
 
 def test_refork_after_promotes_at_the_configured_counts_without_failures(start_server):
-    server = start_server("--refork-after", "30,60", workers=2)
+    server = start_server("--refork-after", "30,60,off", workers=2)
     assert server.status()["generation"] == 0
     with Load(server.port, threads=3) as load:
         server.wait_for(

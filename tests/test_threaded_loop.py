@@ -65,8 +65,7 @@ def test_chunked_request_body(server):
     sock = server.connect()
     reader = Reader(sock)
     sock.sendall(
-        b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-        b"5\r\nhello\r\n1;ext=1\r\n \r\n"
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n1;ext=1\r\n \r\n"
     )
     time.sleep(0.05)
     sock.sendall(b"5\r\nworld\r\n0\r\n\r\n")
@@ -177,6 +176,20 @@ def test_slow_header_and_idle_connections_are_closed(server):
     assert requests.get(server.url("/")).status_code == 200
     slow.close()
     idle.close()
+
+
+def test_header_clock_restarts_for_each_request(server):
+    """Two heads, each sent in two parts 1.2 s apart: within header_timeout (2 s) one at a time."""
+    if server.threads > 1:
+        pytest.skip("same code path; once is enough")
+    sock = server.connect()
+    reader = Reader(sock)
+    for _ in range(2):
+        sock.sendall(b"GET / HTTP/1.1\r\nHo")
+        time.sleep(1.2)
+        sock.sendall(b"st: x\r\n\r\n")
+        assert reader.response()[0] == 200
+    sock.close()
 
 
 def test_slow_body_keeps_working_while_others_are_served(server):
@@ -393,3 +406,17 @@ def test_access_log(tmp_path):
         control.wake(exit_now=True)
         thread.join(10)
         lsock.close()
+
+
+def test_write_to_a_client_that_never_reads_times_out():
+    from refork.http.parser import Limits
+    from refork.serving.threaded import _Conn
+    from refork.wsgi import EnvironBuilder
+
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    conn = _Conn(a, None, EnvironBuilder(server="x"), Limits(), write_timeout=0.2)
+    with pytest.raises(TimeoutError):
+        conn.send(b"x" * 20_000_000)
+    a.close()
+    b.close()

@@ -511,3 +511,49 @@ def test_hop_by_hop_header_from_app_is_500(raw_app):
 def test_environ_over_unix_like_defaults(raw_app):
     e = json.loads(requests.get(raw_app.url("/environ")).content)
     assert e["SERVER_PROTOCOL"] == "HTTP/1.1" and e["wsgi.url_scheme"] == "http"
+
+
+@pytest.mark.parametrize("method,sends", [("GET", 2), ("HEAD", 1)])
+def test_large_single_body_is_not_copied_into_the_head(method, sends):
+    big = b"x" * 200_000
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [big]
+
+    status, _, sink, framer = run(app, req(method=method))
+    assert status == 200 and len(sink.sends) == sends and framer.keep_alive
+    assert b"Content-Length: 200000\r\n" in sink.sends[0]
+    if method == "GET":
+        assert sink.sends[1] == big
+
+
+def test_large_body_over_a_socket(raw_app):
+    big = os.urandom(300_000)
+    s = requests.Session()
+    assert s.post(raw_app.url("/echo"), data=big).content == big
+    r = s.head(raw_app.url("/echo"), data=big)
+    assert r.status_code == 200 and r.headers["content-length"] == "300000" and r.content == b""
+
+
+def test_wsgi_errors_goes_to_the_error_log(caplog):
+    e = env(req())
+    with caplog.at_level("ERROR", logger="refork"):
+        e["wsgi.errors"].write("something odd\n")
+        e["wsgi.errors"].writelines(["line a\n", "line b\n"])
+        e["wsgi.errors"].flush()
+    assert [r.getMessage() for r in caplog.records] == ["something odd", "line a", "line b"]
+
+
+def test_file_wrapper_over_a_non_file_reads_blocks_even_with_sendfile():
+    import io
+
+    def sendfile(fd, offset, count):
+        raise AssertionError("not a regular file: sendfile must not be used")
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return environ["wsgi.file_wrapper"](io.BytesIO(b"in memory"), 4)
+
+    status, length, sink, framer = run(app, sendfile=sendfile)
+    assert status == 200 and length == 9 and framer.chunked and sink.data.endswith(b"0\r\n\r\n")

@@ -26,41 +26,18 @@ from common import (  # noqa: E402
     print_table,
     refork_cmd,
     role,
-    run_wrk,
+    send_requests,
     smaps_rollup,
     uss_kib,
     venv_dir,
     versions,
     wait_stable,
     write_results,
-    write_temp,
 )
 
 APP = "monolith_generated.app:app"
 FREEZE_CONF = Path(__file__).resolve().parent / "gunicorn_freeze.conf.py"
 BASELINE = "gunicorn-preload-freeze"
-LUA = """
-local paths = {%s}
-local limit = %d
-local count = 0
-local i = 0
-local next_offset = 0
-
-function setup(thread)
-  thread:set("i", next_offset)
-  next_offset = next_offset + 7
-end
-
-function request()
-  i = i + 1
-  return wrk.format("GET", paths[(i %% #paths) + 1])
-end
-
-function response(status, headers, body)
-  count = count + 1
-  if count >= limit then wrk.thread:stop() end
-end
-"""
 
 
 def warm_paths(n: int) -> list[str]:
@@ -121,9 +98,7 @@ def bench_one(server: Server, workers: int, requests: int, paths: list[str]) -> 
         return {"error": error}
     try:
         wait_stable(server, workers + 1)
-        lua = write_temp(LUA % (", ".join(f'"{p}"' for p in paths), requests // 2), ".lua")
-        load = run_wrk(server.port, duration=300, connections=8, script=lua, timeout_s=30)
-        lua.unlink()
+        load = send_requests(server.port, paths, requests, concurrency=2 * workers, keepalive=False)
         result = measure(server, workers + 1)
         result["load"] = load
     finally:
@@ -177,9 +152,12 @@ def main() -> None:
         if "error" in res:
             print(f"  {res['error']}")
             continue
-        print(f"  {res['load']['requests']} requests, {res['load']['rps']:.0f} req/s; "
+        load = res["load"]
+        print(f"  {load['requests']} requests, {load['rps']:.0f} req/s, {load['errors']} errors; "
               f"total PSS {res['total_pss'] / 1024:.1f} MiB in {len(res['processes'])} processes "
               f"({time.monotonic() - t0:.0f}s)")
+        for sample in load["error_samples"]:
+            print(f"    error: {sample}")
         for p in res["processes"]:
             mib = {k: p[k] / 1024 for k in ("rss", "pss", "uss", "private_dirty")}
             print(f"    pid {p['pid']:>7} {p['role']:<7} RSS {mib['rss']:7.1f}  PSS {mib['pss']:7.1f}  "
@@ -197,13 +175,14 @@ def main() -> None:
     rows = []
     for name, r in results.items():
         if "error" in r:
-            rows.append([name, r["error"], "", "", "", "", ""])
+            rows.append([name, "-", "-", "-", "-", "-", "-", r["error"]])
             continue
         rows.append([name, f"{r['total_pss'] / 1024:.1f}", fmt(r["worker_uss"] and r["worker_uss"] / 1024),
                      fmt(r["worker_private_dirty"] and r["worker_private_dirty"] / 1024),
-                     ratio(r["total_pss"], one), ratio(r["total_pss"], preload), ratio(r["total_pss"], base)])
+                     ratio(r["total_pss"], one), ratio(r["total_pss"], preload),
+                     ratio(r["total_pss"], base), ""])
     print_table(["server", "total PSS MiB", "worker USS MiB", "worker Priv_Dirty MiB", "x one copy",
-                 "vs preload", "vs preload+freeze"], rows)
+                 "vs preload", "vs preload+freeze", "note"], rows)
 
     checks: dict[str, dict] = {}
     py312 = tuple(int(x) for x in info.get("python", "0.0").split(".")[:2]) >= (3, 12)

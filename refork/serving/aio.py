@@ -1,9 +1,9 @@
 """ASGI connection loop on asyncio or uvloop: one Protocol per connection, one Task per request.
 
 The protocol feeds bytes to the sans-IO :class:`RequestParser` and hands each complete request
-head to a :class:`Cycle`, which runs the app and turns its messages into bytes through
-:class:`refork.asgi.ResponseState`. Timeouts are swept once a second instead of arming a timer
-per request. No thread is ever started here: the process may fork at a safe point.
+head to a :class:`refork.asgi.HttpCycle`, which runs the app. Timeouts are swept once a second
+instead of arming a timer per request. No thread is ever started here: the process may fork at
+a safe point.
 """
 
 from __future__ import annotations
@@ -16,19 +16,20 @@ import socket
 from collections import deque
 from typing import Any
 
-from refork.asgi import ClientDisconnected, Lifespan, LifespanFailure, ResponseState, build_scope
+from refork.asgi import HIGH_WATER, HttpCycle, Lifespan, LifespanFailure, build_scope
 from refork.config import Config
 from refork.http.events import Body, ParseError, Request
 from refork.http.forwarded import TrustedProxies
 from refork.http.parser import Limits, RequestParser
-from refork.http.response import CONTINUE, simple_response
+from refork.http.response import simple_response
+from refork.logs import AccessLog
 from refork.serving import WorkerControl
 
 log = logging.getLogger("refork")
 
-HIGH_WATER = 256 * 1024  # buffered request body bytes before we stop reading the socket
 MAX_PIPELINE = 32  # queued pipelined requests before we stop reading the socket
 TICK = 1.0
+DRAIN_GRACE = 1.0  # seconds a stopping worker still serves requests on open connections
 
 _ABANDONED: list[Any] = []  # what a forked child must never finalize (see _abandon_after_fork)
 
@@ -46,200 +47,13 @@ def new_event_loop(config: Config) -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-class Cycle:
-    """One request/response: the receive() and send() the app sees, and the request body buffer."""
-
-    __slots__ = (
-        "proto",
-        "request",
-        "response",
-        "chunks",
-        "buffered",
-        "body_done",
-        "final_sent",
-        "continue_sent",
-        "disconnected",
-        "finished",
-        "waiter",
-        "token",
-        "task",
-        "started_at",
-    )
-
-    def __init__(self, proto: HttpProtocol, request: Request) -> None:
-        self.proto = proto
-        self.request = request
-        self.response = ResponseState(request, keep_alive=not proto.srv.stopping)
-        self.chunks: list[bytes] = []
-        self.buffered = 0
-        self.body_done = False
-        self.final_sent = False
-        self.continue_sent = False
-        self.disconnected = False
-        self.finished = False
-        self.waiter: asyncio.Future[None] | None = None
-        self.token: object = None
-        self.task: asyncio.Task[None] | None = None
-        self.started_at = 0.0
-
-    # Events from the protocol ----------------------------------------------------------------
-
-    def body_received(self, data: bytes) -> None:
-        if self.finished:
-            return  # the response is done: the rest of the body is read and dropped
-        self.chunks.append(data)
-        self.buffered += len(data)
-        if self.buffered > HIGH_WATER:
-            self.proto.pause_reading()
-        self.wake()
-
-    def end_received(self) -> None:
-        self.body_done = True
-        self.wake()
-
-    def wake(self) -> None:
-        waiter = self.waiter
-        if waiter is not None:
-            self.waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-    # The app side ----------------------------------------------------------------------------
-
-    async def run(self, srv: Server) -> None:
-        proto = self.proto
-        scope = build_scope(
-            self.request,
-            server=proto.server_addr,
-            client=proto.client_addr,
-            scheme="http",
-            root_path=srv.root_path,
-            proxies=srv.proxies if proto.trusted else None,
-            state=srv.lifespan.state,
-        )
-        try:
-            await srv.app(scope, self.receive, self.send)
-        except BaseException as exc:
-            if isinstance(exc, (SystemExit, KeyboardInterrupt)):
-                raise
-            self.failed(exc)
-        else:
-            if not self.response.complete:
-                self.incomplete()
-
-    async def receive(self) -> dict[str, Any]:
-        while True:
-            if self.chunks:
-                data = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
-                self.chunks.clear()
-                self.buffered = 0
-                proto = self.proto
-                if proto.read_paused:
-                    proto.maybe_resume_reading()
-                more = not self.body_done
-                self.final_sent = not more
-                return {"type": "http.request", "body": data, "more_body": more}
-            if self.body_done and not self.final_sent:
-                self.final_sent = True
-                return {"type": "http.request", "body": b"", "more_body": False}
-            if self.disconnected or self.response.complete:
-                return {"type": "http.disconnect"}
-            if self.final_sent:
-                pass  # nothing more to read: wait for the response to end or the client to go
-            elif (
-                self.request.expect_continue
-                and not self.continue_sent
-                and not self.response.started
-                and not self.body_done
-            ):
-                self.continue_sent = True
-                self.proto.transport.write(CONTINUE)
-            waiter = self.waiter = self.proto.loop.create_future()
-            await waiter
-
-    async def send(self, message: dict[str, Any]) -> None:
-        if self.disconnected:
-            raise ClientDisconnected("client disconnected")
-        response = self.response
-        if (
-            self.request.expect_continue
-            and not response.started
-            and not self.continue_sent
-            and not self.body_done
-        ):
-            # The client is still waiting for our go-ahead: it may or may not send the body.
-            response.keep_alive = False
-        data = response.feed(message)
-        proto = self.proto
-        if data:
-            proto.transport.write(data)
-        elif response.head_pending:
-            # Just started: the head rides with the first body message if that comes in this
-            # task step; otherwise (a slow stream) it goes out on its own right after.
-            proto.srv.hold_head(self)
-        if response.complete:
-            proto.cycle_done(self, response.will_keep_alive)
-        elif proto.write_paused:
-            await proto.drain()
-            if self.disconnected:
-                raise ClientDisconnected("client disconnected")
-
-    def flush_head(self) -> None:
-        head = self.response.take_head()
-        if head and not self.disconnected and not self.proto.closing:
-            self.proto.transport.write(head)
-
-    # Endings ---------------------------------------------------------------------------------
-
-    def failed(self, exc: BaseException) -> None:
-        if self.finished and self.response.complete:
-            log.error("Exception in ASGI application after the response was sent", exc_info=exc)
-            return
-        if self.disconnected or isinstance(exc, (ClientDisconnected, asyncio.CancelledError)):
-            log.debug("ASGI app ended after the client disconnected: %r", exc)
-        else:
-            log.error("Exception in ASGI application", exc_info=exc)
-        self.abort_response()
-
-    def incomplete(self) -> None:
-        if not self.disconnected:
-            if self.response.started:
-                log.error("ASGI app returned without completing the response")
-            else:
-                log.error("ASGI app returned without starting a response")
-        self.abort_response()
-
-    def abort_response(self) -> None:
-        """500 if nothing was sent yet, else cut the connection (the client sees a short body)."""
-        proto = self.proto
-        if not self.disconnected and not proto.closing and not self.response.started:
-            proto.transport.write(simple_response(500, b"Internal Server Error"))
-            self.response.status = 500
-        proto.cycle_done(self, False)
-
-
 class HttpProtocol(asyncio.Protocol):
     """One client connection: parse, queue pipelined requests, run them in order."""
 
     __slots__ = (
-        "srv",
-        "loop",
-        "parser",
-        "transport",
-        "server_addr",
-        "client_addr",
-        "cycle",
-        "reading",
-        "queue",
-        "read_paused",
-        "write_paused",
-        "drain_waiters",
-        "closing",
-        "idle_since",
-        "head_started",
-        "pending_error",
-        "eof",
-        "trusted",
+        "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
+        "queue", "read_paused", "write_paused", "drain_waiters", "closing", "idle_since",
+        "head_started", "pending_error", "eof", "trusted",
     )
 
     def __init__(self, srv: Server) -> None:
@@ -249,9 +63,9 @@ class HttpProtocol(asyncio.Protocol):
         self.transport: Any = None
         self.server_addr: tuple[str, int | None] | None = None
         self.client_addr: tuple[str, int] | None = None
-        self.cycle: Cycle | None = None  # the request the app is working on
-        self.reading: Cycle | None = None  # the request the parser's body events belong to
-        self.queue: deque[Cycle] = deque()
+        self.cycle: HttpCycle | None = None  # the request the app is working on
+        self.reading: HttpCycle | None = None  # the request the parser's body events belong to
+        self.queue: deque[HttpCycle] = deque()
         self.read_paused = False
         self.write_paused = False
         self.drain_waiters: list[asyncio.Future[None]] = []
@@ -277,8 +91,6 @@ class HttpProtocol(asyncio.Protocol):
                 sockname = sockname.decode("utf-8", "surrogateescape")
             self.server_addr = (sockname or "", None)
         self.srv.connections.add(self)
-        if self.srv.stopping:
-            self.close()
 
     def data_received(self, data: bytes) -> None:
         if self.cycle is None and not self.parser.in_message:
@@ -287,6 +99,10 @@ class HttpProtocol(asyncio.Protocol):
             events = self.parser.feed(data)
         except ParseError as exc:
             self.parse_failed(exc)
+            return
+        except Exception:
+            log.exception("error parsing a request")
+            self.parse_failed(ParseError(400, "unparsable request"))
             return
         for event in events:
             kind = type(event)
@@ -327,12 +143,18 @@ class HttpProtocol(asyncio.Protocol):
         if self.cycle is None and not self.queue:
             self.closing = True
             return None
+        reading = self.reading
+        if reading is not None and not reading.body_done:
+            # The body can never complete: to the app this is a disconnect.
+            reading.disconnected = True
+            reading.wake()
+            self.queue.clear()
         return True
 
     # Requests --------------------------------------------------------------------------------
 
     def request_received(self, request: Request) -> None:
-        cycle = Cycle(self, request)
+        cycle = HttpCycle(self, request, keep_alive=not self.srv.stopping)
         self.reading = cycle
         if self.cycle is None and not self.write_paused:
             self.start(cycle)
@@ -341,7 +163,7 @@ class HttpProtocol(asyncio.Protocol):
             if len(self.queue) > MAX_PIPELINE:
                 self.pause_reading()
 
-    def start(self, cycle: Cycle) -> None:
+    def start(self, cycle: HttpCycle) -> None:
         srv = self.srv
         if srv.stopping:
             cycle.response.keep_alive = False
@@ -350,7 +172,15 @@ class HttpProtocol(asyncio.Protocol):
         cycle.token = srv.control.request_started()
         if srv.access_log is not None:
             cycle.started_at = self.loop.time()
-        cycle.task = self.loop.create_task(cycle.run(srv))
+        scope = build_scope(
+            cycle.request,
+            server=self.server_addr,
+            client=self.client_addr,
+            root_path=srv.root_path,
+            proxies=srv.proxies if self.trusted else None,
+            state=srv.lifespan.state,
+        )
+        cycle.task = self.loop.create_task(cycle.run(srv.app, scope))
 
     def start_next(self) -> None:
         cycle = self.queue.popleft()
@@ -358,7 +188,7 @@ class HttpProtocol(asyncio.Protocol):
             self.maybe_resume_reading()
         self.start(cycle)
 
-    def cycle_done(self, cycle: Cycle, keep_alive: bool) -> None:
+    def cycle_done(self, cycle: HttpCycle, keep_alive: bool) -> None:
         """The response is written (or abandoned): account for it and move on to the next one."""
         if cycle.finished:
             return
@@ -401,6 +231,9 @@ class HttpProtocol(asyncio.Protocol):
 
     # Flow control and closing ----------------------------------------------------------------
 
+    def hold_head(self, cycle: HttpCycle) -> None:
+        self.srv.hold_head(cycle)
+
     def pause_reading(self) -> None:
         if not self.read_paused and not self.closing:
             self.read_paused = True
@@ -434,10 +267,13 @@ class HttpProtocol(asyncio.Protocol):
             self.transport.close()
 
     def stop(self) -> None:
-        """Graceful stop: close if idle, else let the current response finish and then close."""
-        if self.cycle is None:
-            self.close()
-        else:
+        """Graceful stop: let the current response finish and then close.
+
+        An idle connection stays open for the drain grace (closed by sweep()): closing it at once
+        races with a client sending on it right now, which would see a reset. A request arriving
+        in the grace is served with "Connection: close".
+        """
+        if self.cycle is not None:
             self.cycle.response.keep_alive = False
             self.queue.clear()
 
@@ -445,7 +281,9 @@ class HttpProtocol(asyncio.Protocol):
         """Close idle keep-alive connections and heads that take too long (once a second)."""
         if self.cycle is not None or self.closing:
             return
-        if self.parser.in_message:
+        if self.srv.stopping and not self.parser.in_message and now >= self.srv.drain_until:
+            self.close()
+        elif self.parser.in_message:
             if now - self.head_started > header_timeout:
                 self.send_error(408)
         elif now - self.idle_since > keepalive:
@@ -472,16 +310,18 @@ class Server:
         self.proxies = TrustedProxies(config.forwarded_allow_ips) if config.forwarded_allow_ips else None
         self.root_path = config.root_path
         self.lifespan = Lifespan(app)
-        self.access_log = _access_log(config)
+        self.access_log = AccessLog.from_config(config)
         self.connections: set[HttpProtocol] = set()
         self.servers: list[asyncio.AbstractServer] = []
         self.in_flight = 0
         self.stopping = False
+        self.drain_until = 0.0
         self.exiting = False
         self.safe_point_requested = False
+        self.serving = False  # lifespan startup done and listening: safe points allowed
         self._drained: asyncio.Future[None] | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
-        self._held_heads: list[Cycle] = []
+        self._held_heads: list[HttpCycle] = []
 
     async def main(self) -> None:
         """Lifespan startup, serve until a graceful stop, drain, lifespan shutdown."""
@@ -496,6 +336,7 @@ class Server:
                     lambda: HttpProtocol(self), sock=sock, backlog=self.config.backlog
                 )
                 self.servers.append(server)
+            self.serving = True
             self.check_control()
         await self._drained
         try:
@@ -503,7 +344,7 @@ class Server:
         except asyncio.TimeoutError:
             log.error("ASGI lifespan shutdown did not finish within graceful_timeout")
 
-    def hold_head(self, cycle: Cycle) -> None:
+    def hold_head(self, cycle: HttpCycle) -> None:
         """Flush held-back heads after this loop iteration; one callback for all connections."""
         self._held_heads.append(cycle)
         if len(self._held_heads) == 1:
@@ -530,7 +371,7 @@ class Server:
             self.idle()
 
     def tick(self) -> None:
-        self._tick_handle = self.loop.call_later(TICK, self.tick)
+        self._tick_handle = self.loop.call_later(TICK / 4 if self.stopping else TICK, self.tick)
         self.control.tick()
         self.check_control()
         now = self.loop.time()
@@ -542,7 +383,7 @@ class Server:
 
     def idle(self) -> None:
         """No request in flight: if a safe point is wanted, leave run_forever to take it there."""
-        if self.in_flight == 0 and not self.stopping and self.control.safe_point_wanted:
+        if self.in_flight == 0 and self.serving and not self.stopping and self.control.safe_point_wanted:
             self.safe_point_requested = True
             self.loop.stop()
         if self.stopping:
@@ -550,6 +391,7 @@ class Server:
 
     def begin_stop(self) -> None:
         self.stopping = True
+        self.drain_until = self.loop.time() + min(self.config.keepalive, DRAIN_GRACE)
         for server in self.servers:
             server.close()
         for conn in list(self.connections):
@@ -570,7 +412,7 @@ class Server:
                 conn.transport.abort()
             self._drained.set_result(None)
 
-    def log_access(self, conn: HttpProtocol, cycle: Cycle) -> None:
+    def log_access(self, conn: HttpProtocol, cycle: HttpCycle) -> None:
         request = cycle.request
         client = conn.client_addr
         try:
@@ -586,14 +428,6 @@ class Server:
             )
         except Exception:
             log.exception("access log failed")
-
-
-def _access_log(config: Config) -> Any:
-    try:
-        from refork.logs import AccessLog
-    except ImportError:
-        return None
-    return AccessLog.from_config(config)
 
 
 def serve_asgi(

@@ -35,6 +35,8 @@ log = logging.getLogger("refork")
 _IN = select.POLLIN
 _ACCEPT_BATCH = 8  # accepts per wake-up: more would starve sibling workers sharing the listener
 _RECV = 1 << 16
+_DRAIN_GRACE = 1.0  # seconds a stopping worker still serves requests on open connections
+_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)  # EPIPE, not SIGPIPE, even if an app reset the handler
 
 
 class _Poller:
@@ -82,7 +84,7 @@ class _Conn:
     """One client connection: its socket, parser and the request being received."""
 
     __slots__ = (
-        "sock", "fd", "client", "builder", "parser", "request", "body", "pending",
+        "sock", "fd", "client", "builder", "parser", "request", "body",
         "deadline", "head_since", "continued", "registered", "busy", "closed", "write_timeout",
     )  # fmt: skip
 
@@ -95,7 +97,6 @@ class _Conn:
         self.parser = RequestParser(limits)
         self.request: Request | None = None  # head received, body still coming
         self.body: BodyBuffer | None = None
-        self.pending: list | None = None  # parsed events not handled yet (pipelining)
         self.deadline = 0.0
         self.head_since: float | None = None
         self.continued = False  # "100 Continue" already sent for the current request
@@ -107,18 +108,18 @@ class _Conn:
     def send(self, data: bytes) -> None:
         """Write everything: one non-blocking send normally, poll-and-retry when the buffer is full."""
         try:
-            n = self.sock.send(data)
+            n = self.sock.send(data, _NOSIGNAL)
         except BlockingIOError:
             n = 0
         if n < len(data):
             self._send_slow(memoryview(data)[n:])
 
     def _send_slow(self, view: memoryview) -> None:
-        deadline = time.monotonic() + self.write_timeout
+        """The client reads slower than we write: wait, but give up after write_timeout without progress."""
         while view:
-            _wait_writable(self.fd, deadline)
+            _wait_writable(self.fd, time.monotonic() + self.write_timeout)
             try:
-                n = self.sock.send(view)
+                n = self.sock.send(view, _NOSIGNAL)
             except BlockingIOError:
                 continue
             view = view[n:]
@@ -168,7 +169,10 @@ class _Pool:
             job = self.jobs.get()
             if job is None:
                 return
-            self.handler(*job)
+            try:
+                self.handler(*job)
+            except SystemExit:  # sys.exit() in app code must not silently shrink the pool
+                log.error("SystemExit raised by the app in a pool thread: ignored")
 
 
 class _Loop:
@@ -184,6 +188,7 @@ class _Loop:
         self.listeners: dict[int, tuple[socket.socket, EnvironBuilder]] = {}
         self.threads = max(1, int(config.threads))
         self.draining = False
+        self.drain_until = 0.0
         self.in_flight = 0
         self.spool = config.body_spool_threshold
         self.keepalive = float(config.keepalive)
@@ -208,7 +213,6 @@ class _Loop:
             builder = EnvironBuilder(
                 server=server,
                 root_path=config.root_path,
-                errors=_ErrorStream(),
                 multithread=self.threads > 1,
                 proxies=proxies,
             )
@@ -251,7 +255,7 @@ class _Loop:
                     return
                 if control.safe_point_wanted and self.in_flight == 0:
                     self._safe_point()
-                for fd, _ in poller.poll(1.0):
+                for fd, _ in poller.poll(max(0.0, min(1.0, next_tick - time.monotonic()))):
                     conn = conns.get(fd)
                     if conn is not None:
                         self._on_readable(conn)
@@ -263,7 +267,7 @@ class _Loop:
                         self._on_wake()
                 now = time.monotonic()
                 if now >= next_tick:
-                    next_tick = now + 1.0
+                    next_tick = now + (0.25 if self.draining else 1.0)
                     control.tick()
                     self._sweep(now)
         finally:
@@ -274,6 +278,8 @@ class _Loop:
         if self.pool is not None and self.in_flight == 0:
             self.pool.stop()  # idle threads: join them; busy ones (exit_now) are daemons
         for conn in list(self.conns.values()):
+            if conn.busy:
+                continue  # a pool thread may still write to it (exit_now): process exit closes it
             if conn.body is not None:
                 conn.body.discard()
             try:
@@ -287,12 +293,19 @@ class _Loop:
         self.poller.close()
 
     def _begin_drain(self) -> None:
+        """Stop accepting; give open connections a short grace to deliver one more request.
+
+        Closing an idle keep-alive (or just-accepted) connection at once races with a client that
+        is sending on it right now: it would see a reset. Instead every request that arrives in
+        the grace period is served with "Connection: close", and what is still idle after it is
+        closed by the sweep.
+        """
         self.draining = True
+        self.drain_until = time.monotonic() + min(self.keepalive, _DRAIN_GRACE)
         for fd in self.listeners:
             self.poller.unregister(fd)
-        for conn in list(self.conns.values()):
-            if not conn.busy and conn.request is None and not conn.pending and not conn.parser.in_message:
-                self._close(conn)
+        for conn in self.conns.values():
+            conn.deadline = min(conn.deadline, self.drain_until)
 
     def _safe_point(self) -> None:
         """Single-threaded moment for the worker (it may fork); pool threads are joined first."""
@@ -311,7 +324,7 @@ class _Loop:
             if not self.draining:
                 for fd in self.listeners:
                     self.poller.register(fd)
-        expired = [c for c in self.conns.values() if not c.busy and c.deadline <= now and not c.pending]
+        expired = [c for c in self.conns.values() if not c.busy and c.deadline <= now]
         for conn in expired:
             if conn.request is not None or conn.parser.in_message:
                 try:
@@ -396,7 +409,20 @@ class _Loop:
             self._reject(conn, e.status)
             return
         try:
-            self._advance(conn, events)
+            if (
+                len(events) == 2
+                and self.pool is None
+                and conn.request is None
+                and type(events[1]) is EndOfMessage
+                and type(events[0]) is Request
+            ):  # the common case, one bodiless request per read: skip the general event walk
+                conn.head_since = None
+                if self._respond(conn, events[0], EMPTY_INPUT):
+                    conn.deadline = time.monotonic() + self.keepalive
+                else:
+                    self._close(conn)
+            else:
+                self._advance(conn, events)
         except Exception:
             log.exception("Error serving a connection")
             self._close(conn)
@@ -468,7 +494,7 @@ class _Loop:
         token = control.request_started()
         try:
             environ = conn.builder.build(request, stream, conn.client)
-            framer = ResponseFramer(request, server_keep_alive=not self.draining)
+            framer = ResponseFramer(request, server_keep_alive=not (self.draining or control.stopping))
             status, length = run_wsgi(self.app, environ, framer, conn.send, conn.sendfile)
             keep = framer.keep_alive
         finally:
@@ -546,28 +572,10 @@ class _Loop:
                 log.exception("Error serving a connection")
                 self._close(conn)
                 continue
-            if self.draining and conn.request is None and not conn.parser.in_message:
-                self._close(conn)
-                continue
+            if self.draining:
+                conn.deadline = min(conn.deadline, self.drain_until)
             self.poller.register(conn.fd)
             conn.registered = True
-
-
-class _ErrorStream:
-    """``wsgi.errors``: a text stream that goes to the "refork" error log."""
-
-    def write(self, s: str) -> int:
-        s = s.rstrip("\n")
-        if s:
-            log.error("%s", s)
-        return len(s)
-
-    def writelines(self, lines: list[str]) -> None:
-        for line in lines:
-            self.write(line)
-
-    def flush(self) -> None:
-        pass
 
 
 def serve_wsgi(listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl) -> None:

@@ -99,6 +99,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await _respond(send, 200, json.dumps(info).encode(), [(b"content-type", b"application/json")])
     elif path == "/slow":
         delay = float(scope["query_string"].decode() or "1")
+        _lifespan_log("slow")
         await asyncio.sleep(delay)
         await _respond(send, 200, b"slow done")
     elif path == "/raise":
@@ -123,6 +124,13 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         for _ in range(count):
             await send({"type": "http.response.body", "body": piece, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
+    elif path == "/wait-disconnect":
+        # Waits for the client to go away (mid-body), then notes it in LIFESPAN_LOG.
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                _lifespan_log("disconnected")
+                return
     elif path == "/big":
         size = int(scope["query_string"].decode() or "1000000")
         await _respond(send, 200, b"x" * size)

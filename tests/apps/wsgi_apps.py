@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import tempfile
@@ -23,7 +25,13 @@ def _file() -> str:
     if not os.path.exists(_file_path):
         with open(_file_path, "wb") as f:
             f.write(_FILE_DATA)
+        atexit.register(_remove_file)
     return _file_path
+
+
+def _remove_file() -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(_file_path)
 
 
 def hello(environ, start_response):
