@@ -187,7 +187,7 @@ def test_pyproject_unknown_key(tmp_path):
         (["-b", "fd://x"], "is not a valid address"),
         (["--access-log-format", "apache"], "--access-log-format must be one of common|combined|json"),
         (["--log-level", "loud"], "--log-level must be one of debug|info|warning|error|critical"),
-        (["--refork-after", "10,x"], '--refork-after must be request counts like 500,1000,2000 (optionally ending in ",off") or "off"'),
+        (["--refork-after", "10,x"], '--refork-after must be request counts like 500,1000,2000'),
         (["--max-worker-memory", "12Q"], "--max-worker-memory must be a size in bytes like"),
         (["--memory-metric", "rss"], "--memory-metric must be one of uss|pss"),
         (["--forwarded-allow-ips", "10.0.0.0/99"], "is not an IP network"),

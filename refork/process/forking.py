@@ -17,6 +17,11 @@ import signal
 from collections.abc import Callable
 
 PR_SET_CHILD_SUBREAPER = 36
+# What the monitor handles; a new child puts each back to the default before its role decides.
+MONITOR_SIGNALS = (
+    signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1,
+    signal.SIGUSR2, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD,
+)  # fmt: skip
 
 
 class Unwind(SystemExit):
@@ -70,17 +75,7 @@ def fork_child() -> bool:
 def reset_signals_in_child() -> None:
     """A new process starts from default signal handling; its role installs its own."""
     signal.set_wakeup_fd(-1)
-    for sig in (
-        signal.SIGTERM,
-        signal.SIGINT,
-        signal.SIGQUIT,
-        signal.SIGHUP,
-        signal.SIGUSR1,
-        signal.SIGUSR2,
-        signal.SIGTTIN,
-        signal.SIGTTOU,
-        signal.SIGCHLD,
-    ):
+    for sig in MONITOR_SIGNALS:
         signal.signal(sig, signal.SIG_DFL)
     # Terminal signals (Ctrl-C) go to the monitor only; it decides what children do.
     try:

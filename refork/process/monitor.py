@@ -25,7 +25,7 @@ from refork.memory.allocator import loaded_allocator
 from refork.process import messages
 from refork.process.context import ProcessContext, set_title
 from refork.process.control import ControlServer
-from refork.process.forking import make_subreaper, reset_signals_in_child, run_child
+from refork.process.forking import MONITOR_SIGNALS, make_subreaper, reset_signals_in_child, run_child
 from refork.process.listeners import bind, describe
 from refork.process.roster import Child, Roster, exit_description
 from refork.process.slots import SlotAllocator, Slots
@@ -75,17 +75,7 @@ class Monitor:
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
         signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
-        for sig in (
-            signal.SIGTERM,
-            signal.SIGINT,
-            signal.SIGQUIT,
-            signal.SIGHUP,
-            signal.SIGUSR1,
-            signal.SIGUSR2,
-            signal.SIGTTIN,
-            signal.SIGTTOU,
-            signal.SIGCHLD,
-        ):
+        for sig in MONITOR_SIGNALS:
             signal.signal(sig, self._on_signal)
         self.control = ControlServer.open(config, self)
         for sock in listeners:
