@@ -255,3 +255,76 @@ def test_without_subreaper_workers_are_children_of_the_mold(start_server):
         lambda: victim["pid"] not in {w["pid"] for w in server.workers()} and len(server.workers()) == 2,
         what="replacement without subreaper",
     )
+
+
+def test_ipv6_bind(start_server):
+    import http.client
+    import socket
+
+    import pytest
+
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    from conftest import free_port
+
+    port = free_port()
+    start_server("-b", f"[::1]:{port}", workers=1)
+    conn = http.client.HTTPConnection("::1", port, timeout=10)
+    conn.request("GET", "/")
+    assert conn.getresponse().status == 200
+    conn.close()
+
+
+def test_fd_bind_serves_an_inherited_socket(tmp_path):
+    import http.client
+    import socket
+    import subprocess
+    import sys
+
+    from conftest import ROOT, TESTS
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    port = listener.getsockname()[1]
+    fd = listener.fileno()
+    ctl = str(tmp_path / "fd.ctl")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "refork",
+            "-b",
+            f"fd://{fd}",
+            "--control-socket",
+            ctl,
+            "--chdir",
+            str(TESTS),
+            "apps.procs:app",
+        ],
+        cwd=ROOT,
+        pass_fds=[fd],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    listener.close()
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                conn.request("GET", "/")
+                assert conn.getresponse().status == 200
+                conn.close()
+                break
+            except (OSError, http.client.HTTPException):
+                assert time.monotonic() < deadline, "fd:// listener never answered"
+                time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)

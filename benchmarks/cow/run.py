@@ -177,7 +177,8 @@ def main() -> None:
     def ratio(a: float | None, b: float | None) -> str:
         return fmt(a / b if a and b else None, ".2f", "x")
 
-    print(f"\n{args.workers} workers, {total_requests} requests, Python {info.get('python')}; "
+    print(f"\n{args.workers} workers, {total_requests} + {total_requests // 4} requests, "
+          f"Python {info.get('python')}; "
           f"one copy = {fmt(one and one / 1024)} MiB (RSS of a 1-worker gunicorn worker)")
     rows = []
     for name, r in results.items():
