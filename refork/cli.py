@@ -7,6 +7,7 @@ one-line message whether it came from the CLI, the environment or a file.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any, NoReturn
 
@@ -117,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(argv)
         if config.print_config:
-            print(describe(config))
+            try:
+                print(describe(config), flush=True)
+            except BrokenPipeError:  # `refork --print-config | head`: the reader left, that's fine
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
         if config.check_config:
             return check_config(config)

@@ -92,7 +92,11 @@ def _mold_loop(ctx: ProcessContext, cmd: socket.socket, app: Any, interface: str
         message, _ = received
         if isinstance(message, messages.Stop):
             return 0
-        if isinstance(message, messages.SpawnWorker):
+        if isinstance(message, messages.ReopenLogs):
+            from refork.logs import reopen_log_files
+
+            reopen_log_files()
+        elif isinstance(message, messages.SpawnWorker):
             pid = _fork_worker(ctx, cmd, app, interface, message)
             if pid:
                 children.add(pid)
