@@ -420,23 +420,11 @@ def _send_result(ex: _Exchange, result: Iterable[bytes], sendfile: SendFile | No
     send = ex.send
     kind = type(result)
     if (kind is list or kind is tuple) and not ex.head_sent:
-        if len(result) == 1 and type(result[0]) is bytes:  # type: ignore[index]
-            data = result[0]  # type: ignore[index]
-            if len(data) <= _JOIN_LIMIT:  # one write; copying a small body beats a second syscall
-                send(ex.head(len(data)) + framer.body(data) + framer.end())
-            else:
-                send(ex.head(len(data)))
-                body = framer.body(data)
-                if body:
-                    send(body)
-                tail = framer.end()
-                if tail:
-                    send(tail)
-            return
         total = _bytes_items(result)
         if total is not None:
             head = ex.head(total)
-            if total <= _JOIN_LIMIT:
+            if total <= _JOIN_LIMIT:  # one write; copying a small body beats a second syscall
+                # (joining a one-item list returns the item itself: no copy in the common case)
                 send(head + framer.body(b"".join(result)) + framer.end())
             else:
                 send(head)

@@ -49,6 +49,7 @@ class Monitor:
         self.started = False  # the first mold became ready
         self.signals: deque[int] = deque()
         self.crashes = 0  # consecutive early worker deaths
+        self.last_crash_at = 0.0
         self.next_spawn_at = 0.0
         self.mold_crashes = 0
         self.next_mold_at = 0.0
@@ -96,7 +97,7 @@ class Monitor:
         while True:
             readers = [self.wake_r, self.report_in, *self.control.sockets()]
             try:
-                ready, _, _ = select.select(readers, [], [], self._sleep_time())
+                ready, _, _ = select.select(readers, [], [], TICK)
             except InterruptedError:
                 ready = []
             if self.wake_r in ready:
@@ -114,9 +115,6 @@ class Monitor:
                 self.supervise()
         self.shutdown()
         return self.exit_code
-
-    def _sleep_time(self) -> float:
-        return TICK
 
     def _drain_wakeups(self) -> None:
         try:
@@ -195,7 +193,7 @@ class Monitor:
             self.ctx.slots.requests(worker.slot),
             generation,
         )
-        self.roster.expect_mold(generation, promoted_from=worker.pid)
+        self.roster.expect_mold(generation)
         self._command(worker, messages.Promote(generation))
         self.rollout_limit = self._refork_max_unavailable()
 
@@ -353,6 +351,7 @@ class Monitor:
 
     def _crash_backoff(self, why: str) -> None:
         self.crashes += 1
+        self.last_crash_at = time.monotonic()
         delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (self.crashes - 1))
         self.next_spawn_at = time.monotonic() + delay
         log.warning("crash loop: %s; next worker in %.1fs (failure %d in a row)", why, delay, self.crashes)
@@ -415,7 +414,7 @@ class Monitor:
 
     def _end_crash_loop(self, now: float) -> None:
         if self.crashes and any(
-            c.ready and now - c.ready_at > STABLE_AFTER and c.started > self.next_spawn_at - BACKOFF_MAX
+            c.ready and now - c.ready_at > STABLE_AFTER and c.started > self.last_crash_at
             for c in self.roster.workers()
         ):
             self.crashes = 0
@@ -516,7 +515,7 @@ class Monitor:
         """Fork a fresh mold (it imports the app). The monitor forks it directly."""
         from refork.process.mold import boot_mold
 
-        self.roster.expect_mold(generation, promoted_from=None)
+        self.roster.expect_mold(generation)
         private = [
             self.report_in,
             self.wake_r,
@@ -569,7 +568,7 @@ class Monitor:
         for child in self.roster.children():
             if not child.stopping:
                 self._stop_child(child, graceful=self.stopping == "graceful")
-        if not self.roster.children() and not self.roster.unknown_pids():
+        if not self.roster.children():
             return True
         if time.monotonic() > self.stop_deadline:
             for child in self.roster.children():

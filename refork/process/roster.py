@@ -36,8 +36,7 @@ class Child:
 @dataclass
 class PendingMold:
     generation: int
-    promoted_from: int | None
-    pid: int = 0
+    pid: int = 0  # known once the mold reports (or at once, when the monitor forked it)
     requested_at: float = field(default_factory=time.monotonic)
 
 
@@ -77,12 +76,9 @@ class Roster:
     def command_sockets(self) -> list[socket.socket]:
         return [c.conn for c in self._children.values() if c.conn is not None]
 
-    def unknown_pids(self) -> list[int]:
-        return []
-
     # expectations
-    def expect_mold(self, generation: int, promoted_from: int | None) -> None:
-        self._pending_mold = PendingMold(generation, promoted_from)
+    def expect_mold(self, generation: int) -> None:
+        self._pending_mold = PendingMold(generation)
 
     def expect_pid(self, pid: int) -> None:
         """A mold the monitor forked itself: known before it reports, so an early death is seen."""
