@@ -328,3 +328,25 @@ def test_fd_bind_serves_an_inherited_socket(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
+
+
+def test_hup_with_a_broken_app_keeps_the_current_generation_serving(start_server, tmp_path):
+    flag = tmp_path / "broken"
+    server = start_server(app="apps.reloadable:app", workers=2, env={"REFORK_TEST_BREAK": str(flag)})
+    workers = {w["pid"] for w in server.workers()}
+    flag.write_text("1")
+    server.signal(signal.SIGHUP)
+    server.wait_for(lambda: "failed to load the app" in server.log(), what="the failed reload logged")
+    assert server.status()["generation"] == 0
+    assert {w["pid"] for w in server.workers()} == workers
+    assert server.get("/")[0] == 200
+    flag.unlink()
+    server.signal(signal.SIGHUP)
+    server.wait_for(
+        lambda: (
+            server.status()["generation"] == 1
+            and len(server.workers()) == 2
+            and not workers & {w["pid"] for w in server.workers()}
+        ),
+        what="a good reload",
+    )
