@@ -104,6 +104,8 @@ class Worker:
         signal.signal(signal.SIGQUIT, self._on_quit)
         signal.signal(signal.SIGINT, self._on_quit)
         self.slots.claim(self.slot, os.getpid(), time.monotonic() + self.timeout)
+        if not fork_safety.is_fork_safe():  # marked while starting (a hook, --memray): say so now
+            self._report_unsafe()
         self.ctx.tell(messages.Ready(os.getpid()))
         serve(self.ctx.listeners, self.app, self.interface, self.config, self)
         hook = self.config.hooks.get("worker_exit")
