@@ -198,6 +198,8 @@ class Server:
         while time.monotonic() < deadline and any(alive(p) for p in self.seen):
             time.sleep(0.1)
         leaked = [p for p in self.seen if alive(p)]
+        if leaked:
+            print(f"  WARNING: {self.name} left processes behind after stop: {leaked}", file=sys.stderr)
         for pid in leaked:
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -72,7 +72,6 @@ def bench_one(server: Server, duration: float) -> dict:
     result["processes"] = workers + 1
     if leaked:
         result["leaked_pids"] = leaked
-        print(f"  WARNING: {server.name} left processes behind after stop: {leaked}", file=sys.stderr)
     return result
 
 

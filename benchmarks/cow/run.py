@@ -112,7 +112,6 @@ def bench_one(server: Server, workers: int, requests: int, paths: list[str]) -> 
         leaked = server.stop()
     if leaked:
         result["leaked_pids"] = leaked
-        print(f"  WARNING: {server.name} left processes behind: {leaked}", file=sys.stderr)
     return result
 
 
