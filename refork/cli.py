@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     g("--memory-metric", metavar="uss|pss", help="what --max-worker-memory measures")
     g("--memory-interval", metavar="S", help="seconds between memory samples")
     g("--allocator", metavar="system|jemalloc", help="malloc implementation")
-    g("--malloc-trim", action=argparse.BooleanOptionalAction, help="malloc_trim() after requests")
+    g("--malloc-trim", action=argparse.BooleanOptionalAction, help="malloc_trim() when idle (10 s apart)")
     g("--memray", metavar="DIR", help="write one memray capture per worker to DIR")
     return p
 
