@@ -7,7 +7,6 @@ loop: wait for a command, fork a worker, repeat. It never serves a request.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import select
@@ -16,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from refork.config import ConfigError
-from refork.memory.heap import prepare_heap_for_fork
+from refork.memory.heap import disable_gc_early, prepare_heap_for_fork
 from refork.process import fork_safety, messages
 from refork.process.context import ProcessContext, set_title
 from refork.process.forking import Unwind, fork_detached, reset_signals_in_child
@@ -26,7 +25,7 @@ log = logging.getLogger("refork")
 
 def boot_mold(ctx: ProcessContext, generation: int) -> int:
     """A fresh mold: import the app, warm it, and serve as the mold of `generation`."""
-    gc.disable()  # no collections while the app loads: they leave holes workers would dirty
+    disable_gc_early()
     set_title(f"{ctx.config.proc_name}: mold (gen {generation})")
     cmd = ctx.register(messages.Spawned("mold", os.getpid(), generation))
     try:
@@ -46,7 +45,7 @@ def boot_mold(ctx: ProcessContext, generation: int) -> int:
 
 def promoted_mold(ctx: ProcessContext, app: Any, interface: str, generation: int) -> int:
     """A warm worker's child becomes the mold of `generation`."""
-    gc.disable()
+    disable_gc_early()
     reset_signals_in_child()
     fork_safety.reset()
     set_title(f"{ctx.config.proc_name}: mold (gen {generation})")
