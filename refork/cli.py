@@ -80,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     g("--warmup", action="append", metavar="PATH", help="request path sent through the app before fork")
     g("--refork-after", metavar="N,N,...|off", help="requests per generation before promoting a new mold")
     g("--refork-max-unavailable", metavar="N", help="workers replaced at once during a refork")
+    g(
+        "--mold-idle-exit",
+        metavar="S|off",
+        help="stop the mold after S idle seconds to free its memory; a worker is promoted when needed",
+    )
     g("--max-worker-memory", metavar="SIZE", help="replace a worker above this, e.g. 512M (0: off)")
     g("--memory-metric", metavar="uss|pss", help="what --max-worker-memory measures")
     g("--memory-interval", metavar="S", help="seconds between memory samples")

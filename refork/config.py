@@ -67,6 +67,7 @@ class Config:
     warmup: list[str] = field(default_factory=list)  # request paths sent through the app in the mold
     refork_after: list[int] | None = None  # None = off
     refork_max_unavailable: int | None = None  # None = ceil(10% of workers)
+    mold_idle_exit: float | None = None  # seconds an idle mold lingers; None = it stays
     max_worker_memory: int = 0  # bytes, 0 = off
     memory_metric: str = "uss"  # uss | pss
     memory_interval: float = 10.0  # seconds between smaps_rollup samples per process
@@ -138,6 +139,18 @@ def _positive_float(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
         raise ConfigError(f"{where} must be a number of seconds > 0, got {_got(raw)}")
     return float(value)
+
+
+def _off_or_seconds(value: Any, where: str) -> float | None:
+    """A delay that can be switched off: "off" (or None) -> None, else seconds >= 0."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("off", "")):
+        return None
+    if value == 0 or (isinstance(value, str) and value.strip() in ("0", "0.0")):
+        return 0.0
+    try:
+        return _positive_float(value, where)
+    except ConfigError:
+        raise ConfigError(f'{where} must be a number of seconds >= 0 or "off", got {_got(value)}') from None
 
 
 def _choice(*options: str) -> Coercer:
@@ -349,6 +362,7 @@ FIELD_COERCERS: dict[str, Coercer] = {
     "warmup": _list(_url_path, split_items=False),
     "refork_after": _refork_after,
     "refork_max_unavailable": _opt_positive_int,
+    "mold_idle_exit": _off_or_seconds,
     "max_worker_memory": _size,
     "memory_metric": _choice("uss", "pss"),
     "memory_interval": _positive_float,

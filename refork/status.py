@@ -68,6 +68,7 @@ def format_status(status: dict) -> str:
         f"monitor {status['monitor_pid']}  gen {status['generation']}  workers {status['workers']}  "
         f"allocator {status['allocator']}  total PSS {format_bytes(status['total_pss'])}"
         + ("  (refork in progress)" if status.get("refork_pending") else "")
+        + ("  (mold stopped while idle)" if status.get("mold_shed") else "")
     ]
     for row in rows:
         lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())

@@ -7,8 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
-from conftest import ROOT
+from conftest import ROOT, pids_alive
 from load import Load
 
 
@@ -91,6 +92,51 @@ def test_mark_fork_unsafe_is_honoured(start_server):
         timeout=30,
     ).stdout
     assert "fork-unsafe: opened a connection at request time" in table
+
+
+def test_mold_idle_exit_stops_the_mold_and_promotes_a_worker_when_one_is_needed(start_server):
+    server = start_server("--mold-idle-exit", "0.3", workers=2)
+    first_mold = server.mold()["pid"]
+    server.wait_for(lambda: server.status()["mold_shed"], what="the idle mold to stop")
+    assert server.mold() is None and pids_alive([first_mold]) == []
+    assert "(mold stopped while idle)" in subprocess.run(
+        [sys.executable, "-m", "refork", "status", "--control-socket", server.control],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    ).stdout
+    with Load(server.port, threads=2) as load:
+        victim = server.workers()[0]
+        os.kill(victim["pid"], signal.SIGKILL)
+        replacement = server.wait_for(
+            lambda: [w for w in server.workers() if w["nr"] == victim["nr"] and w["pid"] != victim["pid"]],
+            timeout=15,
+            what="a replacement worker forked by a promoted worker",
+        )[0]
+        server.wait_for(lambda: server.status()["mold_shed"], what="the summoned mold to stop again")
+    assert load.failures == []
+    assert replacement["generation"] == 0  # a summoned mold keeps the generation: no rollout
+    with open(f"/proc/{replacement['pid']}/stat") as f:
+        assert int(f.read().split(")")[1].split()[1]) == server.proc.pid
+    log = server.log()
+    assert "a worker is needed and the mold was stopped while idle" in log
+    assert "promoted to mold of gen 0" in log
+    assert "from a fresh import" not in log
+    assert server.get("/")[0] == 200
+    server.signal(signal.SIGTTOU)  # fewer workers needs no mold
+    server.wait_for(lambda: len(server.workers(state=None)) == 1, what="one worker after TTOU")
+    assert server.status()["mold_shed"]
+    server.signal(signal.SIGTTIN)  # more does: a worker is promoted again
+    server.wait_ready(2)
+
+
+def test_without_mold_idle_exit_the_mold_stays(start_server):
+    server = start_server(workers=1)
+    mold = server.mold()["pid"]
+    server.get("/")
+    time.sleep(1.0)
+    assert server.mold()["pid"] == mold and not server.status()["mold_shed"]
 
 
 def test_memory_limit_recycles_a_growing_worker(start_server):

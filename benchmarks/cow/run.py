@@ -56,6 +56,8 @@ def servers(venv: Path, workers: int, port: int, warmup: list[str]) -> list[Serv
         ("refork-warmup", [*refork, *warm, APP]),
         ("refork-after", [*refork, "--refork-after", "200,400", APP]),
         ("refork-warmup-after", [*refork, *warm, "--refork-after", "200,400", APP]),
+        ("refork-idle-exit", [*refork, "--mold-idle-exit", "1", APP]),
+        ("refork-after-idle-exit", [*refork, "--refork-after", "200,400", "--mold-idle-exit", "1", APP]),
         ("gunicorn", [*gunicorn, "-w", str(workers), APP]),
         ("gunicorn-preload", [*gunicorn, "-w", str(workers), "--preload", APP]),
         (BASELINE, [*gunicorn, "-w", str(workers), "--preload", "-c", str(FREEZE_CONF), APP]),

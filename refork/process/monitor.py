@@ -55,6 +55,8 @@ class Monitor:
         self.next_mold_at = 0.0
         self.rollout_limit = 1
         self.last_memory_sample = 0.0
+        self.mold_shed = False  # the mold was stopped on purpose (--mold-idle-exit)
+        self.mold_busy_at = 0.0  # the mold's last spawn request or readiness
 
     # -- set-up ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -66,6 +68,8 @@ class Monitor:
         subreaper = make_subreaper()
         if not subreaper:
             log.warning("child subreaper unavailable: workers are children of the mold; reforking is off")
+            if config.mold_idle_exit is not None:
+                log.warning("--mold-idle-exit needs a child subreaper; the mold will stay")
         listeners = bind(config.bind, config.backlog)
         self.report_in, report_out = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.report_in.setblocking(False)
@@ -172,20 +176,26 @@ class Monitor:
         if self.roster.pending_mold() is not None:
             log.info("refork ignored: a new mold is already starting")
             return False
-        candidates = [
-            c
-            for c in self.roster.workers()
-            if c.ready and not c.stopping and c.generation == self.generation and not c.fork_unsafe
-        ]
+        candidates = self._promotable_workers()
         if not candidates:
             log.warning("refork: no fork-safe worker of gen %d is ready", self.generation)
             return False
         chosen = max(candidates, key=lambda c: self.ctx.slots.requests(c.slot))
-        self._promote(chosen)
+        self._promote(chosen, self.generation + 1)
         return True
 
-    def _promote(self, worker: Child) -> None:
-        generation = self.generation + 1
+    def _promotable_workers(self) -> list[Child]:
+        return [
+            c
+            for c in self.roster.workers()
+            if c.ready
+            and not c.stopping
+            and c.retire_reason is None
+            and c.generation == self.generation
+            and not c.fork_unsafe
+        ]
+
+    def _promote(self, worker: Child, generation: int) -> None:
         log.info(
             "promoting worker %d (pid %d, %d requests) to mold of gen %d",
             worker.nr,
@@ -254,6 +264,8 @@ class Monitor:
         self.roster.set_current_mold(mold)
         self.generation = mold.generation
         self.mold_crashes = 0
+        self.mold_shed = False
+        self.mold_busy_at = time.monotonic()
         log.info("mold (gen %d, pid %d) is the current mold", mold.generation, mold.pid)
         if previous is not None and previous.pid != mold.pid:
             self._stop_child(previous, graceful=True)
@@ -291,7 +303,7 @@ class Monitor:
             or self._rollout_in_progress()
         ):
             return
-        self._promote(worker)
+        self._promote(worker, self.generation + 1)
 
     # -- reaping ---------------------------------------------------------------------------------
     def _reap(self) -> None:
@@ -362,16 +374,69 @@ class Monitor:
         self._enforce_deadlines(now)
         if (
             self.started
-            and self.roster.current_mold() is None
+            and self._usable_mold() is None
             and self.roster.pending_mold() is None
             and now >= self.next_mold_at
         ):
-            self.spawn_mold(self.generation)
+            if not self.mold_shed:
+                self.spawn_mold(self.generation)  # the mold died: a fresh import
+            elif self._workers_wanted():
+                self._summon_mold()
         self._end_crash_loop(now)
         self._keep_worker_count(now)
         self._rollout(now)
         self._recycle(now)
+        self._shed_idle_mold(now)
         self._sample_memory(now)
+
+    def _usable_mold(self) -> Child | None:
+        mold = self.roster.current_mold()
+        return mold if mold is not None and mold.ready and not mold.stopping else None
+
+    def _workers_wanted(self) -> bool:
+        """Would the mold be asked to fork now: a missing worker, a retiring one, an outdated one?"""
+        serving = {c.nr for c in self.roster.workers() if not c.stopping and c.retire_reason is None}
+        return any(nr not in serving for nr in range(self.target_workers)) or any(
+            not c.stopping and (c.retire_reason is not None or c.generation < self.generation)
+            for c in self.roster.workers()
+        )
+
+    def _shed_idle_mold(self, now: float) -> None:
+        """--mold-idle-exit: stop a mold with nothing to do, freeing the pages only it still holds.
+
+        Once every worker has copied a page, the mold's original is private to the mold: on 3.11
+        that is most of the heap it touched. The next worker needed comes from a promoted worker.
+        """
+        linger = self.config.mold_idle_exit
+        mold = self._usable_mold()
+        if linger is None or mold is None or not self.ctx.subreaper or now - self.mold_busy_at < linger:
+            return
+        if (
+            self.roster.pending_mold() is not None
+            or self.roster.has_pending_workers()
+            or not all(c.ready for c in self.roster.workers())
+            or self._workers_wanted()
+        ):
+            return
+        log.info(
+            "mold (gen %d, pid %d) idle for %gs; stopping it to free its memory (--mold-idle-exit)",
+            mold.generation,
+            mold.pid,
+            linger,
+        )
+        self.mold_shed = True
+        self._stop_child(mold, graceful=True)
+
+    def _summon_mold(self) -> None:
+        """A worker is needed and the mold was shed: promote a warm worker, or import afresh."""
+        candidates = self._promotable_workers()
+        if candidates and self.mold_crashes < 2:
+            chosen = max(candidates, key=lambda c: self.ctx.slots.requests(c.slot))
+            log.info("a worker is needed and the mold was stopped while idle")
+            self._promote(chosen, self.generation)
+        else:
+            log.info("a worker is needed and no worker can be promoted: starting a mold from a fresh import")
+            self.spawn_mold(self.generation)
 
     def _enforce_deadlines(self, now: float) -> None:
         slots = self.ctx.slots
@@ -420,23 +485,24 @@ class Monitor:
             self.crashes = 0
 
     def _keep_worker_count(self, now: float) -> None:
-        mold = self.roster.current_mold()
-        if mold is None or not mold.ready or now < self.next_spawn_at:
-            return
         serving = {}
         for child in self.roster.workers():
             if not child.stopping and child.retire_reason is None:
                 serving.setdefault(child.nr, []).append(child)
-        for nr in range(self.target_workers):
-            if nr not in serving and not self.roster.spawn_pending(nr):
-                self._spawn_worker(mold, nr)
         for nr, children in serving.items():
             if nr >= self.target_workers:
                 for child in children:
                     self._stop_child(child, graceful=True)
+        mold = self._usable_mold()
+        if mold is None or now < self.next_spawn_at:
+            return
+        for nr in range(self.target_workers):
+            if nr not in serving and not self.roster.spawn_pending(nr):
+                self._spawn_worker(mold, nr)
 
     def _spawn_worker(self, mold: Child, nr: int) -> None:
         slot = self.slot_allocator.take()
+        self.mold_busy_at = time.monotonic()
         self.roster.expect_worker(nr, mold.generation, slot)
         if not self._command(mold, messages.SpawnWorker(nr, mold.generation, slot)):
             self.roster.cancel_spawn(nr)
@@ -447,8 +513,7 @@ class Monitor:
 
     def _rollout(self, now: float) -> None:
         """Replace workers of older generations, at most rollout_limit at a time."""
-        mold = self.roster.current_mold()
-        if mold is None or not mold.ready:
+        if self._usable_mold() is None:
             return
         outdated = [c for c in self.roster.workers() if c.generation < self.generation and not c.stopping]
         in_transition = sum(1 for c in self.roster.workers() if c.generation < self.generation and c.stopping)
@@ -460,7 +525,7 @@ class Monitor:
 
     def _recycle(self, now: float) -> None:
         """A retiring worker stops once its replacement (same nr) is ready."""
-        mold = self.roster.current_mold()
+        mold = self._usable_mold()
         for child in list(self.roster.workers()):
             if child.retire_reason is None or child.stopping:
                 continue
@@ -475,7 +540,6 @@ class Monitor:
                 not replacement
                 and not self.roster.spawn_pending(child.nr)
                 and mold is not None
-                and mold.ready
                 and now >= self.next_spawn_at
             ):
                 self._spawn_worker(mold, child.nr)
@@ -597,26 +661,9 @@ class Monitor:
             if child.memory is None or now - child.memory_at > STATUS_FRESHNESS:
                 self._read_memory(child, now)
 
-        rows = []
-        for child in sorted(self.roster.children(), key=lambda c: (c.role != "mold", c.generation, c.nr)):
-            mem = child.memory
-            rows.append(
-                {
-                    "pid": child.pid,
-                    "role": child.role,
-                    "nr": child.nr if child.role == "worker" else None,
-                    "generation": child.generation,
-                    "state": "stopping" if child.stopping else ("ready" if child.ready else "starting"),
-                    "requests": self.ctx.slots.requests(child.slot) if child.slot >= 0 else 0,
-                    "rss": mem.rss if mem else None,
-                    "pss": mem.pss if mem else None,
-                    "uss": mem.uss if mem else None,
-                    "private_dirty": mem.private_dirty if mem else None,
-                    "minflt": mem.minflt if mem else None,
-                    "fork_unsafe": child.fork_unsafe,
-                    "retiring": child.retire_reason,
-                }
-            )
+        children = sorted(self.roster.children(), key=lambda c: (c.role != "mold", c.generation, c.nr))
+        slots = self.ctx.slots
+        rows = [c.status_row(slots.requests(c.slot) if c.slot >= 0 else 0) for c in children]
         total_pss = sum(r["pss"] or 0 for r in rows)
         return {
             "monitor_pid": os.getpid(),
@@ -625,6 +672,8 @@ class Monitor:
             "allocator": loaded_allocator("self"),
             "subreaper": self.ctx.subreaper,
             "refork_pending": self.roster.pending_mold() is not None,
+            "mold_idle_exit": self.config.mold_idle_exit,
+            "mold_shed": self.mold_shed and self.roster.current_mold() is None,
             "total_pss": total_pss,
             "processes": rows,
         }

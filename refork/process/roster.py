@@ -32,6 +32,25 @@ class Child:
     memory: ProcessMemory | None = None
     memory_at: float = 0.0
 
+    def status_row(self, requests: int) -> dict:
+        """This process as one row of `refork status --json`."""
+        mem = self.memory
+        return {
+            "pid": self.pid,
+            "role": self.role,
+            "nr": self.nr if self.role == "worker" else None,
+            "generation": self.generation,
+            "state": "stopping" if self.stopping else ("ready" if self.ready else "starting"),
+            "requests": requests,
+            "rss": mem.rss if mem else None,
+            "pss": mem.pss if mem else None,
+            "uss": mem.uss if mem else None,
+            "private_dirty": mem.private_dirty if mem else None,
+            "minflt": mem.minflt if mem else None,
+            "fork_unsafe": self.fork_unsafe,
+            "retiring": self.retire_reason,
+        }
+
 
 @dataclass
 class PendingMold:
@@ -72,6 +91,9 @@ class Roster:
 
     def spawn_pending(self, nr: int) -> bool:
         return nr in self._pending_workers
+
+    def has_pending_workers(self) -> bool:
+        return bool(self._pending_workers)
 
     def command_sockets(self) -> list[socket.socket]:
         return [c.conn for c in self._children.values() if c.conn is not None]
