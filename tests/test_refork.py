@@ -13,6 +13,17 @@ from conftest import ROOT, pids_alive
 from load import Load
 
 
+def status_cli(server, *flags: str) -> subprocess.CompletedProcess:
+    """`refork status` run the way a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "refork", "status", *flags, "--control-socket", server.control],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    )
+
+
 def generations(server) -> set[int]:
     return {w["generation"] for w in server.workers(state=None)}
 
@@ -84,13 +95,7 @@ def test_mark_fork_unsafe_is_honoured(start_server):
     result = server.request("refork")
     assert result["ok"] is False
     assert server.status()["generation"] == 0
-    table = subprocess.run(
-        [sys.executable, "-m", "refork", "status", "--control-socket", server.control],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=30,
-    ).stdout
+    table = status_cli(server).stdout
     assert "fork-unsafe: opened a connection at request time" in table
 
 
@@ -99,13 +104,7 @@ def test_mold_idle_exit_stops_the_mold_and_promotes_a_worker_when_one_is_needed(
     first_mold = server.mold()["pid"]
     server.wait_for(lambda: server.status()["mold_shed"], what="the idle mold to stop")
     assert server.mold() is None and pids_alive([first_mold]) == []
-    assert "(mold stopped while idle)" in subprocess.run(
-        [sys.executable, "-m", "refork", "status", "--control-socket", server.control],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=30,
-    ).stdout
+    assert "(mold stopped while idle)" in status_cli(server).stdout
     with Load(server.port, threads=2) as load:
         victim = server.workers()[0]
         os.kill(victim["pid"], signal.SIGKILL)
@@ -161,21 +160,9 @@ def test_status_reports_per_process_memory(start_server):
         for key in ("rss", "pss", "uss", "private_dirty", "minflt"):
             assert process[key] is not None and process[key] >= 0, (key, process)
         assert process["uss"] <= process["rss"]
-    result = subprocess.run(
-        [sys.executable, "-m", "refork", "status", "--json", "--control-socket", server.control],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=30,
-    )
+    result = status_cli(server, "--json")
     assert json.loads(result.stdout)["monitor_pid"] == server.proc.pid
-    table = subprocess.run(
-        [sys.executable, "-m", "refork", "status", "--control-socket", server.control],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=30,
-    ).stdout
+    table = status_cli(server).stdout
     assert "PSS" in table and "worker 1" in table and "mold" in table
 
 
