@@ -105,7 +105,7 @@ Coercer = Callable[[Any, str], Any]  # (raw value, where it came from) -> valida
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
 
 def _got(value: Any) -> str:
@@ -209,11 +209,14 @@ def _list(item: Coercer, split_items: bool = True) -> Coercer:
 
 
 def parse_size(text: str) -> int:
-    """'512M' -> 536870912: optional K/M/G/T suffix (base 1024, "B"/"iB" tolerated)."""
+    """'512M' -> 536870912, '1.5G' -> 1610612736: K/M/G/T are powers of 1024 ("B"/"iB" tolerated)."""
     m = _SIZE_RE.match(text)
     if not m:
-        raise ValueError(text)
-    return int(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+        raise ValueError(
+            f"invalid size {text!r}: expected a number of bytes with an optional unit "
+            "K, M, G or T (powers of 1024), e.g. 512M or 1G"
+        )
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
 
 
 def _size(value: Any, where: str) -> int:

@@ -217,13 +217,30 @@ def test_missing_app():
         load_config([], environ={})
 
 
-def test_parse_size():
-    assert parse_size("512M") == 512 << 20
-    assert parse_size("1g") == 1 << 30
-    assert parse_size("2KiB") == 2048
-    assert parse_size("100") == 100
-    with pytest.raises(ValueError):
-        parse_size("1.5G")
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1048576", 1 << 20),
+        ("0", 0),
+        ("300k", 300 * 1024),
+        ("300K", 300 * 1024),
+        ("512M", 512 << 20),
+        ("512MiB", 512 << 20),
+        ("512mb", 512 << 20),
+        ("1G", 1 << 30),
+        ("1.5g", 3 << 29),
+        (" 2T ", 2 << 40),
+        ("64B", 64),
+    ],
+)
+def test_parse_size(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "M", "-1G", "1X", "1.2.3M", "ten", "1 G B"])
+def test_parse_size_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match=r"invalid size .*e\.g\. 512M or 1G"):
+        parse_size(text)
 
 
 def test_describe_is_name_value_lines():

@@ -1,4 +1,4 @@
-"""/proc-based accounting: sane values, USS growth in a child, size parsing and formatting."""
+"""/proc-based accounting: sane values, USS growth in a child, size formatting."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from refork.memory.accounting import format_bytes, parse_size, read_memory, read_rss
+from refork.config import parse_size
+from refork.memory.accounting import format_bytes, read_memory, read_rss
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/smaps_rollup"), reason="needs Linux /proc")
 MiB = 1 << 20
@@ -86,32 +87,6 @@ def test_fresh_child_starts_sharing() -> None:
     finally:
         os.write(w, b"x")
         os.waitpid(pid, 0)
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("1048576", 1 << 20),
-        ("0", 0),
-        ("300k", 300 * 1024),
-        ("300K", 300 * 1024),
-        ("512M", 512 << 20),
-        ("512MiB", 512 << 20),
-        ("512mb", 512 << 20),
-        ("1G", 1 << 30),
-        ("1.5g", 3 << 29),
-        (" 2T ", 2 << 40),
-        ("64B", 64),
-    ],
-)
-def test_parse_size(text: str, expected: int) -> None:
-    assert parse_size(text) == expected
-
-
-@pytest.mark.parametrize("text", ["", "M", "-1G", "1X", "1.2.3M", "ten", "1 G B"])
-def test_parse_size_rejects(text: str) -> None:
-    with pytest.raises(ValueError, match=r"invalid size .*e\.g\. 512M or 1G"):
-        parse_size(text)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """Where memory is measured and shared: heap preparation before fork, /proc accounting, allocators."""
 
-from refork.memory.accounting import ProcessMemory, format_bytes, parse_size, read_memory, read_rss
+from refork.memory.accounting import ProcessMemory, format_bytes, read_memory, read_rss
 from refork.memory.heap import (
     HeapReport,
     after_fork_in_child,
@@ -16,7 +16,6 @@ __all__ = [
     "disable_gc_early",
     "format_bytes",
     "immortalize_support",
-    "parse_size",
     "prepare_heap_for_fork",
     "read_memory",
     "read_rss",

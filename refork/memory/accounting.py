@@ -10,7 +10,6 @@ not per request; read_rss is the cheap one (/proc/PID/statm).
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -85,22 +84,6 @@ def read_rss(pid: int) -> int | None:
         return int(statm.split()[1]) * PAGE_SIZE
     except (IndexError, ValueError):
         return None
-
-
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str) -> int:
-    """Parse "512M", "1G", "1.5g", "300k", "64MiB", "1048576" into bytes (binary units)."""
-    m = _SIZE.match(str(text))
-    if m is None:
-        raise ValueError(
-            f"invalid size {text!r}: expected a number of bytes with an optional unit "
-            "K, M, G or T (powers of 1024), e.g. 512M or 1G"
-        )
-    number, unit = m.groups()
-    return int(float(number) * _UNITS[unit.lower()])
 
 
 def format_bytes(n: int) -> str:
