@@ -178,7 +178,12 @@ def test_jemalloc_flag_loads_jemalloc(start_server):
 
 def test_warmup_runs_in_the_mold_before_fork(start_server, tmp_path):
     server = start_server("--warmup", "/", "--warmup", "/sleep?0", workers=1)
-    assert "warm-up: / 200, /sleep?0 200" in server.log()
+    assert "warm-up: / 200, /sleep?0 200 (2 passes" in server.log()
+
+
+def test_warmup_sends_each_path_twice_so_3_12_specializes_in_the_mold(start_server):
+    server = start_server("--warmup", "/count", workers=1)
+    assert server.get("/count") == (200, b"3")  # the worker inherits the mold's two warm-up runs
 
 
 def test_memray_writes_one_capture_per_worker(start_server, tmp_path):

@@ -1,4 +1,4 @@
-"""Apps for process-model tests: report the serving pid, hang, crash, grow, mark fork-unsafe."""
+"""Apps for process-model tests: report the serving pid, hang, crash, grow, count, mark fork-unsafe."""
 
 import os
 import time
@@ -6,6 +6,7 @@ import time
 import refork
 
 _hoard = []
+_counted = 0
 STARTED_AT = time.time()
 
 
@@ -21,6 +22,10 @@ def app(environ, start_response):
     elif path == "/grow":
         _hoard.append(bytearray(int(environ.get("QUERY_STRING") or 10_000_000)))
         body = b"grew"
+    elif path == "/count":  # how many requests this process and its mold ancestry have served
+        global _counted
+        _counted += 1
+        body = str(_counted).encode()
     elif path == "/unsafe":
         refork.mark_fork_unsafe("opened a connection at request time")
         body = b"marked"
