@@ -9,6 +9,14 @@ Deterministic for a given --seed. The package has:
     lookups seeded by the path, so the same path always touches the same code and data.
 
     python benchmarks/cow/make_monolith.py [--modules 300] [--functions 100] [--records 300000]
+
+--code mixed (the default) mixes int and float arithmetic and uses operations CPython 3.12 never
+specializes (%, //, /, **, >>, ^, &, int-vs-float compares). --code specializable generates the same
+shapes with only operations 3.12 specializes (int/float + - *, int-vs-int compares, subscripts of
+dict/list/tuple, instance attributes, calls of Python functions and of builtins), so that warm code
+stops writing to its inline caches. Use --out to keep both side by side:
+
+    python benchmarks/cow/make_monolith.py --code specializable --out benchmarks/monolith_specializable
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import argparse
 import compileall
 import random
 import shutil
+import sys
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent.parent / "monolith_generated"
@@ -27,7 +36,7 @@ WORDS = [
 ]
 
 
-def gen_function(rng: random.Random, name: str, index: int, arg: str = "x") -> str:
+def gen_function(rng: random.Random, name: str, index: int, arg: str = "x", code: str = "mixed") -> str:
     """One function (or method body, with arg "self.v") of a randomly chosen shape."""
     c = [rng.randint(2, 997) for _ in range(4)]
     f = [round(rng.uniform(0.5, 3.5), 4) for _ in range(3)]
@@ -36,7 +45,10 @@ def gen_function(rng: random.Random, name: str, index: int, arg: str = "x") -> s
     head = f"def {name}(x: int) -> int:\n" if arg == "x" else f"    def {name}(self) -> int:\n"
     ind = "    " if arg == "x" else "        "
     x = arg
-    if kind == 0:
+    if code == "specializable":
+        callee = f"f{rng.randrange(index)}" if kind == 6 else ""
+        body = specializable_body(kind, x, c, f, word, callee)
+    elif kind == 0:
         body = [f"acc = {c[0]}", f"for k in range({c[1] % 24 + 4}):",
                 f"    if ({x} + k) % {c[2] % 7 + 2} == 0:", f"        acc += k * {c[3]}",
                 "    else:", f"        acc ^= ({x} >> {c[0] % 5}) + k", "return acc & 0xFFFFFFFF"]
@@ -67,17 +79,59 @@ def gen_function(rng: random.Random, name: str, index: int, arg: str = "x") -> s
     return head + "".join(f"{ind}{line}\n" for line in body)
 
 
-def gen_module(rng: random.Random, functions: int, classes: int) -> str:
+def specializable_body(kind: int, x: str, c: list[int], f: list[float], word: str, callee: str) -> list[str]:
+    """The same 7 shapes as the mixed bodies, with only operations CPython 3.12 specializes.
+
+    Ints stay compact (|v| < 2**30: COMPARE_OP_INT deopts on bigger ones), floats are never mixed
+    with ints in one operation (float() / int() convert), str compares are == / != only, and the
+    arguments (1..~6000 from app.handle) make every branch run. No %, //, /, **, >>, ^, &. Calls
+    are of Python functions and of builtins 3.12 specializes (len, isinstance, sum, round, float,
+    map, str methods); not int() (no vectorcall in 3.12) nor min()/max() (METH_VARARGS in 3.12).
+    """
+    if kind == 0:  # loop with a branch
+        return [f"acc = {c[0]}", f"for k in range({c[1] % 24 + 4}):",
+                f"    if {x} + k * {c[2] % 50 + 20} > {c[3] + 2000}:", f"        acc += k * {c[3]}",
+                "    else:", f"        acc -= k + {c[0] % 5 + 1}", "return acc"]
+    if kind == 1:  # float arithmetic, kept bounded
+        return [f"y = float({x}) * {f[0]} + {f[1]}", f"for _ in range({c[0] % 12 + 3}):",
+                f"    y = y * {f[2]} - y * {round(f[0] / 4, 4)} + {float(c[1])}",
+                f"    if y > {float(c[2] * 10)}:", f"        y = y * {round(1 / (f[2] + 1.0), 4)}",
+                f"return round(y) + {c[1] + 7}"]
+    if kind == 2:  # f-string
+        return [f"s = f\"{word}-{{{x}:06d}}-{{{x} - {c[0]}}}-{{float({x}) * {f[0]}:.3f}}\"",
+                f"if len(s) > {c[1] % 10 + 18}:", "    s = s.upper()", "else:",
+                f"    s = s.replace(\"-\", \"{word[0]}\")",
+                f"return len(s) + sum(map(ord, s[:{c[2] % 8 + 2}]))"]
+    if kind == 3:  # comprehensions
+        return [f"vals = [v * {c[0]} for v in range({c[1] % 30 + 5} if {x} > {c[1] % 30 + 5} else {x})]",
+                f"d = {{v - {c[2] % 9 + 2}: v for v in vals if v > {c[0] * 3}}}",
+                f"return sum(d.values()) + len(vals) * {c[3]}"]
+    if kind == 4:  # several branches
+        t1 = c[0] + 500
+        t2 = t1 + c[1] + 500
+        t3 = t2 + c[2] + 500
+        return [f"if {x} < {t1}:", f"    return {x} * {c[1]}", f"elif {x} < {t2}:",
+                f"    return ({x} + {c[2]}) - {c[0]}", f"elif {x} < {t3}:",
+                f"    return round(float({x}) * {f[0]})", f"return -{x} + {c[3]}"]
+    if kind == 5:  # dataset read; the same record as the mixed variant's (x * c0) % N
+        return [f"i = {x} * {c[0]}", "while i >= data.N:", "    i -= data.N",
+                "rec = data.RECORDS.get(i)", "if rec is None:", "    return 0",
+                f"return rec[3] + round(rec[4] * {f[0]}) + len(rec[1]) - {c[1] % 13 + 2}"]
+    return [f"t = {callee}({x} + {c[0]}) if isinstance({x}, int) else 0",
+            f"return t * {c[1]} if t < {c[2]} else t - {c[3]}"]
+
+
+def gen_module(rng: random.Random, functions: int, classes: int, code: str = "mixed") -> str:
     parts = ['"""Generated module: do not edit."""\n\nfrom .. import data\n\n',
              f"TABLE = {{k: \"{rng.choice(WORDS)}-%d\" % (k * {rng.randint(3, 99)})"
              " for k in range(200)}\n\n"]
     for i in range(functions):
-        parts.append("\n" + gen_function(rng, f"f{i}", i) + "\n")
+        parts.append("\n" + gen_function(rng, f"f{i}", i, code=code) + "\n")
     for j in range(classes):
         parts.append(f"\nclass C{j}:\n    def __init__(self, v: int) -> None:\n        self.v = v\n"
                      f"        self.tag = \"{rng.choice(WORDS)}\"\n")
         for m in range(4):
-            parts.append("\n" + gen_function(rng, f"m{m}", 0, arg="self.v"))
+            parts.append("\n" + gen_function(rng, f"m{m}", 0, arg="self.v", code=code))
         parts.append("\n")
     parts.append(f"\nFUNCS = [{', '.join(f'f{i}' for i in range(functions))}]\n")
     parts.append(f"CLASSES = [{', '.join(f'C{j}' for j in range(classes))}]\n")
@@ -169,20 +223,29 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=10, help="classes (4 methods each) per module")
     parser.add_argument("--records", type=int, default=300_000, help="dataset records")
     parser.add_argument("--seed", type=int, default=20240601)
+    parser.add_argument("--code", choices=("mixed", "specializable"), default="mixed",
+                        help="function bodies: mixed int/float and unspecializable ops (default), or only "
+                             "operations CPython 3.12 specializes")
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help="output directory; its name is the package name (default: %(default)s)")
     args = parser.parse_args()
 
+    out = args.out.resolve()
+    if not out.name.isidentifier():
+        sys.exit(f"--out {args.out}: the directory name must be a valid package name")
     rng = random.Random(args.seed)
-    shutil.rmtree(OUT, ignore_errors=True)
-    (OUT / "mods").mkdir(parents=True)
-    (OUT / "__init__.py").write_text('"""Synthetic monolith from benchmarks/cow/make_monolith.py."""\n')
-    (OUT / "mods" / "__init__.py").write_text("")
-    (OUT / "data.py").write_text(DATA.format(records=args.records, seed=args.seed))
-    (OUT / "caches.py").write_text(CACHES)
-    (OUT / "app.py").write_text(APP.format(modules=args.modules))
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "mods").mkdir(parents=True)
+    (out / "__init__.py").write_text('"""Synthetic monolith from benchmarks/cow/make_monolith.py."""\n')
+    (out / "mods" / "__init__.py").write_text("")
+    (out / "data.py").write_text(DATA.format(records=args.records, seed=args.seed))
+    (out / "caches.py").write_text(CACHES)
+    (out / "app.py").write_text(APP.format(modules=args.modules))
     for i in range(args.modules):
-        (OUT / "mods" / f"m{i:03d}.py").write_text(gen_module(rng, args.functions, args.classes))
-    compileall.compile_dir(OUT, quiet=1)
-    print(f"wrote {OUT} ({args.modules} modules x {args.functions} functions, {args.records} records)")
+        (out / "mods" / f"m{i:03d}.py").write_text(gen_module(rng, args.functions, args.classes, args.code))
+    compileall.compile_dir(out, quiet=1)
+    print(f"wrote {out} ({args.modules} modules x {args.functions} functions, {args.records} records, "
+          f"--code {args.code})")
 
 
 if __name__ == "__main__":

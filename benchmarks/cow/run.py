@@ -6,6 +6,9 @@ from /proc: total PSS and per-worker USS. "One copy" is the RSS of the single wo
 1-worker gunicorn (no preload) after the same load.
 
     python benchmarks/cow/run.py --python 3.12 [--requests-per-worker 1000] [--only refork,gunicorn-preload]
+
+--monolith NAME serves another generated package under benchmarks/ (make_monolith.py --out), e.g.
+monolith_specializable (make_monolith.py --code specializable).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from common import (  # noqa: E402
     write_results,
 )
 
-APP = "monolith_generated.app:app"
+DEFAULT_MONOLITH = "monolith_generated"
 FREEZE_CONF = Path(__file__).resolve().parent / "gunicorn_freeze.conf.py"
 BASELINE = "gunicorn-preload-freeze"
 
@@ -44,7 +47,8 @@ def warm_paths(n: int) -> list[str]:
     return [f"/w/{i}" for i in range(n)]
 
 
-def servers(venv: Path, workers: int, port: int, warmup: list[str]) -> list[Server]:
+def servers(venv: Path, workers: int, port: int, warmup: list[str], monolith: str) -> list[Server]:
+    APP = f"{monolith}.app:app"  # noqa: N806
     bind = "127.0.0.1"
     b = venv / "bin"
     refork = [*refork_cmd(venv), "-w", str(workers), "--chdir", str(BENCH_DIR), "-b", f"{bind}:{{port}}"]
@@ -128,20 +132,26 @@ def main() -> None:
     parser.add_argument("--load-paths", type=int, default=300, help="extra /r/0.. paths only the load sends")
     parser.add_argument("--only", help="comma-separated server names (one-copy is always run)")
     parser.add_argument("--port", type=int, default=19500)
+    parser.add_argument("--monolith", "--app-dir", default=DEFAULT_MONOLITH, metavar="NAME",
+                        help="generated package to serve, a directory under benchmarks/ "
+                             "(make_monolith.py --out); default: %(default)s")
     args = parser.parse_args()
 
-    if not (BENCH_DIR / "monolith_generated" / "app.py").exists():
-        sys.exit("benchmarks/monolith_generated is missing: run benchmarks/cow/make_monolith.py first")
+    monolith = Path(args.monolith).name
+    if not (BENCH_DIR / monolith / "app.py").exists():
+        sys.exit(f"benchmarks/{monolith} is missing: run benchmarks/cow/make_monolith.py"
+                 + ("" if monolith == DEFAULT_MONOLITH else f" --out benchmarks/{monolith}") + " first")
     venv = venv_dir(args.python)
     info = versions(venv)
     print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()))
+    print(f"app: {monolith}.app:app")
     # Compile the generated package for this interpreter once, outside any measurement.
-    subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-q", "monolith_generated"],
+    subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-q", monolith],
                    cwd=BENCH_DIR, check=True)
 
     warmup = warm_paths(args.warm_paths)
     paths = warmup + [f"/r/{i}" for i in range(args.load_paths)]
-    all_servers = servers(venv, args.workers, args.port, warmup)
+    all_servers = servers(venv, args.workers, args.port, warmup, monolith)
     wanted = {"one-copy", *(args.only.split(",") if args.only else [s.name for s in all_servers])}
     unknown = wanted - {s.name for s in all_servers}
     if unknown:
@@ -209,8 +219,10 @@ def main() -> None:
             verdict = "PASS" if ok else "FAIL"
             print(f"[{verdict}] {name} total PSS <= {limit:.2f}x {label}: {fmt(value, '.2f', 'x')}")
 
-    path = write_results(f"cow-py{info.get('python')}", {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "versions": info, "workers": args.workers,
+    suffix = "" if monolith == DEFAULT_MONOLITH else f"-{monolith}"
+    path = write_results(f"cow-py{info.get('python')}{suffix}", {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "versions": info, "monolith": monolith,
+        "workers": args.workers,
         "requests": total_requests, "paths": len(paths), "results": results, "checks": checks,
         "one_copy_kib": one,
     })
