@@ -48,25 +48,25 @@ def warm_paths(n: int) -> list[str]:
 
 
 def servers(venv: Path, workers: int, port: int, warmup: list[str], monolith: str) -> list[Server]:
-    APP = f"{monolith}.app:app"  # noqa: N806
+    app = f"{monolith}.app:app"
     bind = "127.0.0.1"
     b = venv / "bin"
     refork = [*refork_cmd(venv), "-w", str(workers), "--chdir", str(BENCH_DIR), "-b", f"{bind}:{{port}}"]
     warm = [arg for path in warmup for arg in ("--warmup", path)]
     gunicorn = [str(b / "gunicorn"), "-b", f"{bind}:{{port}}", "--log-level", "warning", "--timeout", "120"]
     specs = [
-        ("one-copy", [*gunicorn, "-w", "1", APP]),
-        ("refork", [*refork, APP]),
-        ("refork-warmup", [*refork, *warm, APP]),
-        ("refork-after", [*refork, "--refork-after", "200,400", APP]),
-        ("refork-warmup-after", [*refork, *warm, "--refork-after", "200,400", APP]),
-        ("refork-idle-exit", [*refork, "--mold-idle-exit", "1", APP]),
-        ("refork-after-idle-exit", [*refork, "--refork-after", "200,400", "--mold-idle-exit", "1", APP]),
-        ("gunicorn", [*gunicorn, "-w", str(workers), APP]),
-        ("gunicorn-preload", [*gunicorn, "-w", str(workers), "--preload", APP]),
-        (BASELINE, [*gunicorn, "-w", str(workers), "--preload", "-c", str(FREEZE_CONF), APP]),
+        ("one-copy", [*gunicorn, "-w", "1", app]),
+        ("refork", [*refork, app]),
+        ("refork-warmup", [*refork, *warm, app]),
+        ("refork-after", [*refork, "--refork-after", "200,400", app]),
+        ("refork-warmup-after", [*refork, *warm, "--refork-after", "200,400", app]),
+        ("refork-idle-exit", [*refork, "--mold-idle-exit", "1", app]),
+        ("refork-after-idle-exit", [*refork, "--refork-after", "200,400", "--mold-idle-exit", "1", app]),
+        ("gunicorn", [*gunicorn, "-w", str(workers), app]),
+        ("gunicorn-preload", [*gunicorn, "-w", str(workers), "--preload", app]),
+        (BASELINE, [*gunicorn, "-w", str(workers), "--preload", "-c", str(FREEZE_CONF), app]),
         ("granian", [str(b / "granian"), "--interface", "wsgi", "--workers", str(workers), "--host", bind,
-                     "--port", "{port}", "--no-ws", "--log-level", "warning", APP]),
+                     "--port", "{port}", "--no-ws", "--log-level", "warning", app]),
     ]
     return [
         Server(name, "wsgi", [a.replace("{port}", str(port + i)) for a in argv], port + i, BENCH_DIR)
