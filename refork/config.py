@@ -128,29 +128,34 @@ def _int(minimum: int, what: str | None = None) -> Coercer:
     return coerce
 
 
-def _positive_float(value: Any, where: str) -> float:
-    """Timeouts and intervals: seconds, strictly positive."""
-    raw = value
+def _seconds(value: Any) -> float | None:
+    """A finite number of seconds from a number or a numeric string; None if it is not one."""
     if isinstance(value, str):
         try:
             value = float(value.strip())
         except ValueError:
-            pass
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
-        raise ConfigError(f"{where} must be a number of seconds > 0, got {_got(raw)}")
+            return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isinf(value) or value != value:
+        return None
     return float(value)
+
+
+def _positive_float(value: Any, where: str) -> float:
+    """Timeouts and intervals: seconds, strictly positive."""
+    seconds = _seconds(value)
+    if seconds is None or not seconds > 0:
+        raise ConfigError(f"{where} must be a number of seconds > 0, got {_got(value)}")
+    return seconds
 
 
 def _off_or_seconds(value: Any, where: str) -> float | None:
     """A delay that can be switched off: "off" (or None) -> None, else seconds >= 0."""
     if value is None or (isinstance(value, str) and value.strip().lower() in ("off", "")):
         return None
-    if value == 0 or (isinstance(value, str) and value.strip() in ("0", "0.0")):
-        return 0.0
-    try:
-        return _positive_float(value, where)
-    except ConfigError:
-        raise ConfigError(f'{where} must be a number of seconds >= 0 or "off", got {_got(value)}') from None
+    seconds = _seconds(value)
+    if seconds is None or seconds < 0:
+        raise ConfigError(f'{where} must be a number of seconds >= 0 or "off", got {_got(value)}')
+    return seconds
 
 
 def _choice(*options: str) -> Coercer:

@@ -193,6 +193,8 @@ def test_pyproject_unknown_key(tmp_path):
         (["--forwarded-allow-ips", "10.0.0.0/99"], "is not an IP network"),
         (["--warmup", "health"], "--warmup must start with '/'"),
         (["--max-requests", "-1"], "--max-requests must be an integer >= 0"),
+        (["--mold-idle-exit", "-1"], '--mold-idle-exit must be a number of seconds >= 0 or "off"'),
+        (["--mold-idle-exit", "soon"], '--mold-idle-exit must be a number of seconds >= 0 or "off"'),
         (["--foo"], "unrecognized arguments: --foo (see refork --help)"),
     ],
 )
@@ -241,6 +243,13 @@ def test_parse_size(text: str, expected: int) -> None:
 def test_parse_size_rejects(text: str) -> None:
     with pytest.raises(ValueError, match=r"invalid size .*e\.g\. 512M or 1G"):
         parse_size(text)
+
+
+def test_mold_idle_exit_takes_seconds_zero_or_off():
+    for raw, expected in (("off", None), ("0", 0.0), ("0.00", 0.0), ("2.5", 2.5)):
+        assert load_config(["--mold-idle-exit", raw, "m:app"], environ={}).mold_idle_exit == expected
+    with pytest.raises(ConfigError, match="REFORK_MOLD_IDLE_EXIT"):
+        load_config(["m:app"], environ={"REFORK_MOLD_IDLE_EXIT": "x"})
 
 
 def test_describe_is_name_value_lines():
