@@ -176,24 +176,25 @@ class Monitor:
         if self.roster.pending_mold() is not None:
             log.info("refork ignored: a new mold is already starting")
             return False
-        candidates = self._promotable_workers()
-        if not candidates:
+        chosen = self._warmest_promotable()
+        if chosen is None:
             log.warning("refork: no fork-safe worker of gen %d is ready", self.generation)
             return False
-        chosen = max(candidates, key=lambda c: self.ctx.slots.requests(c.slot))
         self._promote(chosen, self.generation + 1)
         return True
 
-    def _promotable_workers(self) -> list[Child]:
-        return [
+    def _serving_workers(self) -> list[Child]:
+        """Workers that are neither stopping nor waiting for their replacement."""
+        return [c for c in self.roster.workers() if not c.stopping and c.retire_reason is None]
+
+    def _warmest_promotable(self) -> Child | None:
+        """The ready, fork-safe worker of the current generation that has served the most."""
+        candidates = [
             c
-            for c in self.roster.workers()
-            if c.ready
-            and not c.stopping
-            and c.retire_reason is None
-            and c.generation == self.generation
-            and not c.fork_unsafe
+            for c in self._serving_workers()
+            if c.ready and c.generation == self.generation and not c.fork_unsafe
         ]
+        return max(candidates, key=lambda c: self.ctx.slots.requests(c.slot), default=None)
 
     def _promote(self, worker: Child, generation: int) -> None:
         log.info(
@@ -395,7 +396,7 @@ class Monitor:
 
     def _workers_wanted(self) -> bool:
         """Would the mold be asked to fork now: a missing worker, a retiring one, an outdated one?"""
-        serving = {c.nr for c in self.roster.workers() if not c.stopping and c.retire_reason is None}
+        serving = {c.nr for c in self._serving_workers()}
         return any(nr not in serving for nr in range(self.target_workers)) or any(
             not c.stopping and (c.retire_reason is not None or c.generation < self.generation)
             for c in self.roster.workers()
@@ -429,9 +430,8 @@ class Monitor:
 
     def _summon_mold(self) -> None:
         """A worker is needed and the mold was shed: promote a warm worker, or import afresh."""
-        candidates = self._promotable_workers()
-        if candidates and self.mold_crashes < 2:
-            chosen = max(candidates, key=lambda c: self.ctx.slots.requests(c.slot))
+        chosen = self._warmest_promotable() if self.mold_crashes < 2 else None
+        if chosen is not None:
             log.info("a worker is needed and the mold was stopped while idle")
             self._promote(chosen, self.generation)
         else:
@@ -485,19 +485,16 @@ class Monitor:
             self.crashes = 0
 
     def _keep_worker_count(self, now: float) -> None:
-        serving = {}
-        for child in self.roster.workers():
-            if not child.stopping and child.retire_reason is None:
-                serving.setdefault(child.nr, []).append(child)
-        for nr, children in serving.items():
-            if nr >= self.target_workers:
-                for child in children:
-                    self._stop_child(child, graceful=True)
+        serving = self._serving_workers()
+        for child in serving:
+            if child.nr >= self.target_workers:
+                self._stop_child(child, graceful=True)
         mold = self._usable_mold()
         if mold is None or now < self.next_spawn_at:
             return
+        serving_nrs = {c.nr for c in serving}
         for nr in range(self.target_workers):
-            if nr not in serving and not self.roster.spawn_pending(nr):
+            if nr not in serving_nrs and not self.roster.spawn_pending(nr):
                 self._spawn_worker(mold, nr)
 
     def _spawn_worker(self, mold: Child, nr: int) -> None:
@@ -529,11 +526,7 @@ class Monitor:
         for child in list(self.roster.workers()):
             if child.retire_reason is None or child.stopping:
                 continue
-            replacement = [
-                c
-                for c in self.roster.workers()
-                if c.nr == child.nr and c.pid != child.pid and c.retire_reason is None and not c.stopping
-            ]
+            replacement = [c for c in self._serving_workers() if c.nr == child.nr]
             if any(c.ready for c in replacement):
                 self._stop_child(child, graceful=True)
             elif (
