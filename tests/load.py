@@ -20,6 +20,7 @@ class Load:
         self.ok = 0
         self.failures: list[str] = []
         self.pids: set[int] = set()
+        self._warm: set[int] = set()  # threads whose connection has carried a response
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
@@ -43,6 +44,19 @@ class Load:
         while self.ok - start < count and time.monotonic() < deadline:
             time.sleep(0.02)
 
+    def wait_until_warm(self, timeout: float = 30.0) -> None:
+        """Until every thread holds a connection that has carried a response.
+
+        A request in flight on a fresh connection when its worker is SIGKILLed is lost for good;
+        on a reused one the client may retry it. Tests that kill a worker wait for this first.
+        """
+        deadline = time.monotonic() + timeout
+        while len(self._warm) < len(self._threads):
+            if time.monotonic() > deadline:
+                warm, total = len(self._warm), len(self._threads)
+                raise TimeoutError(f"only {warm} of {total} load threads got a response")
+            time.sleep(0.01)
+
     def _connect(self) -> http.client.HTTPConnection:
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
 
@@ -59,6 +73,7 @@ class Load:
                     raise RuntimeError(f"status {resp.status}: {body[:100]!r}")
                 with self._lock:
                     self.ok += 1
+                    self._warm.add(threading.get_ident())
                     try:
                         self.pids.add(int(body.split()[0]))
                     except (ValueError, IndexError):

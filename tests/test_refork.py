@@ -106,6 +106,7 @@ def test_mold_idle_exit_stops_the_mold_and_promotes_a_worker_when_one_is_needed(
     assert server.mold() is None and pids_alive([first_mold]) == []
     assert "(mold stopped while idle)" in status_cli(server).stdout
     with Load(server.port, threads=2) as load:
+        load.wait_until_warm()  # a request on a fresh connection to the victim would be lost
         victim = server.workers()[0]
         os.kill(victim["pid"], signal.SIGKILL)
         replacement = server.wait_for(
