@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from functools import partial
 from typing import Any, NoReturn
 
 from refork import __version__
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             return check_config(config)
         from refork.process.monitor import run
 
-        return run(config)
+        return run(config, partial(load_config, argv, os.environ, os.getcwd()))
     except ConfigError as e:
         print(f"refork: error: {e}", file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ import os
 import re
 import types
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from dataclasses import fields as _dc_fields
 from typing import Any
 
@@ -512,6 +512,18 @@ def load_config(argv: list[str], environ: Mapping[str, str] = os.environ, cwd: s
     return config
 
 
+RESTART_ONLY = ("bind", "backlog", "control_socket", "chdir", "proc_name", "allocator")
+"""Settings the monitor holds for its whole life (sockets, cwd, title, malloc): HUP keeps them."""
+
+
+def reloaded(current: Config, new: Config) -> tuple[Config, list[str], list[str]]:
+    """A re-read config for HUP: (new with RESTART_ONLY kept from current, changed, kept names)."""
+    names = [f.name for f in _dc_fields(Config) if f.name not in ("hooks", "check_config", "print_config")]
+    changed = [n for n in names if n not in RESTART_ONLY and getattr(new, n) != getattr(current, n)]
+    kept = [n for n in RESTART_ONLY if getattr(new, n) != getattr(current, n)]
+    return replace(new, **{n: getattr(current, n) for n in RESTART_ONLY}), changed, kept
+
+
 def describe(config: Config) -> str:
     """`name = value` lines (Python literals, so they can seed a config file); hooks by name."""
     lines = []
@@ -524,4 +536,14 @@ def describe(config: Config) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Config", "ConfigError", "HOOK_NAMES", "cpu_quota", "describe", "load_config", "parse_size"]
+__all__ = [
+    "RESTART_ONLY",
+    "Config",
+    "ConfigError",
+    "HOOK_NAMES",
+    "cpu_quota",
+    "describe",
+    "load_config",
+    "parse_size",
+    "reloaded",
+]

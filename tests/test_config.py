@@ -8,12 +8,14 @@ import pytest
 
 from refork.config import (
     FIELD_COERCERS,
+    RESTART_ONLY,
     Config,
     ConfigError,
     cpu_quota,
     describe,
     load_config,
     parse_size,
+    reloaded,
 )
 
 
@@ -261,3 +263,15 @@ def test_describe_is_name_value_lines():
 def test_refork_after_can_end_in_off():
     assert load_config(["--refork-after", "30,60,off", "a:b"]).refork_after == [30, 60, 0]
     assert load_config(["--refork-after", "off", "a:b"]).refork_after is None
+
+
+def test_reloaded_keeps_restart_only_settings_and_names_what_changed(tmp_path):
+    (tmp_path / "conf.py").write_text("workers = 2\nbind = ['127.0.0.1:9']\ndef post_fork(config): pass\n")
+    current = load_config(["a:app"], environ={}, cwd=str(tmp_path))
+    fresh = load_config(["-c", "conf.py", "--timeout", "7", "a:app"], environ={}, cwd=str(tmp_path))
+    config, changed, kept = reloaded(current, fresh)
+    assert changed == ["workers", "timeout"] and kept == ["bind"]
+    assert config.bind == current.bind and config.workers == 2 and config.timeout == 7.0
+    assert set(config.hooks) == {"post_fork"}
+    assert all(getattr(config, name) == getattr(current, name) for name in RESTART_ONLY)
+    assert reloaded(current, current)[1:] == ([], [])

@@ -17,9 +17,11 @@ import socket
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 
-from refork.config import Config, ConfigError
+from refork.config import Config, ConfigError, reloaded
 from refork.memory.accounting import format_bytes, read_memory
 from refork.memory.allocator import loaded_allocator
 from refork.process import messages
@@ -38,8 +40,9 @@ STATUS_FRESHNESS = 1.0  # `refork status` re-reads memory samples older than thi
 
 
 class Monitor:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, reread: Callable[[], Config] | None = None) -> None:
         self.config = config
+        self.reread = reread  # builds the config again from the same flags, file and environment
         self.roster = Roster()
         self.target_workers = config.workers
         self.generation = 0
@@ -149,7 +152,10 @@ class Monitor:
                 self.set_worker_count(self.target_workers - 1)
 
     def set_worker_count(self, count: int) -> None:
-        self.target_workers = max(1, count)
+        most = self.slot_allocator.capacity // 2  # a replacement and the worker it replaces
+        if count > most:
+            log.warning("at most %d workers for this monitor (restart with -w to go higher)", most)
+        self.target_workers = max(1, min(count, most))
         log.info("worker count is now %d", self.target_workers)
 
     def reopen_logs(self) -> None:
@@ -160,13 +166,55 @@ class Monitor:
             self._command(child, messages.ReopenLogs())
 
     def reload(self) -> None:
-        """HUP: a new mold from a fresh import, then workers replaced one at a time."""
+        """HUP: re-read the config, start a new mold from a fresh import, replace workers one at a time.
+
+        The new config takes effect when the new mold is ready; if it fails, nothing changed.
+        """
         if self.roster.pending_mold() is not None:
             log.info("reload ignored: a new mold is already starting")
             return
+        config = self._reread_config()
+        if config is None:
+            return
         log.info("reload: starting a new mold (gen %d) from a fresh import", self.generation + 1)
         self.rollout_limit = 1
-        self.spawn_mold(self.generation + 1)
+        self.spawn_mold(self.generation + 1, config)
+
+    def _reread_config(self) -> Config | None:
+        """The config as the flags, config file and environment say now; None (logged) if broken."""
+        if self.reread is None:
+            return self.config
+        try:
+            fresh = self.reread()
+        except ConfigError as e:
+            log.error("reload: %s; nothing changed", e)
+            return None
+        except Exception as e:  # noqa: BLE001 - the config file is user code; keep serving
+            log.error("reload: the config file raised %s: %s; nothing changed", type(e).__name__, e)
+            return None
+        config, changed, kept = reloaded(self.config, fresh)
+        if changed:
+            log.info("reload: config changed: %s (applied when the new mold is ready)", ", ".join(changed))
+        for name in kept:
+            log.warning(
+                "reload: %s changed (%r -> %r) but takes a restart; keeping %r",
+                name,
+                getattr(self.config, name),
+                getattr(fresh, name),
+                getattr(self.config, name),
+            )
+        return config
+
+    def _adopt_config(self, config: Config) -> None:
+        """The reloaded mold is ready: its config becomes the monitor's and every later child's."""
+        previous, self.config = self.config, config
+        self.ctx.config = config
+        if (config.error_logfile, config.log_level) != (previous.error_logfile, previous.log_level):
+            from refork.logs import setup_logging
+
+            setup_logging(config)
+        if config.workers != previous.workers:
+            self.set_worker_count(config.workers)
 
     def refork_now(self) -> bool:
         """USR2 / `refork refork`: promote the warmest fork-safe worker of the current generation."""
@@ -267,6 +315,8 @@ class Monitor:
         self.mold_crashes = 0
         self.mold_shed = False
         self.mold_busy_at = time.monotonic()
+        if mold.new_config is not None:
+            self._adopt_config(mold.new_config)
         log.info("mold (gen %d, pid %d) is the current mold", mold.generation, mold.pid)
         if previous is not None and previous.pid != mold.pid:
             self._stop_child(previous, graceful=True)
@@ -568,8 +618,8 @@ class Monitor:
         child.memory_at = now
 
     # -- spawning --------------------------------------------------------------------------------
-    def spawn_mold(self, generation: int) -> None:
-        """Fork a fresh mold (it imports the app). The monitor forks it directly."""
+    def spawn_mold(self, generation: int, config: Config | None = None) -> None:
+        """Fork a fresh mold (it imports the app), with a reloaded config if given."""
         from refork.process.mold import boot_mold
 
         self.roster.expect_mold(generation)
@@ -580,14 +630,23 @@ class Monitor:
             *self.control.sockets(),
             *self.roster.command_sockets(),
         ]
+        reloading = config is not None and config is not self.config
+        ctx = replace(self.ctx, config=config) if reloading else self.ctx
         pid = os.fork()
         if pid == 0:
             for sock in private:
                 sock.close()
             reset_signals_in_child()
-            run_child(partial(boot_mold, self.ctx, generation))
+            if reloading:
+                from refork.logs import setup_logging
+
+                setup_logging(ctx.config)
+            run_child(partial(boot_mold, ctx, generation))
         self.roster.pending_mold().pid = pid  # type: ignore[union-attr]
         self.roster.expect_pid(pid)
+        mold = self.roster.get(pid)
+        if reloading and mold is not None:
+            mold.new_config = config
 
     def _command(self, child: Child, message: object) -> bool:
         if child.conn is None:
@@ -672,8 +731,8 @@ class Monitor:
         }
 
 
-def run(config: Config) -> int:
-    """Run the server until it is stopped; return the exit status."""
+def run(config: Config, reread: Callable[[], Config] | None = None) -> int:
+    """Run the server until it is stopped; return the exit status. `reread` serves HUP."""
     from refork.logs import setup_logging
 
     setup_logging(config)
@@ -686,6 +745,6 @@ def run(config: Config) -> int:
             os.chdir(config.chdir)
         except OSError as e:
             raise ConfigError(f"--chdir {config.chdir}: {e.strerror}") from None
-    monitor = Monitor(config)
+    monitor = Monitor(config, reread)
     monitor.start()
     return monitor.run()

@@ -8,6 +8,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 
+from refork.config import Config
 from refork.memory.accounting import ProcessMemory
 from refork.process import messages
 
@@ -31,6 +32,7 @@ class Child:
     failed: str | None = None
     memory: ProcessMemory | None = None
     memory_at: float = 0.0
+    new_config: Config | None = None  # a mold started by HUP with a re-read config
 
     def status_row(self, requests: int) -> dict:
         """This process as one row of `refork status --json`."""

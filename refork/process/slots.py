@@ -51,6 +51,7 @@ class SlotAllocator:
     """Hands out free slot indexes (monitor side)."""
 
     def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
         self._free = list(range(capacity - 1, -1, -1))
 
     def take(self) -> int:

@@ -1,0 +1,79 @@
+"""HUP re-reads the config: real servers, a real config file, real signals."""
+
+from __future__ import annotations
+
+import signal
+
+from load import Load
+
+LONG_PATH = "/" + "x" * 300
+
+
+def reloaded_to(server, generation: int, workers: int) -> bool:
+    every = server.workers(state=None)
+    return (
+        server.status()["generation"] == generation
+        and len(every) == workers
+        and all(w["generation"] == generation and w["state"] == "ready" for w in every)
+    )
+
+
+def test_hup_rereads_the_config_file_and_applies_it_with_the_new_generation(start_server, tmp_path):
+    conf = tmp_path / "refork.conf.py"
+    conf.write_text("workers = 1\nlimit_request_line = 8190\n")
+    server = start_server("-c", str(conf), workers=None)
+    assert server.get(LONG_PATH)[0] == 200
+    conf.write_text("workers = 2\nlimit_request_line = 100\nproc_name = 'renamed'\n")
+    with Load(server.port, threads=2) as load:
+        load.wait_until_warm()
+        server.signal(signal.SIGHUP)
+        server.wait_for(lambda: reloaded_to(server, 1, 2), timeout=30, what="gen 1 with two workers")
+    assert load.failures == []
+    assert server.status()["workers"] == 2
+    assert server.get(LONG_PATH)[0] == 414  # the new limit reached the new workers
+    log = server.log()
+    assert "reload: config changed: workers, limit_request_line (applied when the new mold is ready)" in log
+    assert "reload: proc_name changed ('refork' -> 'renamed') but takes a restart; keeping 'refork'" in log
+    with open(f"/proc/{server.workers()[0]['pid']}/cmdline", "rb") as f:
+        assert f.read().startswith(b"refork: worker")
+
+
+def test_hup_with_a_broken_config_changes_nothing(start_server, tmp_path):
+    conf = tmp_path / "refork.conf.py"
+    conf.write_text("workers = 2\n")
+    server = start_server("-c", str(conf), workers=None)
+    workers = {w["pid"] for w in server.workers()}
+    conf.write_text("workers = 'many'\n")
+    server.signal(signal.SIGHUP)
+    server.wait_for(lambda: "nothing changed" in server.log(), what="the refused reload logged")
+    conf.write_text("workers = 3\nraise RuntimeError('half-edited')\n")
+    server.signal(signal.SIGHUP)
+    server.wait_for(lambda: "half-edited" in server.log(), what="the second refused reload logged")
+    log = server.log()
+    assert "reload: workers in " in log and "; nothing changed" in log
+    assert "reload: the config file raised RuntimeError: half-edited; nothing changed" in log
+    assert "Traceback" not in log
+    assert server.status()["generation"] == 0
+    assert {w["pid"] for w in server.workers()} == workers
+    assert server.get("/")[0] == 200
+    conf.write_text("workers = 1\n")
+    server.signal(signal.SIGHUP)
+    server.wait_for(lambda: reloaded_to(server, 1, 1), timeout=30, what="a good reload to one worker")
+
+
+def test_a_reload_whose_app_fails_keeps_the_old_config(start_server, tmp_path):
+    conf, broken = tmp_path / "refork.conf.py", tmp_path / "broken"
+    conf.write_text("workers = 1\n")
+    server = start_server(
+        "-c", str(conf), app="apps.reloadable:app", workers=None, env={"REFORK_TEST_BREAK": str(broken)}
+    )
+    conf.write_text("workers = 2\n")
+    broken.write_text("1")
+    server.signal(signal.SIGHUP)
+    server.wait_for(lambda: "failed to load the app" in server.log(), what="the failed reload logged")
+    status = server.status()
+    assert status["generation"] == 0 and status["workers"] == 1
+    assert server.get("/")[0] == 200
+    broken.unlink()
+    server.signal(signal.SIGHUP)
+    server.wait_for(lambda: reloaded_to(server, 1, 2), timeout=30, what="the good reload applied")
