@@ -35,11 +35,11 @@ def test_refork_after_promotes_at_the_configured_counts_without_failures(start_s
         server.wait_for(
             lambda: (
                 server.status()["generation"] >= 1
-                and generations(server) == {1}
+                and min(generations(server)) >= 1  # gen 2 may follow before a poll sees gen 1 alone
                 and len(server.workers()) == 2
             ),
             timeout=30,
-            what="generation 1 everywhere",
+            what="generation 1 (or later) everywhere",
         )
         server.wait_for(
             lambda: (
