@@ -35,6 +35,14 @@ class Unwind(SystemExit):
         self.start = start
 
 
+BACKOFF_FIRST, BACKOFF_MAX = 0.1, 30.0  # seconds
+
+
+def backoff_delay(failures: int) -> float:
+    """The wait before respawning after `failures` early deaths in a row: 0.1 s doubling to 30 s."""
+    return min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (failures - 1)) if failures > 0 else 0.0
+
+
 def make_subreaper() -> bool:
     """Become the reaper of orphaned descendants; False where the kernel does not support it."""
     if os.environ.get("REFORK_NO_SUBREAPER"):  # for testing the fallback

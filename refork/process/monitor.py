@@ -3,13 +3,13 @@
 One loop: wait for a signal, a child's report, a control-socket client or the next deadline; then
 reap, read reports, and `supervise()`: enforce deadlines, keep the worker count, roll out new
 generations, recycle workers, sample memory. Every mold and worker is its direct child (child
-subreaper), so it alone reaps and signals them all.
+subreaper), so it alone reaps and signals them all. Its decisions about molds (reload, refork,
+idle exit) are in refork.process.mold_policy.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import select
 import signal
@@ -21,25 +21,31 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
-from refork.config import Config, ConfigError, reloaded
+from refork.config import Config, ConfigError
 from refork.memory.accounting import format_bytes, read_memory
 from refork.memory.allocator import loaded_allocator
 from refork.process import messages
 from refork.process.context import ProcessContext, set_title
 from refork.process.control import ControlServer
-from refork.process.forking import MONITOR_SIGNALS, make_subreaper, reset_signals_in_child, run_child
+from refork.process.forking import (
+    MONITOR_SIGNALS,
+    backoff_delay,
+    make_subreaper,
+    reset_signals_in_child,
+    run_child,
+)
 from refork.process.listeners import bind, describe
+from refork.process.mold_policy import MoldPolicy
 from refork.process.roster import Child, Roster, exit_description
 from refork.process.slots import SlotAllocator, Slots
 
 log = logging.getLogger("refork")
 TICK = 0.25  # the longest the loop sleeps, seconds
-BACKOFF_FIRST, BACKOFF_MAX = 0.1, 30.0
 STABLE_AFTER = 5.0  # a worker alive this long ends a crash loop
 STATUS_FRESHNESS = 1.0  # `refork status` re-reads memory samples older than this
 
 
-class Monitor:
+class Monitor(MoldPolicy):
     def __init__(self, config: Config, reread: Callable[[], Config] | None = None) -> None:
         self.config = config
         self.reread = reread  # builds the config again from the same flags, file and environment
@@ -165,101 +171,9 @@ class Monitor:
         for child in self.roster.children():
             self._command(child, messages.ReopenLogs())
 
-    def reload(self) -> None:
-        """HUP: re-read the config, start a new mold from a fresh import, replace workers one at a time.
-
-        The new config takes effect when the new mold is ready; if it fails, nothing changed.
-        """
-        if self.roster.pending_mold() is not None:
-            log.info("reload ignored: a new mold is already starting")
-            return
-        config = self._reread_config()
-        if config is None:
-            return
-        log.info("reload: starting a new mold (gen %d) from a fresh import", self.generation + 1)
-        self.rollout_limit = 1
-        self.spawn_mold(self.generation + 1, config)
-
-    def _reread_config(self) -> Config | None:
-        """The config as the flags, config file and environment say now; None (logged) if broken."""
-        if self.reread is None:
-            return self.config
-        try:
-            fresh = self.reread()
-        except ConfigError as e:
-            log.error("reload: %s; nothing changed", e)
-            return None
-        except Exception as e:  # noqa: BLE001 - the config file is user code; keep serving
-            log.error("reload: the config file raised %s: %s; nothing changed", type(e).__name__, e)
-            return None
-        config, changed, kept = reloaded(self.config, fresh)
-        if changed:
-            log.info("reload: config changed: %s (applied when the new mold is ready)", ", ".join(changed))
-        for name in kept:
-            log.warning(
-                "reload: %s changed (%r -> %r) but takes a restart; keeping %r",
-                name,
-                getattr(self.config, name),
-                getattr(fresh, name),
-                getattr(self.config, name),
-            )
-        return config
-
-    def _adopt_config(self, config: Config) -> None:
-        """The reloaded mold is ready: its config becomes the monitor's and every later child's."""
-        previous, self.config = self.config, config
-        self.ctx.config = config
-        if (config.error_logfile, config.log_level) != (previous.error_logfile, previous.log_level):
-            from refork.logs import setup_logging
-
-            setup_logging(config)
-        if config.workers != previous.workers:
-            self.set_worker_count(config.workers)
-
-    def refork_now(self) -> bool:
-        """USR2 / `refork refork`: promote the warmest fork-safe worker of the current generation."""
-        if not self.ctx.subreaper:
-            log.warning("refork unavailable without a child subreaper")
-            return False
-        if self.roster.pending_mold() is not None:
-            log.info("refork ignored: a new mold is already starting")
-            return False
-        chosen = self._warmest_promotable()
-        if chosen is None:
-            log.warning("refork: no fork-safe worker of gen %d is ready", self.generation)
-            return False
-        self._promote(chosen, self.generation + 1)
-        return True
-
     def _serving_workers(self) -> list[Child]:
         """Workers that are neither stopping nor waiting for their replacement."""
         return [c for c in self.roster.workers() if not c.stopping and c.retire_reason is None]
-
-    def _warmest_promotable(self) -> Child | None:
-        """The ready, fork-safe worker of the current generation that has served the most."""
-        candidates = [
-            c
-            for c in self._serving_workers()
-            if c.ready and c.generation == self.generation and not c.fork_unsafe
-        ]
-        return max(candidates, key=lambda c: self.ctx.slots.requests(c.slot), default=None)
-
-    def _promote(self, worker: Child, generation: int) -> None:
-        log.info(
-            "promoting worker %d (pid %d, %d requests) to mold of gen %d",
-            worker.nr,
-            worker.pid,
-            self.ctx.slots.requests(worker.slot),
-            generation,
-        )
-        self.roster.expect_mold(generation)
-        self._command(worker, messages.Promote(generation))
-        self.rollout_limit = self._refork_max_unavailable()
-
-    def _refork_max_unavailable(self) -> int:
-        if self.config.refork_max_unavailable:
-            return max(1, self.config.refork_max_unavailable)
-        return max(1, math.ceil(self.target_workers * 0.1))
 
     # -- reports from children -------------------------------------------------------------------
     def _read_reports(self) -> None:
@@ -308,54 +222,6 @@ class Monitor:
         elif isinstance(message, messages.WorkerExited):
             self._child_exited(message.pid, message.status)
 
-    def _mold_ready(self, mold: Child) -> None:
-        previous = self.roster.current_mold()
-        self.roster.set_current_mold(mold)
-        self.generation = mold.generation
-        self.mold_crashes = 0
-        self.mold_shed = False
-        self.mold_busy_at = time.monotonic()
-        if mold.new_config is not None:
-            self._adopt_config(mold.new_config)
-        log.info("mold (gen %d, pid %d) is the current mold", mold.generation, mold.pid)
-        if previous is not None and previous.pid != mold.pid:
-            self._stop_child(previous, graceful=True)
-        if not self.started:
-            self.started = True
-            hook = self.config.hooks.get("when_ready")
-            if hook is not None:
-                hook(self.config)
-
-    def _mold_failed(self, mold: Child, failure: messages.MoldFailed) -> None:
-        mold.failed = failure.reason
-        if not self.started:
-            self.exit_code = 2 if failure.config_error else 3
-            if failure.config_error:
-                print(f"refork: error: {failure.reason}", file=sys.stderr, flush=True)
-            else:
-                log.error("the app failed to load: %s", failure.reason)
-            self.begin_stop("fast")
-        else:
-            log.error(
-                "new mold (gen %d) failed to load the app: %s; keeping gen %d",
-                mold.generation,
-                failure.reason,
-                self.generation,
-            )
-
-    def _promotion_wanted(self, worker: Child) -> None:
-        if (
-            self.stopping
-            or worker.stopping
-            or worker.fork_unsafe
-            or not worker.ready
-            or worker.generation != self.generation
-            or self.roster.pending_mold() is not None
-            or self._rollout_in_progress()
-        ):
-            return
-        self._promote(worker, self.generation + 1)
-
     # -- reaping ---------------------------------------------------------------------------------
     def _reap(self) -> None:
         while True:
@@ -393,29 +259,10 @@ class Monitor:
         if hook is not None:
             hook(self.config, {"pid": pid, "role": child.role, "nr": child.nr, "status": status})
 
-    def _mold_exited(self, mold: Child, how: str, expected: bool) -> None:
-        if self.roster.current_mold() is None:
-            for pending in self.roster.drop_pending_workers():
-                self.slot_allocator.give_back(pending.slot)
-        if expected or mold.failed:
-            log.info("mold (gen %d, pid %d) %s", mold.generation, mold.pid, how)
-            return
-        log.warning("mold (gen %d, pid %d) %s", mold.generation, mold.pid, how)
-        if self.roster.current_mold() is None and self.roster.pending_mold() is None and self.started:
-            self.mold_crashes += 1
-            delay = (
-                min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (self.mold_crashes - 1)) if self.mold_crashes > 1 else 0
-            )
-            self.next_mold_at = time.monotonic() + delay
-            log.warning(
-                "starting a new mold from a fresh import%s; workers keep serving",
-                f" in {delay:.1f}s" if delay else "",
-            )
-
     def _crash_backoff(self, why: str) -> None:
         self.crashes += 1
         self.last_crash_at = time.monotonic()
-        delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (self.crashes - 1))
+        delay = backoff_delay(self.crashes)
         self.next_spawn_at = time.monotonic() + delay
         log.warning("crash loop: %s; next worker in %.1fs (failure %d in a row)", why, delay, self.crashes)
 
@@ -423,26 +270,13 @@ class Monitor:
     def supervise(self) -> None:
         now = time.monotonic()
         self._enforce_deadlines(now)
-        if (
-            self.started
-            and self._usable_mold() is None
-            and self.roster.pending_mold() is None
-            and now >= self.next_mold_at
-        ):
-            if not self.mold_shed:
-                self.spawn_mold(self.generation)  # the mold died: a fresh import
-            elif self._workers_wanted():
-                self._summon_mold()
+        self._keep_a_mold(now)
         self._end_crash_loop(now)
         self._keep_worker_count(now)
         self._rollout(now)
         self._recycle(now)
         self._shed_idle_mold(now)
         self._sample_memory(now)
-
-    def _usable_mold(self) -> Child | None:
-        mold = self.roster.current_mold()
-        return mold if mold is not None and mold.ready and not mold.stopping else None
 
     def _workers_wanted(self) -> bool:
         """Would the mold be asked to fork now: a missing worker, a retiring one, an outdated one?"""
@@ -451,42 +285,6 @@ class Monitor:
             not c.stopping and (c.retire_reason is not None or c.generation < self.generation)
             for c in self.roster.workers()
         )
-
-    def _shed_idle_mold(self, now: float) -> None:
-        """--mold-idle-exit: stop a mold with nothing to do, freeing the pages only it still holds.
-
-        Once every worker has copied a page, the mold's original is private to the mold: on 3.11
-        that is most of the heap it touched. The next worker needed comes from a promoted worker.
-        """
-        linger = self.config.mold_idle_exit
-        mold = self._usable_mold()
-        if linger is None or mold is None or not self.ctx.subreaper or now - self.mold_busy_at < linger:
-            return
-        if (
-            self.roster.pending_mold() is not None
-            or self.roster.has_pending_workers()
-            or not all(c.ready for c in self.roster.workers())
-            or self._workers_wanted()
-        ):
-            return
-        log.info(
-            "mold (gen %d, pid %d) idle for %gs; stopping it to free its memory (--mold-idle-exit)",
-            mold.generation,
-            mold.pid,
-            linger,
-        )
-        self.mold_shed = True
-        self._stop_child(mold, graceful=True)
-
-    def _summon_mold(self) -> None:
-        """A worker is needed and the mold was shed: promote a warm worker, or import afresh."""
-        chosen = self._warmest_promotable() if self.mold_crashes < 2 else None
-        if chosen is not None:
-            log.info("a worker is needed and the mold was stopped while idle")
-            self._promote(chosen, self.generation)
-        else:
-            log.info("a worker is needed and no worker can be promoted: starting a mold from a fresh import")
-            self.spawn_mold(self.generation)
 
     def _enforce_deadlines(self, now: float) -> None:
         slots = self.ctx.slots
