@@ -131,10 +131,11 @@ def test_main_hands_config_to_monitor(monkeypatch):
 
     got = []
     fake = types.ModuleType("refork.process.monitor")
-    fake.run = lambda config: got.append(config) or 0
+    fake.run = lambda config, reread: got.extend((config, reread())) or 0
     monkeypatch.setitem(sys.modules, "refork.process.monitor", fake)
     import refork.process
 
     monkeypatch.setattr(refork.process, "monitor", fake, raising=False)
     assert main(["-w", "2", "hello:app"]) == 0
     assert got[0].workers == 2 and got[0].app == "hello:app"
+    assert got[1] == got[0] and got[1] is not got[0]  # HUP builds it again from the same sources
