@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     g("--max-requests-jitter", metavar="N", help="random extra requests added to --max-requests")
     g("-n", "--name", dest="proc_name", metavar="NAME", help="process title prefix")
     g("--control-socket", metavar="PATH", help="unix socket for `refork status`")
+    g("-p", "--pid", dest="pidfile", metavar="FILE", help="write the monitor's pid to FILE")
     g("--loop", metavar="auto|asyncio|uvloop", help="ASGI event loop")
 
     g = p.add_argument_group("HTTP limits").add_argument

@@ -47,6 +47,7 @@ class Config:
     max_requests_jitter: int = 0
     proc_name: str = "refork"
     control_socket: str | None = None  # default: see refork.process.control.default_path
+    pidfile: str | None = None  # the monitor's pid is written here (absolute: relative to the cwd)
     loop: str = "auto"  # auto | asyncio | uvloop (ASGI)
 
     # HTTP limits
@@ -92,6 +93,7 @@ HOOK_NAMES = (
     "warmup",  # mold, after the app is imported and before the first fork: (app)
     "worker_exit",  # worker, before it exits: (config, worker_info)
     "child_exit",  # monitor, after a child was reaped: (config, child_info)
+    "on_reload",  # monitor, on HUP once the config was re-read: (config)
     "on_exit",  # monitor, before exit: (config)
 )
 
@@ -356,6 +358,7 @@ FIELD_COERCERS: dict[str, Coercer] = {
     "max_requests_jitter": _int(0),
     "proc_name": _nonempty_str,
     "control_socket": _opt_str,
+    "pidfile": _opt_str,
     "loop": _choice("auto", "asyncio", "uvloop"),
     "limit_request_line": _int(1),
     "limit_request_fields": _int(1),
@@ -505,6 +508,8 @@ def load_config(argv: list[str], environ: Mapping[str, str] = os.environ, cwd: s
     for name, value, where in sources:
         setattr(config, name, FIELD_COERCERS[name](value, where))
     config.hooks = hooks
+    if config.pidfile:
+        config.pidfile = os.path.join(cwd, config.pidfile)  # before --chdir moves the monitor
     if not config.app and not config.print_config:
         raise ConfigError("no APP given: run refork [OPTIONS] module:app (e.g. refork mysite.wsgi:app)")
     if not config.bind:
@@ -512,7 +517,7 @@ def load_config(argv: list[str], environ: Mapping[str, str] = os.environ, cwd: s
     return config
 
 
-RESTART_ONLY = ("bind", "backlog", "control_socket", "chdir", "proc_name", "allocator")
+RESTART_ONLY = ("bind", "backlog", "control_socket", "pidfile", "chdir", "proc_name", "allocator")
 """Settings the monitor holds for its whole life (sockets, cwd, title, malloc): HUP keeps them."""
 
 

@@ -51,6 +51,7 @@ class MoldPolicy:
         def _serving_workers(self) -> list[Child]: ...
         def _rollout_in_progress(self) -> bool: ...
         def _workers_wanted(self) -> bool: ...
+        def _run_hook(self, name: str, config: Config, *extra: object) -> None: ...
 
     # -- a fresh import: HUP, a crash ------------------------------------------------------------
     def reload(self) -> None:
@@ -64,6 +65,7 @@ class MoldPolicy:
         config = self._reread_config()
         if config is None:
             return
+        self._run_hook("on_reload", config)
         log.info("reload: starting a new mold (gen %d) from a fresh import", self.generation + 1)
         self.rollout_limit = 1
         self.spawn_mold(self.generation + 1, config)
@@ -188,9 +190,7 @@ class MoldPolicy:
             self._stop_child(previous, graceful=True)
         if not self.started:
             self.started = True
-            hook = self.config.hooks.get("when_ready")
-            if hook is not None:
-                hook(self.config)
+            self._run_hook("when_ready", self.config)
 
     def _mold_failed(self, mold: Child, failure: messages.MoldFailed) -> None:
         mold.failed = failure.reason

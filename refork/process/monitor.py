@@ -36,6 +36,7 @@ from refork.process.forking import (
 )
 from refork.process.listeners import bind, describe
 from refork.process.mold_policy import MoldPolicy
+from refork.process.pidfile import remove_pidfile, write_pidfile
 from refork.process.roster import Child, Roster, exit_description
 from refork.process.slots import SlotAllocator, Slots
 
@@ -71,9 +72,9 @@ class Monitor(MoldPolicy):
     def start(self) -> None:
         config = self.config
         set_title(f"{config.proc_name}: monitor")
-        hook = config.hooks.get("on_starting")
-        if hook is not None:
-            hook(config)
+        if config.pidfile:
+            write_pidfile(config.pidfile)
+        self._run_hook("on_starting", config)
         subreaper = make_subreaper()
         if not subreaper:
             log.warning("child subreaper unavailable: workers are children of the mold; reforking is off")
@@ -101,6 +102,16 @@ class Monitor(MoldPolicy):
             "subreaper" if subreaper else "no subreaper",
         )
         self.spawn_mold(self.generation)
+
+    def _run_hook(self, name: str, config: Config, *extra: object) -> None:
+        """A config-file hook in the monitor: its exception is logged, never the monitor's end."""
+        hook = config.hooks.get(name)
+        if hook is None:
+            return
+        try:
+            hook(config, *extra)
+        except Exception:
+            log.exception("the %s hook raised; carrying on", name)
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.signals.append(signum)
@@ -255,9 +266,8 @@ class Monitor(MoldPolicy):
             )
             if not expected and child.kill_reason is None and (not child.ready or lived < 1.0):
                 self._crash_backoff(f"worker {child.nr} {how} {lived:.1f}s after start")
-        hook = self.config.hooks.get("child_exit")
-        if hook is not None:
-            hook(self.config, {"pid": pid, "role": child.role, "nr": child.nr, "status": status})
+        info = {"pid": pid, "role": child.role, "nr": child.nr, "status": status}
+        self._run_hook("child_exit", self.config, info)
 
     def _crash_backoff(self, why: str) -> None:
         self.crashes += 1
@@ -491,9 +501,7 @@ class Monitor(MoldPolicy):
         return False
 
     def shutdown(self) -> None:
-        hook = self.config.hooks.get("on_exit")
-        if hook is not None:
-            hook(self.config)
+        self._run_hook("on_exit", self.config)
         self.control.close()
         for sock in self.ctx.listeners:
             if sock.family == socket.AF_UNIX:
@@ -502,6 +510,8 @@ class Monitor(MoldPolicy):
                 except OSError:
                     pass
             sock.close()
+        if self.config.pidfile:
+            remove_pidfile(self.config.pidfile)
         log.info("monitor %d: stopped", os.getpid())
 
     # -- status ----------------------------------------------------------------------------------
@@ -544,5 +554,10 @@ def run(config: Config, reread: Callable[[], Config] | None = None) -> int:
         except OSError as e:
             raise ConfigError(f"--chdir {config.chdir}: {e.strerror}") from None
     monitor = Monitor(config, reread)
-    monitor.start()
+    try:
+        monitor.start()
+    except BaseException:
+        if config.pidfile:
+            remove_pidfile(config.pidfile)  # only if it was ours
+        raise
     return monitor.run()
