@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("-c", "--config", dest="config_file", metavar="FILE", help="Python config file")
     add("--check-config", action="store_const", const=True, help="load config and app, then exit")
     add("--print-config", action="store_const", const=True, help="print the resolved config and exit")
+    add("--reload", action="store_const", const=True, help="development: reload when a *.py file changes")
+    add("--reload-dir", dest="reload_dirs", action="append", metavar="DIR", help="watch DIR (default: cwd)")
 
     g = p.add_argument_group("app").add_argument
     g("--interface", metavar="auto|wsgi|asgi", help="app interface (default: detect)")

@@ -82,6 +82,8 @@ class Config:
     # Modes
     check_config: bool = False
     print_config: bool = False
+    reload: bool = False  # development: reload (as on HUP) when a watched *.py file changes
+    reload_dirs: list[str] = field(default_factory=list)  # default: the working directory and pythonpath
 
 
 HOOK_NAMES = (
@@ -381,6 +383,8 @@ FIELD_COERCERS: dict[str, Coercer] = {
     "malloc_trim": _bool,
     "memray": _opt_str,
     "check_config": _bool,
+    "reload": _bool,
+    "reload_dirs": _list(_nonempty_str),
     "print_config": _bool,
 }
 """Every Config field settable from a source (all but ``hooks``)."""
@@ -508,8 +512,9 @@ def load_config(argv: list[str], environ: Mapping[str, str] = os.environ, cwd: s
     for name, value, where in sources:
         setattr(config, name, FIELD_COERCERS[name](value, where))
     config.hooks = hooks
-    if config.pidfile:
-        config.pidfile = os.path.join(cwd, config.pidfile)  # before --chdir moves the monitor
+    if config.pidfile:  # paths the monitor uses are relative to where it started, not --chdir
+        config.pidfile = os.path.join(cwd, config.pidfile)
+    config.reload_dirs = [os.path.join(cwd, d) for d in config.reload_dirs]
     if not config.app and not config.print_config:
         raise ConfigError("no APP given: run refork [OPTIONS] module:app (e.g. refork mysite.wsgi:app)")
     if not config.bind:
@@ -517,7 +522,17 @@ def load_config(argv: list[str], environ: Mapping[str, str] = os.environ, cwd: s
     return config
 
 
-RESTART_ONLY = ("bind", "backlog", "control_socket", "pidfile", "chdir", "proc_name", "allocator")
+RESTART_ONLY = (
+    "bind",
+    "backlog",
+    "control_socket",
+    "pidfile",
+    "chdir",
+    "proc_name",
+    "allocator",
+    "reload",
+    "reload_dirs",
+)
 """Settings the monitor holds for its whole life (sockets, cwd, title, malloc): HUP keeps them."""
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 
 from load import Load
@@ -42,7 +43,7 @@ def test_hup_with_a_broken_config_changes_nothing(start_server, tmp_path):
     conf = tmp_path / "refork.conf.py"
     conf.write_text("workers = 2\n")
     server = start_server("-c", str(conf), workers=None)
-    workers = {w["pid"] for w in server.workers()}
+    workers = {w["pid"] for w in server.wait_ready(2)}
     conf.write_text("workers = 'many'\n")
     server.signal(signal.SIGHUP)
     server.wait_for(lambda: "nothing changed" in server.log(), what="the refused reload logged")
@@ -77,3 +78,55 @@ def test_a_reload_whose_app_fails_keeps_the_old_config(start_server, tmp_path):
     broken.unlink()
     server.signal(signal.SIGHUP)
     server.wait_for(lambda: reloaded_to(server, 1, 2), timeout=30, what="the good reload applied")
+
+
+EDITED_APP = '''
+def app(environ, start_response):
+    body = b"{body}"
+    start_response("200 OK", [("Content-Length", str(len(body)))])
+    return [body]
+'''
+
+
+def edit(path, text: str) -> None:
+    """Write and move the mtime a second on: a pyc is trusted by (mtime in seconds, size)."""
+    before = path.stat().st_mtime if path.exists() else 0
+    path.write_text(text)
+    os.utime(path, (before + 1, before + 1))
+
+
+def test_reload_flag_reloads_when_a_watched_file_changes(start_server, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    module = src / "edited_app.py"
+    edit(module, EDITED_APP.format(body="one"))
+    server = start_server(
+        "--reload", "--reload-dir", str(src), "--pythonpath", str(src), app="edited_app:app", workers=1
+    )
+    assert server.get("/") == (200, b"one")
+    assert "--reload: watching 1 *.py files under" in server.log()
+    edit(module, EDITED_APP.format(body="two"))
+    server.wait_for(lambda: server.get("/") == (200, b"two"), what="the edited app served")
+    assert f"--reload: {module} changed" in server.log()
+    assert server.status()["generation"] == 1
+    edit(module, "def app(:\n")  # a syntax error: the new mold fails, the running app stays
+    server.wait_for(lambda: "failed to load the app" in server.log(), what="the failed reload logged")
+    assert server.get("/") == (200, b"two")
+    edit(module, EDITED_APP.format(body="three"))
+    server.wait_for(lambda: server.get("/") == (200, b"three"), what="the fixed app served")
+
+
+def test_watched_files_skip_caches_and_virtualenvs(tmp_path):
+    from refork.process.watch import changed, snapshot
+
+    for name in ("a.py", "pkg/b.py", ".venv/lib/c.py", "venv/d.py", "pkg/__pycache__/e.py", "notes.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    before = snapshot([str(tmp_path), str(tmp_path / "missing")])
+    assert sorted(before) == [str(tmp_path / "a.py"), str(tmp_path / "pkg" / "b.py")]
+    edit(tmp_path / "a.py", "x = 1\n")
+    (tmp_path / "pkg" / "b.py").unlink()
+    (tmp_path / "new.py").write_text("")
+    after = snapshot([str(tmp_path)])
+    assert changed(before, after) == sorted(str(tmp_path / n) for n in ("a.py", "new.py", "pkg/b.py"))
+    assert changed(after, after) == []

@@ -19,6 +19,7 @@ from refork.process import messages
 from refork.process.context import ProcessContext
 from refork.process.forking import backoff_delay
 from refork.process.roster import Child, Roster
+from refork.process.watch import Watcher
 
 log = logging.getLogger("refork")
 
@@ -40,6 +41,7 @@ class MoldPolicy:
     rollout_limit: int  # outdated workers replaced at once
     mold_shed: bool  # the mold was stopped on purpose (--mold-idle-exit)
     mold_busy_at: float  # the mold's last spawn request or readiness
+    watcher: Watcher | None  # --reload
 
     if TYPE_CHECKING:  # provided by Monitor
 
@@ -69,6 +71,16 @@ class MoldPolicy:
         log.info("reload: starting a new mold (gen %d) from a fresh import", self.generation + 1)
         self.rollout_limit = 1
         self.spawn_mold(self.generation + 1, config)
+
+    def _reload_on_edits(self, now: float) -> None:
+        """--reload: a changed *.py file reloads like HUP; edits made during a reload wait for it."""
+        if self.watcher is None or self.roster.pending_mold() is not None:
+            return
+        edits = self.watcher.poll(now)
+        if edits:
+            more = f" and {len(edits) - 1} more file(s)" if len(edits) > 1 else ""
+            log.info("--reload: %s changed%s", edits[0], more)
+            self.reload()
 
     def _reread_config(self) -> Config | None:
         """The config as the flags, config file and environment say now; None (logged) if broken."""

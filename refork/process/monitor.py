@@ -39,6 +39,7 @@ from refork.process.mold_policy import MoldPolicy
 from refork.process.pidfile import remove_pidfile, write_pidfile
 from refork.process.roster import Child, Roster, exit_description
 from refork.process.slots import SlotAllocator, Slots
+from refork.process.watch import Watcher
 
 log = logging.getLogger("refork")
 TICK = 0.25  # the longest the loop sleeps, seconds
@@ -67,6 +68,7 @@ class Monitor(MoldPolicy):
         self.last_memory_sample = 0.0
         self.mold_shed = False  # the mold was stopped on purpose (--mold-idle-exit)
         self.mold_busy_at = 0.0  # the mold's last spawn request or readiness
+        self.watcher: Watcher | None = None  # --reload
 
     # -- set-up ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -101,6 +103,10 @@ class Monitor(MoldPolicy):
             config.workers,
             "subreaper" if subreaper else "no subreaper",
         )
+        if config.reload:
+            dirs = config.reload_dirs or [os.path.abspath(d) for d in (os.getcwd(), *config.pythonpath)]
+            self.watcher = Watcher(dirs)
+            log.info("--reload: watching %d *.py files under %s", len(self.watcher.files), ", ".join(dirs))
         self.spawn_mold(self.generation)
 
     def _run_hook(self, name: str, config: Config, *extra: object) -> None:
@@ -281,6 +287,7 @@ class Monitor(MoldPolicy):
         now = time.monotonic()
         self._enforce_deadlines(now)
         self._keep_a_mold(now)
+        self._reload_on_edits(now)
         self._end_crash_loop(now)
         self._keep_worker_count(now)
         self._rollout(now)
