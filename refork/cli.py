@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 from refork import __version__
 from refork.config import Config, ConfigError, describe, load_config
 
-SUBCOMMANDS = ("status", "refork")
+SUBCOMMANDS = ("status", "refork", "reload", "ttin", "ttou")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     """All flags; dest is the Config field name, defaults are suppressed (absent = not given)."""
     p = _Parser(
         prog="refork",
-        usage="refork [OPTIONS] APP\n       refork status|refork [...]",
+        usage="refork [OPTIONS] APP\n       refork status|refork|reload|ttin|ttou [...]",
         description="A pre-fork HTTP server for Python WSGI/ASGI apps, with reforking.",
         argument_default=argparse.SUPPRESS,
         allow_abbrev=False,

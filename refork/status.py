@@ -1,4 +1,4 @@
-"""`refork status` and `refork refork`: ask a running monitor over its control socket."""
+"""`refork status`, `refork refork`, `refork reload`: ask a running monitor over its control socket."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from refork.process.control import default_path, request
 
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"refork {argv[0] if argv else 'status'}")
-    parser.add_argument("command", choices=["status", "refork", "ttin", "ttou"])
+    parser.add_argument("command", choices=["status", "refork", "reload", "ttin", "ttou"])
     parser.add_argument("--control-socket", help="the monitor's control socket (default: from --name)")
     parser.add_argument("-n", "--name", default="refork", help="the server's --name (default: refork)")
     parser.add_argument("--json", action="store_true", help="print the raw JSON answer")
@@ -35,7 +35,7 @@ def run(argv: list[str]) -> int:
     elif args.command == "status" and answer.get("ok"):
         print(format_status(answer))
     else:
-        print(answer.get("error") or "ok")
+        print(answer.get("error") or answer.get("message") or "ok")
     return 0 if answer.get("ok") else 1
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
+from conftest import run_cli
 from load import Load
 
 LONG_PATH = "/" + "x" * 300
@@ -130,3 +131,21 @@ def test_watched_files_skip_caches_and_virtualenvs(tmp_path):
     after = snapshot([str(tmp_path)])
     assert changed(before, after) == sorted(str(tmp_path / n) for n in ("a.py", "new.py", "pkg/b.py"))
     assert changed(after, after) == []
+
+
+def test_refork_reload_answers_whether_the_reload_started(start_server, tmp_path):
+    conf = tmp_path / "refork.conf.py"
+    conf.write_text("workers = 1\n")
+    server = start_server("-c", str(conf), workers=None)
+    conf.write_text("workers = 0\n")
+    refused = run_cli("reload", "--control-socket", server.control)
+    assert refused.returncode == 1
+    assert refused.stdout.startswith(f"reload refused: workers in {conf} must be")
+    assert refused.stdout.rstrip().endswith("; nothing changed")
+    conf.write_text("workers = 2\n")
+    started = run_cli("reload", "--control-socket", server.control)
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert started.stdout.startswith("reloading: a new mold is importing the app")
+    server.wait_for(lambda: reloaded_to(server, 1, 2), timeout=30, what="gen 1 with two workers")
+    more = run_cli("ttin", "--control-socket", server.control)
+    assert more.returncode == 0 and server.status()["workers"] == 3

@@ -1,4 +1,4 @@
-"""The control socket: `refork status` and `refork refork` talk to the monitor through it.
+"""The control socket: `refork status`, `refork reload` and friends talk to the monitor through it.
 
 One JSON object per line each way over a Unix stream socket; requests are tiny and answered in
 the monitor's loop, so the monitor stays single-threaded.
@@ -28,6 +28,7 @@ def default_path(config: Config) -> str:
 class Commands(Protocol):
     def status(self) -> dict: ...
     def refork_now(self) -> bool: ...
+    def reload(self) -> str | None: ...
     def set_worker_count(self, count: int) -> None: ...
 
     target_workers: int
@@ -91,9 +92,9 @@ class ControlServer:
             data = b""
         buffer = self.clients.get(sock, b"") + data
         if not data or b"\n" in buffer or len(buffer) > 65536:
-            self.clients.pop(sock, None)
             line = buffer.split(b"\n", 1)[0]
-            reply = self._answer(line)
+            reply = self._answer(line)  # may fork a mold: sock must still be listed for it to close
+            self.clients.pop(sock, None)
             with contextlib.suppress(OSError):
                 sock.setblocking(True)
                 sock.settimeout(2.0)
@@ -113,6 +114,12 @@ class ControlServer:
         if command == "refork":
             started = self.commands.refork_now()
             return {"ok": started, **({} if started else {"error": "no promotable worker (see the log)"})}
+        if command == "reload":
+            refused = self.commands.reload()
+            if refused:
+                return {"ok": False, "error": f"reload refused: {refused}"}
+            message = "reloading: a new mold is importing the app; `refork status` shows the rollout"
+            return {"ok": True, "message": message}
         if command in ("ttin", "ttou"):
             delta = 1 if command == "ttin" else -1
             self.commands.set_worker_count(self.commands.target_workers + delta)

@@ -56,21 +56,25 @@ class MoldPolicy:
         def _run_hook(self, name: str, config: Config, *extra: object) -> None: ...
 
     # -- a fresh import: HUP, a crash ------------------------------------------------------------
-    def reload(self) -> None:
+    def reload(self) -> str | None:
         """HUP: re-read the config, start a new mold from a fresh import, replace workers one at a time.
 
         The new config takes effect when the new mold is ready; if it fails, nothing changed.
+        Returns why no reload was started, or None.
         """
         if self.roster.pending_mold() is not None:
             log.info("reload ignored: a new mold is already starting")
-            return
-        config = self._reread_config()
-        if config is None:
-            return
+            return "a new mold is already starting; try again when `refork status` shows it ready"
+        try:
+            config = self._reread_config()
+        except ConfigError as e:
+            log.error("reload: %s; nothing changed", e)
+            return f"{e}; nothing changed"
         self._run_hook("on_reload", config)
         log.info("reload: starting a new mold (gen %d) from a fresh import", self.generation + 1)
         self.rollout_limit = 1
         self.spawn_mold(self.generation + 1, config)
+        return None
 
     def _reload_on_edits(self, now: float) -> None:
         """--reload: a changed *.py file reloads like HUP; edits made during a reload wait for it."""
@@ -82,18 +86,16 @@ class MoldPolicy:
             log.info("--reload: %s changed%s", edits[0], more)
             self.reload()
 
-    def _reread_config(self) -> Config | None:
-        """The config as the flags, config file and environment say now; None (logged) if broken."""
+    def _reread_config(self) -> Config:
+        """The config as the flags, config file and environment say now; ConfigError if broken."""
         if self.reread is None:
             return self.config
         try:
             fresh = self.reread()
-        except ConfigError as e:
-            log.error("reload: %s; nothing changed", e)
-            return None
-        except Exception as e:  # noqa: BLE001 - the config file is user code; keep serving
-            log.error("reload: the config file raised %s: %s; nothing changed", type(e).__name__, e)
-            return None
+        except ConfigError:
+            raise
+        except Exception as e:  # the config file is user code: one line, and keep serving
+            raise ConfigError(f"the config file raised {type(e).__name__}: {e}") from None
         config, changed, kept = reloaded(self.config, fresh)
         if changed:
             log.info("reload: config changed: %s (applied when the new mold is ready)", ", ".join(changed))
