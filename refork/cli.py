@@ -89,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S|off",
         help="stop the mold after S idle seconds to free its memory; a worker is promoted when needed",
     )
+    g(
+        "--fork-safety",
+        metavar="warn|strict|off",
+        help="connections or threads alive at fork: log them (warn) or refuse to fork (strict)",
+    )
     g("--max-worker-memory", metavar="SIZE", help="replace a worker above this, e.g. 512M (0: off)")
     g("--memory-metric", metavar="uss|pss", help="what --max-worker-memory measures")
     g("--memory-interval", metavar="S", help="seconds between memory samples")
@@ -108,12 +113,29 @@ def parse_args(argv: list[str]) -> tuple[list[tuple[str, Any, str]], str | None]
 
 
 def check_config(config: Config) -> int:
-    """--check-config: import the app the way a mold would, report its interface."""
-    from refork.loading import load_app, prepare_import_path, resolve_interface
+    """--check-config: load and warm the app the way a mold does, then check what a fork would copy.
 
-    prepare_import_path(config.chdir, config.pythonpath)
-    app = load_app(config.app)
-    print(f"config ok: {config.app} ({resolve_interface(app, config.interface)})")
+    With --fork-safety strict a connection or thread left open is an error (exit 2): the guard
+    a CI job runs so that nobody adds a load-time connection unnoticed.
+    """
+    import contextlib
+
+    from refork.loading import load_app, prepare_import_path, resolve_interface
+    from refork.logs import setup_logging
+    from refork.process import fork_check
+    from refork.warmup import run_warmup
+
+    setup_logging(config)
+    checking = config.fork_safety != "off"
+    with fork_check.LoadTracer() if checking else contextlib.nullcontext() as tracer:
+        prepare_import_path(config.chdir, config.pythonpath)
+        app = load_app(config.app)
+        interface = resolve_interface(app, config.interface)
+        run_warmup(app, interface, config)
+    hazards = fork_check.inspect((0, 1, 2), tracer) if checking else []
+    fork_check.judge(hazards, config.fork_safety, "the loaded app")
+    note = f"; fork safety: {len(hazards)} warning(s) above" if hazards else ""
+    print(f"config ok: {config.app} ({interface}){note}")
     return 0
 
 

@@ -69,6 +69,7 @@ class Config:
     refork_after: list[int] | None = None  # None = off
     refork_max_unavailable: int | None = None  # None = ceil(10% of workers)
     mold_idle_exit: float | None = None  # seconds an idle mold lingers; None = it stays
+    fork_safety: str = "warn"  # warn | strict | off: connections and threads a fork would inherit
     max_worker_memory: int = 0  # bytes, 0 = off
     memory_metric: str = "uss"  # uss | pss
     memory_interval: float = 10.0  # seconds between smaps_rollup samples per process
@@ -93,6 +94,7 @@ HOOK_NAMES = (
     "post_fork",  # worker, right after fork: (config, worker_info)
     "post_worker_init",  # worker, when ready to serve: (config, worker_info)
     "warmup",  # mold, after the app is imported and before the first fork: (app)
+    "pre_promotion",  # worker, before it forks a new mold (close connections here): (config, worker_info)
     "worker_exit",  # worker, before it exits: (config, worker_info)
     "child_exit",  # monitor, after a child was reaped: (config, child_info)
     "on_reload",  # monitor, on HUP once the config was re-read: (config)
@@ -376,6 +378,7 @@ FIELD_COERCERS: dict[str, Coercer] = {
     "refork_after": _refork_after,
     "refork_max_unavailable": _opt_positive_int,
     "mold_idle_exit": _off_or_seconds,
+    "fork_safety": _choice("warn", "strict", "off"),
     "max_worker_memory": _size,
     "memory_metric": _choice("uss", "pss"),
     "memory_interval": _positive_float,

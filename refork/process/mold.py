@@ -7,6 +7,7 @@ loop: wait for a command, fork a worker, repeat. It never serves a request.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -16,11 +17,16 @@ from typing import Any
 
 from refork.config import ConfigError
 from refork.memory.heap import disable_gc_early, prepare_heap_for_fork
-from refork.process import fork_safety, messages
+from refork.process import fork_check, fork_safety, messages
 from refork.process.context import ProcessContext, set_title
+from refork.process.fork_check import LoadTracer
 from refork.process.forking import Unwind, fork_detached, reset_signals_in_child
 
 log = logging.getLogger("refork")
+CUT = (
+    "it cut its copies (the worker it came from keeps its own), so code in its workers gets an error "
+    "and reconnects instead of sharing the stream; close connections in a pre_promotion hook to avoid that"
+)
 
 
 def boot_mold(ctx: ProcessContext, generation: int) -> int:
@@ -28,11 +34,16 @@ def boot_mold(ctx: ProcessContext, generation: int) -> int:
     disable_gc_early()
     set_title(f"{ctx.config.proc_name}: mold (gen {generation})")
     cmd = ctx.register(messages.Spawned("mold", os.getpid(), generation))
+    mode = ctx.config.fork_safety
     try:
-        app, interface = _load(ctx)
-        from refork.warmup import run_warmup
+        with LoadTracer() if mode != "off" else contextlib.nullcontext() as tracer:
+            app, interface = _load(ctx)
+            from refork.warmup import run_warmup
 
-        run_warmup(app, interface, ctx.config)
+            run_warmup(app, interface, ctx.config)
+        if tracer is not None:
+            hazards = fork_check.inspect(_own_fds(ctx, cmd), tracer)
+            fork_check.judge(hazards, mode, f"the mold (gen {generation})")
     except ConfigError as e:
         ctx.tell(messages.MoldFailed(os.getpid(), str(e), config_error=True))
         return 2
@@ -50,7 +61,22 @@ def promoted_mold(ctx: ProcessContext, app: Any, interface: str, generation: int
     fork_safety.reset()
     set_title(f"{ctx.config.proc_name}: mold (gen {generation})")
     cmd = ctx.register(messages.Spawned("mold", os.getpid(), generation))
+    # HTTP clients the worker was serving (its copies, which the loop may not have closed yet)
+    fork_check.cut(fork_check.client_connections(ctx.listeners, _own_fds(ctx, cmd)))
+    if ctx.config.fork_safety != "off":
+        connections = fork_check.open_connections(_own_fds(ctx, cmd))
+        try:
+            fork_check.judge(connections, ctx.config.fork_safety, "the promoted mold", CUT)
+        except ConfigError as e:
+            ctx.tell(messages.MoldFailed(os.getpid(), str(e), config_error=False))
+            return 3
+        fork_check.cut(connections)
     return _mold_loop(ctx, cmd, app, interface, generation)
+
+
+def _own_fds(ctx: ProcessContext, cmd: socket.socket) -> set[int]:
+    """refork's own descriptors in a mold, and stdio (journald's stdout is a connected socket)."""
+    return {0, 1, 2, cmd.fileno(), ctx.report.fileno(), *(sock.fileno() for sock in ctx.listeners)}
 
 
 def _load(ctx: ProcessContext) -> tuple[Any, str]:

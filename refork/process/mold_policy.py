@@ -180,7 +180,7 @@ class MoldPolicy:
             self.ctx.slots.requests(worker.slot),
             generation,
         )
-        self.roster.expect_mold(generation)
+        self.roster.expect_mold(generation, promoted_from=worker.pid)
         self._command(worker, messages.Promote(generation))
         self.rollout_limit = self._refork_max_unavailable()
 
@@ -215,13 +215,25 @@ class MoldPolicy:
             else:
                 log.error("the app failed to load: %s", failure.reason)
             self.begin_stop("fast")
-        else:
+            return
+        pending = self.roster.pending_mold()
+        source = self.roster.get(pending.promoted_from) if pending and pending.pid == mold.pid else None
+        if source is not None:
+            source.fork_unsafe = "its promoted mold refused to start (see the log)"
             log.error(
-                "new mold (gen %d) failed to load the app: %s; keeping gen %d",
+                "worker %d (pid %d) will not be promoted again: its mold (gen %d) refused: %s",
+                source.nr,
+                source.pid,
                 mold.generation,
                 failure.reason,
-                self.generation,
             )
+            return
+        log.error(
+            "new mold (gen %d) failed to load the app: %s; keeping gen %d",
+            mold.generation,
+            failure.reason,
+            self.generation,
+        )
 
     def _mold_exited(self, mold: Child, how: str, expected: bool) -> None:
         if self.roster.current_mold() is None:

@@ -58,6 +58,7 @@ class Child:
 class PendingMold:
     generation: int
     pid: int = 0  # known once the mold reports (or at once, when the monitor forked it)
+    promoted_from: int = 0  # the worker's pid, for a promotion
     requested_at: float = field(default_factory=time.monotonic)
 
 
@@ -101,8 +102,8 @@ class Roster:
         return [c.conn for c in self._children.values() if c.conn is not None]
 
     # expectations
-    def expect_mold(self, generation: int) -> None:
-        self._pending_mold = PendingMold(generation)
+    def expect_mold(self, generation: int, promoted_from: int = 0) -> None:
+        self._pending_mold = PendingMold(generation, promoted_from=promoted_from)
 
     def expect_pid(self, pid: int) -> None:
         """A mold the monitor forked itself: known before it reports, so an early death is seen."""

@@ -172,6 +172,15 @@ class Worker:
         if not fork_safety.is_fork_safe():
             self._report_unsafe()
             return
+        hook = self.config.hooks.get("pre_promotion")
+        if hook is not None:
+            try:
+                hook(self.config, self.info())
+            except Exception:
+                log.exception("the pre_promotion hook raised; this worker will not be promoted")
+                fork_safety.mark_fork_unsafe("the pre_promotion hook raised")
+                self._report_unsafe()
+                return
         from refork.process.mold import promoted_mold
 
         why = (
