@@ -118,21 +118,18 @@ def check_config(config: Config) -> int:
     With --fork-safety strict a connection or thread left open is an error (exit 2): the guard
     a CI job runs so that nobody adds a load-time connection unnoticed.
     """
-    import contextlib
-
     from refork.loading import load_app, prepare_import_path, resolve_interface
     from refork.logs import setup_logging
     from refork.process import fork_check
     from refork.warmup import run_warmup
 
     setup_logging(config)
-    checking = config.fork_safety != "off"
-    with fork_check.LoadTracer() if checking else contextlib.nullcontext() as tracer:
+    with fork_check.tracing(config.fork_safety) as tracer:
         prepare_import_path(config.chdir, config.pythonpath)
         app = load_app(config.app)
         interface = resolve_interface(app, config.interface)
         run_warmup(app, interface, config)
-    hazards = fork_check.inspect((0, 1, 2), tracer) if checking else []
+    hazards = fork_check.inspect((0, 1, 2), tracer) if tracer is not None else []
     fork_check.judge(hazards, config.fork_safety, "the loaded app")
     note = f"; fork safety: {len(hazards)} warning(s) above" if hazards else ""
     print(f"config ok: {config.app} ({interface}){note}")

@@ -9,6 +9,7 @@ each connection and thread was made, so the report names the line to fix.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -107,6 +108,11 @@ class LoadTracer:
         origin = _caller()
         if origin:
             self.connections[sock.fileno()] = origin
+
+
+def tracing(mode: str) -> contextlib.AbstractContextManager[LoadTracer | None]:
+    """A LoadTracer for --fork-safety warn|strict; nothing (None) for off."""
+    return LoadTracer() if mode != "off" else contextlib.nullcontext()
 
 
 def _stream_ends(fd: int) -> tuple[int, Any, Any] | None:

@@ -7,7 +7,6 @@ loop: wait for a command, fork a worker, repeat. It never serves a request.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import select
@@ -19,7 +18,6 @@ from refork.config import ConfigError
 from refork.memory.heap import disable_gc_early, prepare_heap_for_fork
 from refork.process import fork_check, fork_safety, messages
 from refork.process.context import ProcessContext, set_title
-from refork.process.fork_check import LoadTracer
 from refork.process.forking import Unwind, fork_detached, reset_signals_in_child
 
 log = logging.getLogger("refork")
@@ -36,7 +34,7 @@ def boot_mold(ctx: ProcessContext, generation: int) -> int:
     cmd = ctx.register(messages.Spawned("mold", os.getpid(), generation))
     mode = ctx.config.fork_safety
     try:
-        with LoadTracer() if mode != "off" else contextlib.nullcontext() as tracer:
+        with fork_check.tracing(mode) as tracer:
             app, interface = _load(ctx)
             from refork.warmup import run_warmup
 
@@ -61,10 +59,11 @@ def promoted_mold(ctx: ProcessContext, app: Any, interface: str, generation: int
     fork_safety.reset()
     set_title(f"{ctx.config.proc_name}: mold (gen {generation})")
     cmd = ctx.register(messages.Spawned("mold", os.getpid(), generation))
+    own = _own_fds(ctx, cmd)
     # HTTP clients the worker was serving (its copies, which the loop may not have closed yet)
-    fork_check.cut(fork_check.client_connections(ctx.listeners, _own_fds(ctx, cmd)))
+    fork_check.cut(fork_check.client_connections(ctx.listeners, own))
     if ctx.config.fork_safety != "off":
-        connections = fork_check.open_connections(_own_fds(ctx, cmd))
+        connections = fork_check.open_connections(own)
         try:
             fork_check.judge(connections, ctx.config.fork_safety, "the promoted mold", CUT)
         except ConfigError as e:
