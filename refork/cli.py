@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("app", nargs="?", metavar="APP", help="module:app, module:factory() or module (uses app/application)")
     add("--version", action="version", version=f"refork {__version__}")
     add("-c", "--config", dest="config_file", metavar="FILE", help="Python config file")
-    add("--check-config", action="store_const", const=True, help="load config and app, then exit")
+    add("--check-config", action="store_const", const=True, help="load the app, check fork safety, exit")
     add("--print-config", action="store_const", const=True, help="print the resolved config and exit")
     add("--reload", action="store_const", const=True, help="development: reload when a *.py file changes")
     add("--reload-dir", dest="reload_dirs", action="append", metavar="DIR", help="watch DIR (default: cwd)")
