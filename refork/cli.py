@@ -129,7 +129,7 @@ def check_config(config: Config) -> int:
         app = load_app(config.app)
         interface = resolve_interface(app, config.interface)
         run_warmup(app, interface, config)
-    hazards = fork_check.inspect((0, 1, 2), tracer) if tracer is not None else []
+    hazards = fork_check.inspect(tracer=tracer) if tracer is not None else []
     fork_check.judge(hazards, config.fork_safety, "the loaded app")
     note = f"; fork safety: {len(hazards)} warning(s) above" if hazards else ""
     print(f"config ok: {config.app} ({interface}){note}")

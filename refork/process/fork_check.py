@@ -134,7 +134,7 @@ def _stream_ends(fd: int) -> tuple[int, Any, Any] | None:
 
 
 def _connections(ignore: Iterable[int]) -> Iterator[tuple[int, int, Any, Any]]:
-    ignored = set(ignore)
+    ignored = {0, 1, 2, *ignore}  # stdio: journald's stdout, say, is a connected socket
     for name in sorted(os.listdir("/proc/self/fd"), key=int):
         fd = int(name)
         ends = _stream_ends(fd) if fd not in ignored else None

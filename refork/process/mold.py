@@ -74,8 +74,8 @@ def promoted_mold(ctx: ProcessContext, app: Any, interface: str, generation: int
 
 
 def _own_fds(ctx: ProcessContext, cmd: socket.socket) -> set[int]:
-    """refork's own descriptors in a mold, and stdio (journald's stdout is a connected socket)."""
-    return {0, 1, 2, cmd.fileno(), ctx.report.fileno(), *(sock.fileno() for sock in ctx.listeners)}
+    """refork's own descriptors in a mold."""
+    return {cmd.fileno(), ctx.report.fileno(), *(sock.fileno() for sock in ctx.listeners)}
 
 
 def _load(ctx: ProcessContext) -> tuple[Any, str]:

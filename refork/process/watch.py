@@ -8,6 +8,7 @@ Virtualenvs, caches and hidden directories are skipped, so a scan of a large pro
 from __future__ import annotations
 
 import os
+import time
 
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "build", "dist"})
 SUFFIXES = (".py",)
@@ -44,8 +45,8 @@ class Watcher:
     def __init__(self, dirs: list[str], interval: float = 1.0) -> None:
         self.dirs = dirs
         self.interval = interval
-        self.next_scan = 0.0
         self.files = snapshot(dirs)
+        self.next_scan = time.monotonic() + interval  # the snapshot above is the first scan
 
     def poll(self, now: float) -> list[str]:
         if now < self.next_scan:
