@@ -4,6 +4,10 @@ Every server runs 2 workers on 127.0.0.1. Servers are interleaved within each ro
 median over rounds is reported, so all competitors share the same (noisy) machine conditions.
 
     python benchmarks/hello.py [--python 3.12] [--duration 10] [--rounds 3] [--only refork-wsgi,uvicorn]
+
+--base DIR adds refork-wsgi@base and refork-asgi@base: refork run from another checkout (say the
+commit before a refactor, `git worktree add /tmp/base HEAD~1` and `python setup.py build_ext
+--inplace` there), interleaved with the rest, and prints this tree's ratio against it.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ WSGI_BASELINE, ASGI_BASELINE = "gunicorn-gthread", "uvicorn"
 TARGETS = [("refork-wsgi", WSGI_BASELINE, 3.0), ("refork-asgi", ASGI_BASELINE, 1.0)]
 
 
-def servers(venv: Path, port: int) -> list[Server]:
+def servers(venv: Path, port: int, base: Path | None = None) -> list[Server]:
     """All contenders, in run order. Ports are port, port+1, ..."""
     bin_ = venv / "bin"
     bind = "127.0.0.1"
@@ -53,8 +57,17 @@ def servers(venv: Path, port: int) -> list[Server]:
         ("granian-asgi", "asgi", [*granian, "--interface", "asgi", "hello_asgi:app"]),
         ("bjoern", "wsgi", [*bjoern, "hello_wsgi:app", bind, "{port}", "2"]),
     ]
+    envs: dict[str, dict[str, str]] = {}
+    if base is not None:
+        old = [str(bin_ / "python"), "-m", "refork", *refork[len(refork_cmd(venv)):]]
+        specs += [
+            ("refork-wsgi@base", "wsgi", [*old, "hello_wsgi:app"]),
+            ("refork-asgi@base", "asgi", [*old, "--interface", "asgi", "hello_asgi:app"]),
+        ]
+        envs = {name: {"PYTHONPATH": str(base)} for name, _, _ in specs[-2:]}
     return [
-        Server(name, iface, [a.replace("{port}", str(port + i)) for a in argv], port + i, APPS)
+        Server(name, iface, [a.replace("{port}", str(port + i)) for a in argv], port + i, APPS,
+               env=envs.get(name, {}))
         for i, (name, iface, argv) in enumerate(specs)
     ]
 
@@ -84,12 +97,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", help="comma-separated server names")
     parser.add_argument("--port", type=int, default=19000, help="first port; each round uses a fresh range")
+    parser.add_argument("--base", type=Path, help="another refork checkout, run as refork-*@base")
     args = parser.parse_args()
+    base = args.base.resolve() if args.base else None
 
     venv = venv_dir(args.python)
     info = versions(venv)
     print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()))
-    names = [s.name for s in servers(venv, args.port)]
+    names = [s.name for s in servers(venv, args.port, base)]
     wanted = args.only.split(",") if args.only else names
     unknown = set(wanted) - set(names)
     if unknown:
@@ -98,7 +113,7 @@ def main() -> None:
     runs: dict[str, list[dict]] = {n: [] for n in wanted}
     failed: dict[str, str] = {}
     for rnd in range(args.rounds):
-        order = [s for s in servers(venv, args.port + 20 * rnd) if s.name in wanted]
+        order = [s for s in servers(venv, args.port + 20 * rnd, base) if s.name in wanted]
         if rnd % 2:  # alternate the order so no server always runs first
             order.reverse()
         for server in order:
@@ -115,7 +130,7 @@ def main() -> None:
 
     summary: dict[str, dict] = {}
     for name in wanted:
-        iface = next(s.interface for s in servers(venv, 0) if s.name == name)
+        iface = next(s.interface for s in servers(venv, 0, base) if s.name == name)
         if name in failed:
             summary[name] = {"interface": iface, "error": failed[name]}
         else:
@@ -152,6 +167,13 @@ def main() -> None:
         ok = r is not None and r >= target
         checks[name] = {"baseline": base, "target": target, "ratio": r, "pass": ok}
         print(f"[{'PASS' if ok else 'FAIL'}] {name} >= {target:.1f}x {base}: {fmt(r, '.2f', 'x')}")
+
+    for name in ("refork-wsgi", "refork-asgi"):
+        mine, old = summary.get(name, {}).get("rps"), summary.get(f"{name}@base", {}).get("rps")
+        if mine and old:
+            per_round = [a["rps"] / b["rps"] for a, b in zip(runs[name], runs[f"{name}@base"])]
+            checks[f"{name} vs base"] = {"ratio": mine / old, "per_round": per_round}
+            print(f"{name} / {name}@base: {mine / old:.3f}x (rounds: {', '.join(f'{r:.3f}' for r in per_round)})")
 
     path = write_results("hello", {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "versions": info, "duration": args.duration,
