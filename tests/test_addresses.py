@@ -1,4 +1,4 @@
-"""Bind addresses and trusted proxies: one parser each, used by config validation and by the code that applies them."""
+"""Bind addresses and trusted proxies: one parser each, for config validation and for applying them."""
 
 from __future__ import annotations
 
