@@ -153,8 +153,9 @@ def _from_env(environ: Mapping[str, str]) -> Source:
         if key in by_env:
             out.append((by_env[key], value, key))
         else:
-            # strict cutoff: other tools (and refork itself) may use REFORK_* names of their own
-            hint = _did_you_mean(key, list(by_env), cutoff=0.75)
+            # strict cutoff, on the part after the prefix: other tools (and refork itself) may use
+            # REFORK_* names of their own
+            hint = _did_you_mean(key[7:], [env[7:] for env in by_env], cutoff=0.75, shown="REFORK_{}")
             if hint:
                 raise ConfigError(f"unknown environment variable {key}{hint}")
     return out
