@@ -25,9 +25,10 @@ class TrustedProxies:
         self.hosts: set[str] = set()
         self.networks: list[Network] = []
         for item in allow:
-            if not item.strip():
+            item = item.strip()
+            if not item:
                 continue
-            entry = parse_proxy(item.strip())
+            entry = parse_proxy(item)
             if entry == "*":
                 self.any = True
             elif isinstance(entry, str):
