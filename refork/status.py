@@ -5,20 +5,34 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
-from refork.config import Config
+from refork.config import setting_named
 from refork.memory.accounting import format_bytes
 from refork.process.control import default_path, request
 
 
 def run(argv: list[str]) -> int:
+    """Only the two settings that locate the socket are read, spelled as the server spells them."""
+    socket_setting, name_setting = setting_named("control_socket"), setting_named("proc_name")
     parser = argparse.ArgumentParser(prog=f"refork {argv[0] if argv else 'status'}")
     parser.add_argument("command", choices=["status", "refork", "reload", "ttin", "ttou"])
-    parser.add_argument("--control-socket", help="the monitor's control socket (default: from --name)")
-    parser.add_argument("-n", "--name", default="refork", help="the server's --name (default: refork)")
+    parser.add_argument(
+        *socket_setting.flags,
+        dest="control_socket",
+        metavar=socket_setting.metavar,
+        help="the monitor's control socket (default: from --name)",
+    )
+    parser.add_argument(
+        *name_setting.flags,
+        dest="proc_name",
+        metavar=name_setting.metavar,
+        default=name_setting.default,
+        help=f"the server's --name (default: {name_setting.default})",
+    )
     parser.add_argument("--json", action="store_true", help="print the raw JSON answer")
     args = parser.parse_args(argv)
-    path = args.control_socket or default_path(Config(proc_name=args.name))
+    path = args.control_socket or default_path(args.proc_name)
     try:
         answer = request(path, args.command)
     except (FileNotFoundError, ConnectionRefusedError):
@@ -39,7 +53,7 @@ def run(argv: list[str]) -> int:
     return 0 if answer.get("ok") else 1
 
 
-def format_status(status: dict) -> str:
+def format_status(status: dict[str, Any]) -> str:
     def size(value: int | None) -> str:
         return "-" if value is None else format_bytes(value)
 

@@ -5,6 +5,17 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_proxy(text: str) -> str | Network:
+    """One trusted-proxy entry: "*", a host address (kept as text) or a network (it has a "/").
+
+    ValueError for a network that does not parse; config validation calls this too, so the
+    setting is checked by the same code that later applies it.
+    """
+    return ipaddress.ip_network(text, strict=False) if "/" in text else text
+
 
 class TrustedProxies:
     """Which peers may tell us the client's scheme and address ("*" trusts everyone)."""
@@ -12,17 +23,18 @@ class TrustedProxies:
     def __init__(self, allow: Iterable[str]) -> None:
         self.any = False
         self.hosts: set[str] = set()
-        self.networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+        self.networks: list[Network] = []
         for item in allow:
             item = item.strip()
             if not item:
                 continue
-            if item == "*":
+            entry = parse_proxy(item)
+            if entry == "*":
                 self.any = True
-            elif "/" in item:
-                self.networks.append(ipaddress.ip_network(item, strict=False))
+            elif isinstance(entry, str):
+                self.hosts.add(entry)
             else:
-                self.hosts.add(item)
+                self.networks.append(entry)
 
     def trusts(self, host: str | None) -> bool:
         if self.any:

@@ -19,10 +19,10 @@ from refork.config import Config
 log = logging.getLogger("refork")
 
 
-def default_path(config: Config) -> str:
+def default_path(proc_name: str) -> str:
     """Where the control socket lives unless --control-socket says otherwise."""
     base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    return os.path.join(base, f"{config.proc_name}.ctl")
+    return os.path.join(base, f"{proc_name}.ctl")
 
 
 class Commands(Protocol):
@@ -43,7 +43,7 @@ class ControlServer:
 
     @classmethod
     def open(cls, config: Config, commands: Commands) -> ControlServer:
-        path = config.control_socket or default_path(config)
+        path = config.control_socket or default_path(config.proc_name)
         if path == "off":
             return cls(None, None, commands)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

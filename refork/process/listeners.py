@@ -7,39 +7,10 @@ import errno
 import os
 import socket
 import stat
+from typing import Any
 
-from refork.config import ConfigError
-
-
-def parse_address(text: str) -> tuple[int, object]:
-    """Return (family, address) for HOST:PORT, [V6]:PORT, :PORT, unix:PATH or fd://N."""
-    if text.startswith("unix:"):
-        path = text[5:]
-        if not path:
-            raise ConfigError(f"bind address {text!r} has no path: use unix:/path/to/socket")
-        return socket.AF_UNIX, path
-    if text.startswith("fd://"):
-        try:
-            return -1, int(text[5:])
-        except ValueError:
-            raise ConfigError(f"bind address {text!r}: fd:// needs a file descriptor number") from None
-    if text.startswith("["):
-        host, sep, port = text[1:].partition("]:")
-        if not sep:
-            raise ConfigError(f"bind address {text!r}: write IPv6 addresses as [::1]:8000")
-        return socket.AF_INET6, (host, _port(port, text))
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = text, "8000"
-    if ":" in host:
-        raise ConfigError(f"bind address {text!r}: write IPv6 addresses as [{host}]:{port}")
-    return socket.AF_INET, (host or "0.0.0.0", _port(port, text))
-
-
-def _port(port: str, text: str) -> int:
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"bind address {text!r}: the port must be a number from 0 to 65535")
-    return int(port)
+from refork.addresses import BIND_SYNTAX, FdAddress, TcpAddress, UnixAddress, parse_bind
+from refork.errors import ConfigError
 
 
 def bind(addresses: list[str], backlog: int) -> list[socket.socket]:
@@ -56,23 +27,13 @@ def bind(addresses: list[str], backlog: int) -> list[socket.socket]:
 
 
 def _bind_one(text: str, backlog: int) -> socket.socket:
-    family, address = parse_address(text)
-    if family == -1:
-        try:
-            sock = socket.socket(fileno=address)  # type: ignore[arg-type]
-        except OSError as e:
-            raise ConfigError(f"cannot use {text}: {e.strerror}; pass a listening socket's fd") from None
-        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 0:
-            sock.listen(backlog)
-        sock.setblocking(False)
-        return sock
-    if family == socket.AF_UNIX:
-        _remove_stale_unix_socket(str(address), text)
-    elif family == socket.AF_INET:
-        with contextlib.suppress(OSError):
-            # A host name: resolve it once (the monitor is single-threaded, nothing forks yet).
-            infos = socket.getaddrinfo(address[0], address[1], type=socket.SOCK_STREAM)  # type: ignore[index]
-            family, _, _, _, address = infos[0]
+    try:
+        address = parse_bind(text)
+    except ValueError:  # config validation parses the same way: only a Config built by hand gets here
+        raise ConfigError(f"bind address {text!r} is not a valid address; use {BIND_SYNTAX}") from None
+    if isinstance(address, FdAddress):
+        return _inherited(address.fd, text, backlog)
+    family, sockaddr = _resolve(address, text)
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         if family != socket.AF_UNIX:
@@ -80,7 +41,7 @@ def _bind_one(text: str, backlog: int) -> socket.socket:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind(address)
+        sock.bind(sockaddr)
         sock.listen(backlog)
     except OSError as e:
         sock.close()
@@ -92,6 +53,31 @@ def _bind_one(text: str, backlog: int) -> socket.socket:
         raise ConfigError(f"cannot bind {text}: {e.strerror}; {hint}") from None
     sock.setblocking(False)
     return sock
+
+
+def _inherited(fd: int, text: str, backlog: int) -> socket.socket:
+    """fd://N: a socket our parent (systemd, a supervisor) opened; listen on it if it does not yet."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError as e:
+        raise ConfigError(f"cannot use {text}: {e.strerror}; pass a listening socket's fd") from None
+    if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 0:
+        sock.listen(backlog)
+    sock.setblocking(False)
+    return sock
+
+
+def _resolve(address: TcpAddress | UnixAddress, text: str) -> tuple[int, str | tuple[Any, ...]]:
+    """(family, socket address) to bind; a host name is resolved once, here in the monitor."""
+    if isinstance(address, UnixAddress):
+        _remove_stale_unix_socket(address.path, text)
+        return socket.AF_UNIX, address.path
+    if address.ipv6:
+        return socket.AF_INET6, (address.host, address.port)
+    with contextlib.suppress(OSError):  # the monitor is single-threaded and nothing forked yet
+        family, _, _, _, sockaddr = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)[0]
+        return family, sockaddr
+    return socket.AF_INET, (address.host, address.port)
 
 
 def _remove_stale_unix_socket(path: str, text: str) -> None:

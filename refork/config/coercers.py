@@ -1,0 +1,253 @@
+"""Value parsers for settings: raw value + where it came from -> a checked value, or one ConfigError line.
+
+Every source (flag, environment, pyproject.toml, config file) goes through the same coercer, so a
+bad value reads the same wherever it came from; only the "where" part differs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar, get_args
+
+from refork.addresses import BIND_SYNTAX, parse_bind
+from refork.errors import ConfigError
+from refork.http.forwarded import parse_proxy
+
+T = TypeVar("T")
+Coercer = Callable[[Any, str], T]
+"""(raw value, where it came from) -> the validated value."""
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+def got(value: object) -> str:
+    """A bad value as error messages quote it: strings in double quotes, the rest as repr."""
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def integer(minimum: int, what: str | None = None) -> Coercer[int]:
+    what = what or ("a positive integer" if minimum == 1 else f"an integer >= {minimum}")
+
+    def coerce(value: Any, where: str) -> int:
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigError(f"{where} must be {what}, got {got(value)}")
+        return value
+
+    return coerce
+
+
+def _seconds(value: Any) -> float | None:
+    """A finite number of seconds from a number or a numeric string; None if it is not one."""
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isinf(value) or value != value:
+        return None
+    return float(value)
+
+
+def positive_seconds(value: Any, where: str) -> float:
+    """Timeouts and intervals: seconds, strictly positive."""
+    seconds = _seconds(value)
+    if seconds is None or not seconds > 0:
+        raise ConfigError(f"{where} must be a number of seconds > 0, got {got(value)}")
+    return seconds
+
+
+def off_or_seconds(value: Any, where: str) -> float | None:
+    """A delay that can be switched off: "off" (or None) -> None, else seconds >= 0."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("off", "")):
+        return None
+    seconds = _seconds(value)
+    if seconds is None or seconds < 0:
+        raise ConfigError(f'{where} must be a number of seconds >= 0 or "off", got {got(value)}')
+    return seconds
+
+
+class Choice:
+    """One of a Literal type's values (case-insensitive); the values are read from the type itself."""
+
+    def __init__(self, literal: Any) -> None:
+        self.options: tuple[str, ...] = get_args(literal)
+
+    def __call__(self, value: Any, where: str) -> Any:
+        if isinstance(value, str) and value.strip().lower() in self.options:
+            return value.strip().lower()
+        raise ConfigError(f"{where} must be one of {'|'.join(self.options)}, got {got(value)}")
+
+
+def string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be a string, got {got(value)}")
+    return value
+
+
+def nonempty_string(value: Any, where: str) -> str:
+    text = string(value, where).strip()
+    if not text:
+        raise ConfigError(f"{where} must not be empty")
+    return text
+
+
+def optional_string(value: Any, where: str) -> str | None:
+    """Optional paths: None or an empty string mean "not set"."""
+    if value is None or value == "":
+        return None
+    return string(value, where)
+
+
+def boolean(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ConfigError(f"{where} must be true or false (1/0, yes/no, on/off), got {got(value)}")
+
+
+def list_of(item: Coercer[T], split_items: bool = True) -> Coercer[list[T]]:
+    """A list from a list/tuple or from a comma-separated string (env vars, some flags).
+
+    split_items=False keeps each list item whole (a list from a file or repeated flags) and
+    splits only a single string (an environment variable).
+    """
+
+    def coerce(value: Any, where: str) -> list[T]:
+        if isinstance(value, str):
+            parts: list[Any] = value.split(",")
+        elif isinstance(value, (list, tuple)):
+            parts = []
+            for v in value:
+                parts.extend(v.split(",") if split_items and isinstance(v, str) else [v])
+        else:
+            raise ConfigError(f"{where} must be a list or a comma-separated string, got {got(value)}")
+        return [item(p.strip() if isinstance(p, str) else p, where) for p in parts if p != ""]
+
+    return coerce
+
+
+def parse_size(text: str) -> int:
+    """'512M' -> 536870912, '1.5G' -> 1610612736: K/M/G/T are powers of 1024 ("B"/"iB" tolerated)."""
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise ValueError(
+            f"invalid size {text!r}: expected a number of bytes with an optional unit "
+            "K, M, G or T (powers of 1024), e.g. 512M or 1G"
+        )
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+
+
+def size(value: Any, where: str) -> int:
+    if isinstance(value, str):
+        try:
+            return parse_size(value)
+        except ValueError:
+            pass
+    elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise ConfigError(f"{where} must be a size in bytes like 1048576, 512K, 512M or 2G, got {got(value)}")
+
+
+def cpu_quota(root: str = "/sys/fs/cgroup") -> int:
+    """CPUs this process may use: the cgroup v2/v1 CPU quota if set, else the CPU count (>= 1)."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count() or 1
+    quota = period = 0
+    try:
+        with open(os.path.join(root, "cpu.max")) as f:
+            q, _, p = f.read().strip().partition(" ")
+        if q != "max":
+            quota, period = int(q), int(p or 100000)
+    except (OSError, ValueError):
+        for sub in ("cpu", "cpu,cpuacct"):
+            try:
+                with open(os.path.join(root, sub, "cpu.cfs_quota_us")) as f:
+                    quota = int(f.read())
+                with open(os.path.join(root, sub, "cpu.cfs_period_us")) as f:
+                    period = int(f.read())
+                break
+            except (OSError, ValueError):
+                quota = period = 0
+    if quota > 0 and period > 0:
+        count = min(count, math.ceil(quota / period))
+    return max(1, count)
+
+
+def workers(value: Any, where: str) -> int:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return cpu_quota()
+    return integer(1, 'a positive integer or "auto"')(value, where)
+
+
+def bind_address(value: Any, where: str) -> str:
+    """Checked with the parser the monitor binds with (refork.addresses); kept as text."""
+    text = string(value, where).strip()
+    try:
+        parse_bind(text)
+    except ValueError:
+        raise ConfigError(f"{where}: {got(text)} is not a valid address; use {BIND_SYNTAX}") from None
+    return text
+
+
+def trusted_proxy(value: Any, where: str) -> str:
+    """Checked with the parser the HTTP layer trusts proxies with (refork.http.forwarded)."""
+    text = string(value, where)
+    try:
+        parse_proxy(text)
+    except ValueError:
+        raise ConfigError(f"{where}: {got(text)} is not an IP network like 10.0.0.0/8") from None
+    return text
+
+
+def url_path(value: Any, where: str) -> str:
+    text = string(value, where).strip()
+    if text and not text.startswith("/"):
+        raise ConfigError(f"{where} must start with '/', got {got(text)}")
+    return text
+
+
+def root_path(value: Any, where: str) -> str:
+    return url_path(value, where).rstrip("/")
+
+
+def refork_after(value: Any, where: str) -> list[int] | None:
+    if value is None or value is False or (isinstance(value, str) and value.strip().lower() in ("off", "")):
+        return None
+    # A trailing "off" (False in a config file) stops reforking after the last count, as in Pitchfork;
+    # it is kept as a final 0.
+    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else value
+    stop = isinstance(items, list | tuple) and len(items) > 1 and (
+        items[-1] is False or (isinstance(items[-1], str) and items[-1].lower() == "off")
+    )
+    if stop:
+        items = list(items[:-1])
+    try:
+        counts = list_of(integer(1))(items, where) or None
+    except ConfigError:
+        raise ConfigError(
+            f'{where} must be request counts like 500,1000,2000 (optionally ending in ",off") or "off", '
+            f"got {got(value)}"
+        ) from None
+    return counts + [0] if counts and stop else counts
+
+
+def auto_or_positive_int(value: Any, where: str) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto")):
+        return None
+    return integer(1, 'a positive integer or "auto"')(value, where)

@@ -1,0 +1,480 @@
+"""The settings table: the Config dataclass, one field per setting, each declared once with setting().
+
+A field's setting() carries its flags, help, --help group, coercer and whether HUP may change it;
+argparse, loading and validation from every source, --print-config, RESTART_ONLY and the options
+table in docs/configuration.md are all derived from these declarations (see refork.config.load and
+refork.config.docs). Modes are Literal types: their allowed values are read from the type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from refork.config import coercers as c
+from refork.config.settings import Setting, setting, settings_of
+
+Interface = Literal["auto", "wsgi", "asgi"]
+Loop = Literal["auto", "asyncio", "uvloop"]
+AccessLogFormat = Literal["common", "combined", "json"]
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+ForkSafety = Literal["warn", "strict", "off"]
+MemoryMetric = Literal["uss", "pss"]
+Allocator = Literal["system", "jemalloc"]
+
+
+@dataclass
+class Config:
+    # What to serve
+    app: str = setting(
+        "", "APP", coerce=c.string, help="module:app, module:factory() or module (uses app/application)"
+    )
+    interface: Interface = setting(
+        "auto",
+        "--interface",
+        coerce=c.Choice(Interface),
+        help="app interface (default: detect)",
+        doc="`auto` detects coroutine callables as ASGI 3",
+        group="app",
+    )
+    chdir: str | None = setting(
+        None,
+        "--chdir",
+        coerce=c.optional_string,
+        metavar="DIR",
+        help="change to DIR before loading the app",
+        group="app",
+        restart_only=True,
+    )
+    pythonpath: list[str] = setting(
+        [],
+        "--pythonpath",
+        coerce=c.list_of(c.string),
+        action="append",
+        metavar="DIRS",
+        help="comma-separated dirs to add to sys.path",
+        group="app",
+    )
+    root_path: str = setting(
+        "",
+        "--root-path",
+        coerce=c.root_path,
+        metavar="PATH",
+        help="SCRIPT_NAME / ASGI root_path for an app mounted below /",
+        group="app",
+    )
+
+    # Sockets
+    bind: list[str] = setting(
+        ["127.0.0.1:8000"],
+        "-b",
+        "--bind",
+        coerce=c.list_of(c.bind_address, split_items=False),
+        action="append",
+        metavar="ADDR",
+        help="HOST:PORT, [V6]:PORT, :PORT, unix:PATH, fd://N",
+        doc="`HOST:PORT`, `[V6]:PORT`, `:PORT`, `unix:PATH`, `fd://N` (a socket passed by the parent)",
+        group="server",
+        restart_only=True,
+    )
+    backlog: int = setting(
+        2048,
+        "--backlog",
+        coerce=c.integer(1),
+        metavar="N",
+        help="listen() backlog",
+        doc="`listen()` backlog",
+        group="server",
+        restart_only=True,
+    )
+    forwarded_allow_ips: list[str] = setting(
+        ["127.0.0.1", "::1"],
+        "--forwarded-allow-ips",
+        coerce=c.list_of(c.trusted_proxy),
+        metavar="IPS",
+        help="comma-separated proxies trusted for X-Forwarded-*",
+        doc="proxies (addresses or networks like `10.0.0.0/8`) whose `X-Forwarded-Proto/For` are trusted "
+        "(`*` = all)",
+        group="server",
+    )
+
+    # Processes
+    workers: int = setting(
+        1,
+        "-w",
+        "--workers",
+        coerce=c.workers,
+        metavar="N|auto",
+        help="worker processes (auto: CPU quota)",
+        doc="worker processes; `auto` = the cgroup CPU quota (or the CPU count); also read from "
+        "`WEB_CONCURRENCY`",
+        group="server",
+    )
+    threads: int = setting(
+        1,
+        "--threads",
+        coerce=c.integer(1),
+        metavar="N",
+        help="threads per WSGI worker",
+        doc="WSGI threads per worker (1 = the app runs on the I/O loop thread)",
+        group="server",
+    )
+    timeout: float = setting(
+        30.0,
+        "--timeout",
+        coerce=c.positive_seconds,
+        metavar="S",
+        help="kill a worker busy on one request longer than this",
+        doc="a worker busy on one request longer than this is killed and replaced",
+        group="server",
+    )
+    graceful_timeout: float = setting(
+        30.0,
+        "--graceful-timeout",
+        coerce=c.positive_seconds,
+        metavar="S",
+        help="time to finish in-flight requests on stop",
+        doc="how long a stopping worker may finish in-flight requests",
+        group="server",
+    )
+    keepalive: float = setting(
+        5.0,
+        "--keepalive",
+        coerce=c.positive_seconds,
+        metavar="S",
+        help="idle keep-alive connection timeout",
+        doc="idle keep-alive connections are closed after this",
+        group="server",
+    )
+    header_timeout: float = setting(
+        10.0,
+        "--header-timeout",
+        coerce=c.positive_seconds,
+        metavar="S",
+        help="time allowed to receive a request head",
+        doc="a client must send a complete request head within this (slowloris)",
+        group="server",
+    )
+    spawn_timeout: float = setting(
+        10.0,
+        "--spawn-timeout",
+        coerce=c.positive_seconds,
+        metavar="S",
+        help="time a new worker or mold has to report in",
+        doc="a new worker or promoted mold must report in within this, or it is killed",
+        group="server",
+    )
+    max_requests: int = setting(
+        0,
+        "--max-requests",
+        coerce=c.integer(0),
+        metavar="N",
+        help="restart a worker after N requests (0: never)",
+        doc="recycle a worker after N requests (0: never); the replacement is ready first",
+        group="server",
+    )
+    max_requests_jitter: int = setting(
+        0,
+        "--max-requests-jitter",
+        coerce=c.integer(0),
+        metavar="N",
+        help="random extra requests added to --max-requests",
+        group="server",
+    )
+    proc_name: str = setting(
+        "refork",
+        "-n",
+        "--name",
+        coerce=c.nonempty_string,
+        metavar="NAME",
+        help="process title prefix",
+        doc="process titles and the default control socket name",
+        group="server",
+        restart_only=True,
+    )
+    control_socket: str | None = setting(
+        None,
+        "--control-socket",
+        coerce=c.optional_string,
+        metavar="PATH",
+        help="unix socket for `refork status`",
+        doc="what `refork status` talks to; `off` disables",
+        shown_default="`$XDG_RUNTIME_DIR/NAME.ctl` or `/tmp/NAME.ctl`",
+        group="server",
+        restart_only=True,
+    )
+    pidfile: str | None = setting(
+        None,
+        "-p",
+        "--pid",
+        coerce=c.optional_string,
+        metavar="FILE",
+        help="write the monitor's pid to FILE",
+        doc="the monitor's pid, for init scripts and `kill -HUP $(cat FILE)`; written atomically, refused "
+        "while a live process holds it, replaced when stale, removed on exit; relative to where refork "
+        "started",
+        group="server",
+        restart_only=True,
+    )
+    loop: Loop = setting("auto", "--loop", coerce=c.Choice(Loop), help="ASGI event loop", group="server")
+
+    # HTTP limits
+    limit_request_line: int = setting(
+        8190,
+        "--limit-request-line",
+        coerce=c.integer(1),
+        metavar="N",
+        help="max request line bytes",
+        doc="max request line bytes (414 above)",
+        group="HTTP limits",
+    )
+    limit_request_fields: int = setting(
+        100,
+        "--limit-request-fields",
+        coerce=c.integer(1),
+        metavar="N",
+        help="max header count",
+        doc="max header count (431 above)",
+        group="HTTP limits",
+    )
+    limit_request_field_size: int = setting(
+        8190,
+        "--limit-request-field-size",
+        coerce=c.integer(1),
+        metavar="N",
+        help="max header line bytes",
+        doc="max header line bytes (431 above)",
+        group="HTTP limits",
+    )
+    limit_request_body: int = setting(
+        1 << 30,
+        "--limit-request-body",
+        coerce=c.size,
+        metavar="SIZE",
+        help="max body size, e.g. 100M (0: unlimited)",
+        doc="max body size, e.g. `100M` (413 above; 0: unlimited)",
+        shown_default="`1G`",
+        group="HTTP limits",
+    )
+    body_spool_threshold: int = setting(
+        1 << 20,
+        "--body-spool-threshold",
+        coerce=c.size,
+        metavar="SIZE",
+        help="request bodies larger than this go to a temporary file",
+        shown_default="`1M`",
+        group="HTTP limits",
+    )
+
+    # Logging
+    access_logfile: str | None = setting(
+        None,
+        "--access-logfile",
+        coerce=c.optional_string,
+        metavar="FILE",
+        help="access log file ('-': stdout; default: off)",
+        doc="access log file (`-` = stdout)",
+        shown_default="off",
+        group="logging",
+    )
+    access_log_format: AccessLogFormat = setting(
+        "common",
+        "--access-log-format",
+        coerce=c.Choice(AccessLogFormat),
+        help="access log format",
+        group="logging",
+    )
+    error_logfile: str = setting(
+        "-",
+        "--error-logfile",
+        coerce=c.nonempty_string,
+        metavar="FILE",
+        help="error log file ('-': stderr)",
+        doc="error log file (`-` = stderr)",
+        group="logging",
+    )
+    log_level: LogLevel = setting(
+        "info",
+        "--log-level",
+        coerce=c.Choice(LogLevel),
+        metavar="LEVEL",
+        help="debug, info, warning, error or critical",
+        group="logging",
+    )
+
+    # Memory (see docs/memory.md)
+    immortalize: bool = setting(
+        True,
+        "--immortalize",
+        coerce=c.boolean,
+        action="boolean_optional",
+        help="immortalize the heap before fork",
+        doc="immortalize the mold's heap before fork (CPython 3.12+) so workers do not copy its pages",
+        group="memory",
+    )
+    warmup: list[str] = setting(
+        [],
+        "--warmup",
+        coerce=c.list_of(c.url_path, split_items=False),
+        action="append",
+        metavar="PATH",
+        help="request path sent through the app before fork",
+        doc="request path sent through the app in the mold before the first fork",
+        group="memory",
+    )
+    refork_after: list[int] | None = setting(
+        None,
+        "--refork-after",
+        coerce=c.refork_after,
+        metavar="N,N,...|off",
+        help="requests per generation before promoting a new mold",
+        doc="requests per generation before a worker is promoted to be the next mold (the last count "
+        "repeats unless the list ends in `off`)",
+        shown_default="off",
+        group="memory",
+    )
+    refork_max_unavailable: int | None = setting(
+        None,
+        "--refork-max-unavailable",
+        coerce=c.auto_or_positive_int,
+        metavar="N",
+        help="workers replaced at once during a refork",
+        shown_default="10% of the workers, rounded up",
+        group="memory",
+    )
+    mold_idle_exit: float | None = setting(
+        None,
+        "--mold-idle-exit",
+        coerce=c.off_or_seconds,
+        metavar="S|off",
+        help="stop the mold after S idle seconds to free its memory; a worker is promoted when needed",
+        shown_default="off",
+        group="memory",
+    )
+    fork_safety: ForkSafety = setting(
+        "warn",
+        "--fork-safety",
+        coerce=c.Choice(ForkSafety),
+        help="connections or threads alive at fork: log them (warn) or refuse to fork (strict)",
+        doc="connections and threads alive when a mold forks: log them with the line that made them "
+        "(warn), or refuse to fork (strict); see [fork-safety.md](fork-safety.md)",
+        group="memory",
+    )
+    max_worker_memory: int = setting(
+        0,
+        "--max-worker-memory",
+        coerce=c.size,
+        metavar="SIZE",
+        help="replace a worker above this, e.g. 512M (0: off)",
+        group="memory",
+    )
+    memory_metric: MemoryMetric = setting(
+        "uss",
+        "--memory-metric",
+        coerce=c.Choice(MemoryMetric),
+        help="what --max-worker-memory measures",
+        group="memory",
+    )
+    memory_interval: float = setting(
+        10.0,
+        "--memory-interval",
+        coerce=c.positive_seconds,
+        metavar="S",
+        help="seconds between memory samples",
+        doc="seconds between memory samples (`smaps_rollup`) of each process",
+        group="memory",
+    )
+    allocator: Allocator = setting(
+        "system",
+        "--allocator",
+        coerce=c.Choice(Allocator),
+        help="malloc implementation",
+        group="memory",
+        restart_only=True,
+    )
+    malloc_trim: bool = setting(
+        False,
+        "--malloc-trim",
+        coerce=c.boolean,
+        action="boolean_optional",
+        help="malloc_trim() when idle (10 s apart)",
+        group="memory",
+    )
+    memray: str | None = setting(
+        None,
+        "--memray",
+        coerce=c.optional_string,
+        metavar="DIR",
+        help="write one memray capture per worker to DIR",
+        group="memory",
+    )
+
+    # Hooks (from the config file only): callables named like gunicorn's; not a setting
+    hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)
+
+    # Modes
+    check_config: bool = setting(
+        False,
+        "--check-config",
+        coerce=c.boolean,
+        action="store_true",
+        help="load the app, check fork safety, exit",
+        doc="import and warm the app as a mold would, check fork safety, say WSGI or ASGI, exit",
+    )
+    print_config: bool = setting(
+        False,
+        "--print-config",
+        coerce=c.boolean,
+        action="store_true",
+        help="print the resolved config and exit",
+        doc="print the resolved config as `name = value` lines and exit",
+    )
+    reload: bool = setting(
+        False,
+        "--reload",
+        coerce=c.boolean,
+        action="store_true",
+        help="development: reload when a *.py file changes",
+        doc="development: reload (as on `HUP`) when a watched `*.py` file changes",
+        restart_only=True,
+    )
+    reload_dirs: list[str] = setting(
+        [],
+        "--reload-dir",
+        coerce=c.list_of(c.nonempty_string),
+        action="append",
+        metavar="DIR",
+        help="watch DIR (default: cwd)",
+        doc="a directory `--reload` watches, relative to where refork started",
+        shown_default="the working directory and `--pythonpath`",
+        restart_only=True,
+    )
+
+
+SETTINGS: tuple[Setting[Any], ...] = settings_of(Config)
+"""Every setting, in field order: all Config fields but ``hooks``."""
+
+_BY_NAME: dict[str, Setting[Any]] = {s.name: s for s in SETTINGS}
+
+RESTART_ONLY: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.restart_only)
+"""Settings the monitor holds for its whole life (sockets, cwd, title, malloc): HUP keeps them."""
+
+HOOK_NAMES = (
+    "on_starting",  # monitor, before the first mold: (config)
+    "when_ready",  # monitor, after the first workers are ready: (config)
+    "pre_fork",  # mold, before forking a worker: (config)
+    "post_fork",  # worker, right after fork: (config, worker_info)
+    "post_worker_init",  # worker, when ready to serve: (config, worker_info)
+    "warmup",  # mold, after the app is imported and before the first fork: (app)
+    "pre_promotion",  # worker, before it forks a new mold (close connections here): (config, worker_info)
+    "worker_exit",  # worker, before it exits: (config, worker_info)
+    "child_exit",  # monitor, after a child was reaped: (config, child_info)
+    "on_reload",  # monitor, on HUP once the config was re-read: (config)
+    "on_exit",  # monitor, before exit: (config)
+)
+
+
+def setting_named(name: str) -> Setting[Any]:
+    """The table row of one setting (its flags, default, env name...), for commands that reuse it."""
+    return _BY_NAME[name]
