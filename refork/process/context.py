@@ -32,7 +32,7 @@ class ProcessContext:
             monitor_end.close()
         return own_end
 
-    def tell(self, message: object) -> bool:
+    def tell(self, message: messages.Message) -> bool:
         """Report to the monitor; False if it is gone."""
         try:
             messages.send(self.report, message)
