@@ -14,9 +14,10 @@ import socket
 from functools import partial
 from typing import Any
 
+from refork import fork_safety
 from refork.config import ConfigError
 from refork.memory.heap import disable_gc_early, prepare_heap_for_fork
-from refork.process import fork_check, fork_safety, messages
+from refork.process import fork_check, messages
 from refork.process.context import ProcessContext, set_title
 from refork.process.forking import Promoted, Unwind, fork_detached, reset_signals_in_child
 from refork.process.worker import run_worker

@@ -17,8 +17,9 @@ import threading
 import time
 from typing import Any
 
+from refork import fork_safety
 from refork.memory.heap import after_fork_in_child
-from refork.process import fork_safety, messages
+from refork.process import messages
 from refork.process.context import ProcessContext, set_title
 from refork.process.forking import Promoted, fork_detached
 
