@@ -7,6 +7,8 @@ the monitor's direct child, which it reaps and signals, whoever forked it.
 The new process must not keep running the code that forked it (a worker's request loop, a mold's
 command loop). It raises an `Unwind` exception that travels up to `run_child`, the one top-level
 loop of every child, which then starts the new role with a short stack (Pitchfork's clean_fork).
+A worker's child that is to become a mold raises `Promoted` instead: the worker role does not know
+the mold role; the mold that forked the worker turns it into an `Unwind`.
 """
 
 from __future__ import annotations
