@@ -7,6 +7,8 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+import setproctitle
+
 from refork.config import Config
 from refork.process import messages
 from refork.process.slots import Slots
@@ -42,9 +44,5 @@ class ProcessContext:
 
 
 def set_title(title: str) -> None:
-    try:
-        import setproctitle
-
-        setproctitle.setproctitle(title)
-    except ImportError:
-        pass
+    """Name the process in ps/top: "refork: worker 3 (gen 2)"."""
+    setproctitle.setproctitle(title)
