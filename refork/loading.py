@@ -12,12 +12,13 @@ import inspect
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, Literal
 
 from refork.config import ConfigError
 
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _FIX = "check APP and --chdir/--pythonpath"
+AppInterface = Literal["wsgi", "asgi"]  # what an app speaks, once "auto" is resolved
 
 
 def prepare_import_path(chdir: str | None, pythonpath: list[str]) -> None:
@@ -123,10 +124,12 @@ def load_app(spec: str) -> Any:
     return obj
 
 
-def resolve_interface(app: Any, interface: str) -> str:
+def resolve_interface(app: Any, interface: str) -> AppInterface:
     """auto -> "asgi" for ASGI3 apps (async function or object with async __call__), else "wsgi"."""
-    if interface in ("wsgi", "asgi"):
-        return interface
+    if interface == "wsgi":
+        return "wsgi"
+    if interface == "asgi":
+        return "asgi"
     if interface != "auto":
         raise ConfigError(f'--interface must be one of auto|wsgi|asgi, got "{interface}"')
     if inspect.isclass(app):

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from refork.config import parse_size
-from refork.memory.accounting import format_bytes, read_memory, read_rss
+from refork.memory.accounting import format_bytes, read_memory
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/smaps_rollup"), reason="needs Linux /proc")
 MiB = 1 << 20
@@ -27,13 +27,6 @@ def test_read_memory_of_self_is_sane() -> None:
     assert m.minflt > 0
 
 
-def test_read_rss_is_close_to_smaps() -> None:
-    rss = read_rss(os.getpid())
-    m = read_memory(os.getpid())
-    assert rss is not None and m is not None
-    assert abs(rss - m.rss) < 16 * MiB
-
-
 def test_gone_and_zombie_processes_read_as_none() -> None:
     pid = os.fork()
     if pid == 0:
@@ -44,7 +37,6 @@ def test_gone_and_zombie_processes_read_as_none() -> None:
     finally:
         os.waitpid(pid, 0)
     assert read_memory(pid) is None
-    assert read_rss(pid) is None
 
 
 def test_child_touching_memory_shows_uss_growth() -> None:

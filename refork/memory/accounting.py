@@ -4,15 +4,12 @@ RSS counts shared pages fully in every process, so summing it over workers overs
 memory use. USS (private pages) is what killing a worker frees; PSS splits shared pages
 among their sharers and sums to the truth. Reading smaps_rollup walks the page tables
 (~5 ms per GiB of RSS, under the target's mmap lock), so sample it every few seconds,
-not per request; read_rss is the cheap one (/proc/PID/statm).
+not per request.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass
@@ -73,17 +70,6 @@ def read_memory(pid: int) -> ProcessMemory | None:
         swap=kb.get("Swap", 0) * 1024,
         minflt=minflt,
     )
-
-
-def read_rss(pid: int) -> int | None:
-    """Resident set size in bytes from /proc/PID/statm (microseconds, no page-table walk)."""
-    statm = _read_text(f"/proc/{pid}/statm")
-    if not statm:
-        return None
-    try:
-        return int(statm.split()[1]) * PAGE_SIZE
-    except (IndexError, ValueError):
-        return None
 
 
 def format_bytes(n: int) -> str:

@@ -8,9 +8,11 @@ the same command with LD_PRELOAD set. It mostly affects allocations pymalloc doe
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 import sysconfig
+from collections.abc import Callable
 
 from refork.config import ConfigError
 
@@ -122,7 +124,16 @@ def reexec_with_jemalloc(argv: list[str], module: str = "refork") -> None:
     os.execve(sys.executable, args, env)
 
 
-_malloc_trim = None
+@functools.cache
+def _libc_malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, looked up once; None where there is none (musl, no libc.so.6)."""
+    try:
+        fn = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return fn
 
 
 def malloc_trim() -> bool:
@@ -131,19 +142,8 @@ def malloc_trim() -> bool:
     Does not shrink pymalloc arenas (they go back only when empty) and does nothing for
     jemalloc (its decay settings do this work).
     """
-    global _malloc_trim
-    if _malloc_trim is None:
-        try:
-            fn = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            fn = False
-        else:
-            fn.argtypes = [ctypes.c_size_t]
-            fn.restype = ctypes.c_int
-        _malloc_trim = fn
-    if not _malloc_trim:
-        return False
-    return bool(_malloc_trim(0))
+    trim = _libc_malloc_trim()
+    return trim is not None and bool(trim(0))
 
 
 class MallocTrimmer:

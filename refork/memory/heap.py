@@ -16,14 +16,14 @@ import gc
 import sys
 import time
 from dataclasses import dataclass
+from types import FrameType
 
 try:
     from refork.memory import _immortal
 except ImportError as exc:  # not built (e.g. running from a source tree without the extension)
-    _immortal = None
-    _IMPORT_ERROR = str(exc)
+    _BUILD_ERROR = str(exc)  # and `_immortal` stays unbound: every use checks _BUILD_ERROR first
 else:
-    _IMPORT_ERROR = ""
+    _BUILD_ERROR = ""
 
 
 @dataclass
@@ -41,10 +41,9 @@ def immortalize_support() -> tuple[bool, str]:
     """Whether this interpreter can be immortalized, and if not, why (for logs and status)."""
     if sys.implementation.name != "cpython":
         return False, f"{sys.implementation.name} (needs CPython 3.12+)"
-    if _immortal is None:
-        return False, f"native extension not built ({_IMPORT_ERROR})"
-    ok, reason = _immortal.supported()
-    return bool(ok), str(reason)
+    if _BUILD_ERROR:
+        return False, f"native extension not built ({_BUILD_ERROR})"
+    return _immortal.supported()
 
 
 def immortalize_heap() -> int:
@@ -57,7 +56,7 @@ def immortalize_heap() -> int:
     if not ok:
         raise RuntimeError(f"immortalization unsupported: {reason}")
     gc.unfreeze()
-    return int(_immortal.immortalize_heap(_frame_locals()))
+    return _immortal.immortalize_heap(_frame_locals())
 
 
 def _frame_locals() -> list[object]:
@@ -67,7 +66,7 @@ def _frame_locals() -> list[object]:
     """
     values: list[object] = []
     for top in sys._current_frames().values():
-        frame = top
+        frame: FrameType | None = top
         while frame is not None:
             if frame.f_globals is not globals():
                 try:
@@ -80,7 +79,7 @@ def _frame_locals() -> list[object]:
 
 def is_immortal(obj: object) -> bool:
     """True if obj's refcount is immortal (always False where unsupported)."""
-    return _immortal is not None and bool(_immortal.is_immortal(obj))
+    return not _BUILD_ERROR and _immortal.is_immortal(obj)
 
 
 def prepare_heap_for_fork(*, immortalize: bool) -> HeapReport:

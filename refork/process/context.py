@@ -7,6 +7,8 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+import setproctitle
+
 from refork.config import Config
 from refork.process import messages
 from refork.process.slots import Slots
@@ -32,7 +34,7 @@ class ProcessContext:
             monitor_end.close()
         return own_end
 
-    def tell(self, message: object) -> bool:
+    def tell(self, message: messages.Message) -> bool:
         """Report to the monitor; False if it is gone."""
         try:
             messages.send(self.report, message)
@@ -42,9 +44,5 @@ class ProcessContext:
 
 
 def set_title(title: str) -> None:
-    try:
-        import setproctitle
-
-        setproctitle.setproctitle(title)
-    except ImportError:
-        pass
+    """Name the process in ps/top: "refork: worker 3 (gen 2)"."""
+    setproctitle.setproctitle(title)

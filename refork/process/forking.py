@@ -7,6 +7,8 @@ the monitor's direct child, which it reaps and signals, whoever forked it.
 The new process must not keep running the code that forked it (a worker's request loop, a mold's
 command loop). It raises an `Unwind` exception that travels up to `run_child`, the one top-level
 loop of every child, which then starts the new role with a short stack (Pitchfork's clean_fork).
+A worker's child that is to become a mold raises `Promoted` instead: the worker role does not know
+the mold role; the mold that forked the worker turns it into an `Unwind`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,18 @@ class Unwind(SystemExit):
         self.start = start
 
 
+class Promoted(SystemExit):
+    """Raised in a worker's double-forked child that is to become the mold of `generation`.
+
+    The worker does not know how a mold runs: the mold that forked it catches this at the bottom of
+    the worker's stack and unwinds into its own role, so neither role module imports the other.
+    """
+
+    def __init__(self, generation: int) -> None:
+        super().__init__(0)
+        self.generation = generation
+
+
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 30.0  # seconds
 
 
@@ -49,7 +63,8 @@ def make_subreaper() -> bool:
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        result: int = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        return result == 0
     except (OSError, AttributeError):
         return False
 
@@ -73,11 +88,6 @@ def fork_detached() -> bool:
         except InterruptedError:
             continue
     return False
-
-
-def fork_child() -> bool:
-    """Single fork (used by the monitor, and by molds when there is no subreaper)."""
-    return os.fork() == 0
 
 
 def reset_signals_in_child() -> None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import socket
 from dataclasses import asdict, dataclass, fields
+from typing import Literal, TypeAlias, get_args
 
 MAX_MESSAGE = 65536
+Role = Literal["mold", "worker"]
 
 
 # Child -> monitor (on the shared report socket)
@@ -19,7 +21,7 @@ MAX_MESSAGE = 65536
 class Spawned:
     """A new mold or worker exists; its command socket is attached."""
 
-    role: str  # "mold" | "worker"
+    role: Role
     pid: int
     generation: int
     nr: int = -1
@@ -100,36 +102,27 @@ class ReopenLogs:
     pass
 
 
-MESSAGE_TYPES = {
-    cls.__name__: cls
-    for cls in (
-        Spawned,
-        Ready,
-        MoldFailed,
-        WantsPromotion,
-        WantsRetirement,
-        ForkUnsafe,
-        WorkerExited,
-        SpawnWorker,
-        Promote,
-        Stop,
-        ReopenLogs,
-    )
-}
+# What a child may report, and what the monitor may command.
+Report: TypeAlias = (
+    Spawned | Ready | MoldFailed | WantsPromotion | WantsRetirement | ForkUnsafe | WorkerExited
+)
+Command: TypeAlias = SpawnWorker | Promote | Stop | ReopenLogs
+Message: TypeAlias = Report | Command
+MESSAGE_TYPES: dict[str, type[Message]] = {cls.__name__: cls for cls in get_args(Message)}
 
 
-def encode(message: object) -> bytes:
+def encode(message: Message) -> bytes:
     return json.dumps([type(message).__name__, asdict(message)], separators=(",", ":")).encode()
 
 
-def decode(data: bytes) -> object:
+def decode(data: bytes) -> Message:
     name, values = json.loads(data)
     cls = MESSAGE_TYPES[name]
     known = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in values.items() if k in known})
 
 
-def send(sock: socket.socket, message: object, fd: int | None = None) -> None:
+def send(sock: socket.socket, message: Message, fd: int | None = None) -> None:
     """Send one message; raises OSError if the peer is gone."""
     data = encode(message)
     if fd is None:
@@ -138,7 +131,7 @@ def send(sock: socket.socket, message: object, fd: int | None = None) -> None:
         socket.send_fds(sock, [data], [fd])
 
 
-def receive(sock: socket.socket) -> tuple[object, socket.socket | None] | None:
+def receive(sock: socket.socket) -> tuple[Message, socket.socket | None] | None:
     """Receive one message and its attached socket; None on EOF. Raises BlockingIOError if none."""
     data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 1)
     if not data:

@@ -14,11 +14,13 @@ import socket
 from functools import partial
 from typing import Any
 
+from refork import fork_safety
 from refork.config import ConfigError
 from refork.memory.heap import disable_gc_early, prepare_heap_for_fork
-from refork.process import fork_check, fork_safety, messages
+from refork.process import fork_check, messages
 from refork.process.context import ProcessContext, set_title
-from refork.process.forking import Unwind, fork_detached, reset_signals_in_child
+from refork.process.forking import Promoted, Unwind, fork_detached, reset_signals_in_child
+from refork.process.worker import run_worker
 
 log = logging.getLogger("refork")
 CUT = (
@@ -132,9 +134,7 @@ def _fork_worker(
     hook = ctx.config.hooks.get("pre_fork")
     if hook is not None:
         hook(ctx.config)
-    from refork.process.worker import run_worker
-
-    start = partial(run_worker, ctx, app, interface, order.nr, order.generation, order.slot)
+    start = partial(_worker, ctx, app, interface, order)
     if ctx.subreaper:
         if fork_detached():
             cmd.close()
@@ -145,6 +145,15 @@ def _fork_worker(
         cmd.close()
         raise Unwind(start)
     return pid
+
+
+def _worker(ctx: ProcessContext, app: Any, interface: str, order: messages.SpawnWorker) -> int:
+    """The worker role, and its promotion: a worker's child raises Promoted to become the next mold."""
+    try:
+        return run_worker(ctx, app, interface, order.nr, order.generation, order.slot)
+    except Promoted as promotion:
+        generation = promotion.generation
+    raise Unwind(partial(promoted_mold, ctx, app, interface, generation))
 
 
 def _reap_workers(ctx: ProcessContext, children: set[int]) -> None:

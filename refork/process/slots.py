@@ -15,7 +15,6 @@ DEADLINE, REQUESTS, PID = 0, 1, 2
 
 class Slots:
     def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
         self._map = mmap.mmap(-1, capacity * SLOT_WORDS * 8, mmap.MAP_SHARED)
         self._floats = memoryview(self._map).cast("d")
         self._ints = memoryview(self._map).cast("q")

@@ -15,13 +15,13 @@ import signal
 import socket
 import threading
 import time
-from functools import partial
 from typing import Any
 
+from refork import fork_safety
 from refork.memory.heap import after_fork_in_child
-from refork.process import fork_safety, messages
+from refork.process import messages
 from refork.process.context import ProcessContext, set_title
-from refork.process.forking import Unwind, fork_detached
+from refork.process.forking import Promoted, fork_detached
 
 log = logging.getLogger("refork")
 PROMOTION_RETRY = 10.0  # seconds before asking to be promoted again
@@ -181,8 +181,6 @@ class Worker:
                 fork_safety.mark_fork_unsafe("the pre_promotion hook raised")
                 self._report_unsafe()
                 return
-        from refork.process.mold import promoted_mold
-
         why = (
             f"reached {self._refork_at} requests"
             if self._refork_at and self.requests >= self._refork_at
@@ -198,7 +196,7 @@ class Worker:
         )
         if fork_detached():
             self.cmd.close()
-            raise Unwind(partial(promoted_mold, self.ctx, self.app, self.interface, generation))
+            raise Promoted(generation)  # the mold that forked this worker runs it as a mold
 
     def request_started(self) -> object:
         now = time.monotonic()

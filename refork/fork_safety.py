@@ -1,4 +1,8 @@
-"""App code tells refork a worker must never be forked from (a promotion would copy bad state)."""
+"""App code tells refork a worker must never be forked from (a promotion would copy bad state).
+
+App code calls it as `refork.mark_fork_unsafe()`; the worker and the mold read it. It imports
+nothing, so `import refork` stays cheap and any layer may read the flag.
+"""
 
 from __future__ import annotations
 
