@@ -171,9 +171,11 @@ def main() -> None:
     for name in ("refork-wsgi", "refork-asgi"):
         mine, old = summary.get(name, {}).get("rps"), summary.get(f"{name}@base", {}).get("rps")
         if mine and old:
-            per_round = [a["rps"] / b["rps"] for a, b in zip(runs[name], runs[f"{name}@base"])]
+            pairs = zip(runs[name], runs[f"{name}@base"], strict=False)
+            per_round = [a["rps"] / b["rps"] for a, b in pairs]
             checks[f"{name} vs base"] = {"ratio": mine / old, "per_round": per_round}
-            print(f"{name} / {name}@base: {mine / old:.3f}x (rounds: {', '.join(f'{r:.3f}' for r in per_round)})")
+            rounds = ", ".join(f"{r:.3f}" for r in per_round)
+            print(f"{name} / {name}@base: {mine / old:.3f}x (per round: {rounds})")
 
     path = write_results("hello", {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "versions": info, "duration": args.duration,

@@ -14,7 +14,7 @@ import re
 import sys
 from typing import Any, Literal
 
-from refork.config import ConfigError
+from refork.errors import ConfigError
 
 _MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _FIX = "check APP and --chdir/--pythonpath"

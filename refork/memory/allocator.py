@@ -14,7 +14,7 @@ import sys
 import sysconfig
 from collections.abc import Callable
 
-from refork.config import ConfigError
+from refork.errors import ConfigError
 
 # Few arenas: with few threads per process more arenas only add fragmentation and
 # half-empty pages. Dirty pages go back to the OS after 1 s, muzzy ones at once.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from refork.config import ConfigError
+from refork.errors import ConfigError
 
 
 def _output_path(directory: str, pid: int) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from refork.config import ConfigError
+from refork.errors import ConfigError
 
 log = logging.getLogger("refork")
 _REFORK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep

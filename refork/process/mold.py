@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from refork import fork_safety
-from refork.config import ConfigError
+from refork.errors import ConfigError
 from refork.memory.heap import disable_gc_early, prepare_heap_for_fork
 from refork.process import fork_check, messages
 from refork.process.context import ProcessContext, set_title

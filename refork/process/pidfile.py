@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from refork.config import ConfigError
+from refork.errors import ConfigError
 
 
 def _read_pid(path: str) -> int | None:
