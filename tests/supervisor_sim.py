@@ -38,8 +38,9 @@ def config(**overrides: Any) -> Config:
 
 
 class Sim:
-    def __init__(self, subreaper: bool = True, capacity: int = 16, **overrides: Any) -> None:
+    def __init__(self, subreaper: bool = True, capacity: int | None = None, **overrides: Any) -> None:
         self.config = config(**overrides)
+        capacity = capacity or max(16, 4 * self.config.workers)  # the monitor's: max(256, 4 * workers)
         self.sup = Supervisor(self.config, subreaper=subreaper, capacity=capacity)
         self.now = 1000.0
         self.pids = iter(range(2000, 1_000_000))
