@@ -40,6 +40,7 @@ from refork.process.supervisor.events import (
     ReloadRequested,
     ReopenLogFiles,
     ReopenLogsRequested,
+    Report,
     RereadConfig,
     RunHook,
     SampleMemory,
@@ -58,6 +59,7 @@ STABLE_AFTER = 5.0  # a worker alive this long ends a crash loop
 FAST_STOP_TIMEOUT = 1.0  # a fast stop SIGKILLs what is left after this
 KILL_RETRY = 5.0  # after the stop deadline's SIGKILLs, how long before trying again
 REFUSED_REFORK = "no promotable worker (see the log)"
+REFUSED_RELOAD = "a new mold is already starting"
 
 
 class Supervisor:
@@ -78,8 +80,7 @@ class Supervisor:
         self.worker_crashes = Backoff()  # workers dying early, in a row
         self.mold_crashes = Backoff(first_free=True)  # molds dying unexpectedly, in a row
         self.last_memory_sample = float("-inf")
-        self.requests: dict[int, int] = {}  # requests served, by slot, as last read
-        self._slots: Mapping[int, SlotReading] = {}
+        self.slots: Mapping[int, SlotReading] = {}  # the slots page as last read
         self.rollout_limit = 1  # outdated workers replaced at once
         self.mold_shed = False  # the mold was stopped on purpose (--mold-idle-exit)
         self.mold_busy_at = 0.0  # the mold's last spawn request or readiness
@@ -97,7 +98,7 @@ class Supervisor:
 
     def _dispatch(self, event: Event) -> None:
         if isinstance(event, Tick):
-            self._read_slots(event.slots)
+            self.slots = event.slots
             if self.stopping:
                 self._stop_step()
             else:
@@ -119,7 +120,7 @@ class Supervisor:
         elif isinstance(event, FilesChanged):
             self._files_changed(event.paths)
         elif isinstance(event, ReforkRequested):
-            self._read_slots(event.slots)
+            self.slots = event.slots
             if not self._refork_now():
                 self._emit(Refused(REFUSED_REFORK))
         elif isinstance(event, ReopenLogsRequested):
@@ -154,16 +155,9 @@ class Supervisor:
         elif child.role == "worker":
             self._log(DEBUG, "worker %d spawned (pid %d, gen %d)", child.nr, child.pid, child.generation)
 
-    def _report(
-        self,
-        message: messages.Ready
-        | messages.MoldFailed
-        | messages.WantsRetirement
-        | messages.WantsPromotion
-        | messages.ForkUnsafe,
-    ) -> None:
+    def _report(self, message: Report) -> None:
         child = self.roster.get(message.pid)
-        if child is None:
+        if child is None or isinstance(message, messages.Spawned):
             return
         if isinstance(message, messages.Ready):
             child.ready = True
@@ -224,11 +218,6 @@ class Supervisor:
         self._log(WARNING, "crash loop: %s; next worker in %.1fs (failure %d in a row)", why, delay, failures)
 
     # -- supervision: one pass per tick ----------------------------------------------------------
-    def _read_slots(self, slots: Mapping[int, SlotReading]) -> None:
-        self._slots = slots
-        for index, reading in slots.items():
-            self.requests[index] = reading.requests
-
     def _supervise(self) -> None:
         now = self.now
         self._enforce_deadlines(now)
@@ -245,30 +234,20 @@ class Supervisor:
         for pending in self.roster.expired_spawns(now, timeout):
             self._log(WARNING, "a worker asked of the mold did not report within %gs", timeout)
             self.slot_allocator.give_back(pending.slot)
-        for child, reason in self.roster.overdue(now, self._slots, self.config):
+        for child, reason in self.roster.overdue(now, self.slots, self.config):
             self._kill(child, reason)
         pending_mold = self.roster.pending_mold()
         if pending_mold is not None and now - pending_mold.requested_at > timeout + 60:
             mold = self.roster.get(pending_mold.pid) if pending_mold.pid else None
-            self._log(
-                WARNING,
-                "new mold (gen %d) did not become ready in time; giving up",
-                pending_mold.generation,
-            )
+            gen = pending_mold.generation
+            self._log(WARNING, "new mold (gen %d) did not become ready in time; giving up", gen)
             if mold is not None:
                 self._kill(mold, "mold spawn timeout")
             self.roster.clear_pending_mold()
 
     def _kill(self, child: Child, reason: str) -> None:
         child.kill_reason = reason
-        self._log(
-            WARNING,
-            "%s %s (pid %d): %s; killing it",
-            child.role,
-            child.nr if child.role == "worker" else f"gen {child.generation}",
-            child.pid,
-            reason,
-        )
+        self._log(WARNING, "%s (pid %d): %s; killing it", child.label, child.pid, reason)
         self._emit(Signal(child.pid, signal.SIGKILL))
 
     def _end_crash_loop(self, now: float) -> None:
@@ -397,6 +376,10 @@ class Supervisor:
         pending.config = config if config is not None and config is not self.config else None
         self._emit(ForkMold(generation, pending.config))
 
+    def _requests(self, worker: Child) -> int:
+        reading = self.slots.get(worker.slot)
+        return reading.requests if reading is not None else 0
+
     def _mold_forked(self, pid: int) -> None:
         pending = self.roster.pending_mold()
         mold = self.roster.expect_pid(pid, self.now)
@@ -421,10 +404,8 @@ class Supervisor:
     def _reload_requested(self) -> None:
         """The new config takes effect when the new mold is ready; if it fails, nothing changed."""
         if self.roster.pending_mold() is not None:
-            self._log(INFO, "reload ignored: a new mold is already starting")
-            self._emit(
-                Refused("a new mold is already starting; try again when `refork status` shows it ready")
-            )
+            self._log(INFO, "reload ignored: %s", REFUSED_RELOAD)
+            self._emit(Refused(f"{REFUSED_RELOAD}; try again when `refork status` shows it ready"))
         else:
             self._emit(RereadConfig())
 
@@ -477,7 +458,7 @@ class Supervisor:
         if self.roster.pending_mold() is not None:
             self._log(INFO, "refork ignored: a new mold is already starting")
             return False
-        chosen = self.roster.warmest_promotable(self.generation, self.requests)
+        chosen = self.roster.warmest_promotable(self.generation, self.slots)
         if chosen is None:
             self._log(WARNING, "refork: no fork-safe worker of gen %d is ready", self.generation)
             return False
@@ -504,7 +485,7 @@ class Supervisor:
             "promoting worker %d (pid %d, %d requests) to mold of gen %d",
             worker.nr,
             worker.pid,
-            self.requests.get(worker.slot, 0),
+            self._requests(worker),
             generation,
         )
         self.roster.expect_mold(generation, self.now, promoted_from=worker.pid)
@@ -609,7 +590,7 @@ class Supervisor:
     def _summon_mold(self) -> None:
         """A worker is needed and the mold was shed: promote a warm worker, or import afresh."""
         promotable = self.mold_crashes.failures < 2
-        chosen = self.roster.warmest_promotable(self.generation, self.requests) if promotable else None
+        chosen = self.roster.warmest_promotable(self.generation, self.slots) if promotable else None
         if chosen is not None:
             self._log(INFO, "a worker is needed and the mold was stopped while idle")
             self._promote(chosen, self.generation)

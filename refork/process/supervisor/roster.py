@@ -38,6 +38,11 @@ class Child:
     memory_at: float = 0.0
     new_config: Config | None = None  # a mold started by HUP with a re-read config
 
+    @property
+    def label(self) -> str:
+        """How the log names it: "worker 3", "mold gen 2"."""
+        return f"worker {self.nr}" if self.role == "worker" else f"mold gen {self.generation}"
+
     def over_memory_limit(self, config: Config) -> str | None:
         """Why this serving worker must be replaced for its memory (--max-worker-memory), or None."""
         limit, metric, mem = config.max_worker_memory, config.memory_metric, self.memory
@@ -158,12 +163,13 @@ class Roster:
     def rollout_in_progress(self, generation: int) -> bool:
         return any(c.generation < generation for c in self.workers())
 
-    def warmest_promotable(self, generation: int, requests: dict[int, int]) -> Child | None:
-        """The ready, fork-safe worker of `generation` that has served the most (requests by slot)."""
+    def warmest_promotable(self, generation: int, slots: Mapping[int, SlotReading]) -> Child | None:
+        """The ready, fork-safe worker of `generation` that has served the most (as `slots` say)."""
         candidates = [
             c for c in self.serving_workers() if c.ready and c.generation == generation and not c.fork_unsafe
         ]
-        return max(candidates, key=lambda c: requests.get(c.slot, 0), default=None)
+        unread = SlotReading(0, 0.0, 0)
+        return max(candidates, key=lambda c: slots.get(c.slot, unread).requests, default=None)
 
     # expectations
     def expect_mold(self, generation: int, now: float, promoted_from: int = 0) -> PendingMold:
