@@ -168,8 +168,7 @@ class Monitor:
 
     def _poll_watcher(self) -> None:
         """--reload: edits made during a reload wait for it (the watcher is not polled meanwhile)."""
-        sup = self.supervisor
-        if self.watcher is None or sup.stopping or sup.roster.pending_mold() is not None:
+        if self.watcher is None or not self.supervisor.reload_possible:
             return
         edits = self.watcher.poll(time.monotonic())
         if edits:

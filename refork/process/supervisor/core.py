@@ -88,6 +88,11 @@ class Supervisor:
         self._actions: list[Action] = []
 
     # -- the entry point -------------------------------------------------------------------------
+    @property
+    def reload_possible(self) -> bool:
+        """Would a reload start now? (--reload's watcher waits while not: edits then are kept.)"""
+        return not self.stopping and self.roster.pending_mold() is None
+
     def handle(self, event: Event, now: float) -> list[Action]:
         """Apply one event at monotonic time `now`; return what must be done, in order."""
         self.now = now
@@ -436,7 +441,7 @@ class Supervisor:
 
     def _files_changed(self, paths: tuple[str, ...]) -> None:
         """--reload: an edit reloads like HUP; edits made during a reload or a stop are dropped."""
-        if not paths or self.stopping or self.roster.pending_mold() is not None:
+        if not paths or not self.reload_possible:
             return
         more = f" and {len(paths) - 1} more file(s)" if len(paths) > 1 else ""
         self._log(INFO, "--reload: %s changed%s", paths[0], more)
