@@ -36,6 +36,7 @@ from refork.process.supervisor.events import (
     SendFailed,
     Signal,
     SlotReading,
+    StopRequested,
 )
 
 
@@ -405,3 +406,11 @@ def test_an_unknown_pid_is_ignored():
     sim.up()
     assert sim.handle(ChildExited(424242, 0)) == []
     assert sim.handle(messages.Ready(424242)) == []
+
+
+def test_edits_during_a_stop_start_no_reload():
+    sim = Sim()
+    sim.up()
+    sim.handle(StopRequested("graceful"))
+    assert not sim.sup.reload_possible
+    assert sim.handle(FilesChanged(("app.py",))) == []
