@@ -26,12 +26,14 @@ def default_path(proc_name: str) -> str:
 
 
 class Commands(Protocol):
-    def status(self) -> dict: ...
+    """What the control socket asks of the monitor (refork.process.monitor.Monitor)."""
+
+    def status(self) -> dict[str, Any]: ...
     def refork_now(self) -> bool: ...
     def reload(self) -> str | None: ...
     def set_worker_count(self, count: int) -> None: ...
-
-    target_workers: int
+    @property
+    def target_workers(self) -> int: ...
 
 
 class ControlServer:
@@ -148,4 +150,5 @@ def request(path: str, command: str, timeout: float = 10.0) -> dict[str, Any]:
             if not chunk:
                 break
             chunks.append(chunk)
-    return json.loads(b"".join(chunks))
+    answer: dict[str, Any] = json.loads(b"".join(chunks))
+    return answer

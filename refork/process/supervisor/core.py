@@ -1,0 +1,607 @@
+"""The supervisor core: every decision the monitor makes, as pure transitions.
+
+`Supervisor.handle(event, now)` is the only entry point: it updates the state (the roster, the
+crash counters, the generation, the stop) and returns the actions the monitor must carry out,
+in order. It never forks, signals, sends, reads a clock or logs: time comes with each call,
+the slots page and memory come as readings, log lines leave as Log actions. Like h11's
+`_state.py`, so every failure row of docs/architecture.md is a unit test with no process.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from collections.abc import Mapping
+from logging import DEBUG, ERROR, INFO, WARNING
+
+from refork.config import Config, reloaded
+from refork.memory.accounting import ProcessMemory
+from refork.process import messages
+from refork.process.slots import SlotAllocator
+from refork.process.supervisor.backoff import Backoff
+from refork.process.supervisor.events import (
+    Action,
+    AdoptConfig,
+    Boot,
+    ChildExited,
+    CloseChannel,
+    ConfigReread,
+    Event,
+    Exit,
+    FilesChanged,
+    ForkMold,
+    Log,
+    MemorySampled,
+    MoldForked,
+    PrintError,
+    ReforkRequested,
+    Refused,
+    ReleaseSlot,
+    ReloadRequested,
+    ReopenLogFiles,
+    ReopenLogsRequested,
+    Report,
+    RereadConfig,
+    RunHook,
+    SampleMemory,
+    Send,
+    SendFailed,
+    SetWorkerCount,
+    Signal,
+    SlotReading,
+    StopMode,
+    StopRequested,
+    Tick,
+)
+from refork.process.supervisor.roster import Child, Roster, exit_description
+
+STABLE_AFTER = 5.0  # a worker alive this long ends a crash loop
+FAST_STOP_TIMEOUT = 1.0  # a fast stop SIGKILLs what is left after this
+KILL_RETRY = 5.0  # after the stop deadline's SIGKILLs, how long before trying again
+REFUSED_REFORK = "no promotable worker (see the log)"
+REFUSED_RELOAD = "a new mold is already starting"
+
+
+class Supervisor:
+    """The monitor's state and decisions. Construct, feed `Boot()`, then every event as it comes."""
+
+    def __init__(self, config: Config, *, subreaper: bool, capacity: int) -> None:
+        self.config = config
+        self.subreaper = subreaper
+        self.roster = Roster()
+        self.slot_allocator = SlotAllocator(capacity)
+        self.target_workers = config.workers
+        self.generation = 0  # of the current mold; workers of older generations are rolled out
+        self.started = False  # the first mold became ready
+        self.stopping: StopMode | None = None
+        self.stop_deadline = 0.0
+        self.exit_code = 0
+        self.finished = False  # Exit was returned
+        self.worker_crashes = Backoff()  # workers dying early, in a row
+        self.mold_crashes = Backoff(first_free=True)  # molds dying unexpectedly, in a row
+        self.last_memory_sample = float("-inf")
+        self.slots: Mapping[int, SlotReading] = {}  # the slots page as last read
+        self.rollout_limit = 1  # outdated workers replaced at once
+        self.mold_shed = False  # the mold was stopped on purpose (--mold-idle-exit)
+        self.mold_busy_at = 0.0  # the mold's last spawn request or readiness
+        self.now = 0.0
+        self._actions: list[Action] = []
+
+    # -- the entry point -------------------------------------------------------------------------
+    @property
+    def reload_possible(self) -> bool:
+        """Would a reload start now? (--reload's watcher waits while not: edits then are kept.)"""
+        return not self.stopping and self.roster.pending_mold() is None
+
+    def handle(self, event: Event, now: float) -> list[Action]:
+        """Apply one event at monotonic time `now`; return what must be done, in order."""
+        self.now = now
+        self._actions = []
+        self._dispatch(event)
+        actions, self._actions = self._actions, []
+        return actions
+
+    def _dispatch(self, event: Event) -> None:
+        if isinstance(event, Tick):
+            self.slots = event.slots
+            if self.stopping:
+                self._stop_step()
+            else:
+                self._supervise()
+        elif isinstance(event, messages.Spawned):
+            self._spawned(event)
+        elif isinstance(event, ChildExited):
+            self._child_exited(event.pid, event.status)
+        elif isinstance(event, MoldForked):
+            self._mold_forked(event.pid)
+        elif isinstance(event, SendFailed):
+            self._send_failed(event.pid, event.message)
+        elif isinstance(event, StopRequested):
+            self._begin_stop(event.mode)
+        elif isinstance(event, ReloadRequested):
+            self._reload_requested()
+        elif isinstance(event, ConfigReread):
+            self._config_reread(event)
+        elif isinstance(event, FilesChanged):
+            self._files_changed(event.paths)
+        elif isinstance(event, ReforkRequested):
+            self.slots = event.slots
+            if not self._refork_now():
+                self._emit(Refused(REFUSED_REFORK))
+        elif isinstance(event, ReopenLogsRequested):
+            self._emit(ReopenLogFiles())
+            for child in self.roster.children():
+                self._emit(Send(child.pid, messages.ReopenLogs()))
+        elif isinstance(event, SetWorkerCount):
+            self._set_worker_count(event.count)
+        elif isinstance(event, MemorySampled):
+            self._memory_sampled(event.readings, event.check_limit)
+        elif isinstance(event, Boot):
+            self._spawn_mold(self.generation)
+        else:
+            self._report(event)
+
+    # -- output ----------------------------------------------------------------------------------
+    def _emit(self, action: Action) -> None:
+        self._actions.append(action)
+
+    def _log(self, level: int, text: str, *args: object) -> None:
+        self._emit(Log(level, text % args if args else text))
+
+    def _hook(self, name: str, config: Config, *extra: object) -> None:
+        if name in config.hooks:
+            self._emit(RunHook(name, config, extra))
+
+    # -- reports from children -------------------------------------------------------------------
+    def _spawned(self, report: messages.Spawned) -> None:
+        child = self.roster.spawned(report, self.now)
+        if child is None:
+            self._emit(CloseChannel(report.pid))
+        elif child.role == "worker":
+            self._log(DEBUG, "worker %d spawned (pid %d, gen %d)", child.nr, child.pid, child.generation)
+
+    def _report(self, message: Report) -> None:
+        child = self.roster.get(message.pid)
+        if child is None or isinstance(message, messages.Spawned):
+            return
+        if isinstance(message, messages.Ready):
+            child.ready = True
+            child.ready_at = self.now
+            if child.role == "mold":
+                self._mold_ready(child)
+            else:
+                self._log(INFO, "worker %d ready (pid %d, gen %d)", child.nr, child.pid, child.generation)
+        elif isinstance(message, messages.MoldFailed):
+            self._mold_failed(child, message)
+        elif isinstance(message, messages.WantsRetirement):
+            if not child.stopping and child.retire_reason is None:
+                self._log(INFO, "worker %d (pid %d) %s; replacing it", child.nr, child.pid, message.reason)
+                child.retire_reason = message.reason
+        elif isinstance(message, messages.WantsPromotion):
+            self._promotion_wanted(child)
+        else:
+            child.fork_unsafe = message.reason
+            self._log(INFO, "worker %d (pid %d) is fork-unsafe: %s", child.nr, child.pid, message.reason)
+
+    def _send_failed(self, pid: int, message: object) -> None:
+        """An undeliverable SpawnWorker is given back; an undeliverable Stop becomes a signal."""
+        if isinstance(message, messages.SpawnWorker):
+            pending = self.roster.cancel_spawn(message.nr)
+            if pending is not None:
+                self.slot_allocator.give_back(pending.slot)
+        elif isinstance(message, messages.Stop):
+            self._emit(Signal(pid, signal.SIGTERM if message.graceful else signal.SIGKILL))
+
+    # -- exits -----------------------------------------------------------------------------------
+    def _child_exited(self, pid: int, status: int) -> None:
+        child = self.roster.exited(pid)
+        if child is None:
+            return
+        self._emit(CloseChannel(pid))
+        if child.slot >= 0:
+            self._emit(ReleaseSlot(child.slot))
+            self.slot_allocator.give_back(child.slot)
+        lived = self.now - child.started
+        how = exit_description(status)
+        expected = child.stopping or bool(self.stopping)
+        if child.role == "mold":
+            self._mold_exited(child, how, expected)
+        else:
+            level = INFO if expected else WARNING
+            reason = f" ({child.kill_reason})" if child.kill_reason else ""
+            self._log(
+                level, "worker %d (pid %d, gen %d) %s%s", child.nr, child.pid, child.generation, how, reason
+            )
+            if not expected and child.kill_reason is None and (not child.ready or lived < 1.0):
+                self._crash_backoff(f"worker {child.nr} {how} {lived:.1f}s after start")
+        info = {"pid": pid, "role": child.role, "nr": child.nr, "status": status}
+        self._hook("child_exit", self.config, info)
+
+    def _crash_backoff(self, why: str) -> None:
+        delay = self.worker_crashes.failed(self.now)
+        failures = self.worker_crashes.failures
+        self._log(WARNING, "crash loop: %s; next worker in %.1fs (failure %d in a row)", why, delay, failures)
+
+    # -- supervision: one pass per tick ----------------------------------------------------------
+    def _supervise(self) -> None:
+        now = self.now
+        self._enforce_deadlines(now)
+        self._keep_a_mold(now)
+        self._end_crash_loop(now)
+        self._keep_worker_count(now)
+        self._rollout()
+        self._recycle(now)
+        self._shed_idle_mold(now)
+        self._schedule_memory_sample(now)
+
+    def _enforce_deadlines(self, now: float) -> None:
+        timeout = self.config.spawn_timeout
+        for pending in self.roster.expired_spawns(now, timeout):
+            self._log(WARNING, "a worker asked of the mold did not report within %gs", timeout)
+            self.slot_allocator.give_back(pending.slot)
+        for child, reason in self.roster.overdue(now, self.slots, self.config):
+            self._kill(child, reason)
+        pending_mold = self.roster.pending_mold()
+        if pending_mold is not None and now - pending_mold.requested_at > timeout + 60:
+            mold = self.roster.get(pending_mold.pid) if pending_mold.pid else None
+            gen = pending_mold.generation
+            self._log(WARNING, "new mold (gen %d) did not become ready in time; giving up", gen)
+            if mold is not None:
+                self._kill(mold, "mold spawn timeout")
+            self.roster.clear_pending_mold()
+
+    def _kill(self, child: Child, reason: str) -> None:
+        child.kill_reason = reason
+        self._log(WARNING, "%s (pid %d): %s; killing it", child.label, child.pid, reason)
+        self._emit(Signal(child.pid, signal.SIGKILL))
+
+    def _end_crash_loop(self, now: float) -> None:
+        crashes = self.worker_crashes
+        if crashes.failures and any(
+            c.ready and now - c.ready_at > STABLE_AFTER and c.started > crashes.last_failure_at
+            for c in self.roster.workers()
+        ):
+            crashes.reset()
+
+    def _keep_worker_count(self, now: float) -> None:
+        serving = self.roster.serving_workers()
+        for child in serving:
+            if child.nr >= self.target_workers:
+                self._stop_child(child, graceful=True)
+        mold = self.roster.usable_mold()
+        if mold is None or now < self.worker_crashes.next_at:
+            return
+        serving_nrs = {c.nr for c in serving}
+        for nr in range(self.target_workers):
+            if nr not in serving_nrs and not self.roster.spawn_pending(nr):
+                self._spawn_worker(mold, nr)
+
+    def _spawn_worker(self, mold: Child, nr: int) -> None:
+        slot = self.slot_allocator.take()
+        self.mold_busy_at = self.now
+        self.roster.expect_worker(nr, mold.generation, slot, self.now)
+        self._emit(Send(mold.pid, messages.SpawnWorker(nr, mold.generation, slot)))
+
+    def _rollout(self) -> None:
+        """Replace workers of older generations, at most rollout_limit at a time."""
+        if self.roster.usable_mold() is None:
+            return
+        workers = self.roster.workers()
+        outdated = [c for c in workers if c.generation < self.generation and not c.stopping]
+        in_transition = sum(1 for c in workers if c.generation < self.generation and c.stopping)
+        in_transition += sum(1 for c in outdated if c.retire_reason is not None)
+        for child in outdated:
+            if child.retire_reason is None and in_transition < self.rollout_limit:
+                child.retire_reason = f"replaced by gen {self.generation}"
+                in_transition += 1
+
+    def _recycle(self, now: float) -> None:
+        """A retiring worker stops once its replacement (same nr) is ready."""
+        mold = self.roster.usable_mold()
+        for child in self.roster.workers():
+            if child.retire_reason is None or child.stopping:
+                continue
+            replacement = [c for c in self.roster.serving_workers() if c.nr == child.nr]
+            if any(c.ready for c in replacement):
+                self._stop_child(child, graceful=True)
+            elif (
+                not replacement
+                and not self.roster.spawn_pending(child.nr)
+                and mold is not None
+                and now >= self.worker_crashes.next_at
+            ):
+                self._spawn_worker(mold, child.nr)
+
+    # -- memory ----------------------------------------------------------------------------------
+    def _schedule_memory_sample(self, now: float) -> None:
+        """Ask for smaps_rollup of every child at most once per --memory-interval."""
+        if now - self.last_memory_sample < self.config.memory_interval:
+            return
+        self.last_memory_sample = now
+        pids = tuple(c.pid for c in self.roster.children())
+        if pids:
+            self._emit(SampleMemory(pids))
+
+    def _memory_sampled(self, readings: Mapping[int, ProcessMemory | None], check_limit: bool) -> None:
+        for pid, memory in readings.items():
+            child = self.roster.get(pid)
+            if child is None:
+                continue
+            child.memory, child.memory_at = memory, self.now
+            over = child.over_memory_limit(self.config) if check_limit else None
+            if over is not None:
+                self._log(WARNING, "worker %d (pid %d): %s; replacing it", child.nr, child.pid, over)
+                child.retire_reason = over
+
+    # -- worker count ----------------------------------------------------------------------------
+    def _set_worker_count(self, count: int) -> None:
+        most = self.slot_allocator.capacity // 2  # a replacement and the worker it replaces
+        if count > most:
+            self._log(WARNING, "at most %d workers for this monitor (restart with -w to go higher)", most)
+        self.target_workers = max(1, min(count, most))
+        self._log(INFO, "worker count is now %d", self.target_workers)
+
+    # -- stopping --------------------------------------------------------------------------------
+    def _begin_stop(self, mode: StopMode) -> None:
+        if self.stopping == "fast" or self.stopping == mode:
+            return
+        self.stopping = mode
+        timeout = self.config.graceful_timeout if mode == "graceful" else FAST_STOP_TIMEOUT
+        self.stop_deadline = self.now + timeout
+        self._log(INFO, "%s stop: %d process(es) to stop", mode, len(self.roster.children()))
+        for child in self.roster.children():
+            self._stop_child(child, graceful=mode == "graceful")
+
+    def _stop_child(self, child: Child, graceful: bool) -> None:
+        if child.stopping and graceful:
+            return
+        child.stopping = True
+        child.stop_deadline = self.now + self.config.graceful_timeout
+        self._emit(Send(child.pid, messages.Stop(graceful)))
+
+    def _stop_step(self) -> None:
+        """While stopping: stop latecomers, kill what outlives the deadline, Exit once all are gone."""
+        for child in self.roster.children():
+            if not child.stopping:
+                self._stop_child(child, graceful=self.stopping == "graceful")
+        if not self.roster.children():
+            if not self.finished:
+                self.finished = True
+                self._emit(Exit(self.exit_code))
+            return
+        if self.now > self.stop_deadline:
+            for child in self.roster.children():
+                self._kill(child, "did not stop in time")
+            self.stop_deadline = self.now + KILL_RETRY
+
+    # -- molds: a fresh import (the start, HUP, a crash) -----------------------------------------
+    def _spawn_mold(self, generation: int, config: Config | None = None) -> None:
+        """Ask for a fresh mold (it imports the app), with a reloaded config if given."""
+        pending = self.roster.expect_mold(generation, self.now)
+        pending.config = config if config is not None and config is not self.config else None
+        self._emit(ForkMold(generation, pending.config))
+
+    def _requests(self, worker: Child) -> int:
+        reading = self.slots.get(worker.slot)
+        return reading.requests if reading is not None else 0
+
+    def _mold_forked(self, pid: int) -> None:
+        pending = self.roster.pending_mold()
+        mold = self.roster.expect_pid(pid, self.now)
+        if mold is not None and pending is not None:
+            mold.new_config = pending.config
+
+    def _keep_a_mold(self, now: float) -> None:
+        """No usable mold and none coming: replace a crashed one, or summon a shed one if needed."""
+        if (
+            not self.started
+            or self.roster.usable_mold() is not None
+            or self.roster.pending_mold() is not None
+            or now < self.mold_crashes.next_at
+        ):
+            return
+        if not self.mold_shed:
+            self._spawn_mold(self.generation)  # the mold died: a fresh import
+        elif self.roster.workers_wanted(self.target_workers, self.generation):
+            self._summon_mold()
+
+    # -- reloads: HUP, `refork reload`, --reload -------------------------------------------------
+    def _reload_requested(self) -> None:
+        """The new config takes effect when the new mold is ready; if it fails, nothing changed."""
+        if self.roster.pending_mold() is not None:
+            self._log(INFO, "reload ignored: %s", REFUSED_RELOAD)
+            self._emit(Refused(f"{REFUSED_RELOAD}; try again when `refork status` shows it ready"))
+        else:
+            self._emit(RereadConfig())
+
+    def _config_reread(self, reread: ConfigReread) -> None:
+        if reread.error is not None:
+            self._log(ERROR, "reload: %s; nothing changed", reread.error)
+            self._emit(Refused(f"{reread.error}; nothing changed"))
+            return
+        config = self.config
+        if reread.config is not None:
+            config, changed, kept = reloaded(self.config, reread.config)
+            if changed:
+                self._log(
+                    INFO,
+                    "reload: config changed: %s (applied when the new mold is ready)",
+                    ", ".join(changed),
+                )
+            for name in kept:
+                was, wanted = getattr(self.config, name), getattr(reread.config, name)
+                self._log(
+                    WARNING,
+                    f"reload: {name} changed ({was!r} -> {wanted!r}) but takes a restart; keeping {was!r}",
+                )
+        self._hook("on_reload", config)
+        self._log(INFO, "reload: starting a new mold (gen %d) from a fresh import", self.generation + 1)
+        self.rollout_limit = 1
+        self._spawn_mold(self.generation + 1, config)
+
+    def _files_changed(self, paths: tuple[str, ...]) -> None:
+        """--reload: an edit reloads like HUP; edits made during a reload or a stop are dropped."""
+        if not paths or not self.reload_possible:
+            return
+        more = f" and {len(paths) - 1} more file(s)" if len(paths) > 1 else ""
+        self._log(INFO, "--reload: %s changed%s", paths[0], more)
+        self._reload_requested()
+
+    def _adopt_config(self, config: Config) -> None:
+        """The reloaded mold is ready: its config becomes the monitor's and every later child's."""
+        previous, self.config = self.config, config
+        self._emit(AdoptConfig(config))
+        if config.workers != previous.workers:
+            self._set_worker_count(config.workers)
+
+    # -- promotion: refork -----------------------------------------------------------------------
+    def _refork_now(self) -> bool:
+        """USR2 / `refork refork`: promote the warmest fork-safe worker of the current generation."""
+        if not self.subreaper:
+            self._log(WARNING, "refork unavailable without a child subreaper")
+            return False
+        if self.roster.pending_mold() is not None:
+            self._log(INFO, "refork ignored: a new mold is already starting")
+            return False
+        chosen = self.roster.warmest_promotable(self.generation, self.slots)
+        if chosen is None:
+            self._log(WARNING, "refork: no fork-safe worker of gen %d is ready", self.generation)
+            return False
+        self._promote(chosen, self.generation + 1)
+        return True
+
+    def _promotion_wanted(self, worker: Child) -> None:
+        """--refork-after: the worker reached its threshold; promote it unless a refork would overlap."""
+        if (
+            self.stopping
+            or worker.stopping
+            or worker.fork_unsafe
+            or not worker.ready
+            or worker.generation != self.generation
+            or self.roster.pending_mold() is not None
+            or self.roster.rollout_in_progress(self.generation)
+        ):
+            return
+        self._promote(worker, self.generation + 1)
+
+    def _promote(self, worker: Child, generation: int) -> None:
+        self._log(
+            INFO,
+            "promoting worker %d (pid %d, %d requests) to mold of gen %d",
+            worker.nr,
+            worker.pid,
+            self._requests(worker),
+            generation,
+        )
+        self.roster.expect_mold(generation, self.now, promoted_from=worker.pid)
+        self._emit(Send(worker.pid, messages.Promote(generation)))
+        if self.config.refork_max_unavailable:
+            self.rollout_limit = max(1, self.config.refork_max_unavailable)
+        else:
+            self.rollout_limit = max(1, math.ceil(self.target_workers * 0.1))
+
+    # -- what molds report -----------------------------------------------------------------------
+    def _mold_ready(self, mold: Child) -> None:
+        previous = self.roster.current_mold()
+        self.roster.set_current_mold(mold)
+        self.generation = mold.generation
+        self.mold_crashes.reset()
+        self.mold_shed = False
+        self.mold_busy_at = self.now
+        if mold.new_config is not None:
+            self._adopt_config(mold.new_config)
+        self._log(INFO, "mold (gen %d, pid %d) is the current mold", mold.generation, mold.pid)
+        if previous is not None and previous.pid != mold.pid:
+            self._stop_child(previous, graceful=True)
+        if not self.started:
+            self.started = True
+            self._hook("when_ready", self.config)
+
+    def _mold_failed(self, mold: Child, failure: messages.MoldFailed) -> None:
+        mold.failed = failure.reason
+        if not self.started:
+            self.exit_code = 2 if failure.config_error else 3
+            if failure.config_error:
+                self._emit(PrintError(f"refork: error: {failure.reason}"))
+            else:
+                self._log(ERROR, "the app failed to load: %s", failure.reason)
+            self._begin_stop("fast")
+            return
+        pending = self.roster.pending_mold()
+        source = self.roster.get(pending.promoted_from) if pending and pending.pid == mold.pid else None
+        if source is not None:
+            source.fork_unsafe = "its promoted mold refused to start (see the log)"
+            self._log(
+                ERROR,
+                "worker %d (pid %d) will not be promoted again: its mold (gen %d) refused: %s",
+                source.nr,
+                source.pid,
+                mold.generation,
+                failure.reason,
+            )
+            return
+        self._log(
+            ERROR,
+            "new mold (gen %d) failed to load the app: %s; keeping gen %d",
+            mold.generation,
+            failure.reason,
+            self.generation,
+        )
+
+    def _mold_exited(self, mold: Child, how: str, expected: bool) -> None:
+        if self.roster.current_mold() is None:
+            for pending in self.roster.drop_pending_workers():
+                self.slot_allocator.give_back(pending.slot)
+        if expected or mold.failed:
+            self._log(INFO, "mold (gen %d, pid %d) %s", mold.generation, mold.pid, how)
+            return
+        self._log(WARNING, "mold (gen %d, pid %d) %s", mold.generation, mold.pid, how)
+        if self.roster.current_mold() is None and self.roster.pending_mold() is None and self.started:
+            delay = self.mold_crashes.failed(self.now)
+            self._log(
+                WARNING,
+                "starting a new mold from a fresh import%s; workers keep serving",
+                f" in {delay:.1f}s" if delay else "",
+            )
+
+    # -- --mold-idle-exit ------------------------------------------------------------------------
+    def _shed_idle_mold(self, now: float) -> None:
+        """Stop a mold with nothing to do, freeing the pages only it still holds.
+
+        Once every worker has copied a page, the mold's original is private to the mold: on 3.11
+        that is most of the heap it touched. The next worker needed comes from a promoted worker.
+        """
+        linger = self.config.mold_idle_exit
+        mold = self.roster.usable_mold()
+        if linger is None or mold is None or not self.subreaper or now - self.mold_busy_at < linger:
+            return
+        if (
+            self.roster.pending_mold() is not None
+            or self.roster.has_pending_workers()
+            or not all(c.ready for c in self.roster.workers())
+            or self.roster.workers_wanted(self.target_workers, self.generation)
+        ):
+            return
+        self._log(
+            INFO,
+            "mold (gen %d, pid %d) idle for %gs; stopping it to free its memory (--mold-idle-exit)",
+            mold.generation,
+            mold.pid,
+            linger,
+        )
+        self.mold_shed = True
+        self._stop_child(mold, graceful=True)
+
+    def _summon_mold(self) -> None:
+        """A worker is needed and the mold was shed: promote a warm worker, or import afresh."""
+        promotable = self.mold_crashes.failures < 2
+        chosen = self.roster.warmest_promotable(self.generation, self.slots) if promotable else None
+        if chosen is not None:
+            self._log(INFO, "a worker is needed and the mold was stopped while idle")
+            self._promote(chosen, self.generation)
+        else:
+            self._log(
+                INFO,
+                "a worker is needed and no worker can be promoted: starting a mold from a fresh import",
+            )
+            self._spawn_mold(self.generation)

@@ -1,0 +1,253 @@
+"""The supervisor's bookkeeping: which children exist, which are expected, which mold is current.
+
+Pure data: no sockets, no clock. Every time is passed in by the supervisor, which has it from
+the event it is handling; the monitor keeps each child's command socket itself.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from refork.config import Config
+from refork.memory.accounting import ProcessMemory, format_bytes
+from refork.process import messages
+from refork.process.supervisor.events import SlotReading
+
+
+@dataclass
+class Child:
+    pid: int
+    role: str  # "mold" | "worker"
+    generation: int
+    nr: int = -1
+    slot: int = -1
+    started: float = 0.0
+    ready: bool = False
+    ready_at: float = 0.0
+    stopping: bool = False
+    stop_deadline: float = 0.0
+    kill_reason: str | None = None
+    retire_reason: str | None = None  # set when a replacement must come before it stops
+    fork_unsafe: str | None = None
+    failed: str | None = None
+    memory: ProcessMemory | None = None
+    memory_at: float = 0.0
+    new_config: Config | None = None  # a mold started by HUP with a re-read config
+
+    @property
+    def label(self) -> str:
+        """How the log names it: "worker 3", "mold gen 2"."""
+        return f"worker {self.nr}" if self.role == "worker" else f"mold gen {self.generation}"
+
+    def over_memory_limit(self, config: Config) -> str | None:
+        """Why this serving worker must be replaced for its memory (--max-worker-memory), or None."""
+        limit, metric, mem = config.max_worker_memory, config.memory_metric, self.memory
+        if not limit or self.role != "worker" or mem is None or not self.ready or self.stopping:
+            return None
+        used = mem.pss if metric == "pss" else mem.uss
+        if self.retire_reason is not None or used <= limit:
+            return None
+        return f"{metric.upper()} {format_bytes(used)} over --max-worker-memory {format_bytes(limit)}"
+
+    def status_row(self, requests: int) -> dict[str, Any]:
+        """This process as one row of `refork status --json`."""
+        mem = self.memory
+        return {
+            "pid": self.pid,
+            "role": self.role,
+            "nr": self.nr if self.role == "worker" else None,
+            "generation": self.generation,
+            "state": "stopping" if self.stopping else ("ready" if self.ready else "starting"),
+            "requests": requests,
+            "rss": mem.rss if mem else None,
+            "pss": mem.pss if mem else None,
+            "uss": mem.uss if mem else None,
+            "private_dirty": mem.private_dirty if mem else None,
+            "minflt": mem.minflt if mem else None,
+            "fork_unsafe": self.fork_unsafe,
+            "retiring": self.retire_reason,
+        }
+
+
+@dataclass
+class PendingMold:
+    generation: int
+    requested_at: float
+    pid: int = 0  # known once the mold reports (or at once, when the monitor forked it)
+    promoted_from: int = 0  # the worker's pid, for a promotion
+    config: Config | None = None  # the re-read config a HUP mold was forked with
+
+
+@dataclass
+class PendingWorker:
+    generation: int
+    slot: int
+    requested_at: float
+
+
+class Roster:
+    def __init__(self) -> None:
+        self._children: dict[int, Child] = {}
+        self._pending_workers: dict[int, PendingWorker] = {}
+        self._pending_mold: PendingMold | None = None
+        self._current_mold: int | None = None
+
+    # queries
+    def children(self) -> list[Child]:
+        return list(self._children.values())
+
+    def workers(self) -> list[Child]:
+        return [c for c in self._children.values() if c.role == "worker"]
+
+    def get(self, pid: int) -> Child | None:
+        return self._children.get(pid)
+
+    def current_mold(self) -> Child | None:
+        return self._children.get(self._current_mold) if self._current_mold else None
+
+    def pending_mold(self) -> PendingMold | None:
+        return self._pending_mold
+
+    def spawn_pending(self, nr: int) -> bool:
+        return nr in self._pending_workers
+
+    def has_pending_workers(self) -> bool:
+        return bool(self._pending_workers)
+
+    def usable_mold(self) -> Child | None:
+        """The current mold, if it can fork workers now."""
+        mold = self.current_mold()
+        return mold if mold is not None and mold.ready and not mold.stopping else None
+
+    def serving_workers(self) -> list[Child]:
+        """Workers that are neither stopping nor waiting for their replacement."""
+        return [c for c in self.workers() if not c.stopping and c.retire_reason is None]
+
+    def workers_wanted(self, count: int, generation: int) -> bool:
+        """Would the mold be asked to fork now: a missing worker, a retiring one, an outdated one?"""
+        serving = {c.nr for c in self.serving_workers()}
+        return any(nr not in serving for nr in range(count)) or any(
+            not c.stopping and (c.retire_reason is not None or c.generation < generation)
+            for c in self.workers()
+        )
+
+    def overdue(
+        self, now: float, slots: Mapping[int, SlotReading], config: Config
+    ) -> list[tuple[Child, str]]:
+        """Workers past a deadline, with why: busy past --timeout (the slots page says so), not
+        ready within --spawn-timeout, or still running --graceful-timeout after Stop."""
+        found = []
+        for child in self.workers():
+            if child.kill_reason:
+                continue
+            reading = slots.get(child.slot)
+            if (
+                child.ready
+                and reading is not None
+                and reading.owner == child.pid
+                and reading.deadline
+                and now > reading.deadline
+            ):
+                found.append((child, f"timeout: busy longer than {config.timeout:g}s"))
+                continue
+            if not child.ready and now - child.started > config.spawn_timeout:
+                found.append((child, f"did not become ready within {config.spawn_timeout:g}s"))
+            elif child.stopping and child.stop_deadline and now > child.stop_deadline:
+                found.append((child, f"still running {config.graceful_timeout:g}s after stop"))
+        return found
+
+    def rollout_in_progress(self, generation: int) -> bool:
+        return any(c.generation < generation for c in self.workers())
+
+    def warmest_promotable(self, generation: int, slots: Mapping[int, SlotReading]) -> Child | None:
+        """The ready, fork-safe worker of `generation` that has served the most (as `slots` say)."""
+        candidates = [
+            c for c in self.serving_workers() if c.ready and c.generation == generation and not c.fork_unsafe
+        ]
+        unread = SlotReading(0, 0.0, 0)
+        return max(candidates, key=lambda c: slots.get(c.slot, unread).requests, default=None)
+
+    # expectations
+    def expect_mold(self, generation: int, now: float, promoted_from: int = 0) -> PendingMold:
+        self._pending_mold = PendingMold(generation, now, promoted_from=promoted_from)
+        return self._pending_mold
+
+    def expect_pid(self, pid: int, now: float) -> Child | None:
+        """A mold the monitor forked itself: known before it reports, so an early death is seen."""
+        pending = self._pending_mold
+        if pending is None:
+            return None
+        pending.pid = pid
+        if pid not in self._children:
+            self._children[pid] = Child(pid, "mold", pending.generation, started=now)
+        return self._children[pid]
+
+    def clear_pending_mold(self) -> None:
+        self._pending_mold = None
+
+    def expect_worker(self, nr: int, generation: int, slot: int, now: float) -> None:
+        self._pending_workers[nr] = PendingWorker(generation, slot, now)
+
+    def cancel_spawn(self, nr: int) -> PendingWorker | None:
+        return self._pending_workers.pop(nr, None)
+
+    def expired_spawns(self, now: float, timeout: float) -> list[PendingWorker]:
+        expired = [nr for nr, p in self._pending_workers.items() if now - p.requested_at > timeout]
+        return [self._pending_workers.pop(nr) for nr in expired]
+
+    def drop_pending_workers(self) -> list[PendingWorker]:
+        """The mold that was asked to fork these is gone: they will never come."""
+        dropped = list(self._pending_workers.values())
+        self._pending_workers.clear()
+        return dropped
+
+    def set_current_mold(self, mold: Child) -> None:
+        self._current_mold = mold.pid
+        if self._pending_mold is not None and self._pending_mold.generation == mold.generation:
+            self._pending_mold = None
+
+    # events
+    def spawned(self, report: messages.Spawned, now: float) -> Child | None:
+        """A child reported in; None if it was not expected (stale): it is told nothing and sees EOF."""
+        if report.role == "worker":
+            pending = self._pending_workers.pop(report.nr, None)
+            if pending is None or pending.slot != report.slot:
+                return None
+            child = Child(report.pid, "worker", report.generation, report.nr, report.slot, started=now)
+            self._children[report.pid] = child
+            return child
+        mold = self._children.get(report.pid)
+        if mold is None:
+            expected = self._pending_mold
+            if expected is None or expected.generation != report.generation:
+                return None
+            expected.pid = report.pid
+            mold = Child(report.pid, "mold", report.generation, started=now)
+            self._children[report.pid] = mold
+        return mold
+
+    def exited(self, pid: int) -> Child | None:
+        child = self._children.pop(pid, None)
+        if child is None:
+            return None
+        if self._current_mold == pid:
+            self._current_mold = None
+        if self._pending_mold is not None and self._pending_mold.pid == pid:
+            self._pending_mold = None
+        return child
+
+
+def exit_description(status: int) -> str:
+    """A wait status in words, for the log."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        return f"was killed by {name}"
+    return f"exited with code {os.WEXITSTATUS(status)}"
