@@ -233,7 +233,7 @@ class Monitor:
             self.exit_code = action.code
         return None  # Refused is an answer for the caller of feed()
 
-    def _send(self, pid: int, message: object) -> bool:
+    def _send(self, pid: int, message: messages.Command) -> bool:
         conn = self.channels.get(pid)
         if conn is None:
             return False

@@ -165,7 +165,7 @@ class Send:
     answers SendFailed if it could not be delivered."""
 
     pid: int
-    message: object
+    message: messages.Command
 
 
 @dataclass(frozen=True)
