@@ -88,7 +88,13 @@ class Timeouts:
 
     def write_stalled(self, blocked_since: float, now: float) -> bool:
         """A write blocked (the client stopped reading) since `blocked_since` (0: not blocked)."""
-        return bool(blocked_since) and now - blocked_since > self.write
+        if blocked_since and now - blocked_since > self.write:
+            log.debug(WRITE_STALLED, self.write)
+            return True
+        return False
+
+
+WRITE_STALLED = "write timeout: no progress for %.1f s, cutting the connection"
 
 
 def log_access(

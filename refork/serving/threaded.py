@@ -29,7 +29,15 @@ from refork.http.parser import Limits, RequestParser
 from refork.http.response import CONTINUE, simple_response
 from refork.logs import AccessLog
 from refork.serving.body import EMPTY_INPUT, BodyBuffer, InputStream
-from refork.serving.connection import TICK, Expiry, Phase, Timeouts, log_access, release_after_fork
+from refork.serving.connection import (
+    TICK,
+    WRITE_STALLED,
+    Expiry,
+    Phase,
+    Timeouts,
+    log_access,
+    release_after_fork,
+)
 from refork.serving.contract import WorkerControl
 from refork.wsgi import EnvironBuilder, run_wsgi
 
@@ -73,12 +81,13 @@ class _Poller:
             close()
 
 
-def _wait_writable(fd: int, deadline: float) -> None:
+def _wait_writable(fd: int, deadline: float, timeout: float) -> None:
     p = select.poll()
     p.register(fd, select.POLLOUT)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
+            log.debug(WRITE_STALLED, timeout)
             raise TimeoutError("timed out writing the response")
         if p.poll(left * 1000):
             return
@@ -121,7 +130,7 @@ class _Conn:
     def _send_slow(self, view: memoryview) -> None:
         """The client reads slower than we write: wait, but give up after write_timeout without progress."""
         while view:
-            _wait_writable(self.fd, time.monotonic() + self.write_timeout)
+            _wait_writable(self.fd, time.monotonic() + self.write_timeout, self.write_timeout)
             try:
                 n = self.sock.send(view, _NOSIGNAL)
             except BlockingIOError:
@@ -137,7 +146,7 @@ class _Conn:
             try:
                 n = os.sendfile(self.fd, fd, offset + total, want)
             except BlockingIOError:
-                _wait_writable(self.fd, deadline)
+                _wait_writable(self.fd, deadline, self.write_timeout)
                 continue
             if n == 0:
                 break
