@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from refork.asgi import ResponseState, build_scope, decode_path
-from refork.warmup import warm
 from refork.config import Config
 from refork.http.events import Request
 from refork.http.forwarded import TrustedProxies
+from refork.warmup import warm
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

@@ -10,12 +10,13 @@ import time
 import pytest
 
 from refork.config import Config
-from refork.serving.connection import Expiry, Phase, Timeouts
+from refork.http.parser import Limits
+from refork.serving.connection import Expiry, Phase, Timeouts, request_limits
 
 APPS = {"wsgi": "apps.timeouts:wsgi_app", "asgi": "apps.timeouts:asgi_app"}
 # TODO(lead): drop this mark once body_timeout / write_timeout are settings.
 needs_settings = pytest.mark.skipif(
-    "body_timeout" not in Config.__dataclass_fields__, reason="needs the body_timeout / write_timeout settings"
+    "body_timeout" not in Config.__dataclass_fields__, reason="needs the body/write_timeout settings"
 )
 
 
@@ -125,3 +126,11 @@ def test_timeouts_from_config_keep_the_old_defaults() -> None:
     t = Timeouts.from_config(Config(timeout=7.0, header_timeout=3.0, keepalive=2.0))
     assert (t.header, t.keepalive) == (3.0, 2.0)
     assert (t.body, t.write) == (7.0, 7.0)  # unless set: --timeout, as the WSGI loop had it
+
+
+def test_limits_from_config() -> None:
+    config = Config(
+        limit_request_line=1, limit_request_fields=2, limit_request_field_size=3, limit_request_body=4
+    )
+    assert request_limits(config) == Limits(1, 2, 3, 4)
+    assert request_limits(Config()) == Limits()

@@ -20,10 +20,18 @@ from refork.asgi import HttpCycle, Lifespan, LifespanFailure, build_scope
 from refork.config import Config
 from refork.http.events import Body, ParseError, Request
 from refork.http.forwarded import TrustedProxies
-from refork.http.parser import Limits, RequestParser
+from refork.http.parser import RequestParser
 from refork.http.response import simple_response
 from refork.logs import AccessLog
-from refork.serving.connection import TICK, Expiry, Phase, Timeouts, log_access, release_after_fork
+from refork.serving.connection import (
+    TICK,
+    Expiry,
+    Phase,
+    Timeouts,
+    log_access,
+    release_after_fork,
+    request_limits,
+)
 from refork.serving.contract import WorkerControl
 
 log = logging.getLogger("refork")
@@ -322,7 +330,7 @@ class Server:
         self.app = app
         self.config = config
         self.control = control
-        self.limits = Limits.from_config(config)
+        self.limits = request_limits(config)
         self.proxies = TrustedProxies(config.forwarded_allow_ips) if config.forwarded_allow_ips else None
         self.root_path = config.root_path
         self.lifespan = Lifespan(app)

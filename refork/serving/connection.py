@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from refork.config import Config
 from refork.http.events import Request
+from refork.http.parser import Limits
 from refork.logs import AccessLog
 
 log = logging.getLogger("refork")
@@ -95,6 +96,16 @@ class Timeouts:
 
 
 WRITE_STALLED = "write timeout: no progress for %.1f s, cutting the connection"
+
+
+def request_limits(config: Config) -> Limits:
+    """The parser's limits from the limit_request_* settings (refork.http knows no Config)."""
+    return Limits(
+        max_request_line=config.limit_request_line,
+        max_header_count=config.limit_request_fields,
+        max_header_size=config.limit_request_field_size,
+        max_body=config.limit_request_body,
+    )
 
 
 def log_access(

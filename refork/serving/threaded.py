@@ -37,6 +37,7 @@ from refork.serving.connection import (
     Timeouts,
     log_access,
     release_after_fork,
+    request_limits,
 )
 from refork.serving.contract import WorkerControl
 from refork.wsgi import EnvironBuilder, run_wsgi
@@ -197,7 +198,7 @@ class _Loop:
     ) -> None:
         self.app = app
         self.control = control
-        self.limits = Limits.from_config(config)
+        self.limits = request_limits(config)
         self.poller = _Poller()
         self.conns: dict[int, _Conn] = {}
         self.listeners: dict[int, tuple[socket.socket, EnvironBuilder]] = {}
