@@ -426,7 +426,8 @@ class HttpCycle:
     def _finish(self, keep_alive: bool) -> None:
         self.state = _RESPONSE_DONE
         self.unread = None
-        self._wake_receive()
+        if self.receive_waiter is not None:
+            self._wake_receive()
         self.channel.cycle_done(self, keep_alive)
 
     def failed(self, exc: BaseException) -> None:

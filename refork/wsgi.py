@@ -472,7 +472,6 @@ def run_wsgi(
     request: Request,
     send: Send,
     sendfile: SendFile | None = None,
-    *,
     keep_alive: bool = True,
 ) -> tuple[int, int, bool]:
     """Call the app for one complete request and write the response.

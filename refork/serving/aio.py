@@ -116,11 +116,12 @@ class HttpProtocol(asyncio.Protocol):
             self.parse_failed(ParseError(400, "unparsable request"))
             return
         for event in events:
-            if type(event) is Body:
+            kind = type(event)
+            if kind is Body:
                 if self.reading.body_received(event.data):  # type: ignore[union-attr]
                     self.pause_reading()
-            elif type(event) is Request:
-                self.request_received(event)
+            elif kind is Request:
+                self.request_received(event)  # type: ignore[arg-type]
             else:
                 self.reading.end_received()  # type: ignore[union-attr]
                 self.reading = None

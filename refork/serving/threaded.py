@@ -510,10 +510,8 @@ class _Loop:
         token = control.request_started()
         try:
             environ = conn.builder.build(request, stream, conn.client)
-            status, length, keep = run_wsgi(
-                self.app, environ, request, conn.send, conn.sendfile,
-                keep_alive=not (self.draining or control.stopping),
-            )  # fmt: skip
+            keep_alive = not (self.draining or control.stopping)
+            status, length, keep = run_wsgi(self.app, environ, request, conn.send, conn.sendfile, keep_alive)
         finally:
             control.request_finished(token)
             if stream is not EMPTY_INPUT:
