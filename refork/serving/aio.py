@@ -1,9 +1,11 @@
 """ASGI connection loop on asyncio or uvloop: one Protocol per connection, one Task per request.
 
 The protocol feeds bytes to the sans-IO :class:`RequestParser` and hands each complete request
-head to a :class:`refork.asgi.HttpCycle`, which runs the app. Timeouts are swept once a second
-instead of arming a timer per request. No thread is ever started here: the process may fork at
-a safe point.
+head to a :class:`refork.asgi.HttpCycle`, which runs the app; the protocol drives the cycle and
+the cycle answers through its :class:`refork.asgi.Channel` only. The deadlines of
+:mod:`refork.serving.connection` (header, body, write, keep-alive, the drain) are swept once a
+second instead of arming a timer per request; the body and write deadlines hold while the app
+runs. No thread is ever started here: the process may fork at a safe point.
 """
 
 from __future__ import annotations

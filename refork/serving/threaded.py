@@ -5,6 +5,10 @@ and whole body) reach the app. With ``threads == 1`` the app runs on the loop th
 path: one recv and one send per request); with more, a connection is unregistered while a pool
 thread serves it and handed back through a queue and a wake-up socketpair.
 
+The deadlines and the drain are those of :mod:`refork.serving.connection`; a response write
+that makes no progress for the write timeout fails the request (the loop thread never blocks
+longer than that on one client).
+
 We use ``select.epoll`` (``select.poll`` elsewhere) directly rather than ``selectors``: the
 per-event key objects of ``selectors`` are measurable at these request rates.
 """
