@@ -309,8 +309,9 @@ class HttpProtocol(asyncio.Protocol):
         if verdict is Expiry.CLOSE:
             self.close()
         elif verdict is Expiry.REQUEST_TIMEOUT:
-            if reading is not None and reading.response_started:
-                self.close()  # too late for a 408: the response is (being) written
+            other = self.cycle is not None and self.cycle is not reading  # a pipelined predecessor
+            if other or (reading is not None and reading.response_started):
+                self.close()  # too late for a 408: a response is (being) written
             else:
                 if reading is not None:
                     reading.response.status = 408  # what the access log shows for it
