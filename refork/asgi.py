@@ -2,13 +2,14 @@
 
 :func:`build_scope` and :class:`ResponseState` are sans-IO: a request event goes in, a scope dict
 comes out; ``send()`` messages go in, bytes come out. :class:`HttpCycle` is the app-facing
-receive()/send() pair of one request; it reaches the socket only through the small
-:class:`Connection` interface that :mod:`refork.serving.aio` implements.
+receive()/send() pair of one request, with one explicit :class:`CycleState`; the connection
+(:mod:`refork.serving.aio`) drives it and it answers only through the four-call :class:`Channel`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -133,6 +134,7 @@ class ResponseState:
             raise RuntimeError(f"Expected ASGI message 'http.response.body', but got {kind!r}")
         body = message.get("body", b"")
         framer = self.framer
+        out: bytes
         if body:
             if not isinstance(body, (bytes, bytearray, memoryview)):
                 raise RuntimeError(f"'body' must be bytes, got {type(body).__name__}")
@@ -218,68 +220,136 @@ def _check_headers(headers: Iterable[Any]) -> list[tuple[bytes, bytes]]:
 HIGH_WATER = 256 * 1024  # buffered request body bytes before the connection stops reading
 
 
-class Connection(Protocol):
-    """What an :class:`HttpCycle` needs from the connection (refork.serving.aio.HttpProtocol)."""
+class CycleState(enum.Enum):
+    """Where one request/response exchange is: the one state an :class:`HttpCycle` keeps."""
 
-    loop: asyncio.AbstractEventLoop
-    transport: Any  # .write(bytes)
-    closing: bool
-    read_paused: bool
-    write_paused: bool
+    RECEIVING_BODY = "receiving body"  # the body is still arriving; no response yet
+    BODY_DONE = "body done"  # the whole body arrived; no response yet
+    STREAMING = "streaming"  # the response started while the body is still arriving
+    RESPONSE_STARTED = "response started"  # the response started; the whole body arrived
+    RESPONSE_DONE = "response done"  # complete or abandoned, and the connection was told
+    DISCONNECTED = "disconnected"  # the client went away before the response was done
 
-    def pause_reading(self) -> None: ...
-    def maybe_resume_reading(self) -> None: ...
-    async def drain(self) -> None: ...
-    def hold_head(self, cycle: HttpCycle) -> None: ...
-    def cycle_done(self, cycle: HttpCycle, keep_alive: bool) -> None: ...
+
+# Module constants: an `is` test against a global is cheaper than an enum attribute lookup.
+_RECEIVING_BODY = CycleState.RECEIVING_BODY
+_BODY_DONE = CycleState.BODY_DONE
+_STREAMING = CycleState.STREAMING
+_RESPONSE_STARTED = CycleState.RESPONSE_STARTED
+_RESPONSE_DONE = CycleState.RESPONSE_DONE
+_DISCONNECTED = CycleState.DISCONNECTED
+
+
+class Channel(Protocol):
+    """The one way an :class:`HttpCycle` reaches its connection (refork.serving.aio.HttpProtocol).
+
+    The connection drives the cycle (body pieces, end of body, client gone, writable again); the
+    cycle only ever answers through these four calls.
+    """
+
+    def write(self, data: bytes) -> bool:
+        """Send bytes (dropped once the connection is closing); False: wait for resume_sending()."""
+
+    def body_taken(self) -> None:
+        """The app took a body backlog bigger than HIGH_WATER: reading may resume."""
+
+    def hold_head(self, cycle: HttpCycle) -> None:
+        """Call cycle.flush_head() after this loop iteration (one callback for all connections)."""
+
+    def cycle_done(self, cycle: HttpCycle, keep_alive: bool) -> None:
+        """The response is complete or abandoned: account for it and go on to the next request."""
 
 
 class HttpCycle:
-    """One request/response: the receive() and send() the app sees, and the request body buffer.
+    """One request/response: the receive() and send() the app sees, and the unread request body.
 
-    It talks to its connection only through :class:`Connection`; the socket work is there.
+    ``token``, ``task``, ``started_at`` and ``remote`` are the connection's bookkeeping.
     """
 
     __slots__ = (
-        "proto", "request", "response", "chunks", "buffered", "body_done", "final_sent",
-        "continue_sent", "disconnected", "finished", "waiter", "token", "task", "started_at",
-    )
+        "channel", "loop", "request", "response", "state", "unread", "buffered", "continue_owed",
+        "receive_waiter", "send_waiter", "token", "task", "started_at", "remote",
+    )  # fmt: skip
 
-    def __init__(self, proto: Connection, request: Request, *, keep_alive: bool = True) -> None:
-        self.proto = proto
+    def __init__(
+        self, channel: Channel, loop: asyncio.AbstractEventLoop, request: Request, *, keep_alive: bool = True
+    ) -> None:
+        self.channel = channel
+        self.loop = loop
         self.request = request
         self.response = ResponseState(request, keep_alive=keep_alive)
-        self.chunks: list[bytes] = []
+        self.state = _RECEIVING_BODY
+        self.unread: list[bytes] | None = []  # None: the app has had the last body message
         self.buffered = 0
-        self.body_done = False
-        self.final_sent = False
-        self.continue_sent = False
-        self.disconnected = False
-        self.finished = False
-        self.waiter: asyncio.Future[None] | None = None
+        self.continue_owed = request.expect_continue  # "100 Continue" not sent yet
+        self.receive_waiter: asyncio.Future[None] | None = None
+        self.send_waiter: asyncio.Future[None] | None = None
         self.token: object = None
         self.task: asyncio.Task[None] | None = None
         self.started_at = 0.0
+        self.remote: str | None = None
 
-    # Events from the protocol ----------------------------------------------------------------
+    # Driven by the connection ----------------------------------------------------------------
 
-    def body_received(self, data: bytes) -> None:
-        if self.finished:
-            return  # the response is done: the rest of the body is read and dropped
-        self.chunks.append(data)
+    def body_received(self, data: bytes) -> bool:
+        """Queue a body piece for receive(); True when the backlog passed HIGH_WATER (stop reading)."""
+        unread = self.unread
+        if unread is None:
+            return False  # the response is done: the rest of the body is read and dropped
+        unread.append(data)
         self.buffered += len(data)
-        if self.buffered > HIGH_WATER:
-            self.proto.pause_reading()
-        self.wake()
+        self._wake_receive()
+        return self.buffered > HIGH_WATER
 
     def end_received(self) -> None:
-        self.body_done = True
-        self.wake()
+        state = self.state
+        if state is _RECEIVING_BODY:
+            self.state = _BODY_DONE
+        elif state is _STREAMING:
+            self.state = _RESPONSE_STARTED
+        self._wake_receive()
 
-    def wake(self) -> None:
-        waiter = self.waiter
+    def client_gone(self) -> None:
+        """The connection closed (or the client half-closed before the whole body arrived)."""
+        state = self.state
+        if state is _RESPONSE_DONE or state is _DISCONNECTED:
+            return
+        if state is _RECEIVING_BODY or state is _STREAMING:
+            self.unread = None  # a body that can never complete is not handed to the app
+        self.state = _DISCONNECTED
+        self._wake_receive()
+        self.resume_sending()
+
+    def resume_sending(self) -> None:
+        """The transport's buffer drained (or the client is gone): a waiting send() goes on."""
+        waiter = self.send_waiter
         if waiter is not None:
-            self.waiter = None
+            self.send_waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def close_after(self) -> None:
+        """Close the connection after this response ("Connection: close" if not framed yet)."""
+        self.response.keep_alive = False
+
+    @property
+    def backlogged(self) -> bool:
+        """More unread body than HIGH_WATER: the connection must not read on."""
+        return self.buffered > HIGH_WATER and self.unread is not None
+
+    @property
+    def response_started(self) -> bool:
+        return self.response.started
+
+    def flush_head(self) -> None:
+        head = self.response.take_head()
+        if head and self.state is not _DISCONNECTED:
+            self.channel.write(head)
+
+    def _wake_receive(self) -> None:
+        waiter = self.receive_waiter
+        if waiter is not None:
+            self.receive_waiter = None
             if not waiter.done():
                 waiter.set_result(None)
 
@@ -299,80 +369,79 @@ class HttpCycle:
 
     async def receive(self) -> dict[str, Any]:
         while True:
-            if self.chunks:
-                data = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
-                self.chunks.clear()
+            unread = self.unread
+            state = self.state
+            if unread:
+                data = unread[0] if len(unread) == 1 else b"".join(unread)
+                unread.clear()
+                backlog = self.buffered > HIGH_WATER
                 self.buffered = 0
-                proto = self.proto
-                if proto.read_paused:
-                    proto.maybe_resume_reading()
-                more = not self.body_done
-                self.final_sent = not more
+                more = state is _RECEIVING_BODY or state is _STREAMING
+                if not more:
+                    self.unread = None
+                if backlog:
+                    self.channel.body_taken()
                 return {"type": "http.request", "body": data, "more_body": more}
-            if self.body_done and not self.final_sent:
-                self.final_sent = True
+            if unread is not None and state is not _RECEIVING_BODY and state is not _STREAMING:
+                self.unread = None
                 return {"type": "http.request", "body": b"", "more_body": False}
-            if self.disconnected or self.response.complete:
+            if state is _RESPONSE_DONE or state is _DISCONNECTED:
                 return {"type": "http.disconnect"}
-            if self.final_sent:
-                pass  # nothing more to read: wait for the response to end or the client to go
-            elif (
-                self.request.expect_continue
-                and not self.continue_sent
-                and not self.response.started
-                and not self.body_done
-            ):
-                self.continue_sent = True
-                self.proto.transport.write(CONTINUE)
-            waiter = self.waiter = self.proto.loop.create_future()
+            if self.continue_owed and state is _RECEIVING_BODY:
+                self.continue_owed = False
+                self.channel.write(CONTINUE)
+            waiter = self.receive_waiter = self.loop.create_future()
             await waiter
 
     async def send(self, message: dict[str, Any]) -> None:
-        if self.disconnected:
+        state = self.state
+        if state is _DISCONNECTED:
             raise ClientDisconnected("client disconnected")
         response = self.response
-        if (
-            self.request.expect_continue
-            and not response.started
-            and not self.continue_sent
-            and not self.body_done
-        ):
+        if state is _RECEIVING_BODY and self.continue_owed:
             # The client is still waiting for our go-ahead: it may or may not send the body.
             response.keep_alive = False
         data = response.feed(message)
-        proto = self.proto
+        if state is _RECEIVING_BODY:
+            self.state = _STREAMING
+        elif state is _BODY_DONE:
+            self.state = _RESPONSE_STARTED
+        writable = True
         if data:
-            proto.transport.write(data)
+            writable = self.channel.write(data)
         elif response.head_pending:
             # Just started: the head rides with the first body message if that comes in this
             # task step; otherwise (a slow stream) it goes out on its own right after.
-            proto.hold_head(self)
+            self.channel.hold_head(self)
         if response.complete:
-            proto.cycle_done(self, response.will_keep_alive)
-        elif proto.write_paused:
-            await proto.drain()
-            if self.disconnected:
+            self._finish(response.will_keep_alive)
+        elif not writable:
+            waiter = self.send_waiter = self.loop.create_future()
+            await waiter
+            if self.state is _DISCONNECTED:
                 raise ClientDisconnected("client disconnected")
-
-    def flush_head(self) -> None:
-        head = self.response.take_head()
-        if head and not self.disconnected and not self.proto.closing:
-            self.proto.transport.write(head)
 
     # Endings ---------------------------------------------------------------------------------
 
+    def _finish(self, keep_alive: bool) -> None:
+        self.state = _RESPONSE_DONE
+        self.unread = None
+        if self.receive_waiter is not None:
+            self._wake_receive()
+        self.channel.cycle_done(self, keep_alive)
+
     def failed(self, exc: BaseException) -> None:
-        if self.finished and self.response.complete:
+        if self.state is _RESPONSE_DONE:
             log.error("Exception in ASGI application after the response was sent", exc_info=exc)
             return
-        if self.disconnected or isinstance(exc, (ClientDisconnected, asyncio.CancelledError)):
+        if self.state is _DISCONNECTED or isinstance(exc, (ClientDisconnected, asyncio.CancelledError)):
             log.debug("ASGI app ended after the client disconnected: %r", exc)
         else:
             log.error("Exception in ASGI application", exc_info=exc)
         self.abort_response()
 
     def incomplete(self) -> None:
-        if not self.disconnected:
+        if self.state is not _DISCONNECTED:
             if self.response.started:
                 log.error("ASGI app returned without completing the response")
             else:
@@ -381,12 +450,12 @@ class HttpCycle:
 
     def abort_response(self) -> None:
         """500 if nothing was sent yet, else cut the connection (the client sees a short body)."""
-        proto = self.proto
-        if not self.disconnected and not proto.closing and not self.response.started:
-            proto.transport.write(simple_response(500, b"Internal Server Error"))
+        if self.state is _RESPONSE_DONE:
+            return
+        if self.state is not _DISCONNECTED and not self.response.started:
+            self.channel.write(simple_response(500, b"Internal Server Error"))
             self.response.status = 500
-        proto.cycle_done(self, False)
-
+        self._finish(False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,11 +506,13 @@ class Lifespan:
         """Deliver lifespan.<phase>; return the app's answer, or None if it does not do lifespan."""
         assert self._task is not None
         self._phase = phase
-        reply = self._reply = asyncio.get_running_loop().create_future()
+        reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._reply = reply
         self._inbox.append({"type": f"lifespan.{phase}"})
         if self._inbox_ready is not None and not self._inbox_ready.done():
             self._inbox_ready.set_result(None)
-        await asyncio.wait({reply, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        pending: set[asyncio.Future[Any]] = {reply, self._task}
+        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         if reply.done():
             return reply.result()
         reply.cancel()
@@ -487,36 +558,24 @@ class Lifespan:
 # Warm-up
 
 
-def warmup_asgi(app: Any, paths: list[str], config: Config) -> list[tuple[str, int]]:
-    """Send a GET for each path through the app, without a socket, on a throwaway event loop.
+def warmup_asgi(app: Any, requests: list[Request], config: Config) -> list[int]:
+    """Run each request through the app, without a socket, on a throwaway event loop.
 
     Runs in the mold before it forks: the loop is plain asyncio (no uvloop state to inherit) and
     is closed completely, default executor included, so no thread survives. Lifespan is not run
-    (its resources must be opened in each worker). Returns (path, status); 500 if the app raised.
+    (its resources must be opened in each worker). Returns the statuses; 500 if the app raised.
     """
     loop = asyncio.new_event_loop()
-    results: list[tuple[str, int]] = []
     try:
-        for target in paths:
-            results.append((target, loop.run_until_complete(_warm_one(app, target, config))))
+        statuses = [loop.run_until_complete(_warm_one(app, request, config)) for request in requests]
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.run_until_complete(loop.shutdown_default_executor())
     finally:
         loop.close()
-    return results
+    return statuses
 
 
-async def _warm_one(app: Any, target: str, config: Config) -> int:
-    path, _, query = target.partition("?")
-    raw = path.encode("utf-8")
-    request = Request(
-        method="GET",
-        target=target.encode("utf-8"),
-        path=raw,
-        query=query.encode("utf-8"),
-        http_version="1.1",
-        headers=[(b"host", b"localhost"), (b"user-agent", b"refork-warmup")],
-    )
+async def _warm_one(app: Any, request: Request, config: Config) -> int:
     scope = build_scope(
         request, server=("localhost", 80), client=("127.0.0.1", 0), root_path=config.root_path, state={}
     )
@@ -536,6 +595,6 @@ async def _warm_one(app: Any, target: str, config: Config) -> int:
     try:
         await app(scope, receive, send)
     except Exception:
-        log.warning("warm-up request %s raised", target, exc_info=True)
+        log.warning("warm-up request %s raised", request.target.decode("utf-8", "replace"), exc_info=True)
         return 500
     return response.status if response.complete else 500

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+from refork.config import Config
 from refork.http.events import Request
 from refork.http.forwarded import TrustedProxies, resolve_forwarded
 from refork.http.response import ResponseFramer, simple_response
@@ -211,30 +212,6 @@ class EnvironBuilder:
         return env
 
 
-def build_environ(
-    request: Request,
-    body_stream: InputStream | None,
-    *,
-    server: tuple[str, int] | str,
-    client: tuple[str, int] | None,
-    url_scheme: str = "http",
-    root_path: str = "",
-    errors: Any = None,
-    multithread: bool = False,
-    proxies: TrustedProxies | None = None,
-) -> dict[str, Any]:
-    """One-off environ; a connection loop keeps an EnvironBuilder instead (cheaper per request)."""
-    builder = EnvironBuilder(
-        server=server,
-        url_scheme=url_scheme,
-        root_path=root_path,
-        errors=errors,
-        multithread=multithread,
-        proxies=proxies,
-    )
-    return builder.build(request, body_stream if body_stream is not None else EMPTY_INPUT, client)
-
-
 # --------------------------------------------------------------------------------------------
 # file_wrapper
 
@@ -252,7 +229,7 @@ class FileWrapper:
         return self
 
     def __next__(self) -> bytes:
-        data = self.filelike.read(self.blksize)
+        data: bytes = self.filelike.read(self.blksize)
         if data:
             return data
         raise StopIteration
@@ -335,7 +312,7 @@ class _Exchange:
 
     __slots__ = ("framer", "_send", "code", "reason", "headers", "has_length", "head_sent", "sent")
 
-    def __init__(self, framer: Any, send: Send) -> None:
+    def __init__(self, framer: ResponseFramer, send: Send) -> None:
         self.framer = framer
         self._send = send
         self.code = 0
@@ -345,7 +322,7 @@ class _Exchange:
         self.head_sent = False  # framed: the framer's head is done, it cannot be replaced
         self.sent = False  # some bytes reached the socket: too late for a 500
 
-    def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable:
+    def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Send:
         if exc_info is not None:
             try:
                 if self.head_sent:
@@ -489,23 +466,22 @@ def _send_file(ex: _Exchange, wrapper: FileWrapper, sendfile: SendFile | None) -
     return True
 
 
-def _force_close(framer: Any) -> None:
-    """The response is broken or incomplete: the connection cannot be reused."""
-    framer.keep_alive = False
-
-
 def run_wsgi(
-    app: Callable,
+    app: Callable[..., Any],
     environ: dict[str, Any],
-    framer: ResponseFramer,
+    request: Request,
     send: Send,
     sendfile: SendFile | None = None,
-) -> tuple[int, int]:
-    """Call the app for one complete request and write the response; returns (status, body bytes).
+    keep_alive: bool = True,
+) -> tuple[int, int, bool]:
+    """Call the app for one complete request and write the response.
 
-    An app error before the head went out becomes a 500; after it, the connection is closed
-    (framer.keep_alive is false). The iterable's close() is always called.
+    Returns (status, body bytes, whether the connection may serve another request); keep_alive
+    False is the loop's "Connection: close" (a draining worker). An app error before the head
+    went out becomes a 500; after it, the connection is closed. The iterable's close() is always
+    called.
     """
+    framer = ResponseFramer(request, server_keep_alive=keep_alive)
     ex = _Exchange(framer, send)
     result = None
     try:
@@ -517,24 +493,22 @@ def run_wsgi(
             if close is not None:
                 close()
     except SendFailed:
-        _force_close(framer)
-        return ex.code or 499, framer.body_bytes
+        return ex.code or 499, framer.body_bytes, False
     except Exception:
-        _force_close(framer)
         if ex.sent:
             log.exception(
                 "Error in WSGI app after the response head was sent: %s %s",
                 environ.get("REQUEST_METHOD"),
                 environ.get("RAW_URI"),
             )
-            return ex.code, framer.body_bytes
+            return ex.code, framer.body_bytes, False
         log.exception("Error in WSGI app: %s %s", environ.get("REQUEST_METHOD"), environ.get("RAW_URI"))
         try:
             send(simple_response(500, keep_alive=False))
         except OSError:
             pass
-        return 500, 0
-    return ex.code, framer.body_bytes
+        return 500, 0, False
+    return ex.code, framer.body_bytes, framer.keep_alive
 
 
 # --------------------------------------------------------------------------------------------
@@ -545,28 +519,18 @@ def _discard(data: bytes) -> None:
     pass
 
 
-def warmup_wsgi(app: Callable, paths: list[str], config: Any) -> list[tuple[str, int]]:
-    """Send GET requests through the app in-process so lazy imports and caches fill pre-fork."""
+def warmup_wsgi(app: Callable[..., Any], requests: list[Request], config: Config) -> list[int]:
+    """Run each request through the app in-process (lazy imports, caches); returns the statuses.
+
+    The real response path, so its caches (statuses, headers) are filled before the fork too.
+    """
     builder = EnvironBuilder(
         server=("localhost", 80),
-        root_path=getattr(config, "root_path", "") or "",
-        multithread=getattr(config, "threads", 1) > 1,
+        root_path=config.root_path,
+        multithread=config.threads > 1,
         proxies=TrustedProxies([]),
     )
-    results: list[tuple[str, int]] = []
-    for path in paths:
-        target = path.encode("latin-1") if path.startswith("/") else b"/" + path.encode("latin-1")
-        raw_path, _, query = target.partition(b"?")
-        request = Request(
-            method="GET",
-            target=target,
-            path=raw_path,
-            query=query,
-            http_version="1.1",
-            headers=[(b"host", b"localhost"), (b"user-agent", b"refork-warmup")],
-        )
-        environ = builder.build(request, EMPTY_INPUT, ("127.0.0.1", 0))
-        # the real response path, so its caches (statuses, headers) are filled before the fork too
-        status, _ = run_wsgi(app, environ, ResponseFramer(request), _discard)
-        results.append((path, status))
-    return results
+    return [
+        run_wsgi(app, builder.build(request, EMPTY_INPUT, ("127.0.0.1", 0)), request, _discard)[0]
+        for request in requests
+    ]

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from refork.asgi import ResponseState, build_scope, decode_path, warmup_asgi
+from refork.asgi import ResponseState, build_scope, decode_path
 from refork.config import Config
 from refork.http.events import Request
 from refork.http.forwarded import TrustedProxies
+from refork.warmup import warm
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -212,7 +213,7 @@ def test_warmup_asgi_leaves_no_thread_or_loop():
     from apps import asgi_apps
 
     before = threading.active_count()
-    results = warmup_asgi(asgi_apps.app, ["/", "/raise", "/noresponse", "/scope?q=1"], Config())
+    results = warm(asgi_apps.app, "asgi", ["/", "/raise", "/noresponse", "/scope?q=1"], Config())
     assert results == [("/", 200), ("/raise", 500), ("/noresponse", 500), ("/scope?q=1", 200)]
     assert threading.active_count() == before
     import asyncio

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from refork.config import Config
 from refork.http.events import Body, EndOfMessage, ParseError, Request
 from refork.http.parser import Limits, RequestParser
 
@@ -467,14 +466,6 @@ def test_zero_means_unlimited() -> None:
     raw = b"POST /" + b"a" * 20_000 + b" HTTP/1.1\r\nHost: a\r\n" + b"X: 1\r\n" * 300
     raw += b"Content-Length: 3\r\n\r\nabc"
     assert [type(e) for e in parse(raw, limits=limits)] == [Request, Body, EndOfMessage]
-
-
-def test_limits_from_config() -> None:
-    config = Config(
-        limit_request_line=1, limit_request_fields=2, limit_request_field_size=3, limit_request_body=4
-    )
-    assert Limits.from_config(config) == Limits(1, 2, 3, 4)
-    assert Limits.from_config(Config()) == Limits()
 
 
 def test_feed_accepts_bytearray_and_memoryview() -> None:

@@ -13,9 +13,9 @@ import requests
 from refork.config import Config
 from refork.http.events import Request
 from refork.http.forwarded import TrustedProxies
-from refork.http.response import ResponseFramer
 from refork.serving.body import EMPTY_INPUT, BodyBuffer, InputStream
-from refork.wsgi import FileWrapper, build_environ, run_wsgi, warmup_wsgi
+from refork.warmup import warm
+from refork.wsgi import EnvironBuilder, FileWrapper, run_wsgi
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,10 +35,10 @@ def req(target: bytes = b"/", method: str = "GET", headers=None, version: str = 
 def env(request: Request, body: InputStream | None = None, client=("127.0.0.1", 5555), **kw):
     kw.setdefault("server", ("0.0.0.0", 8000))
     kw.setdefault("proxies", PROXIES)
-    return build_environ(request, body, client=client, url_scheme="http", **kw)
+    return EnvironBuilder(url_scheme="http", **kw).build(request, body or EMPTY_INPUT, client)
 
 
-# ------------------------------------------------------------------------------ build_environ
+# ------------------------------------------------------------------------------ environ
 
 
 def test_environ_basics():
@@ -187,12 +187,12 @@ class Sink:
 
 
 def run(app, request: Request | None = None, sink: Sink | None = None, sendfile=None):
+    """(status, body bytes, sink, keep-alive)"""
     request = request or req()
     sink = sink if sink is not None else Sink()
-    framer = ResponseFramer(request)
     environ = env(request)
-    status, length = run_wsgi(app, environ, framer, sink, sendfile)
-    return status, length, sink, framer
+    status, length, keep = run_wsgi(app, environ, request, sink, sendfile)
+    return status, length, sink, keep
 
 
 def test_one_element_list_is_one_send_with_content_length():
@@ -200,12 +200,12 @@ def test_one_element_list_is_one_send_with_content_length():
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"hello"]
 
-    status, length, sink, framer = run(app)
+    status, length, sink, keep = run(app)
     assert (status, length) == (200, 5)
     assert len(sink.sends) == 1
     head, _, body = sink.data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK") and b"\r\nContent-Length: 5" in head and body == b"hello"
-    assert framer.keep_alive
+    assert keep
 
 
 def test_generator_body_is_chunked_and_write_works():
@@ -220,11 +220,11 @@ def test_generator_body_is_chunked_and_write_works():
 
         return gen()
 
-    status, length, sink, framer = run(app)
+    status, length, sink, keep = run(app)
     assert status == 201
     assert b"transfer-encoding: chunked" in sink.data.lower()
     assert sink.data.endswith(b"2\r\nw1\r\n1\r\na\r\n1\r\nb\r\n0\r\n\r\n")
-    assert framer.keep_alive
+    assert keep
 
 
 def test_head_request_sends_no_body():
@@ -265,9 +265,9 @@ def test_exc_info_after_head_reraises_and_closes(caplog):
                 seen.append(e)
                 raise
 
-    status, _, sink, framer = run(app)
+    status, _, sink, keep = run(app)
     assert status == 200 and seen and str(seen[0]) == "late failure"
-    assert not framer.keep_alive
+    assert not keep
     assert b"500" not in sink.data
 
 
@@ -277,8 +277,8 @@ def test_second_start_response_without_exc_info_is_an_error():
         start_response("200 OK", [])
         return [b""]
 
-    status, _, sink, framer = run(app)
-    assert status == 500 and sink.data.startswith(b"HTTP/1.1 500") and not framer.keep_alive
+    status, _, sink, keep = run(app)
+    assert status == 500 and sink.data.startswith(b"HTTP/1.1 500") and not keep
 
 
 @pytest.mark.parametrize(
@@ -331,8 +331,8 @@ def test_app_error_is_500_and_close_is_called(caplog):
         return Body()
 
     with caplog.at_level("ERROR", logger="refork"):
-        status, _, sink, framer = run(app)
-    assert status == 500 and closed == [True] and not framer.keep_alive
+        status, _, sink, keep = run(app)
+    assert status == 500 and closed == [True] and not keep
     assert "iteration failed" in caplog.text
     assert sink.data.startswith(b"HTTP/1.1 500")
 
@@ -353,8 +353,8 @@ def test_client_disconnect_still_closes_the_iterable(caplog):
         return Body()
 
     with caplog.at_level("ERROR", logger="refork"):
-        status, _, _, framer = run(app, sink=Sink(fail=True))
-    assert closed == [True] and not framer.keep_alive
+        status, _, _, keep = run(app, sink=Sink(fail=True))
+    assert closed == [True] and not keep
     assert "Traceback" not in caplog.text
 
 
@@ -376,9 +376,9 @@ def test_file_wrapper_uses_sendfile_with_known_length():
             start_response("200 OK", [("Content-Type", "text/plain")])
             return environ["wsgi.file_wrapper"](f)
 
-        status, length, sink, framer = run(app, sendfile=sendfile)
+        status, length, sink, keep = run(app, sendfile=sendfile)
         assert status == 200 and calls == [(10, 990)] and length == 990
-        assert b"Content-Length: 990" in sink.data and framer.keep_alive
+        assert b"Content-Length: 990" in sink.data and keep
         assert b"".join(out) == (b"0123456789" * 100)[10:]
 
 
@@ -406,7 +406,7 @@ def test_warmup_wsgi():
         start_response("204 No Content", [])
         return []
 
-    result = warmup_wsgi(app, ["/", "/x?y=1", "/boom"], Config())
+    result = warm(app, "wsgi", ["/", "/x?y=1", "/boom"], Config())
     assert result == [("/", 204), ("/x?y=1", 204), ("/boom", 500)]
     assert paths == [("/", ""), ("/x", "y=1"), ("/boom", "")]
 
@@ -521,8 +521,8 @@ def test_large_single_body_is_not_copied_into_the_head(method, sends):
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [big]
 
-    status, _, sink, framer = run(app, req(method=method))
-    assert status == 200 and len(sink.sends) == sends and framer.keep_alive
+    status, _, sink, keep = run(app, req(method=method))
+    assert status == 200 and len(sink.sends) == sends and keep
     assert b"Content-Length: 200000\r\n" in sink.sends[0]
     if method == "GET":
         assert sink.sends[1] == big
@@ -555,5 +555,6 @@ def test_file_wrapper_over_a_non_file_reads_blocks_even_with_sendfile():
         start_response("200 OK", [("Content-Type", "text/plain")])
         return environ["wsgi.file_wrapper"](io.BytesIO(b"in memory"), 4)
 
-    status, length, sink, framer = run(app, sendfile=sendfile)
-    assert status == 200 and length == 9 and framer.chunked and sink.data.endswith(b"0\r\n\r\n")
+    status, length, sink, keep = run(app, sendfile=sendfile)
+    assert status == 200 and length == 9 and keep and b"Transfer-Encoding: chunked" in sink.data
+    assert sink.data.endswith(b"0\r\n\r\n")

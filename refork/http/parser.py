@@ -45,14 +45,10 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
 
 from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
-
-if TYPE_CHECKING:
-    from refork.config import Config
 
 __all__ = ["Limits", "RequestParser", "ParseError"]
 
@@ -97,16 +93,6 @@ class Limits:
     max_header_count: int = 100  # -> 431
     max_header_size: int = 8190  # one field, name + value -> 431
     max_body: int = 1 << 30  # 0 = unlimited -> 413
-
-    @classmethod
-    def from_config(cls, config: Config) -> Limits:
-        """The limit_request_* settings of a Config."""
-        return cls(
-            max_request_line=config.limit_request_line,
-            max_header_count=config.limit_request_fields,
-            max_header_size=config.limit_request_field_size,
-            max_body=config.limit_request_body,
-        )
 
 
 class RequestParser:

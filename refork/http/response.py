@@ -26,7 +26,7 @@ from time import time as _time
 
 from refork.http.events import Request
 
-__all__ = ["CONTINUE", "ResponseFramer", "http_date", "reason_phrase", "simple_response"]
+__all__ = ["CONTINUE", "ResponseFramer", "reason_phrase", "simple_response"]
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -69,11 +69,6 @@ def _name_kind(name: bytes) -> int:
 
 _date_until = 0.0  # the cached Date line is valid until this time.time()
 _date_line = b""
-
-
-def http_date() -> bytes:
-    """The current time as an RFC 9110 IMF-fixdate, formatted at most once a second."""
-    return _date_header()[6:-2]
 
 
 def _date_header() -> bytes:

@@ -3,59 +3,29 @@
 A worker process hands its listening sockets, the app and a :class:`WorkerControl` to
 :func:`serve`. The loop knows nothing about processes: everything it must tell the worker (a
 request started or finished, a safe point was reached) goes through the control object. A native
-(Rust) loop can replace a Python one here without touching process management.
+(Rust) loop can replace a Python one here without touching process management. What both loops
+promise a client (timeouts, the drain on stop, the access-log line, the clean-up after a fork) is
+written once, in :mod:`refork.serving.connection`.
 """
 
 from __future__ import annotations
 
 import socket
-from typing import Any, Protocol
+from typing import Any
 
 from refork.config import Config
+from refork.serving.contract import WorkerControl
 
-
-class WorkerControl(Protocol):
-    """The worker's side of a connection loop."""
-
-    def fileno(self) -> int:
-        """The monitor's command socket: watch it for readability and then call on_readable()."""
-
-    def on_readable(self) -> None:
-        """Read and act on pending monitor commands (may set stopping / safe_point_wanted)."""
-
-    @property
-    def stopping(self) -> bool:
-        """Graceful stop: stop accepting, finish in-flight requests, close idle connections, return."""
-
-    @property
-    def exit_now(self) -> bool:
-        """Stop at once: return from serve() without finishing anything."""
-
-    @property
-    def safe_point_wanted(self) -> bool:
-        """The worker wants at_safe_point() called when no request is in flight."""
-
-    def at_safe_point(self) -> None:
-        """Called on the loop thread with no request in flight and no other thread alive.
-
-        It may fork. In the forked child it raises an exception derived from SystemExit that must
-        propagate out of serve() untouched.
-        """
-
-    def request_started(self) -> object:
-        """A complete request is about to be handed to the app. Thread-safe. Returns a token."""
-
-    def request_finished(self, token: object) -> None:
-        """The response for that request is fully written (or failed). Thread-safe."""
-
-    def tick(self) -> None:
-        """Called on the loop thread at least once a second: liveness, idle work."""
+__all__ = ["WorkerControl", "serve"]
 
 
 def serve(
     listeners: list[socket.socket], app: Any, interface: str, config: Config, control: WorkerControl
 ) -> None:
-    """Serve until control says stop; interface is "wsgi" or "asgi" (already resolved)."""
+    """Serve until control says stop; interface is "wsgi" or "asgi" (already resolved).
+
+    The loops are imported here, on demand: a WSGI worker never imports asyncio.
+    """
     if interface == "asgi":
         from refork.serving.aio import serve_asgi
 

@@ -1,9 +1,11 @@
 """ASGI connection loop on asyncio or uvloop: one Protocol per connection, one Task per request.
 
 The protocol feeds bytes to the sans-IO :class:`RequestParser` and hands each complete request
-head to a :class:`refork.asgi.HttpCycle`, which runs the app. Timeouts are swept once a second
-instead of arming a timer per request. No thread is ever started here: the process may fork at
-a safe point.
+head to a :class:`refork.asgi.HttpCycle`, which runs the app; the protocol drives the cycle and
+the cycle answers through its :class:`refork.asgi.Channel` only. The deadlines of
+:mod:`refork.serving.connection` (header, body, write, keep-alive, the drain) are swept once a
+second instead of arming a timer per request; the body and write deadlines hold while the app
+runs. No thread is ever started here: the process may fork at a safe point.
 """
 
 from __future__ import annotations
@@ -16,20 +18,28 @@ import socket
 from collections import deque
 from typing import Any
 
-from refork.asgi import HIGH_WATER, HttpCycle, Lifespan, LifespanFailure, build_scope
+from refork.asgi import HttpCycle, Lifespan, LifespanFailure, build_scope
 from refork.config import Config
 from refork.http.events import Body, ParseError, Request
 from refork.http.forwarded import TrustedProxies
-from refork.http.parser import Limits, RequestParser
+from refork.http.parser import RequestParser
 from refork.http.response import simple_response
 from refork.logs import AccessLog
-from refork.serving import WorkerControl
+from refork.serving.connection import (
+    TICK,
+    Expiry,
+    Phase,
+    Timeouts,
+    log_access,
+    release_after_fork,
+    request_limits,
+)
+from refork.serving.contract import WorkerControl
 
 log = logging.getLogger("refork")
 
 MAX_PIPELINE = 32  # queued pipelined requests before we stop reading the socket
-TICK = 1.0
-DRAIN_GRACE = 1.0  # seconds a stopping worker still serves requests on open connections
+_IDLE, _HEAD, _BODY = Phase.IDLE, Phase.HEAD, Phase.BODY
 
 _ABANDONED: list[Any] = []  # what a forked child must never finalize (see _abandon_after_fork)
 
@@ -48,13 +58,17 @@ def new_event_loop(config: Config) -> asyncio.AbstractEventLoop:
 
 
 class HttpProtocol(asyncio.Protocol):
-    """One client connection: parse, queue pipelined requests, run them in order."""
+    """One client connection: parse, queue pipelined requests, run them in order.
+
+    It drives each request's :class:`HttpCycle` (body pieces, end of body, client gone, writable
+    again) and is the cycle's :class:`refork.asgi.Channel`: the four calls it answers through.
+    """
 
     __slots__ = (
         "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
-        "queue", "read_paused", "write_paused", "drain_waiters", "closing", "idle_since",
-        "head_started", "pending_error", "eof", "trusted",
-    )
+        "queue", "read_paused", "write_blocked_since", "closing", "since", "pending_error", "eof",
+        "trusted",
+    )  # fmt: skip
 
     def __init__(self, srv: Server) -> None:
         self.srv = srv
@@ -64,13 +78,12 @@ class HttpProtocol(asyncio.Protocol):
         self.server_addr: tuple[str, int | None] | None = None
         self.client_addr: tuple[str, int] | None = None
         self.cycle: HttpCycle | None = None  # the request the app is working on
-        self.reading: HttpCycle | None = None  # the request the parser's body events belong to
+        self.reading: HttpCycle | None = None  # the request whose body is still arriving
         self.queue: deque[HttpCycle] = deque()
         self.read_paused = False
-        self.write_paused = False
-        self.drain_waiters: list[asyncio.Future[None]] = []
+        self.write_blocked_since = 0.0  # when the transport's buffer filled up; 0: it did not
         self.closing = False
-        self.idle_since = self.head_started = srv.loop.time()
+        self.since = srv.loop.time()  # start of the current Phase (see sweep())
         self.pending_error = 0
         self.eof = False
         self.trusted = False
@@ -94,7 +107,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.cycle is None and not self.parser.in_message:
-            self.head_started = self.loop.time()
+            self.since = self.loop.time()  # a head starts: the header clock runs
         try:
             events = self.parser.feed(data)
         except ParseError as exc:
@@ -107,34 +120,34 @@ class HttpProtocol(asyncio.Protocol):
         for event in events:
             kind = type(event)
             if kind is Body:
-                self.reading.body_received(event.data)  # type: ignore[union-attr]
+                if self.reading.body_received(event.data):  # type: ignore[union-attr]
+                    self.pause_reading()
             elif kind is Request:
                 self.request_received(event)  # type: ignore[arg-type]
             else:
                 self.reading.end_received()  # type: ignore[union-attr]
+                self.reading = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         srv = self.srv
         srv.connections.discard(self)
-        cycle = self.cycle
-        if cycle is not None:
-            cycle.disconnected = True
-            cycle.wake()
+        if self.cycle is not None:
+            self.cycle.client_gone()
         self.queue.clear()
         self.reading = None
-        self.write_paused = False
-        self._release_drain_waiters()
+        self.write_blocked_since = 0.0
         if srv.stopping and not srv.connections:
             srv.check_drained()
 
     def pause_writing(self) -> None:
-        self.write_paused = True
+        self.write_blocked_since = self.loop.time()
 
     def resume_writing(self) -> None:
-        self.write_paused = False
-        self._release_drain_waiters()
-        if self.cycle is None and self.queue and not self.closing:
+        self.write_blocked_since = 0.0
+        if self.cycle is not None:
+            self.cycle.resume_sending()
+        elif self.queue and not self.closing:
             self.start_next()
 
     def eof_received(self) -> bool | None:
@@ -144,19 +157,60 @@ class HttpProtocol(asyncio.Protocol):
             self.closing = True
             return None
         reading = self.reading
-        if reading is not None and not reading.body_done:
+        if reading is not None:
             # The body can never complete: to the app this is a disconnect.
-            reading.disconnected = True
-            reading.wake()
+            reading.client_gone()
             self.queue.clear()
         return True
+
+    # The Channel of the running cycle --------------------------------------------------------
+
+    def write(self, data: bytes) -> bool:
+        if self.closing:
+            return True  # nothing goes out any more: nothing to wait for either
+        self.transport.write(data)
+        return not self.write_blocked_since
+
+    def body_taken(self) -> None:
+        if self.read_paused:
+            self.maybe_resume_reading()
+
+    def hold_head(self, cycle: HttpCycle) -> None:
+        self.srv.hold_head(cycle)
+
+    def cycle_done(self, cycle: HttpCycle, keep_alive: bool) -> None:
+        """The response is written (or abandoned): account for it and move on to the next one."""
+        srv = self.srv
+        srv.in_flight -= 1
+        srv.control.request_finished(cycle.token)
+        if srv.access_log is not None:
+            response = cycle.response
+            log_access(srv.access_log, cycle.request, cycle.remote, response.status, response.body_bytes,
+                       self.loop.time() - cycle.started_at)  # fmt: skip
+        if self.cycle is cycle:
+            self.cycle = None
+        if not keep_alive or self.closing or srv.stopping or (self.eof and not self.queue):
+            self.close()
+        else:
+            self.since = self.loop.time()
+            if self.reading is cycle and self.read_paused:
+                self.maybe_resume_reading()  # drain and drop the unread body
+            if self.queue:
+                if not self.write_blocked_since:
+                    self.start_next()
+            elif self.pending_error:
+                self.send_error(self.pending_error)
+        if srv.in_flight == 0:
+            srv.idle()
 
     # Requests --------------------------------------------------------------------------------
 
     def request_received(self, request: Request) -> None:
-        cycle = HttpCycle(self, request, keep_alive=not self.srv.stopping)
+        cycle = HttpCycle(self, self.loop, request, keep_alive=not self.srv.stopping)
         self.reading = cycle
-        if self.cycle is None and not self.write_paused:
+        if request.content_length or request.chunked:
+            self.since = self.loop.time()  # the body deadline runs from the end of the head
+        if self.cycle is None and not self.write_blocked_since:
             self.start(cycle)
         else:
             self.queue.append(cycle)
@@ -166,12 +220,10 @@ class HttpProtocol(asyncio.Protocol):
     def start(self, cycle: HttpCycle) -> None:
         srv = self.srv
         if srv.stopping:
-            cycle.response.keep_alive = False
+            cycle.close_after()
         self.cycle = cycle
         srv.in_flight += 1
         cycle.token = srv.control.request_started()
-        if srv.access_log is not None:
-            cycle.started_at = self.loop.time()
         scope = build_scope(
             cycle.request,
             server=self.server_addr,
@@ -180,6 +232,10 @@ class HttpProtocol(asyncio.Protocol):
             proxies=srv.proxies if self.trusted else None,
             state=srv.lifespan.state,
         )
+        if srv.access_log is not None:
+            cycle.started_at = self.loop.time()
+            client = scope["client"]
+            cycle.remote = client[0] if client else None
         cycle.task = self.loop.create_task(cycle.run(srv.app, scope))
 
     def start_next(self) -> None:
@@ -187,34 +243,6 @@ class HttpProtocol(asyncio.Protocol):
         if self.read_paused:
             self.maybe_resume_reading()
         self.start(cycle)
-
-    def cycle_done(self, cycle: HttpCycle, keep_alive: bool) -> None:
-        """The response is written (or abandoned): account for it and move on to the next one."""
-        if cycle.finished:
-            return
-        cycle.finished = True
-        cycle.chunks.clear()
-        srv = self.srv
-        srv.in_flight -= 1
-        srv.control.request_finished(cycle.token)
-        if srv.access_log is not None:
-            srv.log_access(self, cycle)
-        if self.cycle is cycle:
-            self.cycle = None
-        cycle.wake()
-        if not keep_alive or self.closing or srv.stopping or (self.eof and not self.queue):
-            self.close()
-        else:
-            self.idle_since = self.loop.time()
-            if not cycle.body_done and self.read_paused:
-                self.maybe_resume_reading()  # drain and drop the unread body
-            if self.queue:
-                if not self.write_paused:
-                    self.start_next()
-            elif self.pending_error:
-                self.send_error(self.pending_error)
-        if srv.in_flight == 0:
-            srv.idle()
 
     def parse_failed(self, exc: ParseError) -> None:
         if self.cycle is not None or self.queue:
@@ -229,10 +257,7 @@ class HttpProtocol(asyncio.Protocol):
             self.transport.write(simple_response(status))
             self.close()
 
-    # Flow control and closing ----------------------------------------------------------------
-
-    def hold_head(self, cycle: HttpCycle) -> None:
-        self.srv.hold_head(cycle)
+    # Flow control, deadlines and closing -----------------------------------------------------
 
     def pause_reading(self) -> None:
         if not self.read_paused and not self.closing:
@@ -241,24 +266,12 @@ class HttpProtocol(asyncio.Protocol):
 
     def maybe_resume_reading(self) -> None:
         reading = self.reading
-        if reading is not None and reading.buffered > HIGH_WATER and not reading.finished:
+        if reading is not None and reading.backlogged:
             return
         if len(self.queue) > MAX_PIPELINE or self.pending_error or self.closing:
             return
         self.read_paused = False
         self.transport.resume_reading()
-
-    async def drain(self) -> None:
-        if self.write_paused and not self.closing:
-            waiter = self.loop.create_future()
-            self.drain_waiters.append(waiter)
-            await waiter
-
-    def _release_drain_waiters(self) -> None:
-        waiters, self.drain_waiters = self.drain_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
 
     def close(self) -> None:
         if not self.closing:
@@ -269,25 +282,40 @@ class HttpProtocol(asyncio.Protocol):
     def stop(self) -> None:
         """Graceful stop: let the current response finish and then close.
 
-        An idle connection stays open for the drain grace (closed by sweep()): closing it at once
-        races with a client sending on it right now, which would see a reset. A request arriving
-        in the grace is served with "Connection: close".
+        Idle connections are closed by sweep() when the drain grace ends (see
+        refork.serving.connection).
         """
         if self.cycle is not None:
-            self.cycle.response.keep_alive = False
+            self.cycle.close_after()
             self.queue.clear()
 
-    def sweep(self, now: float, keepalive: float, header_timeout: float) -> None:
-        """Close idle keep-alive connections and heads that take too long (once a second)."""
-        if self.cycle is not None or self.closing:
+    def sweep(self, now: float, timeouts: Timeouts, drain_until: float) -> None:
+        """Apply the connection contract's deadlines (once a second, from Server.tick)."""
+        if timeouts.write_stalled(self.write_blocked_since, now):
+            self.transport.abort()  # the client stopped reading: connection_lost follows
             return
-        if self.srv.stopping and not self.parser.in_message and now >= self.srv.drain_until:
-            self.close()
+        if self.closing:
+            return
+        reading = self.reading
+        if reading is not None:
+            phase = _BODY  # also while the app runs: it may be waiting in receive()
+        elif self.cycle is not None or self.queue:
+            return  # the app has it: the worker's --timeout applies
         elif self.parser.in_message:
-            if now - self.head_started > header_timeout:
-                self.send_error(408)
-        elif now - self.idle_since > keepalive:
+            phase = _HEAD
+        else:
+            phase = _IDLE
+        verdict = timeouts.expiry(phase, self.since, now, drain_until)
+        if verdict is Expiry.CLOSE:
             self.close()
+        elif verdict is Expiry.REQUEST_TIMEOUT:
+            other = self.cycle is not None and self.cycle is not reading  # a pipelined predecessor
+            if other or (reading is not None and reading.response_started):
+                self.close()  # too late for a 408: a response is (being) written
+            else:
+                if reading is not None:
+                    reading.response.status = 408  # what the access log shows for it
+                self.send_error(408)
 
 
 class Server:
@@ -306,11 +334,12 @@ class Server:
         self.app = app
         self.config = config
         self.control = control
-        self.limits = Limits.from_config(config)
+        self.limits = request_limits(config)
         self.proxies = TrustedProxies(config.forwarded_allow_ips) if config.forwarded_allow_ips else None
         self.root_path = config.root_path
         self.lifespan = Lifespan(app)
         self.access_log = AccessLog.from_config(config)
+        self.timeouts = Timeouts.from_config(config)
         self.connections: set[HttpProtocol] = set()
         self.servers: list[asyncio.AbstractServer] = []
         self.in_flight = 0
@@ -375,9 +404,10 @@ class Server:
         self.control.tick()
         self.check_control()
         now = self.loop.time()
-        config = self.config
+        timeouts = self.timeouts
+        drain_until = self.drain_until if self.stopping else 0.0
         for conn in list(self.connections):
-            conn.sweep(now, config.keepalive, config.header_timeout)
+            conn.sweep(now, timeouts, drain_until)
         if self.stopping:
             self.check_drained()
 
@@ -391,7 +421,7 @@ class Server:
 
     def begin_stop(self) -> None:
         self.stopping = True
-        self.drain_until = self.loop.time() + min(self.config.keepalive, DRAIN_GRACE)
+        self.drain_until = self.timeouts.drain_until(self.loop.time())
         for server in self.servers:
             server.close()
         for conn in list(self.connections):
@@ -411,23 +441,6 @@ class Server:
             for conn in list(self.connections):
                 conn.transport.abort()
             self._drained.set_result(None)
-
-    def log_access(self, conn: HttpProtocol, cycle: HttpCycle) -> None:
-        request = cycle.request
-        client = conn.client_addr
-        try:
-            self.access_log.log(  # type: ignore[union-attr]
-                remote=client[0] if client else "-",
-                method=request.method,
-                target=request.target,
-                http_version=request.http_version,
-                status=cycle.response.status,
-                length=cycle.response.body_bytes,
-                duration=self.loop.time() - cycle.started_at,
-                headers=request.headers,
-            )
-        except Exception:
-            log.exception("access log failed")
 
 
 def serve_asgi(
@@ -515,16 +528,17 @@ def _abandon_after_fork(loop: asyncio.AbstractEventLoop, srv: Server) -> None:
                     fresh.close()
             except OSError:
                 continue
-        null = os.open(os.devnull, os.O_RDWR)
-        try:
-            for conn in list(srv.connections):
-                sock = conn.transport.get_extra_info("socket") if conn.transport else None
-                fd = sock.fileno() if sock is not None else -1
-                if fd >= 0:
-                    os.dup2(null, fd)
-        finally:
-            os.close(null)
     except OSError:
         log.debug("releasing inherited I/O after fork failed", exc_info=True)
+    release_after_fork(_client_fds(srv))
     _ABANDONED.append((loop, srv, list(asyncio.all_tasks(loop))))
     asyncio.set_event_loop(None)
+
+
+def _client_fds(srv: Server) -> list[int]:
+    fds = []
+    for conn in srv.connections:
+        sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
+        if sock is not None:
+            fds.append(sock.fileno())
+    return fds

@@ -89,10 +89,6 @@ class BodyBuffer:
         self._file: BinaryIO | None = None
         self._threshold = threshold
 
-    @property
-    def size(self) -> int:
-        return self._size
-
     def write(self, data: bytes) -> None:
         self._size += len(data)
         if self._file is not None:

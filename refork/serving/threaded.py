@@ -5,6 +5,10 @@ and whole body) reach the app. With ``threads == 1`` the app runs on the loop th
 path: one recv and one send per request); with more, a connection is unregistered while a pool
 thread serves it and handed back through a queue and a wake-up socketpair.
 
+The deadlines and the drain are those of :mod:`refork.serving.connection`; a response write
+that makes no progress for the write timeout fails the request (the loop thread never blocks
+longer than that on one client).
+
 We use ``select.epoll`` (``select.poll`` elsewhere) directly rather than ``selectors``: the
 per-event key objects of ``selectors`` are measurable at these request rates.
 """
@@ -19,23 +23,35 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from refork.config import Config
-from refork.http.events import Body, EndOfMessage, ParseError, Request
+from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
 from refork.http.forwarded import TrustedProxies
 from refork.http.parser import Limits, RequestParser
-from refork.http.response import CONTINUE, ResponseFramer, simple_response
-from refork.serving import WorkerControl
+from refork.http.response import CONTINUE, simple_response
+from refork.logs import AccessLog
 from refork.serving.body import EMPTY_INPUT, BodyBuffer, InputStream
+from refork.serving.connection import (
+    TICK,
+    WRITE_STALLED,
+    Expiry,
+    Phase,
+    Timeouts,
+    log_access,
+    release_after_fork,
+    request_limits,
+)
+from refork.serving.contract import WorkerControl
 from refork.wsgi import EnvironBuilder, run_wsgi
 
 log = logging.getLogger("refork")
 
 _IN = select.POLLIN
+_IDLE, _HEAD, _BODY = Phase.IDLE, Phase.HEAD, Phase.BODY
 _ACCEPT_BATCH = 8  # accepts per wake-up: more would starve sibling workers sharing the listener
 _RECV = 1 << 16
-_DRAIN_GRACE = 1.0  # seconds a stopping worker still serves requests on open connections
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)  # EPIPE, not SIGPIPE, even if an app reset the handler
 
 
@@ -60,7 +76,8 @@ class _Poller:
             pass
 
     def poll(self, timeout: float) -> list[tuple[int, int]]:
-        return self._p.poll(timeout * self._scale)
+        events: list[tuple[int, int]] = self._p.poll(timeout * self._scale)
+        return events
 
     def close(self) -> None:
         """Close without unregistering: after a fork the epoll instance is shared with the parent."""
@@ -69,12 +86,13 @@ class _Poller:
             close()
 
 
-def _wait_writable(fd: int, deadline: float) -> None:
+def _wait_writable(fd: int, deadline: float, timeout: float) -> None:
     p = select.poll()
     p.register(fd, select.POLLOUT)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
+            log.debug(WRITE_STALLED, timeout)
             raise TimeoutError("timed out writing the response")
         if p.poll(left * 1000):
             return
@@ -85,7 +103,7 @@ class _Conn:
 
     __slots__ = (
         "sock", "fd", "client", "builder", "parser", "request", "body",
-        "deadline", "head_since", "continued", "registered", "busy", "closed", "write_timeout",
+        "phase", "since", "continued", "registered", "busy", "closed", "write_timeout",
     )  # fmt: skip
 
     def __init__(self, sock: socket.socket, client: Any, builder: EnvironBuilder, limits: Limits,
@@ -97,8 +115,8 @@ class _Conn:
         self.parser = RequestParser(limits)
         self.request: Request | None = None  # head received, body still coming
         self.body: BodyBuffer | None = None
-        self.deadline = 0.0
-        self.head_since: float | None = None
+        self.phase = _IDLE  # what the sweep judges: see refork.serving.connection
+        self.since = 0.0  # when the connection entered that phase
         self.continued = False  # "100 Continue" already sent for the current request
         self.registered = False
         self.busy = False  # dispatched to a pool thread
@@ -117,7 +135,7 @@ class _Conn:
     def _send_slow(self, view: memoryview) -> None:
         """The client reads slower than we write: wait, but give up after write_timeout without progress."""
         while view:
-            _wait_writable(self.fd, time.monotonic() + self.write_timeout)
+            _wait_writable(self.fd, time.monotonic() + self.write_timeout, self.write_timeout)
             try:
                 n = self.sock.send(view, _NOSIGNAL)
             except BlockingIOError:
@@ -133,7 +151,7 @@ class _Conn:
             try:
                 n = os.sendfile(self.fd, fd, offset + total, want)
             except BlockingIOError:
-                _wait_writable(self.fd, deadline)
+                _wait_writable(self.fd, deadline, self.write_timeout)
                 continue
             if n == 0:
                 break
@@ -142,13 +160,16 @@ class _Conn:
         return total
 
 
+_Job = tuple[_Conn, Request, InputStream, "list[Event]"]  # a complete request for a pool thread
+
+
 class _Pool:
     """App threads we own, so they can be stopped and joined before a fork."""
 
-    def __init__(self, size: int, handler: Any) -> None:
+    def __init__(self, size: int, handler: Callable[..., None]) -> None:
         self.size = size
         self.handler = handler
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self.threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -180,9 +201,8 @@ class _Loop:
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
     ) -> None:
         self.app = app
-        self.config = config
         self.control = control
-        self.limits = Limits.from_config(config)
+        self.limits = request_limits(config)
         self.poller = _Poller()
         self.conns: dict[int, _Conn] = {}
         self.listeners: dict[int, tuple[socket.socket, EnvironBuilder]] = {}
@@ -191,17 +211,9 @@ class _Loop:
         self.drain_until = 0.0
         self.in_flight = 0
         self.spool = config.body_spool_threshold
-        self.keepalive = float(config.keepalive)
-        self.header_timeout = float(config.header_timeout)
-        self.body_timeout = max(float(config.timeout), self.header_timeout)
-        self.write_timeout = float(config.timeout) or 30.0
+        self.timeouts = Timeouts.from_config(config)
         self.accept_paused_until = 0.0
-        try:
-            from refork.logs import AccessLog
-
-            self.access_log = AccessLog.from_config(config)
-        except ImportError:  # pragma: no cover - logs.py not there
-            self.access_log = None
+        self.access_log = AccessLog.from_config(config)
         proxies = TrustedProxies(config.forwarded_allow_ips)
         for lsock in listeners:
             lsock.setblocking(False)
@@ -218,8 +230,8 @@ class _Loop:
             )
             self.listeners[lsock.fileno()] = (lsock, builder)
         self.pool: _Pool | None = None
-        self.done: queue.SimpleQueue = queue.SimpleQueue()
-        self.parked: list[tuple[_Conn, Request, InputStream, list]] = []
+        self.done: queue.SimpleQueue[tuple[_Conn, bool, list[Event]]] = queue.SimpleQueue()
+        self.parked: list[_Job] = []
         self.wake_r: socket.socket | None = None
         self.wake_w: socket.socket | None = None
         if self.threads > 1:
@@ -267,7 +279,7 @@ class _Loop:
                         self._on_wake()
                 now = time.monotonic()
                 if now >= next_tick:
-                    next_tick = now + (0.25 if self.draining else 1.0)
+                    next_tick = now + (TICK / 4 if self.draining else TICK)
                     control.tick()
                     self._sweep(now)
         finally:
@@ -301,17 +313,20 @@ class _Loop:
         closed by the sweep.
         """
         self.draining = True
-        self.drain_until = time.monotonic() + min(self.keepalive, _DRAIN_GRACE)
+        self.drain_until = self.timeouts.drain_until(time.monotonic())
         for fd in self.listeners:
             self.poller.unregister(fd)
-        for conn in self.conns.values():
-            conn.deadline = min(conn.deadline, self.drain_until)
 
     def _safe_point(self) -> None:
         """Single-threaded moment for the worker (it may fork); pool threads are joined first."""
         if self.pool is not None:
             self.pool.stop()
-        self.control.at_safe_point()  # in a forked child this raises SystemExit: let it through
+        try:
+            self.control.at_safe_point()
+        except SystemExit:  # the forked child unwinding: the client connections are the parent's
+            release_after_fork(list(self.conns))
+            self.conns.clear()
+            raise
         if self.pool is not None:
             self.pool.start()
             parked, self.parked = self.parked, []
@@ -324,9 +339,13 @@ class _Loop:
             if not self.draining:
                 for fd in self.listeners:
                     self.poller.register(fd)
-        expired = [c for c in self.conns.values() if not c.busy and c.deadline <= now]
-        for conn in expired:
-            if conn.request is not None or conn.parser.in_message:
+        expiry = self.timeouts.expiry
+        drain_until = self.drain_until if self.draining else 0.0
+        for conn in [c for c in self.conns.values() if not c.busy]:
+            verdict = expiry(conn.phase, conn.since, now, drain_until)
+            if verdict is Expiry.NONE:
+                continue
+            if verdict is Expiry.REQUEST_TIMEOUT:
                 try:
                     conn.sock.send(simple_response(408))
                 except OSError:
@@ -369,8 +388,8 @@ class _Loop:
                 except OSError:
                     pass
             client = (addr[0], addr[1]) if inet else None
-            conn = _Conn(sock, client, builder, self.limits, self.write_timeout)
-            conn.deadline = now + self.keepalive
+            conn = _Conn(sock, client, builder, self.limits, self.timeouts.write)
+            conn.since = now
             self.conns[conn.fd] = conn
             self.poller.register(conn.fd)
             conn.registered = True
@@ -416,9 +435,9 @@ class _Loop:
                 and type(events[1]) is EndOfMessage
                 and type(events[0]) is Request
             ):  # the common case, one bodiless request per read: skip the general event walk
-                conn.head_since = None
                 if self._respond(conn, events[0], EMPTY_INPUT):
-                    conn.deadline = time.monotonic() + self.keepalive
+                    conn.phase = _IDLE
+                    conn.since = time.monotonic()
                 else:
                     self._close(conn)
             else:
@@ -434,25 +453,27 @@ class _Loop:
             pass
         self._close(conn)
 
-    def _advance(self, conn: _Conn, events: list) -> bool:
+    def _advance(self, conn: _Conn, events: list[Event]) -> bool:
         """Handle parsed events in order; True when the connection was dispatched or closed."""
         i = 0
         n = len(events)
         while i < n:
             event = events[i]
             i += 1
-            kind = type(event)
-            if kind is Request:
+            if type(event) is Request:
                 conn.request = event
                 conn.continued = False
-            elif kind is Body:
+                if event.content_length or event.chunked:  # the body deadline runs from here
+                    conn.phase = _BODY
+                    conn.since = time.monotonic()
+            elif type(event) is Body:
                 if conn.body is None:
                     conn.body = BodyBuffer(self.spool)
                 conn.body.write(event.data)
-            elif kind is EndOfMessage:
+            else:
                 request = conn.request
                 conn.request = None
-                conn.head_since = None
+                conn.phase = _IDLE
                 if request is None:  # pragma: no cover - parser contract
                     continue
                 if conn.body is not None:
@@ -468,9 +489,7 @@ class _Loop:
                     return True
         # everything parsed so far is handled: wait for more bytes
         request = conn.request
-        if request is not None:  # head in, body still coming
-            conn.head_since = None
-            conn.deadline = time.monotonic() + self.body_timeout
+        if request is not None:  # head in, body still coming (phase BODY since the head ended)
             if request.expect_continue and not conn.continued:
                 conn.continued = True
                 try:
@@ -479,11 +498,12 @@ class _Loop:
                     self._close(conn)
                     return True
         elif conn.parser.in_message:  # part of a head: the slowloris clock runs
-            if conn.head_since is None:
-                conn.head_since = time.monotonic()
-            conn.deadline = conn.head_since + self.header_timeout
+            if conn.phase is not _HEAD:
+                conn.phase = _HEAD
+                conn.since = time.monotonic()
         else:
-            conn.deadline = time.monotonic() + self.keepalive
+            conn.phase = _IDLE
+            conn.since = time.monotonic()
         return False
 
     def _respond(self, conn: _Conn, request: Request, stream: InputStream) -> bool:
@@ -494,33 +514,21 @@ class _Loop:
         token = control.request_started()
         try:
             environ = conn.builder.build(request, stream, conn.client)
-            framer = ResponseFramer(request, server_keep_alive=not (self.draining or control.stopping))
-            status, length = run_wsgi(self.app, environ, framer, conn.send, conn.sendfile)
-            keep = framer.keep_alive
+            keep_alive = not (self.draining or control.stopping)
+            status, length, keep = run_wsgi(self.app, environ, request, conn.send, conn.sendfile, keep_alive)
         finally:
             control.request_finished(token)
             if stream is not EMPTY_INPUT:
                 stream.close()
         if access_log is not None:
-            try:
-                access_log.log(
-                    remote=environ.get("REMOTE_ADDR") or "-",
-                    method=request.method,
-                    target=request.target,
-                    http_version=request.http_version,
-                    status=status,
-                    length=length,
-                    duration=time.perf_counter() - started,
-                    headers=request.headers,
-                )
-            except Exception:
-                log.exception("access log failed")
+            log_access(access_log, request, environ.get("REMOTE_ADDR"), status, length,
+                       time.perf_counter() - started)  # fmt: skip
         return keep
 
     # ---------------------------------------------------------------- the pool (threads > 1)
 
     def _dispatch(
-        self, conn: _Conn, request: Request, stream: InputStream, rest: list, force: bool = False
+        self, conn: _Conn, request: Request, stream: InputStream, rest: list[Event], force: bool = False
     ) -> None:
         if conn.registered:
             self.poller.unregister(conn.fd)
@@ -534,7 +542,7 @@ class _Loop:
         assert self.pool is not None
         self.pool.jobs.put((conn, request, stream, rest))
 
-    def _pool_job(self, conn: _Conn, request: Request, stream: InputStream, rest: list) -> None:
+    def _pool_job(self, conn: _Conn, request: Request, stream: InputStream, rest: list[Event]) -> None:
         keep = False
         try:
             keep = self._respond(conn, request, stream)
@@ -572,8 +580,6 @@ class _Loop:
                 log.exception("Error serving a connection")
                 self._close(conn)
                 continue
-            if self.draining:
-                conn.deadline = min(conn.deadline, self.drain_until)
             self.poller.register(conn.fd)
             conn.registered = True
 

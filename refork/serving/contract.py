@@ -1,0 +1,47 @@
+"""What a connection loop and the worker process that runs it promise each other.
+
+The loops import this module, never the ``refork.serving`` package, so the package can import
+the loops without a cycle.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class WorkerControl(Protocol):
+    """The worker's side of a connection loop."""
+
+    def fileno(self) -> int:
+        """The monitor's command socket: watch it for readability and then call on_readable()."""
+
+    def on_readable(self) -> None:
+        """Read and act on pending monitor commands (may set stopping / safe_point_wanted)."""
+
+    @property
+    def stopping(self) -> bool:
+        """Graceful stop: stop accepting, finish in-flight requests, close idle connections, return."""
+
+    @property
+    def exit_now(self) -> bool:
+        """Stop at once: return from serve() without finishing anything."""
+
+    @property
+    def safe_point_wanted(self) -> bool:
+        """The worker wants at_safe_point() called when no request is in flight."""
+
+    def at_safe_point(self) -> None:
+        """Called on the loop thread with no request in flight and no other thread alive.
+
+        It may fork. In the forked child it raises an exception derived from SystemExit that must
+        propagate out of serve() untouched.
+        """
+
+    def request_started(self) -> object:
+        """A complete request is about to be handed to the app. Thread-safe. Returns a token."""
+
+    def request_finished(self, token: object) -> None:
+        """The response for that request is fully written (or failed). Thread-safe."""
+
+    def tick(self) -> None:
+        """Called on the loop thread at least once a second: liveness, idle work."""

@@ -1,0 +1,136 @@
+"""The connection contract over real sockets, for both loops: a client that stops sending its
+body, or stops reading its response, is cut at the configured timeout while the worker goes on
+serving others (and is not killed by the monitor)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from refork.config import Config
+from refork.http.parser import Limits
+from refork.serving.connection import Expiry, Phase, Timeouts, request_limits
+
+APPS = {"wsgi": "apps.timeouts:wsgi_app", "asgi": "apps.timeouts:asgi_app"}
+# TODO(lead): drop this mark once body_timeout / write_timeout are settings.
+needs_settings = pytest.mark.skipif(
+    "body_timeout" not in Config.__dataclass_fields__, reason="needs the body/write_timeout settings"
+)
+
+
+def _start(start_server, interface: str, tmp_path, *args: str):
+    access = tmp_path / "access.log"
+    server = start_server(
+        "--timeout", "60", "--access-logfile", str(access), *args, app=APPS[interface], workers=1
+    )
+    [worker] = server.workers()
+    return server, access, worker["pid"]
+
+
+def _read_to_end(sock: socket.socket) -> bytes:
+    """Everything until the server closes (or resets) the connection; fails on a socket timeout."""
+    chunks = []
+    while True:
+        try:
+            data = sock.recv(1 << 20)
+        except ConnectionResetError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    return b"".join(chunks)
+
+
+@needs_settings
+@pytest.mark.parametrize("interface", ["asgi", "wsgi"])
+def test_a_client_that_stops_sending_its_body_gets_408(start_server, tmp_path, interface):
+    server, _, pid = _start(start_server, interface, tmp_path, "--body-timeout", "1")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as silent:
+        silent.sendall(b"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc")
+        assert server.get("/") == (200, str(pid).encode())  # served meanwhile
+        answer = _read_to_end(silent)
+    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert server.get("/") == (200, str(pid).encode())  # same worker: not killed
+
+
+@needs_settings
+@pytest.mark.parametrize("interface", ["asgi", "wsgi"])
+def test_the_body_deadline_is_a_total_a_trickle_does_not_rearm_it(start_server, tmp_path, interface):
+    server, _, pid = _start(start_server, interface, tmp_path, "--body-timeout", "1")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as trickle:
+        trickle.sendall(b"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n")
+        trickle.settimeout(0.3)
+        answer = b""
+        for _ in range(100):  # a byte every 0.3 s: 30 s for the whole body, were it not cut
+            try:
+                trickle.sendall(b"x")
+                answer = trickle.recv(1024)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            break
+        trickle.settimeout(20)
+        answer += _read_to_end(trickle)
+    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert server.get("/") == (200, str(pid).encode())
+
+
+@needs_settings
+@pytest.mark.parametrize("interface", ["asgi", "wsgi"])
+def test_a_client_that_stops_reading_a_large_response_is_cut(start_server, tmp_path, interface):
+    server, _, pid = _start(start_server, interface, tmp_path, "--write-timeout", "1", "--log-level", "debug")
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.settimeout(20)
+    stalled.connect(("127.0.0.1", server.port))
+    with stalled:
+        stalled.sendall(b"GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert server.get("/") == (200, str(pid).encode())  # another connection is served
+        server.wait_for(lambda: "write timeout" in server.log(), what="the stalled response to be cut")
+        received = len(_read_to_end(stalled))
+    assert received < 32 << 20
+    assert server.get("/") == (200, str(pid).encode())  # same worker: not killed
+
+
+# The contract's verdicts, without sockets ----------------------------------------------------
+
+T = Timeouts(header=2.0, body=5.0, write=3.0, keepalive=4.0)
+
+
+def test_each_phase_has_its_own_deadline() -> None:
+    assert T.expiry(Phase.IDLE, 100.0, 104.0) is Expiry.NONE
+    assert T.expiry(Phase.IDLE, 100.0, 104.5) is Expiry.CLOSE
+    assert T.expiry(Phase.HEAD, 100.0, 102.5) is Expiry.REQUEST_TIMEOUT
+    assert T.expiry(Phase.BODY, 100.0, 104.5) is Expiry.NONE
+    assert T.expiry(Phase.BODY, 100.0, 105.5) is Expiry.REQUEST_TIMEOUT
+    assert T.expiry(Phase.BUSY, 0.0, 1e9) is Expiry.NONE
+
+
+def test_draining_closes_idle_connections_only() -> None:
+    assert T.drain_until(100.0) == 101.0  # DRAIN_GRACE, shorter than keepalive
+    assert T.expiry(Phase.IDLE, 100.0, 101.0, drain_until=101.0) is Expiry.CLOSE
+    assert T.expiry(Phase.HEAD, 100.0, 101.0, drain_until=101.0) is Expiry.NONE
+    assert T.expiry(Phase.BODY, 100.0, 101.0, drain_until=101.0) is Expiry.NONE
+
+
+def test_a_write_is_stalled_only_while_blocked() -> None:
+    assert not T.write_stalled(0.0, time.monotonic())
+    assert not T.write_stalled(100.0, 102.0)
+    assert T.write_stalled(100.0, 103.5)
+
+
+def test_timeouts_from_config_keep_the_old_defaults() -> None:
+    t = Timeouts.from_config(Config(timeout=7.0, header_timeout=3.0, keepalive=2.0))
+    assert (t.header, t.keepalive) == (3.0, 2.0)
+    assert (t.body, t.write) == (7.0, 7.0)  # unless set: --timeout, as the WSGI loop had it
+
+
+def test_limits_from_config() -> None:
+    config = Config(
+        limit_request_line=1, limit_request_fields=2, limit_request_field_size=3, limit_request_body=4
+    )
+    assert request_limits(config) == Limits(1, 2, 3, 4)
+    assert request_limits(Config()) == Limits()
