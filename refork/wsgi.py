@@ -16,10 +16,10 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from refork.config import Config
+from refork.http.body import EMPTY_INPUT, InputStream
 from refork.http.events import Request
 from refork.http.forwarded import TrustedProxies, resolve_forwarded
 from refork.http.response import ResponseFramer, simple_response
-from refork.serving.body import EMPTY_INPUT, InputStream
 
 log = logging.getLogger("refork")
 

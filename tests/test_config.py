@@ -196,6 +196,7 @@ def test_pyproject_unknown_key(tmp_path):
         (["--warmup", "health"], "--warmup must start with '/'"),
         (["--max-requests", "-1"], "--max-requests must be an integer >= 0"),
         (["--mold-idle-exit", "-1"], '--mold-idle-exit must be a number of seconds >= 0 or "off"'),
+        (["--body-timeout", "0"], '--body-timeout must be a number of seconds > 0 or "default"'),
         (["--mold-idle-exit", "soon"], '--mold-idle-exit must be a number of seconds >= 0 or "off"'),
         (["--foo"], "unrecognized arguments: --foo (see refork --help)"),
     ],
@@ -252,6 +253,12 @@ def test_mold_idle_exit_takes_seconds_zero_or_off():
         assert load_config(["--mold-idle-exit", raw, "m:app"], environ={}).mold_idle_exit == expected
     with pytest.raises(ConfigError, match="REFORK_MOLD_IDLE_EXIT"):
         load_config(["m:app"], environ={"REFORK_MOLD_IDLE_EXIT": "x"})
+
+
+def test_body_and_write_timeouts_default_to_the_worker_timeout():
+    for raw, expected in (("default", None), ("", None), ("2.5", 2.5)):
+        config = load_config(["--body-timeout", raw, "--write-timeout", raw, "m:app"], environ={})
+        assert (config.body_timeout, config.write_timeout) == (expected, expected)
 
 
 def test_describe_is_name_value_lines():

@@ -14,10 +14,6 @@ from refork.http.parser import Limits
 from refork.serving.connection import Expiry, Phase, Timeouts, request_limits
 
 APPS = {"wsgi": "apps.timeouts:wsgi_app", "asgi": "apps.timeouts:asgi_app"}
-# TODO(lead): drop this mark once body_timeout / write_timeout are settings.
-needs_settings = pytest.mark.skipif(
-    "body_timeout" not in Config.__dataclass_fields__, reason="needs the body/write_timeout settings"
-)
 
 
 def _start(start_server, interface: str, tmp_path, *args: str):
@@ -43,7 +39,6 @@ def _read_to_end(sock: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
-@needs_settings
 @pytest.mark.parametrize("interface", ["asgi", "wsgi"])
 def test_a_client_that_stops_sending_its_body_gets_408(start_server, tmp_path, interface):
     server, _, pid = _start(start_server, interface, tmp_path, "--body-timeout", "1")
@@ -55,7 +50,6 @@ def test_a_client_that_stops_sending_its_body_gets_408(start_server, tmp_path, i
     assert server.get("/") == (200, str(pid).encode())  # same worker: not killed
 
 
-@needs_settings
 @pytest.mark.parametrize("interface", ["asgi", "wsgi"])
 def test_the_body_deadline_is_a_total_a_trickle_does_not_rearm_it(start_server, tmp_path, interface):
     server, _, pid = _start(start_server, interface, tmp_path, "--body-timeout", "1")
@@ -78,7 +72,6 @@ def test_the_body_deadline_is_a_total_a_trickle_does_not_rearm_it(start_server, 
     assert server.get("/") == (200, str(pid).encode())
 
 
-@needs_settings
 @pytest.mark.parametrize("interface", ["asgi", "wsgi"])
 def test_a_client_that_stops_reading_a_large_response_is_cut(start_server, tmp_path, interface):
     server, _, pid = _start(start_server, interface, tmp_path, "--write-timeout", "1", "--log-level", "debug")

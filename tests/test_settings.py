@@ -32,6 +32,8 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "graceful_timeout": ("8", 8.0),
     "keepalive": ("2", 2.0),
     "header_timeout": ("3", 3.0),
+    "body_timeout": ("6", 6.0),
+    "write_timeout": ("9", 9.0),
     "spawn_timeout": ("4", 4.0),
     "max_requests": ("100", 100),
     "max_requests_jitter": ("10", 10),

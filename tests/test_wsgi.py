@@ -11,9 +11,9 @@ import pytest
 import requests
 
 from refork.config import Config
+from refork.http.body import EMPTY_INPUT, BodyBuffer, InputStream
 from refork.http.events import Request
 from refork.http.forwarded import TrustedProxies
-from refork.serving.body import EMPTY_INPUT, BodyBuffer, InputStream
 from refork.warmup import warm
 from refork.wsgi import EnvironBuilder, FileWrapper, run_wsgi
 

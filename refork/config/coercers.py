@@ -67,6 +67,16 @@ def positive_seconds(value: Any, where: str) -> float:
     return seconds
 
 
+def default_or_seconds(value: Any, where: str) -> float | None:
+    """A timeout whose default is derived from another: "default" (or None) -> None, else seconds > 0."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("default", "")):
+        return None
+    seconds = _seconds(value)
+    if seconds is None or not seconds > 0:
+        raise ConfigError(f'{where} must be a number of seconds > 0 or "default", got {got(value)}')
+    return seconds
+
+
 def off_or_seconds(value: Any, where: str) -> float | None:
     """A delay that can be switched off: "off" (or None) -> None, else seconds >= 0."""
     if value is None or (isinstance(value, str) and value.strip().lower() in ("off", "")):

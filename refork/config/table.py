@@ -156,6 +156,27 @@ class Config:
         doc="a client must send a complete request head within this (slowloris)",
         group="server",
     )
+    body_timeout: float | None = setting(
+        None,
+        "--body-timeout",
+        coerce=c.default_or_seconds,
+        metavar="S",
+        help="time allowed to receive a request body, counted from the end of its head",
+        doc="a client must send the whole request body within this, counted from the end of the head "
+        "(a total, so a trickle does not re-arm it); answered 408",
+        shown_default="max(`--timeout`, `--header-timeout`)",
+        group="server",
+    )
+    write_timeout: float | None = setting(
+        None,
+        "--write-timeout",
+        coerce=c.default_or_seconds,
+        metavar="S",
+        help="cut a connection whose response makes no progress for this long",
+        doc="a client that stops reading its response is cut after this long without progress",
+        shown_default="`--timeout`",
+        group="server",
+    )
     spawn_timeout: float = setting(
         10.0,
         "--spawn-timeout",

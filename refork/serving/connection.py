@@ -62,9 +62,7 @@ class Timeouts:
 
     @classmethod
     def from_config(cls, config: Config) -> Timeouts:
-        # TODO(lead): real settings body_timeout / write_timeout (None = --timeout, as before).
-        body = getattr(config, "body_timeout", None)
-        write = getattr(config, "write_timeout", None)
+        body, write = config.body_timeout, config.write_timeout
         return cls(
             header=float(config.header_timeout),
             body=float(body) if body is not None else max(float(config.timeout), config.header_timeout),

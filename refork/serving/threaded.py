@@ -27,12 +27,12 @@ from collections.abc import Callable
 from typing import Any
 
 from refork.config import Config
+from refork.http.body import EMPTY_INPUT, BodyBuffer, InputStream
 from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
 from refork.http.forwarded import TrustedProxies
 from refork.http.parser import Limits, RequestParser
 from refork.http.response import CONTINUE, simple_response
 from refork.logs import AccessLog
-from refork.serving.body import EMPTY_INPUT, BodyBuffer, InputStream
 from refork.serving.connection import (
     TICK,
     WRITE_STALLED,
