@@ -275,9 +275,10 @@ def request(path: str, command: str, timeout: float = 10.0) -> dict[str, Any]:
         sock.connect(path)
         uid = peer_uid(sock)
         if not trusted_uid(uid):
+            me = os.geteuid()
             raise ControlError(
-                f"{path} is served by {_who(uid)}, not by {_who(os.geteuid())} or root: not trusting it "
-                "(another user may have bound the path first)"
+                f"{path} is served by {_who(uid)}, not by {'root' if me == 0 else _who(me) + ' or root'}: "
+                "not trusting it (another user may have bound the path first)"
             )
         sock.sendall(json.dumps({"command": command}).encode() + b"\n")
         chunks = []
