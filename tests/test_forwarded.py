@@ -136,8 +136,11 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
 def _ask(server, unix: str | None, xff: str) -> tuple[str, str | None]:
     """(scheme, client address) as the app saw them."""
     wsgi = server.interface == "wsgi"
-    tcp = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    conn = _UnixHTTPConnection(unix) if unix else tcp
+    conn: http.client.HTTPConnection = (
+        _UnixHTTPConnection(unix)
+        if unix
+        else http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    )
     try:
         headers = {"X-Forwarded-For": xff, "X-Forwarded-Proto": "https"}
         conn.request("GET", "/environ" if wsgi else "/scope", headers=headers)
