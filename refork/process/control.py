@@ -147,6 +147,7 @@ class ControlServer:
         self.path = path
         self.commands = commands
         self.clients: dict[socket.socket, bytes] = {}
+        self.strangers: set[socket.socket] = set()  # clients that get "permission denied"
 
     @classmethod
     def open(cls, config: Config, commands: Commands) -> ControlServer:
@@ -190,10 +191,10 @@ class ControlServer:
         if sock is self.listener:
             with contextlib.suppress(BlockingIOError, InterruptedError):
                 client, _ = sock.accept()
-                if self._refuse_stranger(client):
-                    return
                 client.setblocking(False)
                 self.clients[client] = b""
+                if self._is_stranger(client):
+                    self.strangers.add(client)
             return
         try:
             data = sock.recv(65536)
@@ -204,14 +205,23 @@ class ControlServer:
         buffer = self.clients.get(sock, b"") + data
         if not data or b"\n" in buffer or len(buffer) > 65536:
             line = buffer.split(b"\n", 1)[0]
-            reply = self._answer(line)  # may fork a mold: sock must still be listed for it to close
+            if sock in self.strangers:
+                self.strangers.discard(sock)
+                reply = {"ok": False, "error": "permission denied: not the server's user or root"}
+            else:
+                reply = self._answer(line)  # may fork a mold: sock must still be listed for it to close
             self.clients.pop(sock, None)
             self._reply(sock, reply)
         else:
             self.clients[sock] = buffer
 
-    def _refuse_stranger(self, client: socket.socket) -> bool:
-        """Every command, status included, is for our own uid or root only (like the 0600 file)."""
+    @staticmethod
+    def _is_stranger(client: socket.socket) -> bool:
+        """Every command, status included, is for our own uid or root only (like the 0600 file).
+
+        A stranger's request is still read, then answered "permission denied": a reply sent
+        before the request arrived would make the client's send fail instead.
+        """
         try:
             uid = peer_uid(client)
         except OSError:
@@ -219,7 +229,6 @@ class ControlServer:
         if trusted_uid(uid):
             return False
         log.warning("control socket: refused a client running as %s", _who(uid))
-        self._reply(client, {"ok": False, "error": "permission denied: not the server's user or root"})
         return True
 
     @staticmethod
@@ -257,6 +266,7 @@ class ControlServer:
         for client in list(self.clients):
             client.close()
         self.clients.clear()
+        self.strangers.clear()
         if self.listener is not None:
             self.listener.close()
             with contextlib.suppress(OSError):
