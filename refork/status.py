@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
 from refork.config import setting_named
 from refork.memory.accounting import format_bytes
-from refork.process.control import default_path, request
+from refork.process.control import ControlError, default_path, request
+
+# C0 controls, DEL, C1 controls (ESC and CSI start terminal escape sequences) and the bidi
+# overrides that reorder what a terminal shows: printed as \xNN / \uNNNN text, never raw.
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(value: object) -> str:
+    """A value from the server as text that cannot drive the terminal."""
+    return _UNPRINTABLE.sub(_escape, str(value))
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def run(argv: list[str]) -> int:
@@ -35,6 +50,9 @@ def run(argv: list[str]) -> int:
     path = args.control_socket or default_path(args.proc_name)
     try:
         answer = request(path, args.command)
+    except ControlError as e:
+        print(f"refork: error: {printable(e)}", file=sys.stderr)
+        return 2
     except (FileNotFoundError, ConnectionRefusedError):
         print(
             f"refork: error: no refork monitor at {path}; is it running? (set --control-socket)",
@@ -45,12 +63,17 @@ def run(argv: list[str]) -> int:
         print(f"refork: error: {path}: {e.strerror or e}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(answer, indent=2))
+        print(json.dumps(answer, indent=2))  # ensure_ascii: controls are \u001b escapes already
     elif args.command == "status" and answer.get("ok"):
-        print(format_status(answer))
+        try:
+            table = format_status(answer)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            print(f"refork: error: {path}: not a status answer ({printable(repr(e))})", file=sys.stderr)
+            return 2
+        print(table)
     else:
-        print(answer.get("error") or answer.get("message") or "ok")
-    return 0 if answer.get("ok") else 1
+        print(printable(answer.get("error") or answer.get("message") or "ok"))
+    return 0 if answer.get("ok") is True else 1
 
 
 def format_status(status: dict[str, Any]) -> str:
@@ -58,7 +81,7 @@ def format_status(status: dict[str, Any]) -> str:
         return "-" if value is None else format_bytes(value)
 
     header = ("PID", "ROLE", "GEN", "STATE", "REQS", "RSS", "PSS", "USS", "PRIV_DIRTY", "MINFLT", "NOTE")
-    rows = [header]
+    rows: list[tuple[str, ...]] = [header]
     for p in status["processes"]:
         role = p["role"] if p["role"] == "mold" else f"worker {p['nr']}"
         note = p.get("fork_unsafe") and f"fork-unsafe: {p['fork_unsafe']}" or p.get("retiring") or ""
@@ -77,12 +100,15 @@ def format_status(status: dict[str, Any]) -> str:
                 note,
             )
         )
+    rows = [tuple(printable(cell) for cell in row) for row in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = [
-        f"monitor {status['monitor_pid']}  gen {status['generation']}  workers {status['workers']}  "
-        f"allocator {status['allocator']}  total PSS {format_bytes(status['total_pss'])}"
-        + ("  (refork in progress)" if status.get("refork_pending") else "")
-        + ("  (mold stopped while idle)" if status.get("mold_shed") else "")
+        printable(
+            f"monitor {status['monitor_pid']}  gen {status['generation']}  workers {status['workers']}  "
+            f"allocator {status['allocator']}  total PSS {format_bytes(status['total_pss'])}"
+            + ("  (refork in progress)" if status.get("refork_pending") else "")
+            + ("  (mold stopped while idle)" if status.get("mold_shed") else "")
+        )
     ]
     for row in rows:
         lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())

@@ -70,16 +70,6 @@ def _header_info(name: bytes) -> tuple[str | None, int]:
 _PROTOCOLS = {"1.1": "HTTP/1.1", "1.0": "HTTP/1.0"}
 
 
-class _TrustUnixPeers:
-    """A unix-socket peer is a local process allowed on the socket file: trusted like loopback."""
-
-    def __init__(self, proxies: TrustedProxies) -> None:
-        self._proxies = proxies
-
-    def trusts(self, host: str | None) -> bool:
-        return host is None or self._proxies.trusts(host)
-
-
 def _split_host(host: str, default_port: str) -> tuple[str, str]:
     if host.startswith("["):
         end = host.find("]")
@@ -127,7 +117,6 @@ class EnvironBuilder:
         self.url_scheme = url_scheme
         self.root_path = root_path.rstrip("/")
         self.proxies = proxies if proxies is not None else TrustedProxies([])
-        self._unix_proxies = _TrustUnixPeers(self.proxies)
         if isinstance(server, tuple):
             self.server_name, self.server_port = str(server[0]), str(server[1])
         else:  # unix socket: no meaningful address
@@ -202,8 +191,8 @@ class EnvironBuilder:
                 if addr != peer and addr is not None:
                     env["REMOTE_ADDR"] = addr
                     del env["REMOTE_PORT"]
-        elif forwarded:
-            scheme, addr = resolve_forwarded(request.headers, None, scheme, self._unix_proxies)  # type: ignore[arg-type]
+        elif forwarded:  # a unix-socket peer: trusted only as --forwarded-allow-ips says (`unix:`)
+            scheme, addr = resolve_forwarded(request.headers, None, scheme, self.proxies)
             if addr is not None:
                 env["REMOTE_ADDR"] = addr
         if scheme != self.url_scheme:

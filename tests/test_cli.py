@@ -139,3 +139,13 @@ def test_main_hands_config_to_monitor(monkeypatch):
     assert main(["-w", "2", "hello:app"]) == 0
     assert got[0].workers == 2 and got[0].app == "hello:app"
     assert got[1] == got[0] and got[1] is not got[0]  # HUP builds it again from the same sources
+
+
+def test_status_without_a_monitor_is_one_line(tmp_path):
+    r = refork("status", "--control-socket", str(tmp_path / "none.ctl"))
+    assert_one_line_error(r, "no refork monitor at", "none.ctl")
+
+
+def test_forwarded_allow_ips_that_could_never_match_is_refused():
+    r = refork("--forwarded-allow-ips", "127.0.0.1,localhost", "m:app")
+    assert_one_line_error(r, "--forwarded-allow-ips", '"localhost"')

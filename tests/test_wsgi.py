@@ -110,8 +110,10 @@ def test_environ_forwarded_trusted_and_untrusted():
     assert untrusted["wsgi.url_scheme"] == "http"
     assert untrusted["SERVER_PORT"] == "80"
     assert untrusted["REMOTE_ADDR"] == "192.0.2.1"
-    # a unix-socket peer is local, like loopback: trusted
+    # a unix-socket peer follows --forwarded-allow-ips like any peer: trusted only with `unix:`
     unix = env(req(headers=headers), client=None, server="/tmp/s", proxies=TrustedProxies(["127.0.0.1"]))
+    assert unix["wsgi.url_scheme"] == "http" and "REMOTE_ADDR" not in unix
+    unix = env(req(headers=headers), client=None, server="/tmp/s", proxies=TrustedProxies(["unix:"]))
     assert unix["wsgi.url_scheme"] == "https" and unix["REMOTE_ADDR"] == "10.0.0.2"
 
 

@@ -95,7 +95,7 @@ class Config:
         metavar="IPS",
         help="comma-separated proxies trusted for X-Forwarded-*",
         doc="proxies (addresses or networks like `10.0.0.0/8`) whose `X-Forwarded-Proto/For` are trusted "
-        "(`*` = all)",
+        "(`unix:` = unix-socket peers, `*` = all)",
         group="server",
     )
 
@@ -220,8 +220,9 @@ class Config:
         coerce=c.optional_string,
         metavar="PATH",
         help="unix socket for `refork status`",
-        doc="what `refork status` talks to; `off` disables",
-        shown_default="`$XDG_RUNTIME_DIR/NAME.ctl` or `/tmp/NAME.ctl`",
+        doc="what `refork status` talks to; `off` disables; a location another user owns or can replace is "
+        "refused at start",
+        shown_default="`$XDG_RUNTIME_DIR/NAME.ctl` or `/tmp/refork-UID/NAME.ctl`",
         group="server",
         restart_only=True,
     )

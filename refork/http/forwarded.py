@@ -1,4 +1,8 @@
-"""Trust X-Forwarded-Proto / X-Forwarded-For only from configured proxy addresses."""
+"""Trust X-Forwarded-Proto / X-Forwarded-For only from configured proxies.
+
+One rule for both interfaces: :meth:`TrustedProxies.trusts` decides about the peer (an IP
+address, or ``None`` for a unix-socket peer) and about every hop of X-Forwarded-For.
+"""
 
 from __future__ import annotations
 
@@ -6,23 +10,72 @@ import ipaddress
 from collections.abc import Iterable
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+UNIX = "unix:"
+"""The entry that trusts unix-socket peers (nginx's ``set_real_ip_from unix:`` spelling)."""
 
 
 def parse_proxy(text: str) -> str | Network:
-    """One trusted-proxy entry: "*", a host address (kept as text) or a network (it has a "/").
+    """One trusted-proxy entry: ``*``, ``unix:``, an address (kept as text) or a network (a "/").
 
-    ValueError for a network that does not parse; config validation calls this too, so the
-    setting is checked by the same code that later applies it.
+    ValueError for anything else: config validation calls this too, so a setting is checked by
+    the same code that later applies it (a host name would never match a peer address, so it is
+    refused rather than silently ignored).
     """
-    return ipaddress.ip_network(text, strict=False) if "/" in text else text
+    if "/" in text:
+        return ipaddress.ip_network(text, strict=False)
+    if text not in ("*", UNIX):
+        ipaddress.ip_address(text)
+    return text
+
+
+def parse_address(text: str) -> Address | None:
+    """An X-Forwarded-For entry as an IP address, or None when it is not one.
+
+    The de-facto spellings: ``192.0.2.1``, ``192.0.2.1:4711``, ``2001:db8::1``,
+    ``[2001:db8::1]`` and ``[2001:db8::1]:4711``; the port is dropped. ``unknown``, a host name,
+    an obfuscated identifier (RFC 7239 ``_hidden``) or garbage are not addresses.
+    """
+    text = text.strip()
+    if text.startswith("["):
+        end = text.find("]")
+        rest = text[end + 1 :] if end > 0 else "x"
+        if rest and not (rest[0] == ":" and _is_port(rest[1:])):
+            return None
+        text = text[1:end]
+    elif text.count(":") == 1:  # IPv4 with a port; an IPv6 address has two colons or more
+        text, _, port = text.partition(":")
+        if not _is_port(port):
+            return None
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _is_port(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+def _unmapped(ip: Address) -> Address:
+    """::ffff:192.0.2.1 (an IPv4 peer of a dual-stack socket) is 192.0.2.1 for trust."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
 
 
 class TrustedProxies:
-    """Which peers may tell us the client's scheme and address ("*" trusts everyone)."""
+    """Which peers may tell us the client's scheme and address.
+
+    ``*`` trusts every peer, unix-socket peers included; ``unix:`` trusts unix-socket peers;
+    addresses and networks trust TCP peers (and X-Forwarded-For hops) inside them.
+    """
 
     def __init__(self, allow: Iterable[str]) -> None:
         self.any = False
-        self.hosts: set[str] = set()
+        self.unix = False
+        self.addresses: set[Address] = set()
         self.networks: list[Network] = []
         for item in allow:
             item = item.strip()
@@ -31,25 +84,27 @@ class TrustedProxies:
             entry = parse_proxy(item)
             if entry == "*":
                 self.any = True
+            elif entry == UNIX:
+                self.unix = True
             elif isinstance(entry, str):
-                self.hosts.add(entry)
+                self.addresses.add(_unmapped(ipaddress.ip_address(entry)))
             else:
                 self.networks.append(entry)
 
     def trusts(self, host: str | None) -> bool:
+        """Whether `host` (an address as text; None for a unix-socket peer) is a trusted proxy."""
         if self.any:
             return True
         if host is None:
-            return False
-        if host in self.hosts:
+            return self.unix
+        ip = parse_address(host)
+        return ip is not None and self.trusts_address(ip)
+
+    def trusts_address(self, ip: Address) -> bool:
+        if self.any:
             return True
-        if self.networks:
-            try:
-                ip = ipaddress.ip_address(host)
-            except ValueError:
-                return False
-            return any(ip in net for net in self.networks)
-        return False
+        ip = _unmapped(ip)
+        return ip in self.addresses or any(ip in net for net in self.networks)
 
 
 def resolve_forwarded(
@@ -57,24 +112,36 @@ def resolve_forwarded(
 ) -> tuple[str, str | None]:
     """Return (scheme, client_host) after applying trusted X-Forwarded-* headers.
 
-    The client is the right-most X-Forwarded-For entry that is not itself a trusted proxy.
+    `peer_host` is None for a unix-socket peer. The client is the right-most X-Forwarded-For
+    entry that is not itself a trusted proxy (the left-most when all are). An entry that is not
+    an IP address breaks the chain: nobody trusted vouches for what lies left of it, so the peer
+    address is kept.
     """
     if not proxies.trusts(peer_host):
         return scheme, peer_host
     proto = None
-    forwarded_for = None
+    forwarded_for: list[str] = []  # repeated lines are one comma-separated list
     for name, value in headers:
         if name == b"x-forwarded-proto":
             proto = value.decode("latin-1").split(",")[-1].strip().lower()
         elif name == b"x-forwarded-for":
-            forwarded_for = value.decode("latin-1")
+            forwarded_for.append(value.decode("latin-1"))
     if proto in ("http", "https", "ws", "wss"):
         scheme = proto
-    client = peer_host
-    if forwarded_for:
-        hops = [h.strip() for h in forwarded_for.split(",") if h.strip()]
-        for hop in reversed(hops):
-            client = hop
-            if not proxies.trusts(hop):
-                break
-    return scheme, client
+    client = _client_from(",".join(forwarded_for), proxies) if forwarded_for else None
+    return scheme, client or peer_host
+
+
+def _client_from(forwarded_for: str, proxies: TrustedProxies) -> str | None:
+    """The client X-Forwarded-For names, as a normalised address; None when it names none."""
+    client = None
+    for hop in reversed(forwarded_for.split(",")):
+        if not hop.strip():
+            continue
+        ip = parse_address(hop)
+        if ip is None:
+            return None
+        client = str(ip)
+        if not proxies.trusts_address(ip):
+            break
+    return client

@@ -2,6 +2,12 @@
 
 One JSON object per line each way over a Unix stream socket; requests are tiny and answered in
 the monitor's loop, so the monitor stays single-threaded.
+
+Both ends check who is on the other side, because a socket path is only a name: another local
+user who binds it first would otherwise receive root's `refork reload` and answer it. The
+default path is in a directory only our uid can write; the server refuses a location another
+user owns or can replace; each side asks the kernel for its peer's uid (SO_PEERCRED) and talks
+only to its own uid or root.
 """
 
 from __future__ import annotations
@@ -10,19 +16,118 @@ import contextlib
 import json
 import logging
 import os
+import pwd
 import socket
+import stat
+import struct
 import tempfile
 from typing import Any, Protocol
 
 from refork.config import Config
+from refork.errors import ConfigError
 
 log = logging.getLogger("refork")
 
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+MAX_ANSWER = 4 << 20  # a status table of thousands of processes is well under this
+
+
+class ControlError(Exception):
+    """The control socket could not be trusted or understood: one line for the user."""
+
 
 def default_path(proc_name: str) -> str:
-    """Where the control socket lives unless --control-socket says otherwise."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    """Where the control socket lives unless --control-socket says otherwise.
+
+    `$XDG_RUNTIME_DIR` (private to the user by the XDG spec, checked by the server), else
+    `refork-<uid>` under the temp directory, a directory the server creates with mode 0700.
+    Computing it has no side effects: the client never creates anything.
+    """
+    base = os.environ.get("XDG_RUNTIME_DIR") or os.path.join(tempfile.gettempdir(), f"refork-{os.geteuid()}")
     return os.path.join(base, f"{proc_name}.ctl")
+
+
+def _who(uid: int) -> str:
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def trusted_uid(uid: int) -> bool:
+    """Our own uid, or root (who can do anything to us anyway)."""
+    return uid in (os.geteuid(), 0)
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process on the other end of a connected unix socket, from the kernel."""
+    _pid, uid, _gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+    return int(uid)
+
+
+def check_private_dir(path: str, *, create: bool) -> None:
+    """Refuse a directory for the default socket unless only we can write it.
+
+    `create`: make it first (mode 0700) and demand exactly that; otherwise (`$XDG_RUNTIME_DIR`)
+    it must be ours and not writable by group or others. lstat, so a symlink planted by someone
+    else is refused rather than followed.
+    """
+    where = f"control socket directory {path}"
+    try:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(path, 0o700)
+        st = os.lstat(path)
+    except OSError as e:
+        raise ConfigError(f"{where}: {e.strerror}; set --control-socket") from None
+    me = os.geteuid()
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{where} is not a directory (a symlink?); remove it or set --control-socket")
+    if st.st_uid != me:
+        raise ConfigError(
+            f"{where} is owned by {_who(st.st_uid)}, not by {_who(me)}: another user may have made it "
+            "to intercept `refork` commands; remove it or set --control-socket"
+        )
+    loose = st.st_mode & (0o077 if create else 0o022)
+    if loose:
+        raise ConfigError(
+            f"{where} has mode {stat.S_IMODE(st.st_mode):04o}: other users could replace the socket; "
+            f"make it {'0700' if create else 'not group/world-writable'} or set --control-socket"
+        )
+
+
+def check_location(path: str, *, explicit: bool) -> None:
+    """Refuse a socket path another user owns or can replace (ConfigError: one line, exit 2).
+
+    The default path's directory must be private (check_private_dir); an explicit path's
+    directory must not be world-writable without the sticky bit. An existing file at the path
+    must be a socket of ours: it is about to be unlinked.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    if not explicit:
+        check_private_dir(directory, create=not os.environ.get("XDG_RUNTIME_DIR"))
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            mode = os.stat(directory).st_mode
+            if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+                raise ConfigError(
+                    f"--control-socket {path}: {directory} is writable by every user and not sticky, "
+                    "so another user could replace the socket; choose a private directory"
+                )
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise ConfigError(
+            f"control socket {path} exists and is not a socket; remove it or choose another path"
+        )
+    me = os.geteuid()
+    if st.st_uid != me:
+        raise ConfigError(
+            f"control socket {path} is owned by {_who(st.st_uid)}, not by {_who(me)}: another user "
+            "bound it first; remove it or set --control-socket"
+        )
 
 
 class Commands(Protocol):
@@ -42,12 +147,15 @@ class ControlServer:
         self.path = path
         self.commands = commands
         self.clients: dict[socket.socket, bytes] = {}
+        self.strangers: set[socket.socket] = set()  # clients that get "permission denied"
 
     @classmethod
     def open(cls, config: Config, commands: Commands) -> ControlServer:
-        path = config.control_socket or default_path(config.proc_name)
-        if path == "off":
+        """Bind the control socket; ConfigError when its location is not safe (see check_location)."""
+        if config.control_socket == "off":
             return cls(None, None, commands)
+        path = config.control_socket or default_path(config.proc_name)
+        check_location(path, explicit=bool(config.control_socket))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             if os.path.exists(path):
@@ -85,6 +193,8 @@ class ControlServer:
                 client, _ = sock.accept()
                 client.setblocking(False)
                 self.clients[client] = b""
+                if self._is_stranger(client):
+                    self.strangers.add(client)
             return
         try:
             data = sock.recv(65536)
@@ -95,15 +205,39 @@ class ControlServer:
         buffer = self.clients.get(sock, b"") + data
         if not data or b"\n" in buffer or len(buffer) > 65536:
             line = buffer.split(b"\n", 1)[0]
-            reply = self._answer(line)  # may fork a mold: sock must still be listed for it to close
+            if sock in self.strangers:
+                self.strangers.discard(sock)
+                reply = {"ok": False, "error": "permission denied: not the server's user or root"}
+            else:
+                reply = self._answer(line)  # may fork a mold: sock must still be listed for it to close
             self.clients.pop(sock, None)
-            with contextlib.suppress(OSError):
-                sock.setblocking(True)
-                sock.settimeout(2.0)
-                sock.sendall(json.dumps(reply).encode() + b"\n")
-            sock.close()
+            self._reply(sock, reply)
         else:
             self.clients[sock] = buffer
+
+    @staticmethod
+    def _is_stranger(client: socket.socket) -> bool:
+        """Every command, status included, is for our own uid or root only (like the 0600 file).
+
+        A stranger's request is still read, then answered "permission denied": a reply sent
+        before the request arrived would make the client's send fail instead.
+        """
+        try:
+            uid = peer_uid(client)
+        except OSError:
+            uid = -1
+        if trusted_uid(uid):
+            return False
+        log.warning("control socket: refused a client running as %s", _who(uid))
+        return True
+
+    @staticmethod
+    def _reply(sock: socket.socket, reply: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError):
+            sock.setblocking(True)
+            sock.settimeout(2.0)
+            sock.sendall(json.dumps(reply).encode() + b"\n")
+        sock.close()
 
     def _answer(self, line: bytes) -> dict[str, Any]:
         try:
@@ -132,6 +266,7 @@ class ControlServer:
         for client in list(self.clients):
             client.close()
         self.clients.clear()
+        self.strangers.clear()
         if self.listener is not None:
             self.listener.close()
             with contextlib.suppress(OSError):
@@ -139,16 +274,34 @@ class ControlServer:
 
 
 def request(path: str, command: str, timeout: float = 10.0) -> dict[str, Any]:
-    """Client side: send one command, return the monitor's answer."""
+    """Client side: send one command, return the monitor's answer.
+
+    ControlError when the socket is served by another user (not ours, not root: whoever bound
+    the path first is not to be told anything nor believed) or the answer is not a refork one.
+    OSError as connect() raises it.
+    """
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(path)
+        uid = peer_uid(sock)
+        if not trusted_uid(uid):
+            me = os.geteuid()
+            raise ControlError(
+                f"{path} is served by {_who(uid)}, not by {'root' if me == 0 else _who(me) + ' or root'}: "
+                "not trusting it (another user may have bound the path first)"
+            )
         sock.sendall(json.dumps({"command": command}).encode() + b"\n")
         chunks = []
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
+        size = 0
+        while chunk := sock.recv(65536):
             chunks.append(chunk)
-    answer: dict[str, Any] = json.loads(b"".join(chunks))
+            size += len(chunk)
+            if size > MAX_ANSWER:
+                raise ControlError(f"{path}: the answer is larger than {MAX_ANSWER} bytes")
+    try:
+        answer = json.loads(b"".join(chunks))
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise ControlError(f"{path}: not a refork control socket (the answer is not a JSON object)")
     return answer

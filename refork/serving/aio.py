@@ -97,12 +97,12 @@ class HttpProtocol(asyncio.Protocol):
             self.server_addr = (sockname[0], sockname[1])
             peer = transport.get_extra_info("peername")
             self.client_addr = (peer[0], peer[1]) if isinstance(peer, tuple) else None
-            proxies = self.srv.proxies
-            self.trusted = proxies is not None and proxies.trusts(self.client_addr and self.client_addr[0])
         else:  # AF_UNIX: path (str or bytes) and no client address
             if isinstance(sockname, bytes):
                 sockname = sockname.decode("utf-8", "surrogateescape")
             self.server_addr = (sockname or "", None)
+        proxies = self.srv.proxies  # a unix-socket peer (no client address) is None to trusts()
+        self.trusted = proxies is not None and proxies.trusts(self.client_addr and self.client_addr[0])
         self.srv.connections.add(self)
 
     def data_received(self, data: bytes) -> None:

@@ -1,0 +1,190 @@
+"""X-Forwarded-* is believed only from the peers --forwarded-allow-ips names, in WSGI and ASGI alike.
+
+Unit tests of the one rule (refork.http.forwarded), then real servers over TCP and a unix socket.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import json
+import socket
+
+import pytest
+
+from refork.config import load_config
+from refork.errors import ConfigError
+from refork.http.forwarded import TrustedProxies, parse_address, parse_proxy, resolve_forwarded
+
+# ---------------------------------------------------------------------------------------------
+# Unit: which peers are trusted
+
+
+def test_unix_peers_are_trusted_only_when_listed():
+    assert not TrustedProxies(["127.0.0.1", "::1"]).trusts(None)  # the default: loopback only
+    assert TrustedProxies(["unix:"]).trusts(None)
+    assert not TrustedProxies(["unix:"]).trusts("127.0.0.1")
+    assert TrustedProxies(["*"]).trusts(None) and TrustedProxies(["*"]).trusts("192.0.2.1")
+
+
+def test_addresses_are_compared_as_addresses():
+    proxies = TrustedProxies(["::1", "10.0.0.0/8", "192.0.2.7"])
+    assert proxies.trusts("0:0:0:0:0:0:0:1")  # another spelling of ::1
+    assert proxies.trusts("::ffff:10.1.2.3")  # an IPv4 peer of a dual-stack listener
+    assert proxies.trusts("192.0.2.7") and not proxies.trusts("192.0.2.8")
+    assert not proxies.trusts("localhost") and not proxies.trusts("")
+
+
+@pytest.mark.parametrize("entry", ["localhost", "unix", "10.0.0.0/99", "1.2.3"])
+def test_entries_that_could_never_match_are_refused(entry):
+    with pytest.raises(ValueError):
+        parse_proxy(entry)
+    with pytest.raises(ConfigError):
+        load_config(["--forwarded-allow-ips", f"127.0.0.1,{entry}", "m:app"], environ={})
+
+
+def test_config_accepts_unix_and_star():
+    config = load_config(["--forwarded-allow-ips", "unix:, 10.0.0.0/8", "m:app"], environ={})
+    assert config.forwarded_allow_ips == ["unix:", "10.0.0.0/8"]
+    assert TrustedProxies(config.forwarded_allow_ips).trusts(None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Unit: what X-Forwarded-For may say
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        ("203.0.113.7", "203.0.113.7"),
+        (" 203.0.113.7 ", "203.0.113.7"),
+        ("203.0.113.7:4711", "203.0.113.7"),
+        ("2001:db8::1", "2001:db8::1"),
+        ("[2001:db8::1]", "2001:db8::1"),
+        ("[2001:db8::1]:4711", "2001:db8::1"),
+        ("2001:DB8:0::1", "2001:db8::1"),
+    ],
+)
+def test_parse_address_de_facto_spellings(text, address):
+    assert parse_address(text) == ipaddress.ip_address(address)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["unknown", "_hidden", "example.com", "1.2.3", "01.2.3.4", "1.2.3.4:", "1.2.3.4:x", "[::1", "[::1]x",
+     "[::1]:", "[::1]:８０", "", "\x1b[31m", "1.2.3.4 5.6.7.8", "<script>"],
+)  # fmt: skip
+def test_parse_address_refuses_what_is_not_an_address(text):
+    assert parse_address(text) is None
+
+
+def _xff(value: str, proto: str = "https") -> list[tuple[bytes, bytes]]:
+    return [(b"x-forwarded-for", value.encode("latin-1")), (b"x-forwarded-proto", proto.encode())]
+
+
+LOOPBACK = TrustedProxies(["127.0.0.1", "10.0.0.0/8"])
+
+
+@pytest.mark.parametrize(
+    ("xff", "client"),
+    [
+        ("203.0.113.7", "203.0.113.7"),
+        ("198.51.100.1, 203.0.113.7, 10.0.0.2", "203.0.113.7"),  # right-most untrusted hop
+        ("10.0.0.3, 10.0.0.2", "10.0.0.3"),  # every hop a proxy: the left-most
+        ("[2001:db8::1]:4711", "2001:db8::1"),
+        ("203.0.113.7:4711", "203.0.113.7"),
+        ("garbage, 203.0.113.7", "203.0.113.7"),  # left of the client: never looked at
+        ("203.0.113.7, garbage", "127.0.0.1"),  # the chain breaks: the peer is kept
+        ("unknown", "127.0.0.1"),
+        ("evil\x1b[2J", "127.0.0.1"),
+        (" , ", "127.0.0.1"),
+    ],
+)
+def test_resolve_forwarded_client(xff, client):
+    assert resolve_forwarded(_xff(xff), "127.0.0.1", "http", LOOPBACK) == ("https", client)
+
+
+def test_resolve_forwarded_untrusted_peer_changes_nothing():
+    assert resolve_forwarded(_xff("203.0.113.7"), "192.0.2.1", "http", LOOPBACK) == ("http", "192.0.2.1")
+    assert resolve_forwarded(_xff("203.0.113.7"), None, "http", LOOPBACK) == ("http", None)
+    assert resolve_forwarded(_xff("203.0.113.7"), None, "http", TrustedProxies(["unix:"])) == (
+        "https",
+        "203.0.113.7",
+    )
+
+
+def test_repeated_forwarded_for_lines_are_one_list():
+    headers = [(b"x-forwarded-for", b"203.0.113.7"), (b"x-forwarded-for", b"10.0.0.2")]
+    assert resolve_forwarded(headers, "127.0.0.1", "http", LOOPBACK) == ("http", "203.0.113.7")
+
+
+# ---------------------------------------------------------------------------------------------
+# Real servers: TCP and unix-socket peers, WSGI and ASGI
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=10)
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect(self.path)
+
+
+def _ask(server, unix: str | None, xff: str) -> tuple[str, str | None]:
+    """(scheme, client address) as the app saw them."""
+    wsgi = server.interface == "wsgi"
+    conn: http.client.HTTPConnection = (
+        _UnixHTTPConnection(unix)
+        if unix
+        else http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    )
+    try:
+        headers = {"X-Forwarded-For": xff, "X-Forwarded-Proto": "https"}
+        conn.request("GET", "/environ" if wsgi else "/scope", headers=headers)
+        response = conn.getresponse()
+        assert response.status == 200
+        seen = json.loads(response.read())
+    finally:
+        conn.close()
+    if wsgi:
+        return seen["wsgi.url_scheme"], seen["REMOTE_ADDR"]
+    return seen["scheme"], seen["client"][0] if seen["client"] else None
+
+
+APPS = {"wsgi": "apps.wsgi_apps:app", "asgi": "apps.asgi_apps:app"}
+
+
+@pytest.fixture(params=["wsgi", "asgi"])
+def serve(request, start_server, tmp_path):
+    def start(*allow: str):
+        unix = str(tmp_path / f"{request.param}-{len(allow)}.sock")
+        args = ["-b", f"unix:{unix}"] + (["--forwarded-allow-ips", ",".join(allow)] if allow else [])
+        server = start_server(*args, app=APPS[request.param], workers=1)
+        server.interface = request.param
+        return server, unix
+
+    return start
+
+
+def test_default_trusts_loopback_tcp_but_not_a_unix_peer(serve):
+    server, unix = serve()
+    assert _ask(server, None, "203.0.113.7") == ("https", "203.0.113.7")
+    assert _ask(server, unix, "203.0.113.7") == ("http", None)
+
+
+def test_unix_entry_trusts_unix_peers_only(serve):
+    server, unix = serve("unix:")
+    assert _ask(server, unix, "203.0.113.7") == ("https", "203.0.113.7")
+    assert _ask(server, unix, "[2001:db8::1]:4711") == ("https", "2001:db8::1")
+    assert _ask(server, None, "203.0.113.7") == ("http", "127.0.0.1")
+
+
+def test_forwarded_for_that_is_not_an_address_is_ignored(serve):
+    server, unix = serve("127.0.0.1", "unix:")
+    for junk in ("unknown", "not-an-ip", "203.0.113.7, <script>", "1.2.3.4.5"):
+        assert _ask(server, None, junk) == ("https", "127.0.0.1"), junk
+        assert _ask(server, unix, junk) == ("https", None), junk
+    assert _ask(server, None, "203.0.113.7:4711") == ("https", "203.0.113.7")
