@@ -192,7 +192,7 @@ def test_pyproject_unknown_key(tmp_path):
         (["--refork-after", "10,x"], '--refork-after must be request counts like 500,1000,2000'),
         (["--max-worker-memory", "12Q"], "--max-worker-memory must be a size in bytes like"),
         (["--memory-metric", "rss"], "--memory-metric must be one of uss|pss"),
-        (["--forwarded-allow-ips", "10.0.0.0/99"], "is not an IP network"),
+        (["--forwarded-allow-ips", "10.0.0.0/99"], "is not an address, a network"),
         (["--warmup", "health"], "--warmup must start with '/'"),
         (["--max-requests", "-1"], "--max-requests must be an integer >= 0"),
         (["--mold-idle-exit", "-1"], '--mold-idle-exit must be a number of seconds >= 0 or "off"'),

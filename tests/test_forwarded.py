@@ -169,8 +169,14 @@ def serve(request, start_server, tmp_path):
     return start
 
 
-def test_default_trusts_loopback_tcp_but_not_a_unix_peer(serve):
+def test_default_trusts_local_peers_loopback_tcp_and_unix(serve):
     server, unix = serve()
+    assert _ask(server, None, "203.0.113.7") == ("https", "203.0.113.7")
+    assert _ask(server, unix, "203.0.113.7") == ("https", "203.0.113.7")
+
+
+def test_a_list_without_unix_distrusts_unix_peers(serve):
+    server, unix = serve("127.0.0.1")
     assert _ask(server, None, "203.0.113.7") == ("https", "203.0.113.7")
     assert _ask(server, unix, "203.0.113.7") == ("http", None)
 

@@ -221,7 +221,9 @@ def trusted_proxy(value: Any, where: str) -> str:
     try:
         parse_proxy(text)
     except ValueError:
-        raise ConfigError(f"{where}: {got(text)} is not an IP network like 10.0.0.0/8") from None
+        raise ConfigError(
+            f"{where}: {got(text)} is not an address, a network like 10.0.0.0/8, 'unix:' or '*'"
+        ) from None
     return text
 
 

@@ -89,7 +89,7 @@ class Config:
         restart_only=True,
     )
     forwarded_allow_ips: list[str] = setting(
-        ["127.0.0.1", "::1"],
+        ["127.0.0.1", "::1", "unix:"],
         "--forwarded-allow-ips",
         coerce=c.list_of(c.trusted_proxy),
         metavar="IPS",

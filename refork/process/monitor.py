@@ -62,6 +62,9 @@ class Monitor:
     def start(self) -> None:
         config = self.config
         set_title(f"{config.proc_name}: monitor")
+        # First: a control socket location that is unsafe refuses the start before anything is
+        # bound, written or run.
+        self.control = ControlServer.open(config, self)
         if config.pidfile:
             write_pidfile(config.pidfile)
         self._run_hook("on_starting", config)
@@ -82,7 +85,6 @@ class Monitor:
         signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
         for sig in MONITOR_SIGNALS:
             signal.signal(sig, self._on_signal)
-        self.control = ControlServer.open(config, self)
         for sock in listeners:
             log.info("listening on %s", describe(sock))
         log.info(
@@ -368,6 +370,9 @@ def run(config: Config, reread: Callable[[], Config] | None = None) -> int:
     try:
         monitor.start()
     except BaseException:
+        control = getattr(monitor, "control", None)  # not there if it was the control socket that failed
+        if control is not None:
+            control.close()
         if config.pidfile:
             remove_pidfile(config.pidfile)  # only if it was ours
         raise
