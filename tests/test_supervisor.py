@@ -278,6 +278,17 @@ def test_new_mold_that_fails_on_reload_keeps_the_current_generation():
     assert sends(actions, messages.Stop) == [] and of(actions, ForkMold) == []
 
 
+def test_a_reload_right_after_a_failed_one_starts_at_once():
+    """The failed mold still exiting does not count as "a new mold is already starting"."""
+    sim = Sim()
+    sim.up()
+    new = sim.fork_mold(reload(sim))
+    sim.handle(messages.MoldFailed(new, "RuntimeError: broken deploy", False))
+    assert sim.sup.roster.pending_mold() is None
+    actions = reload(sim)
+    assert len(of(actions, ForkMold)) == 1 and "reload ignored" not in logged(actions)
+
+
 def test_new_mold_that_hangs_is_killed_after_spawn_timeout_plus_60s():
     sim = Sim(spawn_timeout=10.0)
     mold, workers = sim.up()

@@ -528,7 +528,10 @@ class Supervisor:
             self._begin_stop("fast")
             return
         pending = self.roster.pending_mold()
-        source = self.roster.get(pending.promoted_from) if pending and pending.pid == mold.pid else None
+        if pending is None or pending.pid != mold.pid:
+            return
+        self.roster.clear_pending_mold()  # it is done for, even before it exits: a reload may start
+        source = self.roster.get(pending.promoted_from)
         if source is not None:
             source.fork_unsafe = "its promoted mold refused to start (see the log)"
             self._log(
