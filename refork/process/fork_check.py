@@ -207,8 +207,8 @@ def running_threads(tracer: LoadTracer | None = None) -> list[Hazard]:
 
 
 ADVICE = (
-    "close connections once the app is loaded (the warmup hook) and reopen them in post_fork; "
-    "start threads in the worker (post_fork); see docs/fork-safety.md"
+    "make such a client per worker (refork.per_process(lambda: connect(...))) or close it in a "
+    "@refork.before_fork function; start threads in a @refork.after_fork function; see docs/fork-safety.md"
 )
 
 
