@@ -74,10 +74,11 @@ class Active:
         return alive
 
     def run(self, step: str) -> None:
-        """Run `step` ("before_fork", "after_fork", "before_promotion") of every active integration."""
+        """Run `step` (before_fork, after_fork, before_promotion, after_promotion) of each integration."""
         for integration in self.integrations:
+            action = getattr(integration, step) or integration.after_fork
             try:
-                getattr(integration, step)(self.objects(integration.name))
+                action(self.objects(integration.name))
             except Exception:
                 log.exception("fork integrations: %s %s failed", integration.name, step.replace("_", " "))
 
@@ -133,6 +134,11 @@ def before_fork() -> None:
 
 def after_fork() -> None:
     _active.run("after_fork")
+
+
+def after_promotion() -> None:
+    """In a promoted mold: forget the worker's pooled connections, start nothing."""
+    _active.run("after_promotion")
 
 
 def before_promotion() -> None:
