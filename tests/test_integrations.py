@@ -18,6 +18,9 @@ import pytest
 from refork import integrations
 from tests.fake_redis import FakeRedis
 
+# forks while a test server thread runs: Python 3.12+ warns, on purpose here
+pytestmark = pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+
 
 @pytest.fixture(autouse=True)
 def fresh_integrations():

@@ -9,6 +9,9 @@ import pytest
 import refork
 from refork import lifecycle
 
+# forks while a test server thread runs: Python 3.12+ warns, on purpose here
+pytestmark = pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+
 
 @pytest.fixture(autouse=True)
 def clean_registry():
