@@ -69,8 +69,12 @@ def test_decorators_run_in_the_mold_the_workers_and_before_a_promotion(start_ser
     assert seen("before_promotion") <= workers
 
 
+def two_workers_answers(server):
+    return server.wait_for(lambda: len(seen := by_worker(server)) == 2 and seen, what="both workers")
+
+
 def two_workers(server):
-    return server.wait_for(lambda: len(seen := by_worker(server)) == 2 and seen, what="both").values()
+    return two_workers_answers(server).values()
 
 
 def test_per_process_objects_are_rebuilt_in_each_worker(start_server):
@@ -110,3 +114,18 @@ def test_fork_safety_off_leaves_descriptors_alone(start_server, tmp_path):
     env = {"REFORK_TEST_FILES": str(tmp_path)}
     server = start_server("--fork-safety", "off", app=APP, workers=1, env=env)
     assert json.loads(server.get("/")[1])["shared"] == str(tmp_path / "shared.txt")
+
+
+def test_after_a_refork_each_worker_still_has_its_own_redis_connection(start_server, fake_redis):
+    server = start_server(app=APP, workers=2, env={"REFORK_TEST_REDIS": str(fake_redis.port)})
+    before = {answer["redis"] for answer in two_workers(server)}
+    assert server.request("refork")["ok"] is True
+    server.wait_for(
+        lambda: {w["generation"] for w in server.workers(state=None)} == {1} and len(server.workers()) == 2,
+        timeout=30,
+        what="gen 1 everywhere",
+    )
+    after = {pid: answer["redis"] for pid, answer in two_workers_answers(server).items()}
+    assert len(set(after.values())) == 2  # one connection per worker
+    assert not set(after.values()) & before  # none inherited from the worker that became the mold
+    assert "fork safety: the promoted mold holds" not in server.log()  # closed before the promotion
