@@ -433,3 +433,16 @@ def test_bare_psycopg_connections_made_at_load_are_closed_in_the_mold(fake_postg
     wait_until(lambda: fake_postgres.open == 0, "the server saw both end")
     assert caplog.text.count("closed a psycopg connection") == 1
     assert caplog.text.count("closed a psycopg2 connection") == 1
+
+
+def test_a_grpc_channel_alive_at_fork_is_named(caplog):
+    import grpc
+
+    channel = grpc.insecure_channel("127.0.0.1:1")
+    try:
+        with caplog.at_level(logging.WARNING, logger="refork"):
+            integrations.activate(["grpc"])
+        assert "fork integrations: a gRPC channel" in caplog.text
+        assert "exists at fork" in caplog.text and "per_process" in caplog.text
+    finally:
+        channel.close()
