@@ -22,19 +22,13 @@ def check_config(config: Config) -> int:
     With --fork-safety strict a connection or thread left open is an error (exit 2): the guard
     a CI job runs so that nobody adds a load-time connection unnoticed.
     """
-    from refork.loading import load_app, prepare_import_path, resolve_interface
+    from refork.loading import change_directory
     from refork.logs import setup_logging
-    from refork.process import fork_check
-    from refork.warmup import run_warmup
+    from refork.process.mold import load_checked
 
     setup_logging(config)
-    with fork_check.tracing(config.fork_safety) as tracer:
-        prepare_import_path(config.chdir, config.pythonpath)
-        app = load_app(config.app)
-        interface = resolve_interface(app, config.interface)
-        run_warmup(app, interface, config)
-    hazards = fork_check.inspect(tracer=tracer) if tracer is not None else []
-    fork_check.judge(hazards, config.fork_safety, "the loaded app")
+    change_directory(config.chdir)
+    _, interface, hazards = load_checked(config, set(), "the loaded app")
     note = f"; fork safety: {len(hazards)} warning(s) above" if hazards else ""
     print(f"config ok: {config.app} ({interface}){note}")
     return 0

@@ -21,13 +21,18 @@ _FIX = "check APP and --chdir/--pythonpath"
 AppInterface = Literal["wsgi", "asgi"]  # what an app speaks, once "auto" is resolved
 
 
-def prepare_import_path(chdir: str | None, pythonpath: list[str]) -> None:
-    """chdir, then put the working directory first on sys.path (like gunicorn), then pythonpath."""
+def change_directory(chdir: str | None) -> None:
+    """--chdir, with one readable line when it cannot be done."""
     if chdir:
         try:
             os.chdir(chdir)
         except OSError as e:
             raise ConfigError(f"--chdir {chdir}: {e.strerror}") from None
+
+
+def prepare_import_path(chdir: str | None, pythonpath: list[str]) -> None:
+    """chdir, then put the working directory first on sys.path (like gunicorn), then pythonpath."""
+    change_directory(chdir)
     paths = [os.getcwd()] + [os.path.abspath(p) for p in pythonpath]
     for p in paths:
         while p in sys.path:

@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any
 
 from refork import fork_safety, integrations, lifecycle
+from refork.config import Config
 from refork.errors import ConfigError
 from refork.memory.heap import disable_gc_early, prepare_heap_for_fork
 from refork.process import descriptors, fork_check, messages
@@ -38,18 +39,7 @@ def boot_mold(ctx: ProcessContext, generation: int) -> int:
     if mode != "off":  # what the monitor left open here is refork's, not the app's: quietly
         descriptors.make_harmless(_own_fds(ctx, cmd), "the mold", logging.DEBUG)
     try:
-        for variable in integrations.prepare_environment(ctx.config.fork_integrations):
-            log.info("fork integrations: set %s before importing the app", variable)
-        with fork_check.tracing(mode) as tracer:
-            app, interface = _load(ctx)
-            from refork.warmup import run_warmup
-
-            run_warmup(app, interface, ctx.config)
-        integrations.activate(ctx.config.fork_integrations)
-        integrations.before_fork()  # what the app opened at load, closed before the check sees it
-        if tracer is not None:
-            hazards = fork_check.inspect(_own_fds(ctx, cmd), tracer)
-            fork_check.judge(hazards, mode, f"the mold (gen {generation})")
+        app, interface, _ = load_checked(ctx.config, _own_fds(ctx, cmd), f"the mold (gen {generation})")
     except ConfigError as e:
         ctx.tell(messages.MoldFailed(os.getpid(), str(e), config_error=True))
         return 2
@@ -89,12 +79,33 @@ def _own_fds(ctx: ProcessContext, cmd: socket.socket) -> set[int]:
     return {cmd.fileno(), ctx.report.fileno(), *(sock.fileno() for sock in ctx.listeners)}
 
 
-def _load(ctx: ProcessContext) -> tuple[Any, str]:
+def load_checked(config: Config, own: set[int], who: str) -> tuple[Any, str, list[fork_check.Hazard]]:
+    """Import and warm the app as a mold does, then judge what a fork would still copy.
+
+    Load-time connects and thread starts are traced; the fork integrations then close what the app
+    opened at load, and what is left is judged by --fork-safety (strict raises ConfigError).
+    `refork --check-config` runs exactly this, so the CI guard and the mold cannot disagree.
+    """
+    from refork.warmup import run_warmup
+
+    for variable in integrations.prepare_environment(config.fork_integrations):
+        log.debug("fork integrations: set %s before importing the app", variable)
+    with fork_check.tracing(config.fork_safety) as tracer:
+        app, interface = _load(config)
+        run_warmup(app, interface, config)
+    integrations.activate(config.fork_integrations)
+    integrations.before_fork()  # what the app opened at load, closed before the check sees it
+    hazards = fork_check.inspect(own, tracer) if tracer is not None else []
+    fork_check.judge(hazards, config.fork_safety, who)
+    return app, interface, hazards
+
+
+def _load(config: Config) -> tuple[Any, str]:
     from refork.loading import load_app, prepare_import_path, resolve_interface
 
-    prepare_import_path(None, ctx.config.pythonpath)
-    app = load_app(ctx.config.app)
-    interface = resolve_interface(app, ctx.config.interface)
+    prepare_import_path(None, config.pythonpath)  # the monitor (or --check-config) did the chdir
+    app = load_app(config.app)
+    interface = resolve_interface(app, config.interface)
     # Import the connection loop here, once, so every worker shares it instead of importing it.
     if interface == "asgi":
         import refork.serving.aio  # noqa: F401

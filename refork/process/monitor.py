@@ -23,6 +23,7 @@ from functools import partial
 from typing import Any
 
 from refork.config import Config, ConfigError
+from refork.loading import change_directory
 from refork.memory.accounting import read_memory
 from refork.memory.allocator import loaded_allocator
 from refork.process import messages
@@ -361,11 +362,7 @@ def run(config: Config, reread: Callable[[], Config] | None = None) -> int:
         from refork.memory.allocator import reexec_with_jemalloc
 
         reexec_with_jemalloc(sys.argv)
-    if config.chdir:
-        try:
-            os.chdir(config.chdir)
-        except OSError as e:
-            raise ConfigError(f"--chdir {config.chdir}: {e.strerror}") from None
+    change_directory(config.chdir)
     monitor = Monitor(config, reread)
     try:
         monitor.start()
