@@ -149,6 +149,23 @@ def test_response_order_and_type_errors(messages, error):
             state.feed(message)
 
 
+@pytest.mark.parametrize("value", [b"a\x0bb", b"a\x7f", b"\x01", b"a\r\nX-Injected: 1", b"a\x00"])
+def test_response_header_value_with_a_control_character_is_an_app_error(value):
+    state = ResponseState(_request())
+    with pytest.raises(RuntimeError, match="head"):
+        state.feed(_start(headers=[(b"x-bad", value)]))
+
+
+@pytest.mark.parametrize("value", [b"close", b"Close", b"keep-alive, close"])
+def test_response_app_connection_close_is_honoured(value):
+    state = ResponseState(_request())
+    out = state.feed(_start(headers=[(b"connection", value), (b"content-length", b"2")]))
+    out += state.feed({"type": "http.response.body", "body": b"hi"})
+    head = out.partition(b"\r\n\r\n")[0].lower()
+    assert head.count(b"connection:") == 1 and b"\r\nconnection: close" in head
+    assert state.complete and not state.will_keep_alive
+
+
 def test_response_keep_alive_can_be_withdrawn_before_start():
     state = ResponseState(_request())
     state.keep_alive = False

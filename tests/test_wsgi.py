@@ -284,9 +284,14 @@ def test_second_start_response_without_exc_info_is_an_error():
 @pytest.mark.parametrize(
     "status,headers",
     [
-        ("200 OK", [("Connection", "close")]),
+        ("200 OK", [("Keep-Alive", "timeout=5")]),
         ("200 OK", [("Transfer-Encoding", "chunked")]),
         ("200 OK", [("X-Bad", "a\r\nInjected: 1")]),
+        ("200 OK", [("X-Bad", "a\x0bb")]),  # every CTL but HTAB is refused, not only CR/LF/NUL
+        ("200 OK", [("X-Bad", "a\x7fb")]),
+        ("200 OK", [("X-Bad", "\x01")]),
+        ("200 OK", [("X-Bad", "a\x1bb")]),
+        ("200 \x01K", []),
         ("200 OK", [("Bad Name", "x")]),
         ("200 OK", [(b"X-Bytes", "x")]),
         ("200 OK", [("X-Not-Latin1", "\u20ac")]),
@@ -504,8 +509,56 @@ def test_sendfile_over_a_socket(raw_app):
     sock.close()
 
 
-def test_hop_by_hop_header_from_app_is_500(raw_app):
-    assert requests.get(raw_app.url("/hop")).status_code == 500
+def test_header_value_with_a_tab_is_fine():
+    def app(environ, start_response):
+        start_response("200 OK", [("X-Tab", "a\tb"), ("X-Latin1", "\xe9")])
+        return [b"x"]
+
+    status, _, sink, _ = run(app)
+    assert status == 200 and b"\r\nX-Tab: a\tb\r\n" in sink.data and b"X-Latin1: \xe9\r\n" in sink.data
+
+
+@pytest.mark.parametrize("value", ["close", "Close", "keep-alive, close"])
+def test_app_connection_close_is_honoured(value):
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Connection", value)])
+        return [b"bye"]
+
+    status, _, sink, keep = run(app)
+    head = sink.data.partition(b"\r\n\r\n")[0]
+    assert status == 200 and not keep
+    assert head.count(b"Connection:") == 1 and b"\r\nConnection: close" in head
+
+
+def test_app_connection_keep_alive_is_dropped():
+    def app(environ, start_response):
+        start_response("200 OK", [("Connection", "keep-alive")])
+        return [b"x"]
+
+    status, _, sink, keep = run(app)
+    assert status == 200 and keep and b"Connection" not in sink.data
+
+
+def test_control_character_in_a_header_value_is_a_logged_500(caplog):
+    def app(environ, start_response):
+        start_response("200 OK", [("X-Bad", "a\x0bb")])
+        return [b"x"]
+
+    status, _, sink, keep = run(app)
+    assert status == 500 and not keep and b"\x0b" not in sink.data
+    assert "Error in WSGI app" in caplog.text and "control character" in caplog.text
+
+
+def test_app_connection_close_over_a_socket(raw_app):
+    """The next pipelined request is not served: the app asked to close."""
+    sock = raw_app.connect()
+    sock.sendall(b"GET /hop HTTP/1.1\r\nHost: x\r\n\r\nGET /hop HTTP/1.1\r\nHost: x\r\n\r\n")
+    reader = Reader(sock)
+    status, headers, body = reader.response()
+    # /hop sends "Connection: close": answered, then closed (issue 8: was a 500)
+    assert status == 200 and body == b"never" and headers["connection"] == "close"
+    assert reader.closed()
+    sock.close()
 
 
 def test_environ_over_unix_like_defaults(raw_app):
