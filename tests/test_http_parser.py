@@ -695,3 +695,15 @@ def test_an_endless_method_is_refused() -> None:
         for _ in range(100):
             parser.feed(b"X" * 10)
     assert info.value.status == 414
+
+
+def test_parse_error_carries_the_complete_requests_before_it() -> None:
+    """valid, invalid, valid in one read: the loop can answer the first before the 400."""
+    raw = H + b"\r\n" + P + b"Content-Length: 2\r\n\r\nhi" + b"GET / HTTP/1.1\r\nHost a\r\n\r\n" + H + b"\r\n"
+    with pytest.raises(ParseError) as info:
+        RequestParser().feed(raw)
+    assert info.value.status == 400
+    assert [type(e) for e in info.value.events] == [Request, EndOfMessage, Request, Body, EndOfMessage]
+    with pytest.raises(ParseError) as info:  # an error inside a chunked body: its Request is not included
+        RequestParser().feed(H + b"\r\n" + TE + b"\r\nzz\r\n")
+    assert [type(e) for e in info.value.events] == [Request, EndOfMessage]

@@ -209,19 +209,23 @@ class RequestParser:
         self._head_started = False
         in_head = self._in_head
         try:
-            self._p.feed_data(data)
-        except HttpParserUpgrade as exc:
-            self._feed_rest(data[exc.args[0] :])
-        except HttpParserInvalidMethodError as exc:
-            began_inside = in_head or bool(events and type(events[0]) is not Request)
-            self._unknown_method(data, began_inside, exc)
-        except HttpParserError as exc:
-            self._fail_from_llhttp(exc)
-        if in_head and self._in_head and not self._head_started:
-            # The whole chunk belonged to one unfinished head, chunk-size line or trailer section.
-            self._head_bytes += len(data)
-            if self._head_bytes > self._max_head:
-                raise self._overflow()
+            try:
+                self._p.feed_data(data)
+            except HttpParserUpgrade as exc:
+                self._feed_rest(data[exc.args[0] :])
+            except HttpParserInvalidMethodError as exc:
+                began_inside = in_head or bool(events and type(events[0]) is not Request)
+                self._unknown_method(data, began_inside, exc)
+            except HttpParserError as exc:
+                self._fail_from_llhttp(exc)
+            if in_head and self._in_head and not self._head_started:
+                # The whole chunk belonged to one unfinished head, chunk-size line or trailer section.
+                self._head_bytes += len(data)
+                if self._head_bytes > self._max_head:
+                    raise self._overflow()
+        except ParseError as exc:
+            exc.events = _complete_messages(self._events)
+            raise
         return events
 
     def _overflow(self) -> ParseError:
@@ -237,6 +241,14 @@ class RequestParser:
         if self._closed or not data:
             return []
         self._events = []
+        try:
+            self._feed_slow_rest(data)
+        except ParseError as exc:
+            exc.events = _complete_messages(self._events)
+            raise
+        return self._events
+
+    def _feed_slow_rest(self, data: bytes) -> None:
         if self._pending:
             data = self._pending + data
             self._pending = b""
@@ -244,7 +256,6 @@ class RequestParser:
             self._unknown_method(data, False, None)
         else:
             self._feed_rest(data)
-        return self._events
 
     def _set_slow(self) -> None:
         self._slow = self._error is not None or self._closed or bool(self._upgrade_body or self._pending)
@@ -598,3 +609,11 @@ def _message_start(data: bytes, completed: int, piece: int = 512) -> int | None:
     except HttpParserError:
         return None
     return at if counter.done == completed else None
+
+
+def _complete_messages(events: list[Event]) -> list[Event]:
+    """The events of the requests that completed before an error (for ParseError.events)."""
+    for i in range(len(events) - 1, -1, -1):
+        if events[i] is _EOM:
+            return events[: i + 1]
+    return []
