@@ -812,7 +812,8 @@ def test_trailers_and_absolute_form_host_in_the_scope(serve):
     proc = serve()
     sock = proc.connect()
     sock.sendall(
-        b"POST /scope HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nz\r\n0\r\nX-Trailer: t\r\n\r\n"
+        b"POST /scope HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"1\r\nz\r\n0\r\nX-Trailer: t\r\n\r\n"
         b"GET http://target.example:81/scope HTTP/1.1\r\nHost: ignored\r\n\r\n"
     )
     first = json.loads(read_response(sock)[2])

@@ -276,7 +276,7 @@ def test_tab_and_obs_text_in_values_are_fine() -> None:
 
 
 def test_has_control_char() -> None:
-    assert not has_control_char(b"text/plain; q=\"a b\"\t\x80\xff")
+    assert not has_control_char(b'text/plain; q="a b"\t\x80\xff')
     for byte in (*range(0, 9), *range(10, 32), 127):
         assert has_control_char(b"a" + bytes((byte,)))
 

@@ -614,7 +614,7 @@ def test_file_wrapper_over_a_non_file_reads_blocks_even_with_sendfile():
     assert sink.data.endswith(b"0\r\n\r\n")
 
 
-# ------------------------------------------------------------------------------ issue 8: exact bytes over a socket
+# ------------------------------------------------------------------------------ exact bytes (issue 8)
 
 CHUNKED_POST = b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -690,7 +690,8 @@ def test_forbidden_trailer_field_gets_400(validated, field):
 def test_trailers_never_reach_the_environ(validated):
     sock = validated.connect()
     sock.sendall(
-        b"POST /environ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\nX-Test: trailer\r\n\r\n"
+        b"POST /environ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"2\r\nhi\r\n0\r\nX-Test: trailer\r\n\r\n"
         b"GET /environ HTTP/1.1\r\nHost: x\r\nX-Test: header\r\n\r\n"
     )
     reader = Reader(sock)

@@ -8,37 +8,50 @@ llhttp in its default (strict) mode already rejects, and we rely on it (each is 
 Content-Length with Transfer-Encoding, duplicate Content-Length (even equal values), non-digit /
 signed / overflowing Content-Length, Transfer-Encoding whose final coding is not ``chunked``,
 bad chunk sizes and extensions, non-token header names, whitespace before the colon, CTL / NUL in
-values, obs-fold, bare CR and bare LF, unknown methods, control characters in the target.
+values, obs-fold, bare CR and bare LF, control characters in the target. Its one leniency we turn
+on is the version digits (``lenient_version``): which HTTP/1.x to serve is decided here.
 
 What llhttp accepts and this module rejects itself:
 
-- HTTP/0.9 (``GET /``), HTTP/2.0 and the ``PRI`` preface -> 505: only 1.0 and 1.1 are served.
-- ``Transfer-Encoding`` other than exactly one ``chunked`` (``gzip, chunked`` -> 501; two TE
-  fields -> 400), and any Transfer-Encoding on an HTTP/1.0 request -> 400 (RFC 9112 6.1).
+- HTTP/0.9 (``GET /``), any major version but 1 and the ``PRI`` preface -> 505. HTTP/1.2 and
+  later minors are served as 1.1 (RFC 9112 2.3).
+- ``Transfer-Encoding`` other than one ``chunked`` after empty list elements are dropped
+  (``gzip, chunked`` -> 501; two TE fields -> 400), and any Transfer-Encoding on an HTTP/1.0
+  request -> 400 (RFC 9112 6.1).
 - Missing ``Host`` on HTTP/1.1, more than one ``Host``, or one with characters outside
   RFC 3986 host[:port] (spaces, ``/``, ``@``, ``?``, ``#``, ``"``, ...) -> 400 (RFC 9112 3.2).
-- ``CONNECT`` -> 501: this is an origin server, not a proxy.
+- ``CONNECT`` -> 501: this is an origin server, not a proxy. ``*`` as the target of anything
+  but OPTIONS -> 400 (RFC 9112 3.2.4).
 - An ``Upgrade`` request with a chunked body -> 400. (With a Content-Length body we read the body
   ourselves: llhttp would treat it as the upgraded protocol, a smuggling vector.)
-- Limits: request line -> 414, header count / one field / whole head -> 431, body -> 413.
+- Limits: request line -> 414, header count / one field / whole head -> 431, body -> 413; a
+  chunk-size line -> 400 and a trailer section -> 431, counted as they arrive like a head.
+- Trailer fields RFC 9110 6.5.1 rules out (FORBIDDEN_TRAILERS) -> 400.
+
+What llhttp refuses and this module serves: any token as a method (RFC 9110 9.1). llhttp knows a
+fixed list; an unknown token is fed to a fresh llhttp as _PLACEHOLDER (a plain method: same
+framing, no CONNECT semantics) and put back on the Request. Found only on llhttp's error, so the
+common path pays nothing.
 
 Other behaviour worth knowing:
 
 - Upgrade requests (``Connection: upgrade``) are served as ordinary requests; the server ignores
   the upgrade (RFC 9110 7.8) and keeps parsing HTTP after them.
-- Chunked trailers are validated, held to the header limits (counted on their own), then dropped.
+- Chunked trailers are validated, bounded, then dropped: never in Request.headers.
 - Errors in a chunked body necessarily come after the Request event; EndOfMessage never follows,
   and loops only call the app on EndOfMessage.
 - A ``#fragment`` in the target is cut from path and query (``target`` stays raw); an
-  absolute-form target gives path and query, the Host header is left as sent.
+  absolute-form target gives path and query, and its authority replaces the Host header's value
+  (RFC 9112 3.2.2).
 - After a request that does not keep the connection alive, later bytes are ignored: the loop
   answers that request and closes.
-- An error raises at once, even when an earlier pipelined request in the same feed() was
-  complete; the connection is answered with the error status and closed.
+- An error raises at once; ParseError.events holds the requests completed before it in the same
+  feed(), for a loop to answer first.
 - A limit of 0 means unlimited.
 - Known leniencies left as llhttp has them: several spaces between request-line parts, and an
   ``RTSP/1.0`` / ``ICE/1.0`` protocol name (llhttp does not expose which one it saw; the request
   is framed exactly as HTTP/1.0). Both are pinned by a test so an llhttp upgrade is noticed.
+  Whitespace around ``;``/``=`` in chunk extensions stays refused (llhttp de-chunks the body).
 """
 
 from __future__ import annotations
@@ -46,9 +59,11 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from httptools import HttpParserError, HttpParserInvalidMethodError, HttpParserUpgrade, HttpRequestParser
+from httptools import HttpParserError, HttpParserInvalidMethodError, HttpParserUpgrade
 
 from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
+from refork.http.llhttp import llhttp as _llhttp
+from refork.http.llhttp import message_start as _message_start
 
 __all__ = ["Limits", "RequestParser", "ParseError"]
 
@@ -106,13 +121,6 @@ _LLHTTP_STATUS = {
     "Invalid HTTP version": 505,
     "Pause on PRI/Upgrade": 505,
 }
-
-
-def _llhttp(callbacks: object) -> HttpRequestParser:
-    """A strict llhttp parser, except for the version digits: HTTP/1.x is ours to judge."""
-    p = HttpRequestParser(callbacks)
-    p.set_dangerous_leniencies(lenient_version=True)
-    return p
 
 
 @dataclass(frozen=True, slots=True)
@@ -563,52 +571,6 @@ class RequestParser:
         self._request = None
         if not self._keep_alive:
             self._closed = self._slow = True
-
-
-class _Counter:
-    """llhttp callbacks that only count completed messages (see _message_start)."""
-
-    __slots__ = ("done",)
-
-    def __init__(self) -> None:
-        self.done = 0
-
-    def on_message_complete(self) -> None:
-        self.done += 1
-
-
-def _message_start(data: bytes, completed: int, piece: int = 512) -> int | None:
-    """Offset in `data` (which starts at a message boundary) where the message after the first
-    `completed` ones begins; None if the bytes do not replay that way.
-
-    Pieces first, then byte by byte through the one piece where the count is reached, so the
-    cost stays linear in len(data).
-    """
-    if not completed:
-        return 0
-    counter = _Counter()
-    p = _llhttp(counter)
-    at = 0
-    try:
-        while at < len(data):
-            p.feed_data(data[at : at + piece])
-            if counter.done >= completed:
-                break
-            at += piece
-    except HttpParserError:
-        pass
-    if counter.done < completed:
-        return None
-    counter = _Counter()
-    p = _llhttp(counter)
-    try:
-        p.feed_data(data[:at])
-        while counter.done < completed and at < len(data):
-            p.feed_data(data[at : at + 1])
-            at += 1
-    except HttpParserError:
-        return None
-    return at if counter.done == completed else None
 
 
 def _complete_messages(events: list[Event]) -> list[Event]:
