@@ -793,8 +793,9 @@ def test_unknown_method_and_http12_over_a_socket(rfc_app):
 @pytest.mark.xfail(
     strict=True,
     reason="serving/aio.py parse_failed() waits for the running cycle, whose app waits for a body "
-    "that can never complete; it should call reading.client_gone() first (owner: the aio loop). "
-    "The parser side holds: reading stops at the limit, memory stays bounded",
+    "that can never complete, so the 431 is never sent (owner: the aio loop; telling the cycle "
+    "client_gone() alone closes without the answer). The parser side holds: reading stops at "
+    "the limit, memory stays bounded",
 )
 def test_endless_trailer_gets_431_over_a_socket(serve):
     from test_wsgi import _send_until_refused

@@ -302,12 +302,14 @@ class RequestParser:
         replayed from a boundary and the request is refused (400, as llhttp would).
         """
         if exc is not None:
-            if began_inside or self._error is not None:
-                self._fail_from_llhttp(exc)
+            if began_inside or self._error is not None or self._closed:
+                self._fail_from_llhttp(exc)  # raises, or (after a closing request) ignores
+                return
             completed = sum(1 for e in self._events[done:] if e is _EOM)
             start = _message_start(data, completed)
             if start is None:
                 self._fail_from_llhttp(exc)
+                return
             data = data[start:].lstrip(b"\r\n")
         space = data.find(b" ", 0, self._max_line)
         method = data[:space] if space >= 0 else data
