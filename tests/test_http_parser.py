@@ -707,3 +707,22 @@ def test_parse_error_carries_the_complete_requests_before_it() -> None:
     with pytest.raises(ParseError) as info:  # an error inside a chunked body: its Request is not included
         RequestParser().feed(H + b"\r\n" + TE + b"\r\nzz\r\n")
     assert [type(e) for e in info.value.events] == [Request, EndOfMessage]
+
+
+def test_message_start_finds_every_boundary() -> None:
+    """The replay that locates a request with an unknown method, against the known boundaries."""
+    from refork.http.llhttp import message_start
+
+    messages = [
+        H + b"\r\n",
+        P + b"Content-Length: 700\r\n\r\n" + b"b" * 700,
+        TE + b"\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n",
+        b"GET /" + b"p" * 1500 + b" HTTP/1.1\r\nHost: a\r\n\r\n",
+        H + b"\r\n",
+    ]
+    data = b"".join(messages) + b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n"
+    ends = [sum(len(m) for m in messages[: i + 1]) for i in range(len(messages))]
+    assert message_start(data, 0) == 0
+    for completed, end in enumerate(ends, start=1):
+        assert message_start(data, completed) == end
+    assert message_start(data, len(messages) + 1) is None

@@ -223,7 +223,7 @@ class RequestParser:
                 self._feed_rest(data[exc.args[0] :])
             except HttpParserInvalidMethodError as exc:
                 began_inside = in_head or bool(events and type(events[0]) is not Request)
-                self._unknown_method(data, began_inside, exc)
+                self._feed_rest(self._unknown_method(data, began_inside, exc), _PLACEHOLDER)
             except HttpParserError as exc:
                 self._fail_from_llhttp(exc)
             if in_head and self._in_head and not self._head_started:
@@ -261,18 +261,20 @@ class RequestParser:
             data = self._pending + data
             self._pending = b""
             self._set_slow()
-            self._unknown_method(data, False, None)
+            self._feed_rest(self._unknown_method(data, False, None), _PLACEHOLDER)
         else:
             self._feed_rest(data)
 
     def _set_slow(self) -> None:
         self._slow = self._error is not None or self._closed or bool(self._upgrade_body or self._pending)
 
-    def _feed_rest(self, data: bytes) -> None:
+    def _feed_rest(self, data: bytes | memoryview, prefix: bytes = b"") -> None:
         """Parse on from a message boundary (after an upgrade request's head, or an unknown method).
 
-        An upgrade request's body, if any, is read here; then more HTTP.
+        An upgrade request's body, if any, is read here; then more HTTP. `data` is walked as a
+        memoryview: slicing it copies nothing, however many requests it holds.
         """
+        data = memoryview(data)  # `prefix`: what llhttp was fed of the current message before it
         while data and not self._closed:
             if self._upgrade_body:
                 data = self._feed_upgrade_body(data, self._events)
@@ -283,49 +285,67 @@ class RequestParser:
             except HttpParserUpgrade as exc:
                 # llhttp stops after an upgrade request's head; we ignore the upgrade and go on.
                 data = data[exc.args[0] :]
+                prefix = b""
                 continue
             except HttpParserInvalidMethodError as exc:
-                self._unknown_method(data, False, exc, done)
+                data = self._unknown_method(data, False, exc, done, prefix)
+                prefix = _PLACEHOLDER
+                continue
             except HttpParserError as exc:
                 self._fail_from_llhttp(exc)
             return
 
     def _unknown_method(
-        self, data: bytes, began_inside: bool, exc: HttpParserError | None, done: int = 0
-    ) -> None:
+        self,
+        data: bytes | memoryview,
+        began_inside: bool,
+        exc: HttpParserError | None,
+        done: int = 0,
+        prefix: bytes = b"",
+    ) -> memoryview:
         """llhttp knows a fixed list of methods; RFC 9110 9.1 allows any token.
 
         Find where the refused request starts in `data` (replaying the bytes before it through a
         scratch parser: llhttp does not tell offsets), then feed it on to a fresh parser with the
-        method replaced by _PLACEHOLDER; on_headers_complete puts the real one back. The framing
-        is llhttp's, unchanged. `began_inside`: the bytes began inside a message, so they cannot be
-        replayed from a boundary and the request is refused (400, as llhttp would).
+        method replaced by _PLACEHOLDER; the rest is returned for _feed_rest to feed (a loop, not
+        recursion, however many such requests are pipelined). on_headers_complete puts the real
+        method back. The framing is llhttp's, unchanged. `began_inside`: the bytes began inside a
+        message, so they cannot be replayed from a boundary and the request is refused (400, as
+        llhttp would).
         """
+        view = memoryview(data)
         if exc is not None:
             if began_inside or self._error is not None or self._closed:
                 self._fail_from_llhttp(exc)  # raises, or (after a closing request) ignores
-                return
+                return view[:0]
             completed = sum(1 for e in self._events[done:] if e is _EOM)
-            start = _message_start(data, completed)
+            start = _message_start(view, completed, prefix)
             if start is None:
                 self._fail_from_llhttp(exc)
-                return
-            data = data[start:].lstrip(b"\r\n")
-        space = data.find(b" ", 0, self._max_line)
-        method = data[:space] if space >= 0 else data
+                return view[:0]
+            while view[start] in b"\r\n":  # empty lines before a request line (RFC 9112 2.2)
+                start += 1
+            view = view[start:]
+        head = bytes(view[:64])  # a method is short; look further only when it is not
+        space = head.find(b" ")
+        if space < 0 and len(view) > 64:
+            head = bytes(view[: self._max_line])
+            space = head.find(b" ")
+        method = head[:space] if space >= 0 else head
         if method.translate(None, _TCHAR) or space == 0:
             raise self._fail(400, "Invalid method encountered")
         if space < 0:
-            if len(data) >= self._max_line:
+            if len(view) >= self._max_line:
                 raise self._fail(414, "request line too long")
-            self._pending = bytes(data)  # the method is still arriving
+            self._pending = bytes(view)  # the method is still arriving
             self._slow = self._in_message = True
-            return
+            return view[:0]
         self._p = _llhttp(self)
         self._method = method.decode("ascii")
-        self._feed_rest(_PLACEHOLDER + data[space:])
+        self._p.feed_data(_PLACEHOLDER)  # a fresh parser: begins a message, cannot fail
+        return view[space:]
 
-    def _feed_upgrade_body(self, data: bytes, events: list[Event]) -> bytes:
+    def _feed_upgrade_body(self, data: memoryview, events: list[Event]) -> memoryview:
         """Hand out the Content-Length body of an upgrade request llhttp did not read."""
         n = self._upgrade_body
         chunk = data[:n]
