@@ -726,3 +726,14 @@ def test_message_start_finds_every_boundary() -> None:
     for completed, end in enumerate(ends, start=1):
         assert message_start(data, completed) == end
     assert message_start(data, len(messages) + 1) is None
+
+
+def test_thousands_of_pipelined_unknown_methods_in_one_feed() -> None:
+    """One read full of them: re-fed in a loop (no recursion limit), every one framed right."""
+    one = b"X-SYNC /%d HTTP/1.1\r\nHost: a\r\n\r\n"
+    data = b"".join(one % i for i in range(3000)) + P + b"Content-Length: 1\r\n\r\nz"
+    events = RequestParser().feed(data)
+    requests = [e for e in events if isinstance(e, Request)]
+    assert len(requests) == 3001 and sum(1 for e in events if e == EOM) == 3001
+    assert [r.method for r in requests[:3]] == ["X-SYNC"] * 3 and requests[-1].method == "POST"
+    assert [r.path for r in requests[:3]] == [b"/0", b"/1", b"/2"] and events[-2] == Body(b"z")
