@@ -207,6 +207,20 @@ VALID = [
             EOM,
         ],
     ),
+    (
+        "absolute-form-http10-without-host",
+        b"GET http://t.example/p HTTP/1.0\r\n\r\n",
+        [
+            req(
+                target=b"http://t.example/p",
+                path=b"/p",
+                http_version="1.0",
+                keep_alive=False,
+                headers=[(b"host", b"t.example")],
+            ),
+            EOM,
+        ],
+    ),  # fmt: skip
     ("http12-as-11", b"GET / HTTP/1.2\r\nHost: a\r\n\r\n", [req()] + [EOM]),
     ("http19-as-11", b"GET / HTTP/1.9\r\nHost: a\r\n\r\n", [req(), EOM]),
     ("unknown-method", b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n", [req(method="X-SYNC"), EOM]),

@@ -323,7 +323,7 @@ class RequestParser:
             if start is None:
                 self._fail_from_llhttp(exc)
                 return view[:0]
-            while view[start] in b"\r\n":  # empty lines before a request line (RFC 9112 2.2)
+            while start < len(view) and view[start] in b"\r\n":  # empty lines first (RFC 9112 2.2)
                 start += 1
             view = view[start:]
         head = bytes(view[:64])  # a method is short; look further only when it is not
@@ -557,8 +557,10 @@ class RequestParser:
         target = rest[end:]
         if not target.startswith(b"/"):
             target = b"/" + target
-        headers = [(n, authority) if n == _HOST else (n, v) for n, v in headers]
-        return target, headers
+        replaced = [(n, authority) if n == _HOST else (n, v) for n, v in headers]
+        if not any(n == _HOST for n, _ in headers):
+            replaced.append((_HOST, authority))  # HTTP/1.0 without Host: the target names it
+        return target, replaced
 
     def _chunk_section(self, chunk_line: bool) -> None:
         """Start counting a chunk-size line (True) or a possible trailer section (False) in
