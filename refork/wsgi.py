@@ -19,16 +19,17 @@ from refork.config import Config
 from refork.http.body import EMPTY_INPUT, InputStream
 from refork.http.events import Request
 from refork.http.forwarded import TrustedProxies, resolve_forwarded
-from refork.http.response import ResponseFramer, simple_response
+from refork.http.response import ResponseFramer, has_control_char, simple_response
 
 log = logging.getLogger("refork")
 
 Send = Callable[[bytes], None]
 SendFile = Callable[[int, int, "int | None"], int]  # (fd, offset, count or None = to EOF) -> sent
 
+# Refused from an app (PEP 3333). "Connection" is not among them: the framer drops it and honours
+# "close" by closing after the response, which is what an app sending it wants.
 HOP_BY_HOP = frozenset(
     {
-        "connection",
         "keep-alive",
         "proxy-authenticate",
         "proxy-authorization",
@@ -264,7 +265,7 @@ def _check_status(status: Any) -> tuple[int, bytes]:
     if len(status) < 4 or not code.isdigit() or not code.isascii() or status[3] != " " or code[0] == "0":
         raise ValueError(f"WSGI status must look like '200 OK', got {status!r}")
     reason = status[4:].strip().encode("latin-1")
-    if b"\r" in reason or b"\n" in reason or b"\0" in reason:
+    if has_control_char(reason):
         raise ValueError(f"WSGI status contains a control character: {status!r}")
     hit = (int(code), reason)
     if len(_STATUS_CACHE) < 256:
@@ -288,7 +289,7 @@ def _check_header(item: Any) -> tuple[tuple[bytes, bytes], bool]:
     if lower in HOP_BY_HOP:
         raise ValueError(f"hop-by-hop header {name!r} is not allowed from a WSGI app (PEP 3333)")
     raw = value.encode("latin-1")
-    if b"\n" in raw or b"\r" in raw or b"\0" in raw:
+    if has_control_char(raw):  # CR/LF would split the response; other CTLs are invalid too
         raise ValueError(f"WSGI header {name!r} has a control character in its value")
     hit = ((raw_name, raw), lower == "content-length")
     if len(_HEADER_CACHE) < 4096:  # most apps repeat the same few pairs on every response

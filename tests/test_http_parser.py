@@ -77,6 +77,24 @@ INVALID = [
     ("trailer-bad-name", TE + b"\r\n0\r\nX T: 1\r\n\r\n", 400),
     ("trailer-nul", TE + b"\r\n0\r\nX-T: 1\x00\r\n\r\n", 400),
     ("trailer-obs-fold", TE + b"\r\n0\r\nX-T: 1\r\n b\r\n\r\n", 400),
+    *(
+        (f"trailer-forbidden-{n}", TE + b"\r\n0\r\n" + n.encode() + b": 1\r\n\r\n", 400)
+        for n in (
+            "Host",
+            "Content-Length",
+            "Transfer-Encoding",
+            "Authorization",
+            "Content-Type",
+            "Trailer",
+            "Range",
+            "If-Match",
+            "Cache-Control",
+            "Connection",
+            "Cookie",
+            "Location",
+            "Content-Encoding",
+        )
+    ),  # fmt: skip
     # Header syntax.
     ("obs-fold-space", H + b"X-A: a\r\n b\r\n\r\n", 400),
     ("obs-fold-tab", H + b"X-A: a\r\n\tb\r\n\r\n", 400),
@@ -102,7 +120,6 @@ INVALID = [
     ("host-with-at", b"GET / HTTP/1.1\r\nHost: user@a\r\n\r\n", 400),
     ("host-with-quote", b'GET / HTTP/1.1\r\nHost: a"b\r\n\r\n', 400),
     ("two-hosts-http10", b"GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n", 400),
-    ("http12", b"GET / HTTP/1.2\r\nHost: a\r\n\r\n", 505),
     ("http20", b"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505),
     ("http09-versioned", b"GET / HTTP/0.9\r\nHost: a\r\n\r\n", 505),
     ("http09-simple", b"GET /\r\n\r\n", 505),
@@ -110,8 +127,14 @@ INVALID = [
     ("h2-preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505),
     ("lowercase-version", b"GET / http/1.1\r\nHost: a\r\n\r\n", 400),
     ("version-trailing-space", b"GET / HTTP/1.1 \r\nHost: a\r\n\r\n", 400),
-    ("unknown-method", b"FOO / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
-    ("lowercase-method", b"get / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    ("method-not-token", b"GE(T / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    ("http1-two-digit-minor", b"GET / HTTP/1.10\r\nHost: a\r\n\r\n", 400),
+    ("asterisk-get", b"GET * HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    ("asterisk-unknown-method", b"FOO * HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    ("absolute-form-userinfo", b"GET http://u@a/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    ("absolute-form-no-authority", b"GET http:///p HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    ("absolute-form-other-scheme", b"GET ftp://a/p HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    ("te-empty-elements-only", P + b"Transfer-Encoding: ,\r\n\r\n0\r\n\r\n", 400),
     ("tls-handshake", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400),
     ("space-in-target", b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
     ("ctl-in-target", b"GET /a\x01b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
@@ -171,6 +194,74 @@ VALID = [
         "absolute-form",
         b"GET http://x.com/p?q HTTP/1.1\r\nHost: x.com\r\n\r\n",
         [req(target=b"http://x.com/p?q", path=b"/p", query=b"q", headers=[(b"host", b"x.com")]), EOM],
+    ),
+    (  # RFC 9112 3.2.2: the target's authority wins over the Host field
+        "absolute-form-host-from-target",
+        b"GET https://t.example:8443/p#f HTTP/1.1\r\nHost: other\r\nX: 1\r\n\r\n",
+        [
+            req(
+                target=b"https://t.example:8443/p#f",
+                path=b"/p",
+                headers=[(b"host", b"t.example:8443"), (b"x", b"1")],
+            ),
+            EOM,
+        ],
+    ),
+    (
+        "absolute-form-http10-without-host",
+        b"GET http://t.example/p HTTP/1.0\r\n\r\n",
+        [
+            req(
+                target=b"http://t.example/p",
+                path=b"/p",
+                http_version="1.0",
+                keep_alive=False,
+                headers=[(b"host", b"t.example")],
+            ),
+            EOM,
+        ],
+    ),  # fmt: skip
+    ("http12-as-11", b"GET / HTTP/1.2\r\nHost: a\r\n\r\n", [req()] + [EOM]),
+    ("http19-as-11", b"GET / HTTP/1.9\r\nHost: a\r\n\r\n", [req(), EOM]),
+    ("unknown-method", b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n", [req(method="X-SYNC"), EOM]),
+    (
+        "lowercase-method",
+        b"get /?g HTTP/1.1\r\nHost: a\r\n\r\n",
+        [req(method="get", target=b"/?g", query=b"g"), EOM],
+    ),
+    ("purge", b"PURGE / HTTP/1.1\r\nHost: a\r\n\r\n", [req(method="PURGE"), EOM]),
+    (
+        "unknown-method-with-body",
+        b"XBREW /pot HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc",
+        [
+            req(
+                method="XBREW",
+                target=b"/pot",
+                path=b"/pot",
+                headers=[(b"host", b"a"), (b"content-length", b"3")],
+                content_length=3,
+            ),
+            Body(b"abc"),
+            EOM,
+        ],
+    ),
+    (
+        "te-empty-list-elements",
+        P + b"Transfer-Encoding: , chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+        [
+            req(method="POST", headers=[(b"host", b"a"), (b"transfer-encoding", b", chunked")], chunked=True),
+            Body(b"hi"),
+            EOM,
+        ],
+    ),
+    (  # trailers are dropped: never in Request.headers
+        "trailers-not-merged",
+        TE + b"\r\n2\r\nhi\r\n0\r\nX-Trailer: t\r\nX-Other: u\r\n\r\n",
+        [
+            req(method="POST", headers=[(b"host", b"a"), (b"transfer-encoding", b"chunked")], chunked=True),
+            Body(b"hi"),
+            EOM,
+        ],
     ),
     (
         "absolute-form-no-path",
@@ -497,3 +588,166 @@ def test_known_llhttp_leniencies_are_pinned() -> None:
     assert request.path == b"/x"
     events = parse(b"POST / RTSP/1.0\r\nContent-Length: 2\r\n\r\nab")
     assert events[0].http_version == "1.0" and events[1:] == [Body(b"ab"), EOM]
+
+
+# --- bounded chunked framing (issue 8) ------------------------------------------------------
+
+
+def test_endless_trailer_value_is_refused_while_it_arrives() -> None:
+    """An endless trailer is counted as it arrives (llhttp/httptools would buffer it whole)."""
+    parser = RequestParser()
+    parser.feed(TE + b"\r\n0\r\nX-T: ")
+    sent = 0
+    with pytest.raises(ParseError) as info:
+        while sent < 20_000_000:
+            parser.feed(b"A" * 65536)
+            sent += 65536
+    assert info.value.status == 431
+    assert sent < 2 * Limits().max_request_line + 100 * (Limits().max_header_size + 4)
+
+
+def test_endless_trailer_section_of_small_fields_is_refused() -> None:
+    parser = RequestParser(Limits(max_header_count=1000))
+    parser.feed(TE + b"\r\n0\r\n")
+    with pytest.raises(ParseError) as info:
+        for i in range(10_000):
+            parser.feed(b"T%d: v\r\n" % i)
+    assert info.value.status == 431
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "bytewise"])
+def test_endless_chunk_extension_is_refused(split: bool) -> None:
+    parser = RequestParser()
+    parser.feed(TE + b"\r\n5;e=")
+    with pytest.raises(ParseError) as info:
+        for _ in range(1000):
+            if split:
+                for _ in range(100):
+                    parser.feed(b"A")
+            else:
+                parser.feed(b"A" * 1000)
+    assert info.value.status == 400
+    assert "chunk" in info.value.reason
+
+
+def test_long_but_bounded_chunk_extensions_and_trailers_pass() -> None:
+    ext = b";e=" + b"A" * 8000
+    raw = TE + b"\r\n5" + ext + b"\r\nhello\r\n3" + ext + b"\r\nabc\r\n0" + ext + b"\r\nX-T: " + b"t" * 8000
+    raw += b"\r\n\r\n" + H + b"\r\n"
+    for split in (False, True):
+        events = parse(raw, split=split)
+        assert [type(e) for e in events] == [Request, Body, EndOfMessage, Request, EndOfMessage]
+        assert events[1] == Body(b"helloabc")
+        assert events[3].headers == [(b"host", b"a")]
+
+
+def test_chunked_bodies_bigger_than_the_head_limit_are_not_counted_as_heads() -> None:
+    limits = Limits(max_request_line=100, max_header_count=2, max_header_size=100)
+    parser = RequestParser(limits)
+    assert [type(e) for e in parser.feed(TE + b"\r\n")] == [Request]
+    for _ in range(100):
+        assert parser.feed(b"400\r\n" + b"x" * 1024 + b"\r\n") == [Body(b"x" * 1024)]
+    assert parser.feed(b"0\r\n\r\n") == [EOM]
+
+
+# --- methods ----------------------------------------------------------------------------------
+
+
+def test_unknown_methods_pipelined_after_other_requests() -> None:
+    raw = (
+        H + b"\r\n"
+        + P + b"Content-Length: 5\r\n\r\nX-SYN"
+        + b"X-SYNC /1 HTTP/1.1\r\nHost: a\r\n\r\n"
+        + TE + b"\r\n1\r\nz\r\n0\r\n\r\n"
+        + b"PURGEX /2 HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nq"
+        + b"\r\nM-SEARCH /3 HTTP/1.1\r\nHost: a\r\n\r\n"
+        + b"UNBIND /4 HTTP/1.1\r\nHost: a\r\n\r\n"
+    )  # fmt: skip
+    events = parse(raw)
+    assert [(e.method, e.path) for e in events if isinstance(e, Request)] == [
+        ("GET", b"/"),
+        ("POST", b"/"),
+        ("X-SYNC", b"/1"),
+        ("POST", b"/"),
+        ("PURGEX", b"/2"),
+        ("M-SEARCH", b"/3"),
+        ("UNBIND", b"/4"),
+    ]
+    assert [e.data for e in events if isinstance(e, Body)] == [b"X-SYN", b"z", b"q"]
+    assert sum(1 for e in events if e == EOM) == 7
+
+
+def test_unknown_method_arriving_in_pieces() -> None:
+    parser = RequestParser()
+    assert parser.feed(b"X-") == [] and parser.in_message
+    assert parser.feed(b"SY") == []
+    assert parser.feed(b"NC / HTTP/1.1\r\nHost: a\r\n\r\n") == [req(method="X-SYNC"), EOM]
+    assert parser.feed(H + b"\r\n") == [req(), EOM]
+
+
+def test_unknown_method_is_not_connect_or_upgrade() -> None:
+    """The placeholder llhttp sees must not change framing: a body after it is still a body."""
+    (request, body, end) = parse(
+        b"X-CONNECT a:443 HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi".replace(b"a:443", b"/")
+    )
+    assert request.method == "X-CONNECT" and body == Body(b"hi") and end == EOM
+
+
+def test_known_limitation_unknown_method_split_inside_a_known_prefix() -> None:
+    """llhttp consumed "PU" as the start of PUT/PURGE in an earlier read; those bytes cannot be
+    replayed, so "PUX" split there is refused (documented in docs/http.md)."""
+    parser = RequestParser()
+    assert parser.feed(b"PU") == []
+    with pytest.raises(ParseError):
+        parser.feed(b"X / HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert parse(b"PUX / HTTP/1.1\r\nHost: a\r\n\r\n")[0].method == "PUX"
+
+
+def test_an_endless_method_is_refused() -> None:
+    parser = RequestParser(Limits(max_request_line=100))
+    with pytest.raises(ParseError) as info:
+        for _ in range(100):
+            parser.feed(b"X" * 10)
+    assert info.value.status == 414
+
+
+def test_parse_error_carries_the_complete_requests_before_it() -> None:
+    """valid, invalid, valid in one read: the loop can answer the first before the 400."""
+    raw = H + b"\r\n" + P + b"Content-Length: 2\r\n\r\nhi" + b"GET / HTTP/1.1\r\nHost a\r\n\r\n" + H + b"\r\n"
+    with pytest.raises(ParseError) as info:
+        RequestParser().feed(raw)
+    assert info.value.status == 400
+    assert [type(e) for e in info.value.events] == [Request, EndOfMessage, Request, Body, EndOfMessage]
+    with pytest.raises(ParseError) as info:  # an error inside a chunked body: its Request is not included
+        RequestParser().feed(H + b"\r\n" + TE + b"\r\nzz\r\n")
+    assert [type(e) for e in info.value.events] == [Request, EndOfMessage]
+
+
+def test_message_start_finds_every_boundary() -> None:
+    """The replay that locates a request with an unknown method, against the known boundaries."""
+    from refork.http.llhttp import message_start
+
+    messages = [
+        H + b"\r\n",
+        P + b"Content-Length: 700\r\n\r\n" + b"b" * 700,
+        TE + b"\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n",
+        b"GET /" + b"p" * 1500 + b" HTTP/1.1\r\nHost: a\r\n\r\n",
+        H + b"\r\n",
+    ]
+    data = b"".join(messages) + b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n"
+    ends = [sum(len(m) for m in messages[: i + 1]) for i in range(len(messages))]
+    assert message_start(data, 0) == 0
+    for completed, end in enumerate(ends, start=1):
+        assert message_start(data, completed) == end
+    assert message_start(data, len(messages) + 1) is None
+
+
+def test_thousands_of_pipelined_unknown_methods_in_one_feed() -> None:
+    """One read full of them: re-fed in a loop (no recursion limit), every one framed right."""
+    one = b"X-SYNC /%d HTTP/1.1\r\nHost: a\r\n\r\n"
+    data = b"".join(one % i for i in range(3000)) + P + b"Content-Length: 1\r\n\r\nz"
+    events = RequestParser().feed(data)
+    requests = [e for e in events if isinstance(e, Request)]
+    assert len(requests) == 3001 and sum(1 for e in events if e == EOM) == 3001
+    assert [r.method for r in requests[:3]] == ["X-SYNC"] * 3 and requests[-1].method == "POST"
+    assert [r.path for r in requests[:3]] == [b"/0", b"/1", b"/2"] and events[-2] == Body(b"z")

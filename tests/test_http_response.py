@@ -12,6 +12,7 @@ from refork.http.events import Request
 from refork.http.response import (
     CONTINUE,
     ResponseFramer,
+    has_control_char,
     reason_phrase,
     simple_response,
 )
@@ -189,6 +190,10 @@ def test_app_date_and_server_are_kept() -> None:
         (b"X-LF", b"a\nb"),
         (b"X-CR", b"a\rb"),
         (b"X-NUL", b"a\x00b"),
+        (b"X-VT", b"a\x0bb"),  # RFC 9110 5.5: no CTL but HTAB in a field value
+        (b"X-DEL", b"a\x7fb"),
+        (b"X-SOH", b"\x01"),
+        (b"X-ESC", b"\x1b[31m"),
         (b"Content-Length", b"-1"),
         (b"Content-Length", b"1 2"),
         (b"Content-Length", b""),
@@ -229,6 +234,8 @@ def test_custom_reason_and_unknown_status() -> None:
     with pytest.raises(ValueError):
         ResponseFramer(request()).head(200, [], reason=b"a\r\nb")
     with pytest.raises(ValueError):
+        ResponseFramer(request()).head(200, [], reason=b"a\x7fb")
+    with pytest.raises(ValueError):
         ResponseFramer(request()).head(42, [])
 
 
@@ -261,3 +268,19 @@ def test_simple_response() -> None:
 
 def test_continue_constant() -> None:
     assert CONTINUE == b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+def test_tab_and_obs_text_in_values_are_fine() -> None:
+    head = ResponseFramer(request()).head(200, [(b"X-T", b"a\tb\xe9")])
+    assert b"\r\nX-T: a\tb\xe9\r\n" in head
+
+
+def test_has_control_char() -> None:
+    assert not has_control_char(b'text/plain; q="a b"\t\x80\xff')
+    for byte in (*range(0, 9), *range(10, 32), 127):
+        assert has_control_char(b"a" + bytes((byte,)))
+
+
+def test_server_made_503_says_when_to_retry() -> None:
+    assert b"\r\nRetry-After: 1\r\n" in simple_response(503)
+    assert b"Retry-After" not in simple_response(413)

@@ -46,6 +46,8 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "limit_request_field_size": ("200", 200),
     "limit_request_body": ("1K", 1024),
     "body_spool_threshold": ("2M", 2 << 20),
+    "max_spool": ("3G", 3 << 30),
+    "spool_dir": ("/var/tmp", "/var/tmp"),
     "access_logfile": ("-", "-"),
     "access_log_format": ("json", "json"),
     "error_logfile": ("/tmp/err.log", "/tmp/err.log"),

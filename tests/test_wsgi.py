@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import tempfile
 
@@ -286,9 +287,14 @@ def test_second_start_response_without_exc_info_is_an_error():
 @pytest.mark.parametrize(
     "status,headers",
     [
-        ("200 OK", [("Connection", "close")]),
+        ("200 OK", [("Keep-Alive", "timeout=5")]),
         ("200 OK", [("Transfer-Encoding", "chunked")]),
         ("200 OK", [("X-Bad", "a\r\nInjected: 1")]),
+        ("200 OK", [("X-Bad", "a\x0bb")]),  # every CTL but HTAB is refused, not only CR/LF/NUL
+        ("200 OK", [("X-Bad", "a\x7fb")]),
+        ("200 OK", [("X-Bad", "\x01")]),
+        ("200 OK", [("X-Bad", "a\x1bb")]),
+        ("200 \x01K", []),
         ("200 OK", [("Bad Name", "x")]),
         ("200 OK", [(b"X-Bytes", "x")]),
         ("200 OK", [("X-Not-Latin1", "\u20ac")]),
@@ -506,8 +512,56 @@ def test_sendfile_over_a_socket(raw_app):
     sock.close()
 
 
-def test_hop_by_hop_header_from_app_is_500(raw_app):
-    assert requests.get(raw_app.url("/hop")).status_code == 500
+def test_header_value_with_a_tab_is_fine():
+    def app(environ, start_response):
+        start_response("200 OK", [("X-Tab", "a\tb"), ("X-Latin1", "\xe9")])
+        return [b"x"]
+
+    status, _, sink, _ = run(app)
+    assert status == 200 and b"\r\nX-Tab: a\tb\r\n" in sink.data and b"X-Latin1: \xe9\r\n" in sink.data
+
+
+@pytest.mark.parametrize("value", ["close", "Close", "keep-alive, close"])
+def test_app_connection_close_is_honoured(value):
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Connection", value)])
+        return [b"bye"]
+
+    status, _, sink, keep = run(app)
+    head = sink.data.partition(b"\r\n\r\n")[0]
+    assert status == 200 and not keep
+    assert head.count(b"Connection:") == 1 and b"\r\nConnection: close" in head
+
+
+def test_app_connection_keep_alive_is_dropped():
+    def app(environ, start_response):
+        start_response("200 OK", [("Connection", "keep-alive")])
+        return [b"x"]
+
+    status, _, sink, keep = run(app)
+    assert status == 200 and keep and b"Connection" not in sink.data
+
+
+def test_control_character_in_a_header_value_is_a_logged_500(caplog):
+    def app(environ, start_response):
+        start_response("200 OK", [("X-Bad", "a\x0bb")])
+        return [b"x"]
+
+    status, _, sink, keep = run(app)
+    assert status == 500 and not keep and b"\x0b" not in sink.data
+    assert "Error in WSGI app" in caplog.text and "control character" in caplog.text
+
+
+def test_app_connection_close_over_a_socket(raw_app):
+    """The next pipelined request is not served: the app asked to close."""
+    sock = raw_app.connect()
+    sock.sendall(b"GET /hop HTTP/1.1\r\nHost: x\r\n\r\nGET /hop HTTP/1.1\r\nHost: x\r\n\r\n")
+    reader = Reader(sock)
+    status, headers, body = reader.response()
+    # /hop sends "Connection: close": answered, then closed (issue 8: was a 500)
+    assert status == 200 and body == b"never" and headers["connection"] == "close"
+    assert reader.closed()
+    sock.close()
 
 
 def test_environ_over_unix_like_defaults(raw_app):
@@ -560,3 +614,178 @@ def test_file_wrapper_over_a_non_file_reads_blocks_even_with_sendfile():
     status, length, sink, keep = run(app, sendfile=sendfile)
     assert status == 200 and length == 9 and keep and b"Transfer-Encoding: chunked" in sink.data
     assert sink.data.endswith(b"0\r\n\r\n")
+
+
+# ------------------------------------------------------------------------------ exact bytes (issue 8)
+
+CHUNKED_POST = b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def _send_until_refused(sock, head: bytes, filler: bytes, total: int) -> tuple[int, bytes]:
+    """Send head + up to `total` filler bytes while a thread reads the answer (the server closes
+    early with unread bytes, so the reply must be read as it comes, before the reset)."""
+    import threading
+
+    got = bytearray()
+
+    def read():
+        try:
+            while True:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                got.extend(data)
+        except OSError:
+            return
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    sent = 0
+    try:
+        sock.sendall(head)
+        while sent < total:
+            sock.sendall(filler)
+            sent += len(filler)
+    except OSError:
+        pass
+    reader.join(10)
+    return sent, bytes(got)
+
+
+def test_endless_trailer_gets_431_and_the_worker_stays_small(validated):
+    pid = validated.proc.pid
+    before = _rss_kib(pid)
+    sock = validated.connect()
+    sent, answer = _send_until_refused(sock, CHUNKED_POST + b"0\r\nX-T: ", b"A" * 65536, 20 << 20)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:100]
+    assert sent < 20 << 20  # refused long before the 20 MB were sent
+    assert _rss_kib(pid) - before < 8 * 1024  # was: RSS grew with every trailer byte
+    assert requests.get(validated.url("/")).text == "root"  # the worker is fine
+
+
+def test_endless_chunk_extension_gets_400(validated):
+    sock = validated.connect()
+    _, answer = _send_until_refused(sock, CHUNKED_POST + b"5;e=", b"A" * 4096, 20 << 20)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:100]
+
+
+@pytest.mark.parametrize("field", [b"Host: evil", b"Content-Length: 5", b"Transfer-Encoding: chunked",
+                                   b"Authorization: Basic eA==", b"Content-Type: text/evil"])  # fmt: skip
+def test_forbidden_trailer_field_gets_400(validated, field):
+    sock = validated.connect()
+    sock.sendall(CHUNKED_POST + b"2\r\nhi\r\n0\r\n" + field + b"\r\n\r\n")
+    status, _, _ = Reader(sock).response()
+    sock.close()
+    assert status == 400
+
+
+def test_trailers_never_reach_the_environ(validated):
+    sock = validated.connect()
+    sock.sendall(
+        b"POST /environ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"2\r\nhi\r\n0\r\nX-Test: trailer\r\n\r\n"
+        b"GET /environ HTTP/1.1\r\nHost: x\r\nX-Test: header\r\n\r\n"
+    )
+    reader = Reader(sock)
+    first = json.loads(reader.response()[2])
+    second = json.loads(reader.response()[2])
+    sock.close()
+    assert first["HTTP_X_TEST"] is None and second["HTTP_X_TEST"] == "header"
+
+
+def test_rfc9112_requests_served_over_a_socket(raw_app):
+    """raw_app: wsgiref.validate would refuse the unknown method the server now accepts."""
+    sock = raw_app.connect()
+    reader = Reader(sock)
+    sock.sendall(b"X-SYNC /environ HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert json.loads(reader.response()[2])["REQUEST_METHOD"] == "X-SYNC"
+    sock.sendall(b"PURGE /environ HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert json.loads(reader.response()[2])["REQUEST_METHOD"] == "PURGE"
+    sock.sendall(b"GET /environ HTTP/1.2\r\nHost: x\r\n\r\n")
+    status, headers, body = reader.response()
+    assert json.loads(body)["SERVER_PROTOCOL"] == "HTTP/1.1" and "connection" not in headers
+    sock.sendall(b"GET http://target.example:8080/environ?q#frag HTTP/1.1\r\nHost: ignored\r\n\r\n")
+    e = json.loads(reader.response()[2])
+    assert (e["SERVER_NAME"], e["SERVER_PORT"], e["PATH_INFO"], e["QUERY_STRING"]) == (
+        "target.example", "8080", "/environ", "q"
+    )  # fmt: skip
+    sock.sendall(
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: , chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    )
+    assert reader.response()[2] == b"abc"
+    sock.sendall(
+        b'POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3;n="a b"\r\nabc\r\n0\r\n\r\n'
+    )
+    assert reader.response()[2] == b"abc"
+    sock.close()
+
+
+@pytest.mark.parametrize(
+    "raw,status",
+    [
+        (b"GET * HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505),
+        (b"GET / HTTP/3.1\r\nHost: x\r\n\r\n", 505),
+    ],
+)
+def test_rfc9112_requests_refused_over_a_socket(validated, raw, status):
+    sock = validated.connect()
+    sock.sendall(raw)
+    reader = Reader(sock)
+    assert reader.response()[0] == status and reader.closed()
+    sock.close()
+
+
+SPOOL_ARGS = ("--body-spool-threshold", "64K", "--max-spool", "1500K", "--threads", "1")
+
+
+def test_spool_cap_503_while_full_413_when_it_can_never_fit(start_server):
+    server = start_server(*SPOOL_ARGS, app="apps.wsgi_apps:app", workers=1)
+    mib = 1 << 20
+    first = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    first.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % mib + b"a" * (600 << 10))
+    # the first upload is spooled and holds 1 MiB of the 1500K budget: a second one does not fit now
+    second = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sent, answer = _send_until_refused(
+        second, b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % mib, b"b" * 65536, mib
+    )
+    second.close()
+    assert answer.startswith(b"HTTP/1.1 503 ") and b"\r\nRetry-After: 1\r\n" in answer, answer[:200]
+    # finishing the first gives its bytes back
+    first.sendall(b"a" * (mib - (600 << 10)))
+    status, _, body = Reader(first).response()
+    assert status == 200 and body == b"a" * mib
+    first.close()
+    third = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    third.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % mib + b"c" * mib)
+    assert Reader(third).response()[2] == b"c" * mib
+    third.close()
+    # one body bigger than the whole spool: 413
+    big = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    _, answer = _send_until_refused(
+        big,
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (2 * mib),
+        b"d" * 65536,
+        2 * mib,
+    )
+    big.close()
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+
+
+def test_unlimited_body_is_still_bounded_by_the_spool(start_server):
+    server = start_server(*SPOOL_ARGS, "--limit-request-body", "0", app="apps.wsgi_apps:app", workers=1)
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    chunk = b"10000\r\n" + b"z" * 0x10000 + b"\r\n"
+    _, answer = _send_until_refused(sock, CHUNKED_POST, chunk, 4 << 20)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]

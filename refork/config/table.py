@@ -289,6 +289,29 @@ class Config:
         shown_default="`1M`",
         group="HTTP limits",
     )
+    max_spool: int = setting(
+        4 << 30,
+        "--max-spool",
+        coerce=c.size,
+        metavar="SIZE",
+        help="per worker: request body bytes spooled to temporary files at once (0: no cap)",
+        doc="per worker: request body bytes held in spool files at once; a body bigger than this "
+        "gets 413, one that does not fit beside the others 503 with `Retry-After` (0: no cap). "
+        "The default is 4 times the default `--limit-request-body`: four maximal uploads per worker",
+        shown_default="`4G`",
+        group="HTTP limits",
+    )
+    spool_dir: str | None = setting(
+        None,
+        "--spool-dir",
+        coerce=c.optional_string,
+        metavar="DIR",
+        help="directory for spooled request bodies (default: tempfile's, usually $TMPDIR or /tmp)",
+        doc="where request bodies over `--body-spool-threshold` are spooled: unlinked temporary "
+        "files, invisible to `du` but counted by `df`; default: Python's `tempfile.gettempdir()` "
+        "(`$TMPDIR`, else `/tmp`)",
+        group="HTTP limits",
+    )
 
     # Logging
     access_logfile: str | None = setting(

@@ -34,12 +34,18 @@ class EndOfMessage:
 
 
 class ParseError(Exception):
-    """The bytes are not an acceptable request: answer `status` and close the connection."""
+    """The bytes are not an acceptable request: answer `status` and close the connection.
+
+    ``events`` holds the complete requests parsed before the error in the same feed() (RFC 9112
+    9.3.2: pipelined requests are answered in order, so a loop answers those first, then the
+    error); raising loses them otherwise.
+    """
 
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(f"{status} {reason}")
         self.status = status
         self.reason = reason
+        self.events: list[Request | Body | EndOfMessage] = []
 
 
 Event = Request | Body | EndOfMessage

@@ -8,37 +8,50 @@ llhttp in its default (strict) mode already rejects, and we rely on it (each is 
 Content-Length with Transfer-Encoding, duplicate Content-Length (even equal values), non-digit /
 signed / overflowing Content-Length, Transfer-Encoding whose final coding is not ``chunked``,
 bad chunk sizes and extensions, non-token header names, whitespace before the colon, CTL / NUL in
-values, obs-fold, bare CR and bare LF, unknown methods, control characters in the target.
+values, obs-fold, bare CR and bare LF, control characters in the target. Its one leniency we turn
+on is the version digits (``lenient_version``): which HTTP/1.x to serve is decided here.
 
 What llhttp accepts and this module rejects itself:
 
-- HTTP/0.9 (``GET /``), HTTP/2.0 and the ``PRI`` preface -> 505: only 1.0 and 1.1 are served.
-- ``Transfer-Encoding`` other than exactly one ``chunked`` (``gzip, chunked`` -> 501; two TE
-  fields -> 400), and any Transfer-Encoding on an HTTP/1.0 request -> 400 (RFC 9112 6.1).
+- HTTP/0.9 (``GET /``), any major version but 1 and the ``PRI`` preface -> 505. HTTP/1.2 and
+  later minors are served as 1.1 (RFC 9112 2.3).
+- ``Transfer-Encoding`` other than one ``chunked`` after empty list elements are dropped
+  (``gzip, chunked`` -> 501; two TE fields -> 400), and any Transfer-Encoding on an HTTP/1.0
+  request -> 400 (RFC 9112 6.1).
 - Missing ``Host`` on HTTP/1.1, more than one ``Host``, or one with characters outside
   RFC 3986 host[:port] (spaces, ``/``, ``@``, ``?``, ``#``, ``"``, ...) -> 400 (RFC 9112 3.2).
-- ``CONNECT`` -> 501: this is an origin server, not a proxy.
+- ``CONNECT`` -> 501: this is an origin server, not a proxy. ``*`` as the target of anything
+  but OPTIONS -> 400 (RFC 9112 3.2.4).
 - An ``Upgrade`` request with a chunked body -> 400. (With a Content-Length body we read the body
   ourselves: llhttp would treat it as the upgraded protocol, a smuggling vector.)
-- Limits: request line -> 414, header count / one field / whole head -> 431, body -> 413.
+- Limits: request line -> 414, header count / one field / whole head -> 431, body -> 413; a
+  chunk-size line -> 400 and a trailer section -> 431, counted as they arrive like a head.
+- Trailer fields RFC 9110 6.5.1 rules out (FORBIDDEN_TRAILERS) -> 400.
+
+What llhttp refuses and this module serves: any token as a method (RFC 9110 9.1). llhttp knows a
+fixed list; an unknown token is fed to a fresh llhttp as _PLACEHOLDER (a plain method: same
+framing, no CONNECT semantics) and put back on the Request. Found only on llhttp's error, so the
+common path pays nothing.
 
 Other behaviour worth knowing:
 
 - Upgrade requests (``Connection: upgrade``) are served as ordinary requests; the server ignores
   the upgrade (RFC 9110 7.8) and keeps parsing HTTP after them.
-- Chunked trailers are validated, held to the header limits (counted on their own), then dropped.
+- Chunked trailers are validated, bounded, then dropped: never in Request.headers.
 - Errors in a chunked body necessarily come after the Request event; EndOfMessage never follows,
   and loops only call the app on EndOfMessage.
 - A ``#fragment`` in the target is cut from path and query (``target`` stays raw); an
-  absolute-form target gives path and query, the Host header is left as sent.
+  absolute-form target gives path and query, and its authority replaces the Host header's value
+  (RFC 9112 3.2.2).
 - After a request that does not keep the connection alive, later bytes are ignored: the loop
   answers that request and closes.
-- An error raises at once, even when an earlier pipelined request in the same feed() was
-  complete; the connection is answered with the error status and closed.
+- An error raises at once; ParseError.events holds the requests completed before it in the same
+  feed(), for a loop to answer first.
 - A limit of 0 means unlimited.
 - Known leniencies left as llhttp has them: several spaces between request-line parts, and an
   ``RTSP/1.0`` / ``ICE/1.0`` protocol name (llhttp does not expose which one it saw; the request
   is framed exactly as HTTP/1.0). Both are pinned by a test so an llhttp upgrade is noticed.
+  Whitespace around ``;``/``=`` in chunk extensions stays refused (llhttp de-chunks the body).
 """
 
 from __future__ import annotations
@@ -46,9 +59,11 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
+from httptools import HttpParserError, HttpParserInvalidMethodError, HttpParserUpgrade
 
 from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
+from refork.http.llhttp import llhttp as _llhttp
+from refork.http.llhttp import message_start as _message_start
 
 __all__ = ["Limits", "RequestParser", "ParseError"]
 
@@ -77,6 +92,29 @@ _METHODS = {
         *("MKACTIVITY", "CHECKOUT", "MERGE", "PURGE", "QUERY"),
     )
 }
+
+# Trailer fields that must not be sent in a trailer section (RFC 9110 6.5.1): a recipient that
+# merged them into the header section would let a client change framing, routing, request
+# modifiers, authentication, response control or content processing after the fact. Trailers are
+# dropped here anyway; refusing these keeps a downstream that does merge from being fooled.
+FORBIDDEN_TRAILERS = frozenset(
+    (
+        *(b"content-length", b"transfer-encoding", b"trailer", b"te"),  # message framing
+        *(b"connection", b"keep-alive", b"upgrade", b"proxy-connection"),  # connection control
+        *(b"host", b":authority"),  # routing
+        *(b"cache-control", b"expect", b"max-forwards", b"pragma", b"range"),  # request controls
+        *(b"if-match", b"if-none-match", b"if-modified-since", b"if-unmodified-since", b"if-range"),
+        *(b"authorization", b"proxy-authorization", b"cookie"),  # authentication
+        *(b"www-authenticate", b"proxy-authenticate", b"set-cookie"),
+        *(b"age", b"date", b"expires", b"location", b"retry-after", b"vary", b"warning"),  # response control
+        *(b"content-encoding", b"content-type", b"content-range", b"content-language"),  # processing
+    )
+)
+
+# An unknown method (any RFC 9110 token) is fed to llhttp as this one: same framing, no CONNECT
+# or upgrade semantics, and put back on the Request event.
+_PLACEHOLDER = b"UNBIND"
+_TCHAR = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 # llhttp error reasons that deserve something more precise than 400.
 _LLHTTP_STATUS = {
@@ -122,6 +160,11 @@ class RequestParser:
         "_head_bytes",
         "_body_left",
         "_upgrade_body",
+        "_max_chunk_line",
+        "_chunk_line",
+        "_method",
+        "_pending",
+        "_slow",
         "_closed",
         "_error",
     )
@@ -137,6 +180,8 @@ class RequestParser:
             self._max_head = _UNLIMITED
         else:
             self._max_head = self._max_line + 4 + self._max_count * (self._max_field + 4)
+        # A chunk-size line with its extensions (RFC 9112 7.1.1) is held to one field's size.
+        self._max_chunk_line = min(self._max_field, 1 << 16)
         self._events: list[Event] = []
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
@@ -150,9 +195,13 @@ class RequestParser:
         self._head_bytes = 0
         self._body_left = _UNLIMITED  # chunked body bytes still allowed by max_body
         self._upgrade_body = 0
+        self._chunk_line = False  # in a chunk-size line (else, in a chunked body: data or trailers)
+        self._method: str | None = None  # an unknown method fed to llhttp as _PLACEHOLDER
+        self._pending = b""  # the start of an unknown method, waiting for the rest of it
+        self._slow = False  # error, closed, upgrade body or pending: feed() takes _feed_slow()
         self._closed = False
         self._error: ParseError | None = None
-        self._p = HttpRequestParser(self)
+        self._p = _llhttp(self)
 
     @property
     def in_message(self) -> bool:
@@ -161,24 +210,38 @@ class RequestParser:
 
     def feed(self, data: bytes) -> list[Event]:
         """Parse more bytes; return the events they complete, in order."""
-        if self._error is not None or self._closed or self._upgrade_body or not data:
+        if self._slow or not data:
             return self._feed_slow(data)
         events: list[Event] = []
         self._events = events
         self._head_started = False
         in_head = self._in_head
         try:
-            self._p.feed_data(data)
-        except HttpParserUpgrade as exc:
-            self._continue_after_upgrade(data[exc.args[0] :])
-        except HttpParserError as exc:
-            self._fail_from_llhttp(exc)
-        if in_head and self._in_head and not self._head_started:
-            # The whole chunk belonged to one unfinished head.
-            self._head_bytes += len(data)
-            if self._head_bytes > self._max_head:
-                raise self._fail(431, "request header fields too large")
+            try:
+                self._p.feed_data(data)
+            except HttpParserUpgrade as exc:
+                self._feed_rest(data[exc.args[0] :])
+            except HttpParserInvalidMethodError as exc:
+                began_inside = in_head or bool(events and type(events[0]) is not Request)
+                self._feed_rest(self._unknown_method(data, began_inside, exc), _PLACEHOLDER)
+            except HttpParserError as exc:
+                self._fail_from_llhttp(exc)
+            if in_head and self._in_head and not self._head_started:
+                # The whole chunk belonged to one unfinished head, chunk-size line or trailer section.
+                self._head_bytes += len(data)
+                if self._head_bytes > self._max_head:
+                    raise self._overflow()
+        except ParseError as exc:
+            exc.events = _complete_messages(self._events)
+            raise
         return events
+
+    def _overflow(self) -> ParseError:
+        if self._request is None:
+            return self._fail(431, "request header fields too large")
+        if self._chunk_line:
+            return self._fail(400, "chunk-size line too long")
+        return self._fail(431, "trailer section too large")
 
     def _feed_slow(self, data: bytes) -> list[Event]:
         if self._error is not None:
@@ -186,42 +249,122 @@ class RequestParser:
         if self._closed or not data:
             return []
         self._events = []
-        self._continue_after_upgrade(data)
+        try:
+            self._feed_slow_rest(data)
+        except ParseError as exc:
+            exc.events = _complete_messages(self._events)
+            raise
         return self._events
 
-    def _continue_after_upgrade(self, data: bytes) -> None:
-        """Parse on after an upgrade request: read its body if any, then more HTTP."""
+    def _feed_slow_rest(self, data: bytes) -> None:
+        if self._pending:
+            data = self._pending + data
+            self._pending = b""
+            self._set_slow()
+            self._feed_rest(self._unknown_method(data, False, None), _PLACEHOLDER)
+        else:
+            self._feed_rest(data)
+
+    def _set_slow(self) -> None:
+        self._slow = self._error is not None or self._closed or bool(self._upgrade_body or self._pending)
+
+    def _feed_rest(self, data: bytes | memoryview, prefix: bytes = b"") -> None:
+        """Parse on from a message boundary (after an upgrade request's head, or an unknown method).
+
+        An upgrade request's body, if any, is read here; then more HTTP. `data` is walked as a
+        memoryview: slicing it copies nothing, however many requests it holds.
+        """
+        data = memoryview(data)  # `prefix`: what llhttp was fed of the current message before it
         while data and not self._closed:
             if self._upgrade_body:
                 data = self._feed_upgrade_body(data, self._events)
                 continue
+            done = len(self._events)
             try:
                 self._p.feed_data(data)
             except HttpParserUpgrade as exc:
                 # llhttp stops after an upgrade request's head; we ignore the upgrade and go on.
                 data = data[exc.args[0] :]
+                prefix = b""
+                continue
+            except HttpParserInvalidMethodError as exc:
+                data = self._unknown_method(data, False, exc, done, prefix)
+                prefix = _PLACEHOLDER
                 continue
             except HttpParserError as exc:
                 self._fail_from_llhttp(exc)
             return
 
-    def _feed_upgrade_body(self, data: bytes, events: list[Event]) -> bytes:
+    def _unknown_method(
+        self,
+        data: bytes | memoryview,
+        began_inside: bool,
+        exc: HttpParserError | None,
+        done: int = 0,
+        prefix: bytes = b"",
+    ) -> memoryview:
+        """llhttp knows a fixed list of methods; RFC 9110 9.1 allows any token.
+
+        Find where the refused request starts in `data` (replaying the bytes before it through a
+        scratch parser: llhttp does not tell offsets), then feed it on to a fresh parser with the
+        method replaced by _PLACEHOLDER; the rest is returned for _feed_rest to feed (a loop, not
+        recursion, however many such requests are pipelined). on_headers_complete puts the real
+        method back. The framing is llhttp's, unchanged. `began_inside`: the bytes began inside a
+        message, so they cannot be replayed from a boundary and the request is refused (400, as
+        llhttp would).
+        """
+        view = memoryview(data)
+        if exc is not None:
+            if began_inside or self._error is not None or self._closed:
+                self._fail_from_llhttp(exc)  # raises, or (after a closing request) ignores
+                return view[:0]
+            completed = sum(1 for e in self._events[done:] if e is _EOM)
+            start = _message_start(view, completed, prefix)
+            if start is None:
+                self._fail_from_llhttp(exc)
+                return view[:0]
+            while start < len(view) and view[start] in b"\r\n":  # empty lines first (RFC 9112 2.2)
+                start += 1
+            view = view[start:]
+        head = bytes(view[:64])  # a method is short; look further only when it is not
+        space = head.find(b" ")
+        if space < 0 and len(view) > 64:
+            head = bytes(view[: self._max_line])
+            space = head.find(b" ")
+        method = head[:space] if space >= 0 else head
+        if method.translate(None, _TCHAR) or space == 0:
+            raise self._fail(400, "Invalid method encountered")
+        if space < 0:
+            if len(view) >= self._max_line:
+                raise self._fail(414, "request line too long")
+            self._pending = bytes(view)  # the method is still arriving
+            self._slow = self._in_message = True
+            return view[:0]
+        self._p = _llhttp(self)
+        self._method = method.decode("ascii")
+        self._p.feed_data(_PLACEHOLDER)  # a fresh parser: begins a message, cannot fail
+        return view[space:]
+
+    def _feed_upgrade_body(self, data: memoryview, events: list[Event]) -> memoryview:
         """Hand out the Content-Length body of an upgrade request llhttp did not read."""
         n = self._upgrade_body
         chunk = data[:n]
         events.append(Body(bytes(chunk)))
         self._upgrade_body = n - len(chunk)
+        self._set_slow()
         if not self._upgrade_body:
             self._events.append(_EOM)
             self._in_message = False
             self._request = None
             if not self._keep_alive:
                 self._closed = True
+                self._slow = True
         return data[n:]
 
     def _fail(self, status: int, reason: str) -> ParseError:
         """Remember the error (the parser is unusable afterwards) and return it for raising."""
         self._error = err = ParseError(status, reason)
+        self._slow = True
         return err
 
     def _fail_from_llhttp(self, exc: HttpParserError) -> None:
@@ -262,12 +405,18 @@ class RequestParser:
         headers.append(header)
 
     def _trailer(self, name: bytes, value: bytes) -> None:
-        """Chunked trailers: validated by llhttp, held to the header limits, then dropped."""
+        """Chunked trailers: validated by llhttp, held to the header limits, then dropped.
+
+        The section as a whole is bounded as it arrives (feed() counts it like a head); they
+        never reach Request.headers.
+        """
         self._ntrailers += 1
         if self._ntrailers > self._max_count:
             raise self._fail(431, "too many trailer fields")
         if len(name) + len(value) > self._max_field:
             raise self._fail(431, "trailer field too large")
+        if name.lower() in FORBIDDEN_TRAILERS:
+            raise self._fail(400, f"{name.decode('latin-1')} is not allowed in a trailer section")
 
     def on_headers_complete(self) -> None:
         p = self._p
@@ -276,10 +425,13 @@ class RequestParser:
             http11 = True
         elif version == "1.0":
             http11 = False
+        elif version[0] == "1":  # HTTP/1.2 and later minors: served as 1.1 (RFC 9112 2.3)
+            http11 = True
+            version = "1.1"
         else:
             raise self._fail(505, f"HTTP version {version} not supported")
         raw_method = p.get_method()
-        method = _METHODS.get(raw_method) or raw_method.decode("ascii")
+        method = _METHODS.get(raw_method) or self._other_method(raw_method)
         url = self._url
         if len(url) + len(method) + 10 > self._max_line:
             raise self._fail(414, "request line too long")
@@ -309,18 +461,20 @@ class RequestParser:
             raise self._fail(400, "multiple Host headers" if hosts else "missing Host header")
         if method == "CONNECT":
             raise self._fail(501, "CONNECT not supported")
+        if url == b"*" and method != "OPTIONS":
+            raise self._fail(400, "asterisk-form target is only for OPTIONS")
 
         chunked = False
         if te is not None:
             if not http11:
                 raise self._fail(400, "Transfer-Encoding in an HTTP/1.0 request")
             if te != b"chunked":
-                if te.rsplit(b",", 1)[-1].strip(b" \t") == b"chunked":
-                    raise self._fail(501, "transfer coding not implemented")
-                raise self._fail(400, "invalid Transfer-Encoding")
+                self._transfer_codings(te)
             chunked = True
             self._body_left = self._max_body
             self._ntrailers = 0
+            self._chunk_line = self._head_started = True  # the first chunk-size line follows
+            self._head_bytes = self._max_head - self._max_chunk_line
         elif cl is not None and cl > self._max_body:
             raise self._fail(413, "request body too large")
 
@@ -341,17 +495,13 @@ class RequestParser:
                 raise self._fail(400, "upgrade request with a chunked body")
             if cl:
                 self._upgrade_body = cl
+                self._slow = True
 
+        headers = self._headers
         if (url and url[0] == 47) or url == b"*":  # origin-form (b"/...", the common case), asterisk
             target = url
-        else:  # absolute-form: keep only path and query
-            rest = url.partition(b"://")[2]
-            slash = rest.find(b"/")
-            query_at = rest.find(b"?")
-            if slash < 0 or (0 <= query_at < slash):
-                target = b"/" + rest[query_at:] if query_at >= 0 else b"/"
-            else:
-                target = rest[slash:]
+        else:
+            target, headers = self._absolute_form(url, headers)
         if 35 in target:  # b"#" (int membership: several times faster than a bytes needle)
             target = target.partition(b"#")[0]
         path, _, query = target.partition(b"?")
@@ -362,17 +512,76 @@ class RequestParser:
             path,
             query,
             version,
-            self._headers,
+            headers,
             keep_alive,
             expect and http11 and (chunked or bool(cl)),
             chunked,
             cl,
         )
-        self._in_head = False
+        self._in_head = chunked  # a chunk-size line is counted like a head (see feed())
         self._events.append(request)
+
+    def _other_method(self, raw: bytes) -> str:
+        method = self._method
+        if method is not None and raw == _PLACEHOLDER:
+            self._method = None
+            return method
+        return raw.decode("ascii")
+
+    def _transfer_codings(self, te: bytes) -> None:
+        """Transfer-Encoding other than exactly b"chunked": empty list elements are allowed
+        (RFC 9110 5.6.1), chunked must be last and once (RFC 9112 6.3), others are not done."""
+        codings = [c for c in (c.strip(b" \t") for c in te.split(b",")) if c]
+        if codings == [b"chunked"]:
+            return
+        if codings and codings[-1] == b"chunked" and b"chunked" not in codings[:-1]:
+            raise self._fail(501, "transfer coding not implemented")
+        raise self._fail(400, "invalid Transfer-Encoding")
+
+    def _absolute_form(
+        self, url: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+        """Path and query of an absolute-form target, and the headers with Host replaced by the
+        target's authority: RFC 9112 3.2.2 says the Host field is then ignored."""
+        scheme, sep, rest = url.partition(b"://")
+        if not sep or scheme.lower() not in (b"http", b"https"):
+            raise self._fail(400, "invalid request target")
+        end = len(rest)
+        for stop in b"/?#":
+            at = rest.find(bytes((stop,)))
+            if 0 <= at < end:
+                end = at
+        authority = rest[:end]
+        if not authority or authority.translate(None, _HOST_CHARS):
+            raise self._fail(400, "invalid authority in the request target")
+        target = rest[end:]
+        if not target.startswith(b"/"):
+            target = b"/" + target
+        replaced = [(n, authority) if n == _HOST else (n, v) for n, v in headers]
+        if not any(n == _HOST for n, _ in headers):
+            replaced.append((_HOST, authority))  # HTTP/1.0 without Host: the target names it
+        return target, replaced
+
+    def _chunk_section(self, chunk_line: bool) -> None:
+        """Start counting a chunk-size line (True) or a possible trailer section (False) in
+        feed(), like a head: neither may grow without bound."""
+        self._in_head = self._head_started = True
+        self._chunk_line = chunk_line
+        # feed() compares with _max_head; a chunk line gets the smaller _max_chunk_line budget.
+        self._head_bytes = self._max_head - self._max_chunk_line if chunk_line else 0
+
+    def on_chunk_header(self) -> None:
+        self._chunk_section(False)  # data follows (on_body ends the section), or trailers do
+
+    def on_chunk_complete(self) -> None:
+        if self._in_head:  # no data since the chunk header: the last chunk and its trailers
+            self._in_head = False
+        else:
+            self._chunk_section(True)
 
     def on_body(self, data: bytes) -> None:
         if self._request.chunked:  # type: ignore[union-attr]  # a body follows a head
+            self._in_head = False
             left = self._body_left = self._body_left - len(data)
             if left < 0:
                 raise self._fail(413, "request body too large")
@@ -385,4 +594,12 @@ class RequestParser:
         self._in_message = False
         self._request = None
         if not self._keep_alive:
-            self._closed = True
+            self._closed = self._slow = True
+
+
+def _complete_messages(events: list[Event]) -> list[Event]:
+    """The events of the requests that completed before an error (for ParseError.events)."""
+    for i in range(len(events) - 1, -1, -1):
+        if events[i] is _EOM:
+            return events[: i + 1]
+    return []

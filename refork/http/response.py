@@ -26,7 +26,7 @@ from time import time as _time
 
 from refork.http.events import Request
 
-__all__ = ["CONTINUE", "ResponseFramer", "reason_phrase", "simple_response"]
+__all__ = ["CONTINUE", "ResponseFramer", "has_control_char", "reason_phrase", "simple_response"]
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -35,6 +35,17 @@ _STATUS_LINES: dict[int | tuple[int, bytes], bytes] = {}  # status or (status, r
 
 # RFC 9110 token characters; a header name must consist of these only.
 _TOKEN = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+# Byte -> 0 for the control characters a field value or reason phrase must not hold (RFC 9110 5.5:
+# CTL except HTAB; CR/LF would split the response, the others break or confuse clients), else 1;
+# `0 in value.translate(_CTL_ZERO)` is as fast as three `in` tests.
+_CTL_ZERO = bytes(0 if b < 32 and b != 9 or b == 127 else 1 for b in range(256))
+
+
+def has_control_char(value: bytes) -> bool:
+    """True if `value` holds a byte a header value or reason phrase must not (CTL but HTAB)."""
+    return 0 in value.translate(_CTL_ZERO)
+
 
 _SERVER_LINE = b"Server: refork\r\n"
 _CLOSE_LINE = b"Connection: close\r\n"
@@ -96,7 +107,7 @@ def _status_line(status: int, reason: bytes | None) -> bytes:
             raise ValueError(f"invalid status code {status!r}")
         if reason is None:
             reason = reason_phrase(status)
-        elif 13 in reason or 10 in reason or 0 in reason:
+        elif 0 in reason.translate(_CTL_ZERO):
             raise ValueError(f"invalid reason phrase {reason!r}")
         line = b"HTTP/1.1 %d %s\r\n" % (status, reason)
         if len(_STATUS_LINES) < 1024:  # app-chosen reasons: bound the cache
@@ -104,8 +115,13 @@ def _status_line(status: int, reason: bytes | None) -> bytes:
     return line
 
 
+_RETRY_LINE = b"Retry-After: 1\r\n"  # a server-made 503 is always "busy now" (a full spool)
+
+
 def simple_response(status: int, body: bytes | None = None, *, keep_alive: bool = False) -> bytes:
-    """A complete server-generated response (errors mostly): text/plain, sized, closing by default."""
+    """A complete server-generated response (errors mostly): text/plain, sized, closing by default.
+
+    A 503 carries ``Retry-After: 1``."""
     if body is None:
         body = reason_phrase(status) + b"\n"
     return b"".join(
@@ -115,6 +131,7 @@ def simple_response(status: int, body: bytes | None = None, *, keep_alive: bool 
             _date_header(),
             _SERVER_LINE,
             b"" if keep_alive else _CLOSE_LINE,
+            _RETRY_LINE if status == 503 else b"",
             b"\r\n",
             body,
         )
@@ -165,7 +182,7 @@ class ResponseFramer:
             kind = _NAME_KINDS.get(name)
             if kind is None:
                 kind = _name_kind(name)
-            if 13 in value or 10 in value or 0 in value:
+            if 0 in value.translate(_CTL_ZERO):
                 raise ValueError(f"invalid value for header {name!r}: {value!r}")
             if kind:
                 if kind == _CONTENT_LENGTH:

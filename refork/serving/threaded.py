@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from refork.config import Config
-from refork.http.body import EMPTY_INPUT, BodyBuffer, InputStream
+from refork.http.body import EMPTY_INPUT, BodyBuffer, InputStream, Spool
 from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
 from refork.http.forwarded import TrustedProxies
 from refork.http.parser import Limits, RequestParser
@@ -211,6 +211,7 @@ class _Loop:
         self.drain_until = 0.0
         self.in_flight = 0
         self.spool = config.body_spool_threshold
+        self.spool_budget = Spool(config.max_spool, config.spool_dir)  # bytes in spool files, all conns
         self.timeouts = Timeouts.from_config(config)
         self.accept_paused_until = 0.0
         self.access_log = AccessLog.from_config(config)
@@ -468,8 +469,13 @@ class _Loop:
                     conn.since = time.monotonic()
             elif type(event) is Body:
                 if conn.body is None:
-                    conn.body = BodyBuffer(self.spool)
-                conn.body.write(event.data)
+                    length = conn.request.content_length if conn.request is not None else None
+                    conn.body = BodyBuffer(self.spool, self.spool_budget, length)
+                try:
+                    conn.body.write(event.data)
+                except ParseError as e:  # the spool cap: 413 or 503
+                    self._reject(conn, e.status)
+                    return True
             else:
                 request = conn.request
                 conn.request = None
