@@ -181,7 +181,6 @@ class ControlServer:
             listener.close()
             log.warning("control socket %s unavailable: %s", path, e.strerror)
             return cls(None, None, commands)
-        log.info("control socket: %s", path)
         return cls(listener, path, commands)
 
     def sockets(self) -> list[socket.socket]:

@@ -88,6 +88,8 @@ class Monitor:
             signal.signal(sig, self._on_signal)
         for sock in listeners:
             log.info("listening on %s", describe(sock))
+        if self.control.path:
+            log.info("control socket: %s", self.control.path)
         log.info(
             "monitor %d: %d worker(s), %s",
             os.getpid(),
