@@ -22,6 +22,7 @@ from refork.memory.heap import after_fork_in_child
 from refork.process import messages
 from refork.process.context import ProcessContext, set_title
 from refork.process.forking import Promoted, fork_detached
+from refork.process.slots import AppClock
 
 log = logging.getLogger("refork")
 PROMOTION_RETRY = 10.0  # seconds before asking to be promoted again
@@ -74,7 +75,7 @@ class Worker:
         self.requests = 0
         self.memray: object = None
         self._lock = threading.Lock()
-        self._in_flight: list[float] = []
+        self.clock = AppClock(ctx.slots, slot, self.timeout, time.monotonic)
         self._stopping = False
         self._exit_now = False
         self._promote_to: int | None = None
@@ -199,21 +200,20 @@ class Worker:
             raise Promoted(generation)  # the mold that forked this worker runs it as a mold
 
     def request_started(self) -> object:
-        now = time.monotonic()
-        with self._lock:
-            self._in_flight.append(now)
-            if len(self._in_flight) == 1:
-                self.slots.set_deadline(self.slot, now + self.timeout)
-        return now
+        return self.clock.started()
+
+    def request_waiting(self, token: object) -> None:
+        self.clock.waiting(token)  # type: ignore[arg-type]
+
+    def request_resumed(self, token: object) -> None:
+        self.clock.resumed(token)  # type: ignore[arg-type]
 
     def request_finished(self, token: object) -> None:
+        self.clock.finished(token)  # type: ignore[arg-type]
         with self._lock:
-            self._in_flight.remove(token)  # type: ignore[arg-type]
             self.requests += 1
             requests = self.requests
             self.slots.set_requests(self.slot, requests)
-            oldest = self._in_flight[0] if self._in_flight else time.monotonic()
-            self.slots.set_deadline(self.slot, oldest + self.timeout)
         if requests == self._retire_at:
             self.ctx.tell(
                 messages.WantsRetirement(os.getpid(), f"served {requests} requests (--max-requests)")
@@ -224,10 +224,9 @@ class Worker:
             self._report_unsafe()
 
     def tick(self) -> None:
-        if not self._in_flight:
-            self.slots.set_deadline(self.slot, time.monotonic() + self.timeout)
-            if self._trimmer is not None:
-                self._trimmer.maybe_trim(time.monotonic())
+        self.clock.tick()
+        if not self.clock.busy and self._trimmer is not None:
+            self._trimmer.maybe_trim(time.monotonic())
 
     def _maybe_ask_promotion(self, requests: int) -> None:
         now = time.monotonic()
