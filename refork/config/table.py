@@ -125,8 +125,10 @@ class Config:
         "--timeout",
         coerce=c.positive_seconds,
         metavar="S",
-        help="kill a worker busy on one request longer than this",
-        doc="a worker busy on one request longer than this is killed and replaced",
+        help="kill a worker whose app holds a request longer than this (client I/O not counted)",
+        doc="a worker whose app holds a request longer than this is killed and replaced; time "
+        "waiting on the client (a slow body, a slow reader) is not counted: the body and write "
+        "timeouts bound it per connection",
         group="server",
     )
     graceful_timeout: float = setting(

@@ -29,7 +29,10 @@ _FileSpan = tuple[int, int, int]  # fd, offset, bytes left
 class Outbox:
     """A connection's output (a :class:`refork.wsgi.Output`): bytes and file spans not yet written."""
 
-    __slots__ = ("sock", "fd", "client", "queue", "write_timeout", "buffering", "control", "token", "request")
+    __slots__ = (
+        "sock", "fd", "client", "queue", "backlogged", "write_timeout", "buffering", "control", "token",
+        "request",
+    )  # fmt: skip
 
     zero_copy = True
 
@@ -41,15 +44,12 @@ class Outbox:
         self.fd = sock.fileno()
         self.client = client
         self.queue: deque[memoryview | _FileSpan] = deque()
+        self.backlogged = False  # the queue holds something: a plain attribute, read per response
         self.write_timeout = write_timeout
         self.buffering = buffering
         self.control = control
         self.token: object = None  # the request being answered: for request_waiting, the log
         self.request: Request | None = None
-
-    @property
-    def backlogged(self) -> bool:
-        return bool(self.queue)
 
     def send(self, data: bytes) -> None:
         queue = self.queue
@@ -63,6 +63,7 @@ class Outbox:
             if n == len(data):
                 return
             queue.append(memoryview(data)[n:])
+            self.backlogged = True
         if not self.buffering:
             self.flush()
 
@@ -72,6 +73,7 @@ class Outbox:
         if count:
             queue = self.queue
             queue.append((fd, offset, count))
+            self.backlogged = True
             if not self.buffering:
                 self.flush()
             elif len(queue) == 1:
@@ -104,6 +106,7 @@ class Outbox:
                     queue[0] = item[n:]
                     return False
             queue.popleft()
+        self.backlogged = False
         return True
 
     def flush(self) -> None:
@@ -120,10 +123,11 @@ class Outbox:
             finally:
                 control.request_resumed(token)
             if not ready:
-                self.queue.clear()
+                self.clear()
                 log_write_timeout(self.write_timeout, self.client, self.request)
                 raise TimeoutError(f"write timeout: no progress for {self.write_timeout:.1f} s")
 
     def clear(self) -> None:
         self.queue.clear()
+        self.backlogged = False
 

@@ -32,7 +32,7 @@ def wsgi_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any
         start_response("200 OK", [("Content-Length", str(total))])
         if path == "/big":
             return _chunks(total)
-        f = tempfile.TemporaryFile()
+        f = tempfile.TemporaryFile()  # noqa: SIM115 - the file_wrapper closes it
         f.truncate(total)
         return environ["wsgi.file_wrapper"](f)
     body = environ["wsgi.input"].read() if path == "/echo" else str(os.getpid()).encode()
