@@ -68,3 +68,10 @@ def test_a_resume_after_the_request_finished_is_ignored() -> None:
     app_clock.finished(token)
     app_clock.resumed(token)  # an ASGI receive() woken by the disconnect, after the cycle ended
     assert not app_clock.busy
+
+
+def test_it_counts_the_requests_served_in_the_slot() -> None:
+    app_clock, slots, _ = make()
+    assert app_clock.finished(app_clock.started()) == 1
+    assert app_clock.finished(app_clock.started()) == 2
+    assert slots.requests(0) == 2

@@ -66,7 +66,8 @@ class SlotAllocator:
 
 
 class AppClock:
-    """A worker's deadline from the time its requests spend *in the app*, never waiting on a client.
+    """A worker's deadline from the time its requests spend *in the app*, never waiting on a client;
+    and its count of requests served (both in its slot).
 
     Each request in the app holds the deadline from when it (last) entered it; a request that waits
     on its client (a body still arriving, a response the client reads slowly) holds nothing, and
@@ -84,6 +85,7 @@ class AppClock:
         self._in_app: dict[int, float] = {}  # token -> when it entered the app (insertion = time order)
         self._waiting: set[int] = set()  # tokens waiting on their client
         self._next = 0
+        self.served = 0
 
     def started(self) -> int:
         with self._lock:
@@ -109,11 +111,18 @@ class AppClock:
                 self._in_app[token] = self._now()
                 self._update()
 
-    def finished(self, token: int) -> None:
+    def finished(self, token: int) -> int:
+        """The request is answered: release its deadline, count it; returns the requests served."""
         with self._lock:
-            if self._in_app.pop(token, None) is None:
+            in_app = self._in_app
+            if in_app.pop(token, None) is None:
                 self._waiting.discard(token)
-            self._update()
+            since = next(iter(in_app.values())) if in_app else self._now()
+            slots, index = self._slots, self._index
+            slots.set_deadline(index, since + self._timeout)
+            served = self.served = self.served + 1
+            slots.set_requests(index, served)
+        return served
 
     @property
     def busy(self) -> bool:

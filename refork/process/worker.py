@@ -13,7 +13,6 @@ import os
 import random
 import signal
 import socket
-import threading
 import time
 from typing import Any
 
@@ -72,9 +71,7 @@ class Worker:
         self.slot = slot
         self.slots = ctx.slots
         self.timeout = config.timeout
-        self.requests = 0
         self.memray: object = None
-        self._lock = threading.Lock()
         self.clock = AppClock(ctx.slots, slot, self.timeout, time.monotonic)
         self._stopping = False
         self._exit_now = False
@@ -93,6 +90,11 @@ class Worker:
             from refork.memory.allocator import MallocTrimmer
 
             self._trimmer = MallocTrimmer(min_interval=10.0)
+
+    @property
+    def requests(self) -> int:
+        """Requests served by this worker."""
+        return self.clock.served
 
     def info(self) -> dict[str, int]:
         return {"pid": os.getpid(), "nr": self.nr, "generation": self.generation}
@@ -209,11 +211,7 @@ class Worker:
         self.clock.resumed(token)  # type: ignore[arg-type]
 
     def request_finished(self, token: object) -> None:
-        self.clock.finished(token)  # type: ignore[arg-type]
-        with self._lock:
-            self.requests += 1
-            requests = self.requests
-            self.slots.set_requests(self.slot, requests)
+        requests = self.clock.finished(token)  # type: ignore[arg-type]
         if requests == self._retire_at:
             self.ctx.tell(
                 messages.WantsRetirement(os.getpid(), f"served {requests} requests (--max-requests)")

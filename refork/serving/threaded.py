@@ -11,9 +11,6 @@ socketpair.
 
 The deadlines and the drain are those of :mod:`refork.serving.connection`; a response write
 that makes no progress for the write timeout is cut and logged.
-
-We use ``select.epoll`` (``select.poll`` elsewhere) directly rather than ``selectors``: the
-per-event key objects of ``selectors`` are measurable at these request rates.
 """
 
 from __future__ import annotations
@@ -21,11 +18,8 @@ from __future__ import annotations
 import errno
 import logging
 import queue
-import select
 import socket
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from refork.config import Config
@@ -47,50 +41,18 @@ from refork.serving.connection import (
 )
 from refork.serving.contract import WorkerControl
 from refork.serving.outbox import Outbox
+from refork.serving.poller import IN as _IN
+from refork.serving.poller import OUT as _OUT
+from refork.serving.poller import Poller
+from refork.serving.pool import AppThreads
 from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
 
 log = logging.getLogger("refork")
 
-_IN, _OUT = select.POLLIN, select.POLLOUT
 _IDLE, _HEAD, _BODY, _WRITING = Phase.IDLE, Phase.HEAD, Phase.BODY, Phase.WRITING
 _ACCEPT_BATCH = 8  # accepts per wake-up: more would starve sibling workers sharing the listener
 _RECV = 1 << 16
 _NO_EVENTS: list[Event] = []  # nothing pipelined behind a request (shared: never mutated)
-
-
-class _Poller:
-    """epoll where available (seconds timeouts), poll elsewhere (milliseconds)."""
-
-    def __init__(self) -> None:
-        if hasattr(select, "epoll"):
-            self._p: Any = select.epoll()
-            self._scale = 1.0
-        else:  # pragma: no cover - non-Linux
-            self._p = select.poll()
-            self._scale = 1000.0
-
-    def register(self, fd: int) -> None:
-        self._p.register(fd, _IN)
-
-    def watch(self, fd: int, mask: int) -> None:
-        """Change what a registered fd is polled for (_IN or _OUT)."""
-        self._p.modify(fd, mask)
-
-    def unregister(self, fd: int) -> None:
-        try:
-            self._p.unregister(fd)
-        except (OSError, KeyError, ValueError):
-            pass
-
-    def poll(self, timeout: float) -> list[tuple[int, int]]:
-        events: list[tuple[int, int]] = self._p.poll(timeout * self._scale)
-        return events
-
-    def close(self) -> None:
-        """Close without unregistering: after a fork the epoll instance is shared with the parent."""
-        close = getattr(self._p, "close", None)
-        if close is not None:
-            close()
 
 
 class _Conn:
@@ -141,39 +103,6 @@ class _Writing:
 _Job = tuple[_Conn, Request, InputStream, "list[Event]"]  # a complete request for a pool thread
 
 
-class _Pool:
-    """App threads we own, so they can be stopped and joined before a fork."""
-
-    def __init__(self, size: int, handler: Callable[..., None]) -> None:
-        self.size = size
-        self.handler = handler
-        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self.threads: list[threading.Thread] = []
-
-    def start(self) -> None:
-        for i in range(self.size):
-            t = threading.Thread(target=self._run, name=f"refork-wsgi-{i}", daemon=True)
-            t.start()
-            self.threads.append(t)
-
-    def stop(self) -> None:
-        for _ in self.threads:
-            self.jobs.put(None)
-        for t in self.threads:
-            t.join()
-        self.threads = []
-
-    def _run(self) -> None:
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            try:
-                self.handler(*job)
-            except SystemExit:  # sys.exit() in app code must not silently shrink the pool
-                log.error("SystemExit raised by the app in a pool thread: ignored")
-
-
 class _Loop:
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
@@ -181,7 +110,7 @@ class _Loop:
         self.app = app
         self.control = control
         self.limits = request_limits(config)
-        self.poller = _Poller()
+        self.poller = Poller()
         self.conns: dict[int, _Conn] = {}
         self.listeners: dict[int, tuple[socket.socket, EnvironBuilder]] = {}
         self.threads = max(1, int(config.threads))
@@ -207,13 +136,13 @@ class _Loop:
                 proxies=proxies,
             )
             self.listeners[lsock.fileno()] = (lsock, builder)
-        self.pool: _Pool | None = None
+        self.pool: AppThreads | None = None
         self.done: queue.SimpleQueue[tuple[_Conn, bool, list[Event]]] = queue.SimpleQueue()
         self.parked: list[_Job] = []
         self.wake_r: socket.socket | None = None
         self.wake_w: socket.socket | None = None
         if self.threads > 1:
-            self.pool = _Pool(self.threads, self._pool_job)
+            self.pool = AppThreads(self.threads, self._pool_job)
             self.wake_r, self.wake_w = socket.socketpair()
             self.wake_r.setblocking(False)
             self.wake_w.setblocking(False)
@@ -516,25 +445,30 @@ class _Loop:
         out = conn.out
         token = out.token = control.request_started()
         out.request = request
+        writing = False
         try:
             environ = conn.builder.build(request, stream, conn.client)
             keep_alive = not (self.draining or control.stopping)
             outcome = start_wsgi(self.app, environ, request, out, keep_alive)
-        except BaseException:
-            control.request_finished(token)
-            if stream is not EMPTY_INPUT:
-                stream.close()
-            raise
-        if type(outcome) is tuple:
-            return self._finished(request, environ, stream, token, started, outcome)
-        assert isinstance(outcome, Streaming)
-        control.request_waiting(token)  # the client's time now, not the app's
-        conn.writing = _Writing(outcome, request, environ, stream, token, started, rest)
-        conn.phase = _WRITING
-        conn.since = time.monotonic()
-        self.in_flight += 1  # no safe point (fork) while a response body is half pulled
-        self.poller.watch(conn.fd, _OUT)
-        return None
+            if type(outcome) is Streaming:
+                writing = True
+                control.request_waiting(token)  # the client's time now, not the app's
+                conn.writing = _Writing(outcome, request, environ, stream, token, started, rest)
+                conn.phase = _WRITING
+                conn.since = time.monotonic()
+                self.in_flight += 1  # no safe point (fork) while a response body is half pulled
+                self.poller.watch(conn.fd, _OUT)
+                return None
+        finally:
+            if not writing:  # (the same as _finished, inline: this is the hot path)
+                control.request_finished(token)
+                if stream is not EMPTY_INPUT:
+                    stream.close()
+        status, length, keep = outcome  # type: ignore[misc]
+        if self.access_log is not None:
+            log_access(self.access_log, request, environ.get("REMOTE_ADDR"), status, length,
+                       time.perf_counter() - started)  # fmt: skip
+        return keep
 
     def _finished(self, request: Request, environ: dict[str, Any], stream: InputStream, token: object,
                   started: float, outcome: Outcome) -> bool:  # fmt: skip
