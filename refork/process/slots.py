@@ -7,6 +7,7 @@ served, and the pid that owns it (so a stale slot is never misread).
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import threading
 from collections.abc import Callable
@@ -82,36 +83,35 @@ class AppClock:
         self._timeout = timeout
         self._now = now
         self._lock = threading.Lock()
-        self._in_app: dict[int, float] = {}  # token -> when it entered the app (insertion = time order)
-        self._waiting: set[int] = set()  # tokens waiting on their client
-        self._next = 0
+        self._in_app: dict[object, float] = {}  # token -> when it entered the app (insertion = time order)
+        self._waiting: set[object] = set()  # tokens waiting on their client
+        self._ids = itertools.count(1)
         self.served = 0
 
-    def started(self) -> int:
+    def started(self) -> object:
         with self._lock:
             now = self._now()
-            self._next += 1
-            token = self._next
+            token = next(self._ids)
             in_app = self._in_app
             in_app[token] = now
             if len(in_app) == 1:
                 self._slots.set_deadline(self._index, now + self._timeout)
         return token
 
-    def waiting(self, token: int) -> None:
+    def waiting(self, token: object) -> None:
         with self._lock:
             if self._in_app.pop(token, None) is not None:
                 self._waiting.add(token)
                 self._update()
 
-    def resumed(self, token: int) -> None:
+    def resumed(self, token: object) -> None:
         with self._lock:
             if token in self._waiting:
                 self._waiting.discard(token)
                 self._in_app[token] = self._now()
                 self._update()
 
-    def finished(self, token: int) -> int:
+    def finished(self, token: object) -> int:
         """The request is answered: release its deadline, count it; returns the requests served."""
         with self._lock:
             in_app = self._in_app

@@ -14,6 +14,7 @@ import random
 import signal
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from refork import fork_safety
@@ -72,7 +73,11 @@ class Worker:
         self.slots = ctx.slots
         self.timeout = config.timeout
         self.memray: object = None
-        self.clock = AppClock(ctx.slots, slot, self.timeout, time.monotonic)
+        clock = self.clock = AppClock(ctx.slots, slot, self.timeout, time.monotonic)
+        # WorkerControl's per-request calls go straight to the clock: no wrapper on the hot path
+        self.request_started: Callable[[], object] = clock.started
+        self.request_waiting: Callable[[object], None] = clock.waiting
+        self.request_resumed: Callable[[object], None] = clock.resumed
         self._stopping = False
         self._exit_now = False
         self._promote_to: int | None = None
@@ -201,17 +206,8 @@ class Worker:
             self.cmd.close()
             raise Promoted(generation)  # the mold that forked this worker runs it as a mold
 
-    def request_started(self) -> object:
-        return self.clock.started()
-
-    def request_waiting(self, token: object) -> None:
-        self.clock.waiting(token)  # type: ignore[arg-type]
-
-    def request_resumed(self, token: object) -> None:
-        self.clock.resumed(token)  # type: ignore[arg-type]
-
     def request_finished(self, token: object) -> None:
-        requests = self.clock.finished(token)  # type: ignore[arg-type]
+        requests = self.clock.finished(token)
         if requests == self._retire_at:
             self.ctx.tell(
                 messages.WantsRetirement(os.getpid(), f"served {requests} requests (--max-requests)")
