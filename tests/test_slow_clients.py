@@ -128,9 +128,9 @@ def test_asgi_a_silent_body_gets_408_while_a_bystanders_download_on_the_worker_c
     assert _same_worker(server, pid)
 
 
-@pytest.mark.parametrize("interface", ["asgi", "wsgi"])
-def test_a_client_that_stops_reading_is_cut_by_the_write_timeout_and_logged(start_server, interface):
-    server, pid = _start(start_server, interface, "--write-timeout", "4")
+@pytest.mark.parametrize(("interface", "threads"), [("asgi", 1), ("wsgi", 1), ("wsgi", 2)])
+def test_a_client_that_stops_reading_is_cut_by_the_write_timeout_and_logged(start_server, interface, threads):
+    server, pid = _start(start_server, interface, "--write-timeout", "4", threads=threads)
     with _connect(server.port, rcvbuf=4096) as stalled:
         stalled.sendall(b"GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
         assert _same_worker(server, pid)  # served meanwhile
