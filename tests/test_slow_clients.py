@@ -150,6 +150,20 @@ def test_a_slow_but_steady_download_longer_than_timeout_completes(start_server, 
 
 
 @pytest.mark.parametrize("interface", ["asgi", "wsgi"])
+def test_time_in_the_app_still_holds_the_deadline(start_server, interface):
+    """A response started and then stuck in the app (WSGI: in next() of its body, pulled after
+    the socket had filled up and the client read on) gets the worker replaced."""
+    server, pid = _start(start_server, interface)
+    with _connect(server.port, rcvbuf=4096) as stuck:
+        stuck.sendall(b"GET /stuck HTTP/1.1\r\nHost: a\r\n\r\n")
+        received = len(_read_to_end(stuck))  # until the monitor's SIGKILL ends the connection
+        assert received < 5 << 20
+        server.wait_for(lambda: [w["pid"] for w in server.workers()] not in ([], [pid]),
+                        what="the stuck worker to be replaced")  # fmt: skip
+    assert "timeout" in server.log()
+
+
+@pytest.mark.parametrize("interface", ["asgi", "wsgi"])
 def test_a_body_trickled_a_byte_every_3s_hits_the_total_body_deadline(start_server, interface):
     server, pid = _start(start_server, interface, "--body-timeout", "4")
     with _connect(server.port) as trickle:
