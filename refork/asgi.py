@@ -244,7 +244,7 @@ class Channel(Protocol):
     """The one way an :class:`HttpCycle` reaches its connection (refork.serving.aio.HttpProtocol).
 
     The connection drives the cycle (body pieces, end of body, client gone, writable again); the
-    cycle only ever answers through these four calls.
+    cycle only ever answers through these five calls.
     """
 
     def write(self, data: bytes) -> bool:
@@ -258,6 +258,12 @@ class Channel(Protocol):
 
     def cycle_done(self, cycle: HttpCycle, keep_alive: bool) -> None:
         """The response is complete or abandoned: account for it and go on to the next request."""
+
+    def client_wait(self, cycle: HttpCycle, waiting: bool) -> None:
+        """The app starts (True) or stops (False) waiting on the client: body bytes or write room.
+
+        Time spent waiting is not the app's: it does not count against the worker's --timeout.
+        """
 
 
 class HttpCycle:
@@ -391,7 +397,10 @@ class HttpCycle:
                 self.continue_owed = False
                 self.channel.write(CONTINUE)
             waiter = self.receive_waiter = self.loop.create_future()
-            await waiter
+            if state is _RECEIVING_BODY or state is _STREAMING:
+                await self._wait_on_client(waiter)  # body bytes: the client's time, not the app's
+            else:
+                await waiter  # the body is done: only a disconnect can wake this
 
     async def send(self, message: dict[str, Any]) -> None:
         state = self.state
@@ -417,9 +426,17 @@ class HttpCycle:
             self._finish(response.will_keep_alive)
         elif not writable:
             waiter = self.send_waiter = self.loop.create_future()
-            await waiter
+            await self._wait_on_client(waiter)  # backpressure: the transport is over its high-water mark
             if self.state is _DISCONNECTED:
                 raise ClientDisconnected("client disconnected")
+
+    async def _wait_on_client(self, waiter: asyncio.Future[None]) -> None:
+        channel = self.channel
+        channel.client_wait(self, True)
+        try:
+            await waiter
+        finally:
+            channel.client_wait(self, False)
 
     # Endings ---------------------------------------------------------------------------------
 

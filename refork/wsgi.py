@@ -1,8 +1,8 @@
 """WHERE A WSGI APP IS CALLED (PEP 3333): environ, start_response, write(), file_wrapper.
 
 Nothing here knows about sockets, selectors or processes: the connection loop hands in a
-complete request, a ResponseFramer and `send` / `sendfile` callables, and gets back the status
-and the number of body bytes written.
+complete request and an :class:`Output`, and gets back the status and the number of body bytes
+written, or a :class:`Streaming` response to resume when its socket can take more.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import io
 import logging
 import os
 import stat
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
 from urllib.parse import unquote_to_bytes
 
 from refork.config import Config
@@ -25,6 +25,50 @@ log = logging.getLogger("refork")
 
 Send = Callable[[bytes], None]
 SendFile = Callable[[int, int, "int | None"], int]  # (fd, offset, count or None = to EOF) -> sent
+Outcome = tuple[int, int, bool]  # status, body bytes, whether the connection may serve another request
+
+
+class Output(Protocol):
+    """Where a response goes: the connection, blocking or buffering.
+
+    A buffering output (the single-thread loop) takes what the socket takes now and keeps the
+    rest; while it keeps anything (``backlogged``) no more of the body is pulled from the app.
+    """
+
+    zero_copy: bool  # sendfile() is available
+
+    def send(self, data: bytes) -> None:
+        """Write (or queue) all of it; OSError when the client is gone or stopped reading."""
+
+    def sendfile(self, fd: int, offset: int, count: int | None) -> int:
+        """Write (or queue) a file span; returns the bytes taken (short only at end of file)."""
+
+    @property
+    def backlogged(self) -> bool:
+        """Bytes wait in our buffer: do not pull more of the body now."""
+
+    def flush(self) -> None:
+        """Block until nothing waits (the legacy write() callable); OSError as send()."""
+
+
+class _Callables:
+    """An Output over blocking send / sendfile callables: never backlogged."""
+
+    __slots__ = ("send", "_sendfile", "zero_copy")
+
+    backlogged = False
+
+    def __init__(self, send: Send, sendfile: SendFile | None) -> None:
+        self.send = send
+        self._sendfile = sendfile
+        self.zero_copy = sendfile is not None
+
+    def sendfile(self, fd: int, offset: int, count: int | None) -> int:
+        assert self._sendfile is not None
+        return self._sendfile(fd, offset, count)
+
+    def flush(self) -> None:
+        pass
 
 # Refused from an app (PEP 3333). "Connection" is not among them: the framer drops it and honours
 # "close" by closing after the response, which is what an app sending it wants.
@@ -300,11 +344,11 @@ def _check_header(item: Any) -> tuple[tuple[bytes, bytes], bool]:
 class _Exchange:
     """State of one response: what start_response set and whether the head went out."""
 
-    __slots__ = ("framer", "_send", "code", "reason", "headers", "has_length", "head_sent", "sent")
+    __slots__ = ("framer", "out", "code", "reason", "headers", "has_length", "head_sent", "sent")
 
-    def __init__(self, framer: ResponseFramer, send: Send) -> None:
+    def __init__(self, framer: ResponseFramer, out: Output) -> None:
         self.framer = framer
-        self._send = send
+        self.out = out
         self.code = 0
         self.reason = b""
         self.headers: list[tuple[bytes, bytes]] = []
@@ -353,13 +397,17 @@ class _Exchange:
 
     def send(self, data: bytes) -> None:
         try:
-            self._send(data)
+            self.out.send(data)
         except OSError as e:
             raise SendFailed(str(e)) from e
         self.sent = True
 
     def write(self, data: bytes) -> None:
-        """The legacy write() callable: unbuffered, so the head goes out with the first write."""
+        """The legacy write() callable: unbuffered, so the head goes out with the first write.
+
+        It returns only once the bytes are written (it blocks its thread, bounded by the write
+        timeout): the app called it and will call it again, there is no body to pull later.
+        """
         if type(data) is not bytes:
             raise TypeError(f"write() takes bytes, got {type(data).__name__}")
         if self.head_sent:
@@ -370,6 +418,10 @@ class _Exchange:
                 self.send(self.head() + self.framer.body(data))
         else:
             raise AssertionError("write() called before start_response()")
+        try:
+            self.out.flush()
+        except OSError as e:
+            raise SendFailed(str(e)) from e
 
 
 def _bytes_items(result: Any) -> int | None:
@@ -382,7 +434,8 @@ def _bytes_items(result: Any) -> int | None:
     return total
 
 
-def _send_result(ex: _Exchange, result: Iterable[bytes], sendfile: SendFile | None) -> None:
+def _send_result(ex: _Exchange, result: Iterable[bytes]) -> Iterator[bytes] | None:
+    """Send the response; the body items still to pull when the output became backlogged."""
     framer = ex.framer
     send = ex.send
     kind = type(result)
@@ -393,36 +446,43 @@ def _send_result(ex: _Exchange, result: Iterable[bytes], sendfile: SendFile | No
             if total <= _JOIN_LIMIT:  # one write; copying a small body beats a second syscall
                 # (joining a one-item list returns the item itself: no copy in the common case)
                 send(head + framer.body(b"".join(result)) + framer.end())
-            else:
-                send(head)
-                for item in result:
-                    body = framer.body(item)
-                    if body:
-                        send(body)
-                tail = framer.end()
-                if tail:
-                    send(tail)
-            return
-    if kind is FileWrapper and not ex.head_sent and _send_file(ex, result, sendfile):  # type: ignore[arg-type]
-        return
-    for data in result:
+                return None
+            send(head)
+            return _pull(ex, iter(result))
+    if kind is FileWrapper and not ex.head_sent and _send_file(ex, result):  # type: ignore[arg-type]
+        return None
+    return _pull(ex, iter(result))
+
+
+def _pull(ex: _Exchange, items: Iterator[bytes]) -> Iterator[bytes] | None:
+    """Pull body items and send them until the end (None) or until the output is backlogged."""
+    framer = ex.framer
+    send = ex.send
+    out = ex.out
+    for data in items:
         if type(data) is not bytes:
             raise TypeError(f"WSGI body items must be bytes, got {type(data).__name__}")
         if not data:
             continue
         if ex.head_sent:
-            send(framer.body(data))
+            body = framer.body(data)
+            if not body:  # HEAD: nothing goes out
+                continue
+            send(body)
         else:
             send(ex.head() + framer.body(data))
+        if out.backlogged:
+            return items
     if ex.head_sent:
         tail = framer.end()
         if tail:
             send(tail)
     else:
         send(ex.head(0) + framer.end())
+    return None
 
 
-def _send_file(ex: _Exchange, wrapper: FileWrapper, sendfile: SendFile | None) -> bool:
+def _send_file(ex: _Exchange, wrapper: FileWrapper) -> bool:
     """Zero-copy path for wsgi.file_wrapper; False means read blocks (the head may be out already).
 
     A regular file's size gives the Content-Length when the app set none, so no chunking.
@@ -438,13 +498,13 @@ def _send_file(ex: _Exchange, wrapper: FileWrapper, sendfile: SendFile | None) -
     if framer.no_body:
         ex.send(head + framer.end())
         return True
-    if framer.chunked or sendfile is None:
+    if framer.chunked or not ex.out.zero_copy:
         ex.send(head)  # head is out: the block loop continues after it
         return False
     ex.send(head)
     count = framer.content_length
     try:
-        sent = sendfile(fd, offset, count)
+        sent = ex.out.sendfile(fd, offset, count)
     except OSError as e:
         raise SendFailed(str(e)) from e
     framer.body_bytes += sent  # these bytes bypassed framer.body()
@@ -456,6 +516,115 @@ def _send_file(ex: _Exchange, wrapper: FileWrapper, sendfile: SendFile | None) -
     return True
 
 
+class Streaming:
+    """A response the app has started whose body waits for the client to read (threads == 1).
+
+    The loop calls :meth:`resume` when the socket took everything buffered; the body iterable
+    is pulled only then, so a client that never reads costs one buffered item, not the body.
+    """
+
+    __slots__ = ("ex", "items", "result", "environ")
+
+    def __init__(
+        self, ex: _Exchange, items: Iterator[bytes] | None, result: Any, environ: dict[str, Any]
+    ) -> None:
+        self.ex = ex
+        self.items = items  # None: all of the body is produced, only buffered bytes are left
+        self.result = result
+        self.environ = environ
+
+    @property
+    def status(self) -> int:
+        return self.ex.code
+
+    def resume(self) -> Outcome | None:
+        """Pull more of the body; the outcome once it is all produced and written, else None."""
+        items = self.items
+        if items is not None:
+            try:
+                items = self.items = _pull(self.ex, items)
+            except Exception as exc:
+                return _finish(self.ex, self.environ, self.result, exc)
+            except BaseException:
+                _close(self.result)
+                raise
+        if items is not None or self.ex.out.backlogged:
+            return None
+        return _finish(self.ex, self.environ, self.result)
+
+    def abandon(self) -> Outcome:
+        """The connection is cut (write timeout, shutdown): close the iterable; the outcome to log."""
+        ex = self.ex
+        try:
+            _close(self.result)
+        except Exception:
+            log.exception("Error closing a WSGI response body")
+        return ex.code, ex.framer.body_bytes, False
+
+
+def _close(result: Any) -> None:
+    close = getattr(result, "close", None)
+    if close is not None:
+        close()
+
+
+def _finish(ex: _Exchange, environ: dict[str, Any], result: Any, exc: Exception | None = None) -> Outcome:
+    """Close the iterable (always) and turn the response's end, or its failure, into the outcome.
+
+    An app error before the head went out becomes a 500; after it, the connection is closed.
+    """
+    try:
+        _close(result)
+    except Exception as e:
+        exc = exc or e
+    framer = ex.framer
+    if exc is None:
+        return ex.code, framer.body_bytes, framer.keep_alive
+    if isinstance(exc, SendFailed):
+        return ex.code or 499, framer.body_bytes, False
+    if ex.sent:
+        log.error(
+            "Error in WSGI app after the response head was sent: %s %s",
+            environ.get("REQUEST_METHOD"),
+            environ.get("RAW_URI"),
+            exc_info=exc,
+        )
+        return ex.code, framer.body_bytes, False
+    log.error("Error in WSGI app: %s %s", environ.get("REQUEST_METHOD"), environ.get("RAW_URI"), exc_info=exc)
+    try:
+        ex.out.send(simple_response(500, keep_alive=False))
+    except OSError:
+        pass
+    return 500, 0, False
+
+
+def start_wsgi(
+    app: Callable[..., Any], environ: dict[str, Any], request: Request, out: Output, keep_alive: bool = True
+) -> Outcome | Streaming:
+    """Call the app for one complete request and write its response to `out`.
+
+    Returns (status, body bytes, whether the connection may serve another request), or a
+    :class:`Streaming` when a buffering `out` became backlogged first. keep_alive False is the
+    loop's "Connection: close" (a draining worker). The iterable's close() is always called.
+    """
+    framer = ResponseFramer(request, server_keep_alive=keep_alive)
+    ex = _Exchange(framer, out)
+    result = None
+    try:
+        result = app(environ, ex.start_response)
+        items = _send_result(ex, result)
+    except Exception as exc:
+        return _finish(ex, environ, result, exc)
+    except BaseException:
+        _close(result)
+        raise
+    if items is not None or out.backlogged:
+        return Streaming(ex, items, result, environ)
+    if getattr(result, "close", None) is None:  # the common list body: nothing to close
+        return ex.code, framer.body_bytes, framer.keep_alive
+    return _finish(ex, environ, result)
+
+
 def run_wsgi(
     app: Callable[..., Any],
     environ: dict[str, Any],
@@ -463,42 +632,11 @@ def run_wsgi(
     send: Send,
     sendfile: SendFile | None = None,
     keep_alive: bool = True,
-) -> tuple[int, int, bool]:
-    """Call the app for one complete request and write the response.
-
-    Returns (status, body bytes, whether the connection may serve another request); keep_alive
-    False is the loop's "Connection: close" (a draining worker). An app error before the head
-    went out becomes a 500; after it, the connection is closed. The iterable's close() is always
-    called.
-    """
-    framer = ResponseFramer(request, server_keep_alive=keep_alive)
-    ex = _Exchange(framer, send)
-    result = None
-    try:
-        try:
-            result = app(environ, ex.start_response)
-            _send_result(ex, result, sendfile)
-        finally:
-            close = getattr(result, "close", None)
-            if close is not None:
-                close()
-    except SendFailed:
-        return ex.code or 499, framer.body_bytes, False
-    except Exception:
-        if ex.sent:
-            log.exception(
-                "Error in WSGI app after the response head was sent: %s %s",
-                environ.get("REQUEST_METHOD"),
-                environ.get("RAW_URI"),
-            )
-            return ex.code, framer.body_bytes, False
-        log.exception("Error in WSGI app: %s %s", environ.get("REQUEST_METHOD"), environ.get("RAW_URI"))
-        try:
-            send(simple_response(500, keep_alive=False))
-        except OSError:
-            pass
-        return 500, 0, False
-    return ex.code, framer.body_bytes, framer.keep_alive
+) -> Outcome:
+    """:func:`start_wsgi` over blocking `send` / `sendfile` callables (warm-up, tests)."""
+    outcome = start_wsgi(app, environ, request, _Callables(send, sendfile), keep_alive)
+    assert not isinstance(outcome, Streaming)  # a blocking output is never backlogged
+    return outcome
 
 
 # --------------------------------------------------------------------------------------------

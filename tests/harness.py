@@ -69,6 +69,12 @@ class HarnessControl:
             self.in_flight += 1
         return time.monotonic()
 
+    def request_waiting(self, token: object) -> None:
+        pass
+
+    def request_resumed(self, token: object) -> None:
+        pass
+
     def request_finished(self, token: object) -> None:
         with self._lock:
             self.in_flight -= 1

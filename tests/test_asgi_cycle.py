@@ -21,6 +21,7 @@ class Channel:
         self.held: list[HttpCycle] = []
         self.done: list[bool] = []
         self.writable = True
+        self.waits: list[bool] = []  # client_wait calls: True = the app waits on the client
 
     def write(self, data: bytes) -> bool:
         self.written.append(data)
@@ -31,6 +32,9 @@ class Channel:
 
     def hold_head(self, cycle: HttpCycle) -> None:
         self.held.append(cycle)
+
+    def client_wait(self, cycle: HttpCycle, waiting: bool) -> None:
+        self.waits.append(waiting)
 
     def cycle_done(self, cycle: HttpCycle, keep_alive: bool) -> None:
         self.done.append(keep_alive)
@@ -172,3 +176,37 @@ def test_an_app_error_before_the_response_is_a_500_after_it_only_a_log(loop, cap
     loop.run_until_complete(cycle.run(fails_late, {}))
     assert channel.done == [True]
     assert "after the response was sent" in caplog.text
+
+
+def test_waiting_for_body_bytes_or_write_room_is_the_clients_time_not_the_apps(loop) -> None:
+    channel = Channel()
+    cycle = HttpCycle(channel, loop, post())
+    receiving = loop.create_task(cycle.receive())
+    loop.run_until_complete(asyncio.sleep(0))
+    assert channel.waits == [True]  # awaiting body bytes
+    cycle.body_received(b"abc")
+    cycle.end_received()
+    loop.run_until_complete(receiving)
+    assert channel.waits == [True, False]
+    channel.writable = False
+    sending = loop.create_task(cycle.send(START))
+    loop.run_until_complete(asyncio.sleep(0))
+    body = loop.create_task(cycle.send({"type": "http.response.body", "body": b"o", "more_body": True}))
+    loop.run_until_complete(asyncio.sleep(0))
+    assert channel.waits == [True, False, True]  # backpressure
+    cycle.resume_sending()
+    loop.run_until_complete(asyncio.gather(sending, body))
+    assert channel.waits == [True, False, True, False]
+
+
+def test_waiting_for_a_disconnect_after_the_body_is_the_apps_time(loop) -> None:
+    channel = Channel()
+    cycle = HttpCycle(channel, loop, post())
+    cycle.body_received(b"abc")
+    cycle.end_received()
+    loop.run_until_complete(cycle.receive())
+    listener = loop.create_task(cycle.receive())  # e.g. a framework's disconnect watcher
+    loop.run_until_complete(asyncio.sleep(0))
+    assert channel.waits == []
+    cycle.client_gone()
+    assert loop.run_until_complete(listener) == {"type": "http.disconnect"}

@@ -196,7 +196,8 @@ def test_pyproject_unknown_key(tmp_path):
         (["--warmup", "health"], "--warmup must start with '/'"),
         (["--max-requests", "-1"], "--max-requests must be an integer >= 0"),
         (["--mold-idle-exit", "-1"], '--mold-idle-exit must be a number of seconds >= 0 or "off"'),
-        (["--body-timeout", "0"], '--body-timeout must be a number of seconds > 0 or "default"'),
+        (["--body-timeout", "0"], "--body-timeout must be a number of seconds > 0"),
+        (["--body-min-rate", "-1"], "--body-min-rate must be a number >= 0"),
         (["--mold-idle-exit", "soon"], '--mold-idle-exit must be a number of seconds >= 0 or "off"'),
         (["--foo"], "unrecognized arguments: --foo (see refork --help)"),
     ],
@@ -255,10 +256,12 @@ def test_mold_idle_exit_takes_seconds_zero_or_off():
         load_config(["m:app"], environ={"REFORK_MOLD_IDLE_EXIT": "x"})
 
 
-def test_body_and_write_timeouts_default_to_the_worker_timeout():
-    for raw, expected in (("default", None), ("", None), ("2.5", 2.5)):
-        config = load_config(["--body-timeout", raw, "--write-timeout", raw, "m:app"], environ={})
-        assert (config.body_timeout, config.write_timeout) == (expected, expected)
+def test_body_and_write_timeouts_are_their_own_not_the_worker_timeout():
+    config = load_config(["--timeout", "5", "m:app"], environ={})
+    assert (config.body_timeout, config.body_min_rate, config.write_timeout) == (30.0, 500.0, 30.0)
+    config = load_config(["--body-timeout", "2.5", "--body-min-rate", "0", "--write-timeout", "2.5", "m:app"],
+                         environ={})  # fmt: skip
+    assert (config.body_timeout, config.body_min_rate, config.write_timeout) == (2.5, 0.0, 2.5)
 
 
 def test_describe_is_name_value_lines():

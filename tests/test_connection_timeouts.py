@@ -115,10 +115,20 @@ def test_a_write_is_stalled_only_while_blocked() -> None:
     assert T.write_stalled(100.0, 103.5)
 
 
-def test_timeouts_from_config_keep_the_old_defaults() -> None:
+def test_timeouts_from_config_are_their_own_not_the_workers() -> None:
     t = Timeouts.from_config(Config(timeout=7.0, header_timeout=3.0, keepalive=2.0))
     assert (t.header, t.keepalive) == (3.0, 2.0)
-    assert (t.body, t.write) == (7.0, 7.0)  # unless set: --timeout, as the WSGI loop had it
+    assert (t.body, t.body_min_rate, t.write) == (30.0, 500.0, 30.0)  # not derived from --timeout
+
+
+def test_the_body_deadline_grows_with_the_bytes_received_not_with_reads() -> None:
+    t = Timeouts(header=2.0, body=5.0, write=3.0, keepalive=4.0, body_min_rate=100.0)
+    assert t.expiry(Phase.BODY, 100.0, 105.5, received=0) is Expiry.REQUEST_TIMEOUT
+    assert t.expiry(Phase.BODY, 100.0, 105.5, received=100) is Expiry.NONE  # one more second
+    assert t.expiry(Phase.BODY, 100.0, 106.5, received=100) is Expiry.REQUEST_TIMEOUT
+    assert t.expiry(Phase.BODY, 100.0, 1000.0, received=100_000) is Expiry.NONE  # an honest upload
+    assert T.expiry(Phase.BODY, 100.0, 105.5, received=10**9) is Expiry.REQUEST_TIMEOUT  # rate 0: flat
+    assert T.expiry(Phase.WRITING, 0.0, 1e9) is Expiry.NONE  # judged by write_stalled()
 
 
 def test_limits_from_config() -> None:

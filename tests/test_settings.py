@@ -34,6 +34,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "header_timeout": ("3", 3.0),
     "body_timeout": ("6", 6.0),
     "write_timeout": ("9", 9.0),
+    "body_min_rate": ("250", 250.0),
     "spawn_timeout": ("4", 4.0),
     "max_requests": ("100", 100),
     "max_requests_jitter": ("10", 10),

@@ -297,6 +297,12 @@ class Control:
     def request_started(self) -> object:
         return None
 
+    def request_waiting(self, token: object) -> None:
+        pass
+
+    def request_resumed(self, token: object) -> None:
+        pass
+
     def request_finished(self, token: object) -> None:
         pass
 
@@ -408,15 +414,56 @@ def test_access_log(tmp_path):
         lsock.close()
 
 
-def test_write_to_a_client_that_never_reads_times_out():
-    from refork.http.parser import Limits
-    from refork.serving.threaded import _Conn
-    from refork.wsgi import EnvironBuilder
+def test_a_blocking_write_to_a_client_that_never_reads_times_out_and_is_the_clients_time():
+    from refork.serving.outbox import Outbox
+
+    class Waits(Control):
+        def __init__(self) -> None:
+            super().__init__()
+            self.waits: list[str] = []
+
+        def request_waiting(self, token: object) -> None:
+            self.waits.append("waiting")
+
+        def request_resumed(self, token: object) -> None:
+            self.waits.append("resumed")
 
     a, b = socket.socketpair()
     a.setblocking(False)
-    conn = _Conn(a, None, EnvironBuilder(server="x"), Limits(), write_timeout=0.2)
+    control = Waits()
+    out = Outbox(a, None, 0.2, control, buffering=False)
     with pytest.raises(TimeoutError):
-        conn.send(b"x" * 20_000_000)
+        out.send(b"x" * 20_000_000)
+    assert control.waits[-2:] == ["waiting", "resumed"]  # not counted against --timeout
+    a.close()
+    b.close()
+
+
+def test_a_buffering_outbox_keeps_what_the_socket_does_not_take_without_copying_or_blocking():
+    from refork.serving.outbox import Outbox
+
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    out = Outbox(a, None, 0.2, Control(), buffering=True)
+    big = b"x" * 20_000_000
+    out.send(big)  # returns at once
+    assert out.backlogged
+    assert out.queue[0].obj is big  # a view of the app's bytes
+    out.send(b"tail")
+    assert len(out.queue) == 2
+    b.setblocking(False)
+    received = 0
+    while not out.write_some():
+        try:
+            received += len(b.recv(1 << 20))
+        except BlockingIOError:
+            pass
+    while True:
+        try:
+            data = b.recv(1 << 20)
+        except BlockingIOError:
+            break
+        received += len(data)
+    assert received == len(big) + 4 and not out.backlogged
     a.close()
     b.close()

@@ -68,14 +68,12 @@ def positive_seconds(value: Any, where: str) -> float:
     return seconds
 
 
-def default_or_seconds(value: Any, where: str) -> float | None:
-    """A timeout whose default is derived from another: "default" (or None) -> None, else seconds > 0."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("default", "")):
-        return None
-    seconds = _seconds(value)
-    if seconds is None or not seconds > 0:
-        raise ConfigError(f'{where} must be a number of seconds > 0 or "default", got {got(value)}')
-    return seconds
+def non_negative_float(value: Any, where: str) -> float:
+    """A rate or amount that 0 switches off: a finite number >= 0."""
+    number = _seconds(value)
+    if number is None or number < 0:
+        raise ConfigError(f"{where} must be a number >= 0, got {got(value)}")
+    return number
 
 
 def off_or_seconds(value: Any, where: str) -> float | None:

@@ -126,8 +126,10 @@ class Config:
         "--timeout",
         coerce=c.positive_seconds,
         metavar="S",
-        help="kill a worker busy on one request longer than this",
-        doc="a worker busy on one request longer than this is killed and replaced",
+        help="kill a worker whose app holds a request longer than this (client I/O not counted)",
+        doc="a worker whose app holds a request longer than this is killed and replaced; time "
+        "waiting on the client (a slow body, a slow reader) is not counted: the body and write "
+        "timeouts bound it per connection",
         group="server",
     )
     graceful_timeout: float = setting(
@@ -157,25 +159,39 @@ class Config:
         doc="a client must send a complete request head within this (slowloris)",
         group="server",
     )
-    body_timeout: float | None = setting(
-        None,
+    body_timeout: float = setting(
+        30.0,
         "--body-timeout",
-        coerce=c.default_or_seconds,
+        coerce=c.positive_seconds,
         metavar="S",
-        help="time allowed to receive a request body, counted from the end of its head",
-        doc="a client must send the whole request body within this, counted from the end of the head "
-        "(a total, so a trickle does not re-arm it); answered 408",
-        shown_default="max(`--timeout`, `--header-timeout`)",
+        help="time allowed to receive a request body, counted from the end of its head "
+        "(extended by --body-min-rate)",
+        doc="a client must send the whole request body within this, counted from the end of the head, "
+        "plus one second per `--body-min-rate` bytes received (a total, so a trickle does not "
+        "re-arm it, yet a big upload at an honest rate is never cut); answered 408. Not part "
+        "of `--timeout`, which counts time in the app only",
         group="server",
     )
-    write_timeout: float | None = setting(
-        None,
+    body_min_rate: float = setting(
+        500.0,
+        "--body-min-rate",
+        coerce=c.non_negative_float,
+        metavar="BYTES",
+        help="body bytes per second that each extend --body-timeout by a second (0: no extension)",
+        doc="each this many request-body bytes received extend `--body-timeout` by a second "
+        "(Apache mod_reqtimeout's `MinRate`): an upload faster than this on average is never cut; "
+        "0 makes `--body-timeout` a flat total",
+        group="server",
+    )
+    write_timeout: float = setting(
+        30.0,
         "--write-timeout",
-        coerce=c.default_or_seconds,
+        coerce=c.positive_seconds,
         metavar="S",
         help="cut a connection whose response makes no progress for this long",
-        doc="a client that stops reading its response is cut after this long without progress",
-        shown_default="`--timeout`",
+        doc="a client that stops reading its response is cut after this long without progress "
+        "(a slow but steady reader never is); logged as a warning naming the client and request. "
+        "Not part of `--timeout`, which counts time in the app only",
         group="server",
     )
     spawn_timeout: float = setting(

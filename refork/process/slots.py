@@ -7,7 +7,10 @@ served, and the pid that owns it (so a stale slot is never misread).
 
 from __future__ import annotations
 
+import itertools
 import mmap
+import threading
+from collections.abc import Callable
 
 SLOT_WORDS = 8  # 64 bytes
 DEADLINE, REQUESTS, PID = 0, 1, 2
@@ -61,3 +64,76 @@ class SlotAllocator:
     def give_back(self, index: int) -> None:
         if index >= 0 and index not in self._free:
             self._free.append(index)
+
+
+class AppClock:
+    """A worker's deadline from the time its requests spend *in the app*, never waiting on a client;
+    and its count of requests served (both in its slot).
+
+    Each request in the app holds the deadline from when it (last) entered it; a request that waits
+    on its client (a body still arriving, a response the client reads slowly) holds nothing, and
+    the connection's own body and write timeouts bound that wait. So the deadline is the oldest
+    in-app start plus ``timeout``; with nothing in the app it is pushed forward by :meth:`tick`
+    (a blocked loop stops ticking, so a stuck worker is still caught). Thread-safe.
+    """
+
+    def __init__(self, slots: Slots, index: int, timeout: float, now: Callable[[], float]) -> None:
+        self._slots = slots
+        self._index = index
+        self._timeout = timeout
+        self._now = now
+        self._lock = threading.Lock()
+        self._in_app: dict[object, float] = {}  # token -> when it entered the app (insertion = time order)
+        self._waiting: set[object] = set()  # tokens waiting on their client
+        self._ids = itertools.count(1)
+        self.served = 0
+
+    def started(self) -> object:
+        with self._lock:
+            now = self._now()
+            token = next(self._ids)
+            in_app = self._in_app
+            in_app[token] = now
+            if len(in_app) == 1:
+                self._slots.set_deadline(self._index, now + self._timeout)
+        return token
+
+    def waiting(self, token: object) -> None:
+        with self._lock:
+            if self._in_app.pop(token, None) is not None:
+                self._waiting.add(token)
+                self._update()
+
+    def resumed(self, token: object) -> None:
+        with self._lock:
+            if token in self._waiting:
+                self._waiting.discard(token)
+                self._in_app[token] = self._now()
+                self._update()
+
+    def finished(self, token: object) -> int:
+        """The request is answered: release its deadline, count it; returns the requests served."""
+        with self._lock:
+            in_app = self._in_app
+            if in_app.pop(token, None) is None:
+                self._waiting.discard(token)
+            since = next(iter(in_app.values())) if in_app else self._now()
+            slots, index = self._slots, self._index
+            slots.set_deadline(index, since + self._timeout)
+            served = self.served = self.served + 1
+            slots.set_requests(index, served)
+        return served
+
+    @property
+    def busy(self) -> bool:
+        """Some request is in the app (the deadline is held)."""
+        return bool(self._in_app)
+
+    def tick(self) -> None:
+        if not self._in_app:
+            self._slots.set_deadline(self._index, self._now() + self._timeout)
+
+    def _update(self) -> None:
+        in_app = self._in_app
+        since = next(iter(in_app.values())) if in_app else self._now()
+        self._slots.set_deadline(self._index, since + self._timeout)

@@ -13,8 +13,8 @@ import os
 import random
 import signal
 import socket
-import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from refork import fork_safety, integrations, lifecycle
@@ -22,6 +22,7 @@ from refork.memory.heap import after_fork_in_child
 from refork.process import descriptors, messages
 from refork.process.context import ProcessContext, set_title
 from refork.process.forking import Promoted, fork_detached
+from refork.process.slots import AppClock
 
 log = logging.getLogger("refork")
 PROMOTION_RETRY = 10.0  # seconds before asking to be promoted again
@@ -76,10 +77,12 @@ class Worker:
         self.slot = slot
         self.slots = ctx.slots
         self.timeout = config.timeout
-        self.requests = 0
         self.memray: object = None
-        self._lock = threading.Lock()
-        self._in_flight: list[float] = []
+        clock = self.clock = AppClock(ctx.slots, slot, self.timeout, time.monotonic)
+        # WorkerControl's per-request calls go straight to the clock: no wrapper on the hot path
+        self.request_started: Callable[[], object] = clock.started
+        self.request_waiting: Callable[[object], None] = clock.waiting
+        self.request_resumed: Callable[[object], None] = clock.resumed
         self._stopping = False
         self._exit_now = False
         self._promote_to: int | None = None
@@ -97,6 +100,11 @@ class Worker:
             from refork.memory.allocator import MallocTrimmer
 
             self._trimmer = MallocTrimmer(min_interval=10.0)
+
+    @property
+    def requests(self) -> int:
+        """Requests served by this worker."""
+        return self.clock.served
 
     def info(self) -> dict[str, int]:
         return {"pid": os.getpid(), "nr": self.nr, "generation": self.generation}
@@ -206,22 +214,8 @@ class Worker:
             self.cmd.close()
             raise Promoted(generation)  # the mold that forked this worker runs it as a mold
 
-    def request_started(self) -> object:
-        now = time.monotonic()
-        with self._lock:
-            self._in_flight.append(now)
-            if len(self._in_flight) == 1:
-                self.slots.set_deadline(self.slot, now + self.timeout)
-        return now
-
     def request_finished(self, token: object) -> None:
-        with self._lock:
-            self._in_flight.remove(token)  # type: ignore[arg-type]
-            self.requests += 1
-            requests = self.requests
-            self.slots.set_requests(self.slot, requests)
-            oldest = self._in_flight[0] if self._in_flight else time.monotonic()
-            self.slots.set_deadline(self.slot, oldest + self.timeout)
+        requests = self.clock.finished(token)
         if requests == self._retire_at:
             self.ctx.tell(
                 messages.WantsRetirement(os.getpid(), f"served {requests} requests (--max-requests)")
@@ -232,10 +226,9 @@ class Worker:
             self._report_unsafe()
 
     def tick(self) -> None:
-        if not self._in_flight:
-            self.slots.set_deadline(self.slot, time.monotonic() + self.timeout)
-            if self._trimmer is not None:
-                self._trimmer.maybe_trim(time.monotonic())
+        self.clock.tick()
+        if not self.clock.busy and self._trimmer is not None:
+            self._trimmer.maybe_trim(time.monotonic())
 
     def _maybe_ask_promotion(self, requests: int) -> None:
         now = time.monotonic()

@@ -5,7 +5,9 @@ head to a :class:`refork.asgi.HttpCycle`, which runs the app; the protocol drive
 the cycle answers through its :class:`refork.asgi.Channel` only. The deadlines of
 :mod:`refork.serving.connection` (header, body, write, keep-alive, the drain) are swept once a
 second instead of arming a timer per request; the body and write deadlines hold while the app
-runs. No thread is ever started here: the process may fork at a safe point.
+runs. A request whose app awaits its client (receive() for body bytes, send() over the
+transport's high-water mark) does not hold the worker's --timeout (WorkerControl.request_waiting).
+No thread is ever started here: the process may fork at a safe point.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from refork.serving.connection import (
     Phase,
     Timeouts,
     log_access,
+    log_write_timeout,
     release_after_fork,
     request_limits,
 )
@@ -67,7 +70,7 @@ class HttpProtocol(asyncio.Protocol):
     __slots__ = (
         "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
         "queue", "read_paused", "write_blocked_since", "closing", "since", "pending_error", "eof",
-        "trusted",
+        "trusted", "body_bytes",
     )  # fmt: skip
 
     def __init__(self, srv: Server) -> None:
@@ -87,6 +90,7 @@ class HttpProtocol(asyncio.Protocol):
         self.pending_error = 0
         self.eof = False
         self.trusted = False
+        self.body_bytes = 0  # of the request being received: each --body-min-rate extends its deadline
 
     # asyncio.Protocol ------------------------------------------------------------------------
 
@@ -120,6 +124,7 @@ class HttpProtocol(asyncio.Protocol):
         for event in events:
             kind = type(event)
             if kind is Body:
+                self.body_bytes += len(event.data)  # type: ignore[union-attr]
                 if self.reading.body_received(event.data):  # type: ignore[union-attr]
                     self.pause_reading()
             elif kind is Request:
@@ -203,6 +208,13 @@ class HttpProtocol(asyncio.Protocol):
         if srv.in_flight == 0:
             srv.idle()
 
+    def client_wait(self, cycle: HttpCycle, waiting: bool) -> None:
+        control = self.srv.control
+        if waiting:
+            control.request_waiting(cycle.token)
+        else:
+            control.request_resumed(cycle.token)
+
     # Requests --------------------------------------------------------------------------------
 
     def request_received(self, request: Request) -> None:
@@ -210,6 +222,7 @@ class HttpProtocol(asyncio.Protocol):
         self.reading = cycle
         if request.content_length or request.chunked:
             self.since = self.loop.time()  # the body deadline runs from the end of the head
+            self.body_bytes = 0
         if self.cycle is None and not self.write_blocked_since:
             self.start(cycle)
         else:
@@ -292,6 +305,8 @@ class HttpProtocol(asyncio.Protocol):
     def sweep(self, now: float, timeouts: Timeouts, drain_until: float) -> None:
         """Apply the connection contract's deadlines (once a second, from Server.tick)."""
         if timeouts.write_stalled(self.write_blocked_since, now):
+            cycle = self.cycle
+            log_write_timeout(timeouts.write, self.client_addr, cycle.request if cycle is not None else None)
             self.transport.abort()  # the client stopped reading: connection_lost follows
             return
         if self.closing:
@@ -305,7 +320,7 @@ class HttpProtocol(asyncio.Protocol):
             phase = _HEAD
         else:
             phase = _IDLE
-        verdict = timeouts.expiry(phase, self.since, now, drain_until)
+        verdict = timeouts.expiry(phase, self.since, now, drain_until, self.body_bytes)
         if verdict is Expiry.CLOSE:
             self.close()
         elif verdict is Expiry.REQUEST_TIMEOUT:

@@ -6,8 +6,12 @@ these rules instead of spelling them out themselves:
 - **Timeouts**, judged by :meth:`Timeouts.expiry` once a second (no timer per request):
   an idle keep-alive connection is closed after ``keepalive``; a request head must arrive within
   ``header_timeout`` of its first byte; a request body within ``body_timeout`` of the end of its
-  head (a total: a trickle of bytes does not re-arm it); both answer 408 and close. A response
-  write that makes no progress for ``write_timeout`` cuts the connection.
+  head, extended by one second per ``body_min_rate`` bytes received (Apache mod_reqtimeout's
+  design: a total, so a trickle does not re-arm it, yet a big honest upload is never cut); both
+  answer 408 and close. A response write that makes no progress for ``write_timeout`` cuts the
+  connection. None of this is the worker's ``--timeout``: that one measures time *in the app*
+  only (see :class:`refork.process.slots.AppClock`), so a slow client costs its own connection
+  and never the worker with everyone else's requests on it.
 - **The drain on stop**: a stopping worker stops accepting but keeps idle connections open for
   :data:`DRAIN_GRACE` (closing one at once races with a client sending on it right now, which
   would see a reset); every request that arrives meanwhile is served with ``Connection: close``.
@@ -41,6 +45,7 @@ class Phase(enum.Enum):
     HEAD = "head"  # part of a request head received
     BODY = "body"  # head complete, body still coming
     BUSY = "busy"  # the app has the request: --timeout (the worker's deadline) applies, not ours
+    WRITING = "writing"  # a response waits for the client to read: the write timeout applies
 
 
 class Expiry(enum.Enum):
@@ -59,41 +64,58 @@ class Timeouts:
     body: float
     write: float
     keepalive: float
+    body_min_rate: float = 0.0  # bytes per second that each extend the body deadline by a second
 
     @classmethod
     def from_config(cls, config: Config) -> Timeouts:
-        body, write = config.body_timeout, config.write_timeout
         return cls(
             header=float(config.header_timeout),
-            body=float(body) if body is not None else max(float(config.timeout), config.header_timeout),
-            write=float(write) if write is not None else float(config.timeout),
+            body=float(config.body_timeout),
+            write=float(config.write_timeout),
             keepalive=float(config.keepalive),
+            body_min_rate=float(config.body_min_rate),
         )
 
     def drain_until(self, now: float) -> float:
         """When a worker that starts draining now closes its idle connections."""
         return now + min(self.keepalive, DRAIN_GRACE)
 
-    def expiry(self, phase: Phase, since: float, now: float, drain_until: float = 0.0) -> Expiry:
-        """The verdict for a connection in `phase` since `since`; `drain_until` is set while stopping."""
+    def expiry(
+        self, phase: Phase, since: float, now: float, drain_until: float = 0.0, received: int = 0
+    ) -> Expiry:
+        """The verdict for a connection in `phase` since `since`; `drain_until` is set while stopping.
+
+        `received`: body bytes received so far (phase BODY), each ``body_min_rate`` of them one
+        more second.
+        """
         if phase is Phase.IDLE:
             if now - since > self.keepalive or (drain_until and now >= drain_until):
                 return Expiry.CLOSE
             return Expiry.NONE
-        if phase is Phase.BUSY:
+        if phase is Phase.HEAD:
+            limit = self.header
+        elif phase is Phase.BODY:
+            limit = self.body + (received / self.body_min_rate if self.body_min_rate else 0.0)
+        else:  # BUSY, WRITING: the worker's deadline, write_stalled()
             return Expiry.NONE
-        limit = self.header if phase is Phase.HEAD else self.body
         return Expiry.REQUEST_TIMEOUT if now - since > limit else Expiry.NONE
 
     def write_stalled(self, blocked_since: float, now: float) -> bool:
         """A write blocked (the client stopped reading) since `blocked_since` (0: not blocked)."""
-        if blocked_since and now - blocked_since > self.write:
-            log.debug(WRITE_STALLED, self.write)
-            return True
-        return False
+        return bool(blocked_since) and now - blocked_since > self.write
 
 
-WRITE_STALLED = "write timeout: no progress for %.1f s, cutting the connection"
+def log_write_timeout(timeout: float, client: object, request: Request | None) -> None:
+    """The line an operator needs when a client stopped reading: who, which request."""
+    what = f"{request.method} {request.target.decode('latin-1')}" if request is not None else "-"
+    log.warning("write timeout: %s stopped reading %s for %.1f s; connection cut",
+                _peer(client), what, timeout)  # fmt: skip
+
+
+def _peer(client: object) -> str:
+    if isinstance(client, tuple) and len(client) >= 2:
+        return f"{client[0]}:{client[1]}"
+    return "a unix-socket client"
 
 
 def request_limits(config: Config) -> Limits:

@@ -40,6 +40,16 @@ class WorkerControl(Protocol):
     def request_started(self) -> object:
         """A complete request is about to be handed to the app. Thread-safe. Returns a token."""
 
+    def request_waiting(self, token: object) -> None:
+        """That request now waits on its client (body, or a response it reads slowly). Thread-safe.
+
+        The worker's deadline (--timeout) measures time in the app: a waiting request does not
+        hold it; the connection's body and write timeouts bound the wait instead.
+        """
+
+    def request_resumed(self, token: object) -> None:
+        """That request is back in the app (after request_waiting). Thread-safe."""
+
     def request_finished(self, token: object) -> None:
         """The response for that request is fully written (or failed). Thread-safe."""
 

@@ -2,28 +2,24 @@
 
 Idle keep-alive and slow clients cost a dict entry, never a thread: only complete requests (head
 and whole body) reach the app. With ``threads == 1`` the app runs on the loop thread (the lean
-path: one recv and one send per request); with more, a connection is unregistered while a pool
-thread serves it and handed back through a queue and a wake-up socketpair.
+path: one recv and one send per request); a response the client does not read as fast as it is
+produced becomes a writer state of its connection (:mod:`refork.serving.outbox`): the loop
+serves other connections and pulls the next body item only when the socket took the last one.
+With more threads, a connection is unregistered while a pool thread serves it (and may block
+on its writes, bounded by the write timeout) and handed back through a queue and a wake-up
+socketpair.
 
 The deadlines and the drain are those of :mod:`refork.serving.connection`; a response write
-that makes no progress for the write timeout fails the request (the loop thread never blocks
-longer than that on one client).
-
-We use ``select.epoll`` (``select.poll`` elsewhere) directly rather than ``selectors``: the
-per-event key objects of ``selectors`` are measurable at these request rates.
+that makes no progress for the write timeout is cut and logged.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
-import os
 import queue
-import select
 import socket
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from refork.config import Config
@@ -35,79 +31,40 @@ from refork.http.response import CONTINUE, simple_response
 from refork.logs import AccessLog
 from refork.serving.connection import (
     TICK,
-    WRITE_STALLED,
     Expiry,
     Phase,
     Timeouts,
     log_access,
+    log_write_timeout,
     release_after_fork,
     request_limits,
 )
 from refork.serving.contract import WorkerControl
-from refork.wsgi import EnvironBuilder, run_wsgi
+from refork.serving.outbox import Outbox
+from refork.serving.poller import IN as _IN
+from refork.serving.poller import OUT as _OUT
+from refork.serving.poller import Poller
+from refork.serving.pool import AppThreads
+from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
 
 log = logging.getLogger("refork")
 
-_IN = select.POLLIN
-_IDLE, _HEAD, _BODY = Phase.IDLE, Phase.HEAD, Phase.BODY
+_IDLE, _HEAD, _BODY, _WRITING = Phase.IDLE, Phase.HEAD, Phase.BODY, Phase.WRITING
 _ACCEPT_BATCH = 8  # accepts per wake-up: more would starve sibling workers sharing the listener
 _RECV = 1 << 16
-_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)  # EPIPE, not SIGPIPE, even if an app reset the handler
-
-
-class _Poller:
-    """epoll where available (seconds timeouts), poll elsewhere (milliseconds)."""
-
-    def __init__(self) -> None:
-        if hasattr(select, "epoll"):
-            self._p: Any = select.epoll()
-            self._scale = 1.0
-        else:  # pragma: no cover - non-Linux
-            self._p = select.poll()
-            self._scale = 1000.0
-
-    def register(self, fd: int) -> None:
-        self._p.register(fd, _IN)
-
-    def unregister(self, fd: int) -> None:
-        try:
-            self._p.unregister(fd)
-        except (OSError, KeyError, ValueError):
-            pass
-
-    def poll(self, timeout: float) -> list[tuple[int, int]]:
-        events: list[tuple[int, int]] = self._p.poll(timeout * self._scale)
-        return events
-
-    def close(self) -> None:
-        """Close without unregistering: after a fork the epoll instance is shared with the parent."""
-        close = getattr(self._p, "close", None)
-        if close is not None:
-            close()
-
-
-def _wait_writable(fd: int, deadline: float, timeout: float) -> None:
-    p = select.poll()
-    p.register(fd, select.POLLOUT)
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            log.debug(WRITE_STALLED, timeout)
-            raise TimeoutError("timed out writing the response")
-        if p.poll(left * 1000):
-            return
+_NO_EVENTS: list[Event] = []  # nothing pipelined behind a request (shared: never mutated)
 
 
 class _Conn:
     """One client connection: its socket, parser and the request being received."""
 
     __slots__ = (
-        "sock", "fd", "client", "builder", "parser", "request", "body",
-        "phase", "since", "continued", "registered", "busy", "closed", "write_timeout",
+        "sock", "fd", "client", "builder", "parser", "request", "body", "received",
+        "phase", "since", "continued", "registered", "busy", "closed", "out", "writing",
     )  # fmt: skip
 
     def __init__(self, sock: socket.socket, client: Any, builder: EnvironBuilder, limits: Limits,
-                 write_timeout: float) -> None:  # fmt: skip
+                 out: Outbox) -> None:  # fmt: skip
         self.sock = sock
         self.fd = sock.fileno()
         self.client = client
@@ -115,85 +72,35 @@ class _Conn:
         self.parser = RequestParser(limits)
         self.request: Request | None = None  # head received, body still coming
         self.body: BodyBuffer | None = None
+        self.received = 0  # body bytes of the current request (each --body-min-rate: one more second)
         self.phase = _IDLE  # what the sweep judges: see refork.serving.connection
         self.since = 0.0  # when the connection entered that phase
         self.continued = False  # "100 Continue" already sent for the current request
         self.registered = False
         self.busy = False  # dispatched to a pool thread
         self.closed = False
-        self.write_timeout = write_timeout
+        self.out = out
+        self.writing: _Writing | None = None  # a response waiting for the client to read (threads == 1)
 
-    def send(self, data: bytes) -> None:
-        """Write everything: one non-blocking send normally, poll-and-retry when the buffer is full."""
-        try:
-            n = self.sock.send(data, _NOSIGNAL)
-        except BlockingIOError:
-            n = 0
-        if n < len(data):
-            self._send_slow(memoryview(data)[n:])
 
-    def _send_slow(self, view: memoryview) -> None:
-        """The client reads slower than we write: wait, but give up after write_timeout without progress."""
-        while view:
-            _wait_writable(self.fd, time.monotonic() + self.write_timeout, self.write_timeout)
-            try:
-                n = self.sock.send(view, _NOSIGNAL)
-            except BlockingIOError:
-                continue
-            view = view[n:]
 
-    def sendfile(self, fd: int, offset: int, count: int | None) -> int:
-        """Zero-copy file body; returns bytes sent (short only at end of file)."""
-        deadline = time.monotonic() + self.write_timeout
-        total = 0
-        while count is None or total < count:
-            want = (1 << 30) if count is None else min(count - total, 1 << 30)
-            try:
-                n = os.sendfile(self.fd, fd, offset + total, want)
-            except BlockingIOError:
-                _wait_writable(self.fd, deadline, self.write_timeout)
-                continue
-            if n == 0:
-                break
-            total += n
-            deadline = time.monotonic() + self.write_timeout
-        return total
+class _Writing:
+    """A response waiting for its client to read (threads == 1): what to finish when it is out."""
+
+    __slots__ = ("streaming", "request", "environ", "stream", "token", "started", "rest")
+
+    def __init__(self, streaming: Streaming, request: Request, environ: dict[str, Any], stream: InputStream,
+                 token: object, started: float, rest: list[Event]) -> None:  # fmt: skip
+        self.streaming = streaming
+        self.request = request
+        self.environ = environ
+        self.stream = stream
+        self.token = token
+        self.started = started
+        self.rest = rest  # pipelined events parsed after this request: handled once it is written
 
 
 _Job = tuple[_Conn, Request, InputStream, "list[Event]"]  # a complete request for a pool thread
-
-
-class _Pool:
-    """App threads we own, so they can be stopped and joined before a fork."""
-
-    def __init__(self, size: int, handler: Callable[..., None]) -> None:
-        self.size = size
-        self.handler = handler
-        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self.threads: list[threading.Thread] = []
-
-    def start(self) -> None:
-        for i in range(self.size):
-            t = threading.Thread(target=self._run, name=f"refork-wsgi-{i}", daemon=True)
-            t.start()
-            self.threads.append(t)
-
-    def stop(self) -> None:
-        for _ in self.threads:
-            self.jobs.put(None)
-        for t in self.threads:
-            t.join()
-        self.threads = []
-
-    def _run(self) -> None:
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            try:
-                self.handler(*job)
-            except SystemExit:  # sys.exit() in app code must not silently shrink the pool
-                log.error("SystemExit raised by the app in a pool thread: ignored")
 
 
 class _Loop:
@@ -203,7 +110,7 @@ class _Loop:
         self.app = app
         self.control = control
         self.limits = request_limits(config)
-        self.poller = _Poller()
+        self.poller = Poller()
         self.conns: dict[int, _Conn] = {}
         self.listeners: dict[int, tuple[socket.socket, EnvironBuilder]] = {}
         self.threads = max(1, int(config.threads))
@@ -230,13 +137,13 @@ class _Loop:
                 proxies=proxies,
             )
             self.listeners[lsock.fileno()] = (lsock, builder)
-        self.pool: _Pool | None = None
+        self.pool: AppThreads | None = None
         self.done: queue.SimpleQueue[tuple[_Conn, bool, list[Event]]] = queue.SimpleQueue()
         self.parked: list[_Job] = []
         self.wake_r: socket.socket | None = None
         self.wake_w: socket.socket | None = None
         if self.threads > 1:
-            self.pool = _Pool(self.threads, self._pool_job)
+            self.pool = AppThreads(self.threads, self._pool_job)
             self.wake_r, self.wake_w = socket.socketpair()
             self.wake_r.setblocking(False)
             self.wake_w.setblocking(False)
@@ -271,7 +178,10 @@ class _Loop:
                 for fd, _ in poller.poll(max(0.0, min(1.0, next_tick - time.monotonic()))):
                     conn = conns.get(fd)
                     if conn is not None:
-                        self._on_readable(conn)
+                        if conn.writing is None:
+                            self._on_readable(conn)
+                        else:
+                            self._on_writable(conn)
                     elif fd in listeners:
                         self._accept(listeners[fd])
                     elif fd == control_fd:
@@ -293,6 +203,8 @@ class _Loop:
         for conn in list(self.conns.values()):
             if conn.busy:
                 continue  # a pool thread may still write to it (exit_now): process exit closes it
+            if conn.writing is not None:
+                self._settle(conn, conn.writing, conn.writing.streaming.abandon())
             if conn.body is not None:
                 conn.body.discard()
             try:
@@ -342,8 +254,15 @@ class _Loop:
                     self.poller.register(fd)
         expiry = self.timeouts.expiry
         drain_until = self.drain_until if self.draining else 0.0
+        write_stalled = self.timeouts.write_stalled
         for conn in [c for c in self.conns.values() if not c.busy]:
-            verdict = expiry(conn.phase, conn.since, now, drain_until)
+            writing = conn.writing
+            if writing is not None:
+                if write_stalled(conn.since, now):
+                    log_write_timeout(self.timeouts.write, conn.client, writing.request)
+                    self._close(conn)
+                continue
+            verdict = expiry(conn.phase, conn.since, now, drain_until, conn.received)
             if verdict is Expiry.NONE:
                 continue
             if verdict is Expiry.REQUEST_TIMEOUT:
@@ -389,7 +308,8 @@ class _Loop:
                 except OSError:
                     pass
             client = (addr[0], addr[1]) if inet else None
-            conn = _Conn(sock, client, builder, self.limits, self.timeouts.write)
+            out = Outbox(sock, client, self.timeouts.write, self.control, buffering=self.pool is None)
+            conn = _Conn(sock, client, builder, self.limits, out)
             conn.since = now
             self.conns[conn.fd] = conn
             self.poller.register(conn.fd)
@@ -399,6 +319,9 @@ class _Loop:
         if conn.closed:
             return
         conn.closed = True
+        writing = conn.writing
+        if writing is not None:
+            self._settle(conn, writing, writing.streaming.abandon())
         if conn.registered:
             self.poller.unregister(conn.fd)
             conn.registered = False
@@ -436,10 +359,11 @@ class _Loop:
                 and type(events[1]) is EndOfMessage
                 and type(events[0]) is Request
             ):  # the common case, one bodiless request per read: skip the general event walk
-                if self._respond(conn, events[0], EMPTY_INPUT):
+                keep = self._respond(conn, events[0], EMPTY_INPUT, _NO_EVENTS)
+                if keep:
                     conn.phase = _IDLE
                     conn.since = time.monotonic()
-                else:
+                elif keep is not None:  # None: the response waits for the client to read
                     self._close(conn)
             else:
                 self._advance(conn, events)
@@ -467,6 +391,7 @@ class _Loop:
                 if event.content_length or event.chunked:  # the body deadline runs from here
                     conn.phase = _BODY
                     conn.since = time.monotonic()
+                    conn.received = 0
             elif type(event) is Body:
                 if conn.body is None:
                     length = conn.request.content_length if conn.request is not None else None
@@ -476,6 +401,7 @@ class _Loop:
                 except ParseError as e:  # the spool cap: 413 or 503
                     self._reject(conn, e.status)
                     return True
+                conn.received += len(event.data)
             else:
                 request = conn.request
                 conn.request = None
@@ -490,16 +416,18 @@ class _Loop:
                 if self.pool is not None:
                     self._dispatch(conn, request, stream, events[i:])
                     return True
-                if not self._respond(conn, request, stream):
-                    self._close(conn)
-                    return True
+                keep = self._respond(conn, request, stream, events[i:])
+                if not keep:
+                    if keep is not None:
+                        self._close(conn)
+                    return True  # closed, or writing: the rest waits until the response is out
         # everything parsed so far is handled: wait for more bytes
         request = conn.request
         if request is not None:  # head in, body still coming (phase BODY since the head ended)
             if request.expect_continue and not conn.continued:
                 conn.continued = True
                 try:
-                    conn.send(CONTINUE)
+                    conn.out.send(CONTINUE)
                 except OSError:
                     self._close(conn)
                     return True
@@ -512,24 +440,94 @@ class _Loop:
             conn.since = time.monotonic()
         return False
 
-    def _respond(self, conn: _Conn, request: Request, stream: InputStream) -> bool:
-        """Run the app for one request and write the response; True to keep the connection."""
+    def _respond(self, conn: _Conn, request: Request, stream: InputStream, rest: list[Event]) -> bool | None:
+        """Run the app for one request and write its response.
+
+        True to keep the connection, False to close it, None when the response now waits for the
+        client to read (threads == 1: see _on_writable; `rest` is handled after it).
+        """
         control = self.control
-        access_log = self.access_log
-        started = time.perf_counter() if access_log is not None else 0.0
-        token = control.request_started()
+        started = time.perf_counter() if self.access_log is not None else 0.0
+        out = conn.out
+        token = out.token = control.request_started()
+        out.request = request
+        writing = False
         try:
             environ = conn.builder.build(request, stream, conn.client)
             keep_alive = not (self.draining or control.stopping)
-            status, length, keep = run_wsgi(self.app, environ, request, conn.send, conn.sendfile, keep_alive)
+            outcome = start_wsgi(self.app, environ, request, out, keep_alive)
+            if type(outcome) is Streaming:
+                writing = True
+                control.request_waiting(token)  # the client's time now, not the app's
+                conn.writing = _Writing(outcome, request, environ, stream, token, started, rest)
+                conn.phase = _WRITING
+                conn.since = time.monotonic()
+                self.in_flight += 1  # no safe point (fork) while a response body is half pulled
+                self.poller.watch(conn.fd, _OUT)
+                return None
         finally:
-            control.request_finished(token)
-            if stream is not EMPTY_INPUT:
-                stream.close()
-        if access_log is not None:
-            log_access(access_log, request, environ.get("REMOTE_ADDR"), status, length,
+            if not writing:  # (the same as _finished, inline: this is the hot path)
+                control.request_finished(token)
+                if stream is not EMPTY_INPUT:
+                    stream.close()
+        status, length, keep = outcome  # type: ignore[misc]
+        if self.access_log is not None:
+            log_access(self.access_log, request, environ.get("REMOTE_ADDR"), status, length,
                        time.perf_counter() - started)  # fmt: skip
         return keep
+
+    def _finished(self, request: Request, environ: dict[str, Any], stream: InputStream, token: object,
+                  started: float, outcome: Outcome) -> bool:  # fmt: skip
+        self.control.request_finished(token)
+        if stream is not EMPTY_INPUT:
+            stream.close()
+        status, length, keep = outcome
+        if self.access_log is not None:
+            log_access(self.access_log, request, environ.get("REMOTE_ADDR"), status, length,
+                       time.perf_counter() - started)  # fmt: skip
+        return keep
+
+    def _on_writable(self, conn: _Conn) -> None:
+        """The client read some of a waiting response: write on, and pull more of the body."""
+        writing = conn.writing
+        assert writing is not None
+        conn.since = time.monotonic()  # progress: the write timeout counts from here
+        try:
+            if not conn.out.write_some():
+                return
+        except OSError:
+            self._close(conn)  # the client is gone
+            return
+        control = self.control
+        control.request_resumed(writing.token)
+        try:
+            outcome = writing.streaming.resume()
+        except Exception:
+            log.exception("Error serving a connection")
+            self._close(conn)
+            return
+        if outcome is None:
+            control.request_waiting(writing.token)
+            return
+        if not self._settle(conn, writing, outcome) or conn.closed:
+            self._close(conn)
+            return
+        conn.phase = _IDLE
+        conn.since = time.monotonic()
+        self.poller.watch(conn.fd, _IN)
+        try:
+            self._advance(conn, writing.rest)  # pipelined requests behind this one
+        except Exception:
+            log.exception("Error serving a connection")
+            self._close(conn)
+
+    def _settle(self, conn: _Conn, writing: _Writing, outcome: Outcome) -> bool:
+        """A waiting response is done (or abandoned): the request's bookkeeping; True to keep."""
+        conn.writing = None
+        conn.out.clear()
+        self.in_flight -= 1
+        return self._finished(writing.request, writing.environ, writing.stream, writing.token,
+                              writing.started, outcome)  # fmt: skip
 
     # ---------------------------------------------------------------- the pool (threads > 1)
 
@@ -549,13 +547,13 @@ class _Loop:
         self.pool.jobs.put((conn, request, stream, rest))
 
     def _pool_job(self, conn: _Conn, request: Request, stream: InputStream, rest: list[Event]) -> None:
-        keep = False
+        keep: bool | None = False
         try:
-            keep = self._respond(conn, request, stream)
+            keep = self._respond(conn, request, stream, rest)  # a blocking Outbox: never None
         except Exception:
             log.exception("Error serving a request")
         finally:
-            self.done.put((conn, keep, rest))
+            self.done.put((conn, bool(keep), rest))
             try:
                 assert self.wake_w is not None
                 self.wake_w.send(b"\0")
