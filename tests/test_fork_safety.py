@@ -165,6 +165,20 @@ def test_open_connections_finds_tcp_and_named_unix_streams_only(peer, tmp_path):
             sock.close()
 
 
+def test_a_connection_shut_down_on_our_side_is_not_a_hazard(peer):
+    """An integration that ended a pooled connection with shutdown() leaves the fd open, and
+    getpeername() answers until the peer's FIN arrives: the check must not count it meanwhile."""
+    from refork.process.fork_check import open_connections
+
+    tcp = socket.create_connection(("127.0.0.1", peer))
+    try:
+        assert [h.fd for h in open_connections() if h.fd == tcp.fileno()] == [tcp.fileno()]
+        tcp.shutdown(socket.SHUT_RDWR)
+        assert [h for h in open_connections() if h.fd == tcp.fileno()] == []
+    finally:
+        tcp.close()
+
+
 def test_client_connections_are_those_accepted_on_the_listeners(tmp_path):
     from refork.process.fork_check import client_connections
 

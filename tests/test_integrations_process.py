@@ -129,3 +129,19 @@ def test_after_a_refork_each_worker_still_has_its_own_redis_connection(start_ser
     assert len(set(after.values())) == 2  # one connection per worker
     assert not set(after.values()) & before  # none inherited from the worker that became the mold
     assert "fork safety: the promoted mold holds" not in server.log()  # closed before the promotion
+
+
+def test_numpys_openblas_pool_is_not_a_hazard_under_strict(start_server):
+    """OpenBLAS stops and restarts its own thread pool around a fork: strict must not refuse numpy."""
+    import os
+    import subprocess
+    import sys
+
+    script = "import numpy; from refork.integrations.numpy import openblas_pool_threads as n; print(n())"
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    pool = int(run.stdout)
+    if "OPENBLAS_NUM_THREADS" not in os.environ:
+        assert pool == len(os.sched_getaffinity(0)) - 1  # the app below really has a pool (2 cores: 1)
+    server = start_server("--fork-safety", "strict", app="apps.fork_hooks:app", workers=1)
+    assert server.get("/")[0] == 200
+    assert "native thread" not in server.log()

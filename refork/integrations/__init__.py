@@ -132,6 +132,11 @@ def before_fork() -> None:
     _active.run("before_fork")
 
 
+def fork_safe_native_threads() -> int:
+    """Native threads of active libraries that take care of a fork themselves (OpenBLAS's pool)."""
+    return sum(integration.native_threads() for integration in _active.integrations)
+
+
 def after_fork() -> None:
     _active.run("after_fork")
 

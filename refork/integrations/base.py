@@ -33,6 +33,7 @@ class Integration:
     before_promotion: Step = nothing  # in a worker, at the safe point before it forks the next mold
     after_promotion: Step | None = None  # in the promoted mold, first thing (default: after_fork)
     warnings: Callable[[list[Any]], list[str]] = no_warnings  # what it cannot fix, said once in the mold
+    native_threads: Callable[[], int] = lambda: 0  # its threads that a fork handles on its own
 
     def imported(self) -> bool:
         return any(module in sys.modules for module in self.modules)

@@ -201,6 +201,19 @@ def tracing(mode: str) -> contextlib.AbstractContextManager[LoadTracer | None]:
     return LoadTracer() if mode != "off" else contextlib.nullcontext()
 
 
+# TCP states (include/net/tcp_states.h) in which the socket can still carry a conversation a fork
+# would share: a connection we shut down ourselves (FIN_WAIT*, CLOSING, LAST_ACK, TIME_WAIT) cannot,
+# though getpeername() answers until the peer's FIN arrives.
+_LIVE_TCP_STATES = frozenset({1, 2, 3, 8})  # ESTABLISHED, SYN_SENT, SYN_RECV, CLOSE_WAIT
+
+
+def _tcp_live(sock: socket.socket) -> bool:
+    try:
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] in _LIVE_TCP_STATES
+    except OSError:
+        return True  # cannot tell: count it
+
+
 def _stream_ends(fd: int) -> tuple[int, Any, Any] | None:
     """(family, local, peer) of a connected stream socket at fd; None for anything else."""
     try:
@@ -212,7 +225,10 @@ def _stream_ends(fd: int) -> tuple[int, Any, Any] | None:
     try:
         if sock.type != socket.SOCK_STREAM:
             return None
-        return sock.family, sock.getsockname(), sock.getpeername()
+        ends = sock.family, sock.getsockname(), sock.getpeername()
+        if sock.family != socket.AF_UNIX and not _tcp_live(sock):
+            return None  # shut down on our side (an integration ended it): nothing left to share
+        return ends
     except OSError:
         return None  # listening or not connected
     finally:
@@ -271,8 +287,11 @@ def cut(connections: list[Hazard]) -> None:
             os.dup2(dead.fileno(), hazard.fd)
 
 
-def running_threads(tracer: LoadTracer | None = None) -> list[Hazard]:
-    """Threads other than the calling one, including native threads Python did not start."""
+def running_threads(tracer: LoadTracer | None = None, fork_safe: int = 0) -> list[Hazard]:
+    """Threads other than the calling one, including native threads Python did not start.
+
+    `fork_safe` native threads are known to be handled by their library at fork (OpenBLAS's pool).
+    """
     me = threading.current_thread()
     hazards = []
     known = {threading.get_native_id()}
@@ -287,8 +306,9 @@ def running_threads(tracer: LoadTracer | None = None) -> list[Hazard]:
         native = {int(t) for t in os.listdir("/proc/self/task")} - known
     except OSError:
         native = set()
-    if native:
-        hazards.append(Hazard(f"{len(native)} native thread(s) not started by Python (a C extension?)"))
+    unexplained = len(native) - fork_safe
+    if unexplained > 0:
+        hazards.append(Hazard(f"{unexplained} native thread(s) not started by Python (a C extension?)"))
     return hazards
 
 
@@ -299,9 +319,11 @@ ADVICE = (
 )
 
 
-def inspect(ignore: Iterable[int] = (), tracer: LoadTracer | None = None) -> list[Hazard]:
+def inspect(
+    ignore: Iterable[int] = (), tracer: LoadTracer | None = None, fork_safe_threads: int = 0
+) -> list[Hazard]:
     """Everything a fork of this process would share or lose: connections, then threads."""
-    return open_connections(ignore, tracer) + running_threads(tracer)
+    return open_connections(ignore, tracer) + running_threads(tracer, fork_safe_threads)
 
 
 INHERITED = "every worker forked from {who} inherits these; " + ADVICE

@@ -95,7 +95,8 @@ def load_checked(config: Config, own: set[int], who: str) -> tuple[Any, str, lis
         run_warmup(app, interface, config)
     integrations.activate(config.fork_integrations)
     integrations.before_fork()  # what the app opened at load, closed before the check sees it
-    hazards = fork_check.inspect(own, tracer) if tracer is not None else []
+    threads = integrations.fork_safe_native_threads()
+    hazards = fork_check.inspect(own, tracer, threads) if tracer is not None else []
     fork_check.judge(hazards, config.fork_safety, who)
     return app, interface, hazards
 

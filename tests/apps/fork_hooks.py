@@ -11,10 +11,9 @@ import json
 import os
 import random
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # no BLAS thread pool: the mold holds no native thread
-import numpy  # noqa: E402
+import numpy  # OpenBLAS starts its thread pool here: a fork-safe native thread (see the numpy integration)
 
-import refork  # noqa: E402
+import refork
 
 HOOKS = os.environ.get("REFORK_TEST_HOOKS")
 FILES = os.environ.get("REFORK_TEST_FILES")
