@@ -3,6 +3,16 @@
 from __future__ import annotations
 
 from refork.fork_safety import is_fork_safe, mark_fork_unsafe
+from refork.lifecycle import after_fork, before_fork, before_promotion, keep_fd, per_process
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "is_fork_safe", "mark_fork_unsafe"]
+__all__ = [
+    "__version__",
+    "after_fork",
+    "before_fork",
+    "before_promotion",
+    "is_fork_safe",
+    "keep_fd",
+    "mark_fork_unsafe",
+    "per_process",
+]

@@ -56,6 +56,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "refork_max_unavailable": ("2", 2),
     "mold_idle_exit": ("5", 5.0),
     "fork_safety": ("strict", "strict"),
+    "fork_integrations": ("redis,Django", ["django", "redis"]),
     "max_worker_memory": ("512M", 512 << 20),
     "memory_metric": ("pss", "pss"),
     "memory_interval": ("1", 1.0),

@@ -15,6 +15,7 @@ from typing import Any, TypeVar, get_args
 from refork.addresses import BIND_SYNTAX, parse_bind
 from refork.errors import ConfigError
 from refork.http.forwarded import parse_proxy
+from refork.integrations import NAMES
 
 T = TypeVar("T")
 Coercer = Callable[[Any, str], T]
@@ -261,3 +262,17 @@ def auto_or_positive_int(value: Any, where: str) -> int | None:
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto")):
         return None
     return integer(1, 'a positive integer or "auto"')(value, where)
+
+
+def fork_integrations(value: Any, where: str) -> list[str]:
+    """Names of built-in fork integrations: a list, "all" or "none"."""
+    names = list_of(string)(value, where)
+    lowered = [name.lower() for name in names]
+    if lowered == ["all"]:
+        return list(NAMES)
+    if lowered in (["none"], []):
+        return []
+    unknown = [name for name in lowered if name not in NAMES]
+    if unknown:
+        raise ConfigError(f"{where} must be all, none or a list of {','.join(NAMES)}, got {got(unknown[0])}")
+    return [name for name in NAMES if name in lowered]

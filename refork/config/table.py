@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from refork.config import coercers as c
 from refork.config.settings import Setting, setting, settings_of
+from refork.integrations import NAMES
 
 Interface = Literal["auto", "wsgi", "asgi"]
 Loop = Literal["auto", "asyncio", "uvloop"]
@@ -380,6 +381,18 @@ class Config:
         help="connections or threads alive at fork: log them (warn) or refuse to fork (strict)",
         doc="connections and threads alive when a mold forks: log them with the line that made them "
         "(warn), or refuse to fork (strict); see [fork-safety.md](fork-safety.md)",
+        group="memory",
+    )
+    fork_integrations: list[str] = setting(
+        list(NAMES),
+        "--fork-integrations",
+        coerce=c.fork_integrations,
+        metavar="NAME,...|all|none",
+        help="built-in fork fixes for the libraries the app imports (django, sqlalchemy, redis, ...)",
+        doc="built-in fork fixes, each active only when the app imports its library: "
+        + ", ".join(f"`{name}`" for name in NAMES)
+        + "; `all` or `none`; see [fork-safety.md](fork-safety.md)",
+        shown_default="all",
         group="memory",
     )
     max_worker_memory: int = setting(

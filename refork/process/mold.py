@@ -14,10 +14,10 @@ import socket
 from functools import partial
 from typing import Any
 
-from refork import fork_safety
+from refork import fork_safety, integrations, lifecycle
 from refork.errors import ConfigError
 from refork.memory.heap import disable_gc_early, prepare_heap_for_fork
-from refork.process import fork_check, messages
+from refork.process import descriptors, fork_check, messages
 from refork.process.context import ProcessContext, set_title
 from refork.process.forking import Promoted, Unwind, fork_detached, reset_signals_in_child
 from refork.process.worker import run_worker
@@ -35,12 +35,18 @@ def boot_mold(ctx: ProcessContext, generation: int) -> int:
     set_title(f"{ctx.config.proc_name}: mold (gen {generation})")
     cmd = ctx.register(messages.Spawned("mold", os.getpid(), generation))
     mode = ctx.config.fork_safety
+    if mode != "off":  # what the monitor left open here is refork's, not the app's: quietly
+        descriptors.make_harmless(_own_fds(ctx, cmd), "the mold", logging.DEBUG)
     try:
+        for variable in integrations.prepare_environment(ctx.config.fork_integrations):
+            log.info("fork integrations: set %s before importing the app", variable)
         with fork_check.tracing(mode) as tracer:
             app, interface = _load(ctx)
             from refork.warmup import run_warmup
 
             run_warmup(app, interface, ctx.config)
+        integrations.activate(ctx.config.fork_integrations)
+        integrations.before_fork()  # what the app opened at load, closed before the check sees it
         if tracer is not None:
             hazards = fork_check.inspect(_own_fds(ctx, cmd), tracer)
             fork_check.judge(hazards, mode, f"the mold (gen {generation})")
@@ -72,6 +78,9 @@ def promoted_mold(ctx: ProcessContext, app: Any, interface: str, generation: int
             ctx.tell(messages.MoldFailed(os.getpid(), str(e), config_error=False))
             return 3
         fork_check.cut(connections)
+        # the worker's files, pipes and event loop: its own, quietly
+        descriptors.make_harmless(own | lifecycle.kept_fds(), "the promoted mold", logging.DEBUG)
+    integrations.after_fork()  # forget the worker's pooled connection objects
     return _mold_loop(ctx, cmd, app, interface, generation)
 
 
@@ -131,9 +140,12 @@ def _mold_loop(ctx: ProcessContext, cmd: socket.socket, app: Any, interface: str
 def _fork_worker(
     ctx: ProcessContext, cmd: socket.socket, app: Any, interface: str, order: messages.SpawnWorker
 ) -> int:
+    integrations.before_fork()
+    lifecycle.run_hooks("before_fork")
     hook = ctx.config.hooks.get("pre_fork")
     if hook is not None:
         hook(ctx.config)
+    descriptors.remember_before_fork()
     start = partial(_worker, ctx, app, interface, order)
     if ctx.subreaper:
         if fork_detached():

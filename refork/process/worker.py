@@ -17,9 +17,9 @@ import threading
 import time
 from typing import Any
 
-from refork import fork_safety
+from refork import fork_safety, integrations, lifecycle
 from refork.memory.heap import after_fork_in_child
-from refork.process import messages
+from refork.process import descriptors, messages
 from refork.process.context import ProcessContext, set_title
 from refork.process.forking import Promoted, fork_detached
 
@@ -31,8 +31,13 @@ def run_worker(ctx: ProcessContext, app: Any, interface: str, nr: int, generatio
     after_fork_in_child()
     random.seed()
     set_title(f"{ctx.config.proc_name}: worker {nr} (gen {generation})")
+    if ctx.config.fork_safety != "off":
+        own = {ctx.report.fileno(), *(sock.fileno() for sock in ctx.listeners), *lifecycle.kept_fds()}
+        descriptors.make_harmless(own, f"worker {nr} (gen {generation})")
+    integrations.after_fork()
     cmd = ctx.register(messages.Spawned("worker", os.getpid(), generation, nr, slot))
     worker = Worker(ctx, cmd, app, interface, nr, generation, slot)
+    lifecycle.run_hooks("after_fork")
     hook = ctx.config.hooks.get("post_fork")
     if hook is not None:
         hook(ctx.config, worker.info())
@@ -172,15 +177,17 @@ class Worker:
         if not fork_safety.is_fork_safe():
             self._report_unsafe()
             return
+        integrations.before_promotion()
         hook = self.config.hooks.get("pre_promotion")
-        if hook is not None:
-            try:
+        try:
+            lifecycle.run_hooks("before_promotion")
+            if hook is not None:
                 hook(self.config, self.info())
-            except Exception:
-                log.exception("the pre_promotion hook raised; this worker will not be promoted")
-                fork_safety.mark_fork_unsafe("the pre_promotion hook raised")
-                self._report_unsafe()
-                return
+        except Exception:
+            log.exception("a before_promotion/pre_promotion hook raised; this worker will not be promoted")
+            fork_safety.mark_fork_unsafe("the pre_promotion hook raised")
+            self._report_unsafe()
+            return
         why = (
             f"reached {self._refork_at} requests"
             if self._refork_at and self.requests >= self._refork_at
@@ -194,6 +201,7 @@ class Worker:
             why,
             self.requests,
         )
+        descriptors.remember_before_fork()
         if fork_detached():
             self.cmd.close()
             raise Promoted(generation)  # the mold that forked this worker runs it as a mold

@@ -1,0 +1,72 @@
+"""What an integration is: the library it watches, the objects it finds, what it does at each fork step."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("refork")
+Step = Callable[[list[Any]], None]
+"""Given the live objects of the integration's classes found in this process."""
+
+
+def nothing(objects: list[Any]) -> None:
+    pass
+
+
+def no_warnings(objects: list[Any]) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class Integration:
+    name: str  # as --fork-integrations spells it
+    modules: tuple[str, ...]  # active when one of these is imported (never imported by refork)
+    classes: tuple[str, ...] = ()  # "module:Class": instances to find in the heap
+    before_fork: Step = nothing  # in the mold, before each fork
+    after_fork: Step = nothing  # in each new worker (and a promoted mold), first thing
+    before_promotion: Step = nothing  # in a worker, at the safe point before it forks the next mold
+    warnings: Callable[[list[Any]], list[str]] = no_warnings  # what it cannot fix, said once in the mold
+
+    def imported(self) -> bool:
+        return any(module in sys.modules for module in self.modules)
+
+    def resolve_classes(self) -> list[type]:
+        """The classes of `classes` whose module is imported (looked up, never imported)."""
+        found = []
+        for spec in self.classes:
+            module_name, _, qualname = spec.partition(":")
+            obj: Any = sys.modules.get(module_name)
+            for part in qualname.split("."):
+                obj = getattr(obj, part, None)
+            if isinstance(obj, type):
+                found.append(obj)
+        return found
+
+
+def run_coroutine(make: Callable[[], Any]) -> bool:
+    """Run an async close in a process with no running loop (the mold); False if one is running."""
+    try:
+        asyncio.get_running_loop()
+        return False
+    except RuntimeError:
+        pass
+    try:
+        asyncio.run(make())
+        return True
+    except Exception as e:  # a loop-bound object from the warm-up loop, say
+        log.debug("fork integrations: async close failed: %r", e)
+        return False
+
+
+def each(objects: list[Any], what: str, action: Callable[[Any], None]) -> None:
+    """Apply `action` to each object; one failing object is logged and does not stop the others."""
+    for obj in objects:
+        try:
+            action(obj)
+        except Exception as e:
+            log.warning("fork integrations: %s %r failed: %r", what, obj, e)
