@@ -216,7 +216,7 @@ def ask(port: int, conn: http.client.HTTPConnection | None, answers: Answers,
     for attempt in (0, 1):
         reused = conn is not None
         if conn is None:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         try:
             conn.request("GET", "/", headers={} if keep_alive else {"Connection": "close"})
             resp = conn.getresponse()
@@ -349,6 +349,15 @@ def test_strict_refuses_an_app_that_connects_at_import_and_names_the_line(app):
     assert "Traceback" not in result.stderr
 
 
+def test_with_the_integrations_the_strict_ci_guard_accepts_the_app(app):
+    result = subprocess.run(
+        [sys.executable, "-m", "refork", "--check-config", "--fork-safety", "strict", "--chdir", str(TESTS),
+         app.spec],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, env={**os.environ, **app.env},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_each_worker_has_its_own_connections_under_load_refork_and_kill(app, start_server):
     server = start_server(app=app.spec, workers=WORKERS, env=app.env)
     answers = Answers()
@@ -378,6 +387,8 @@ def test_each_worker_has_its_own_connections_under_load_refork_and_kill(app, sta
     assert answers.failures == [], answers.failures[:5]
     no_answer_from_another_worker(answers, app.key)
     assert len({a["worker_pid"] for a in answers.seen}) >= 2 * WORKERS  # two generations answered
+    # the integrations closed everything before the mold's fork-safety check: nothing left to name
+    assert "fork safety: the mold (gen 0) holds" not in server.log()
 
 
 def test_fastapi_keeps_no_upstream_connection_from_the_mold(start_server, redis, upstream):
