@@ -404,3 +404,26 @@ def test_fastapi_keeps_no_upstream_connection_from_the_mold(start_server, redis,
     assert not {a["upstream_port"] for a in answers.seen} & upstream.import_ports, (
         "a worker used the upstream connection the mold opened at import"
     )
+
+
+def test_no_worker_ever_gets_another_workers_answer(app, start_server):
+    """Many interleaved requests, fresh and keep-alive: each connection answers one worker only."""
+    server = start_server(app=app.spec, workers=WORKERS, env=app.env)
+    answers = Answers()
+
+    def client(keep_alive: bool) -> None:
+        conn = None
+        for _ in range(25):
+            conn = ask(server.port, conn, answers, keep_alive)
+        if conn is not None:
+            conn.close()
+
+    threads = [threading.Thread(target=client, args=(n % 2 == 0,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert answers.failures == [], answers.failures[:5]
+    assert len(answers.seen) == 8 * 25
+    assert len({a["worker_pid"] for a in answers.seen}) > 1
+    no_answer_from_another_worker(answers, app.key)
