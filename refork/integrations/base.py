@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +62,26 @@ def run_coroutine(make: Callable[[], Any]) -> bool:
     except Exception as e:  # a loop-bound object from the warm-up loop, say
         log.debug("fork integrations: async close failed: %r", e)
         return False
+
+
+def shut_down(sock: Any) -> None:
+    """End a connection whose object cannot be closed here (bound to a loop that is gone).
+
+    shutdown() tells the peer the connection is over and frees nothing: the descriptor number
+    stays taken until its object closes it, so it is never reused under that object.
+    """
+    if sock is None:
+        return
+    try:
+        borrowed = socket.socket(fileno=sock.fileno())
+    except (OSError, ValueError):
+        return
+    try:
+        borrowed.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        borrowed.detach()
 
 
 def each(objects: list[Any], what: str, action: Callable[[Any], None]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from refork.integrations.base import Integration, each
+from refork.integrations.base import Integration, each, shut_down
 
 _forgotten: list[Any] = []  # connection objects a fork copied: kept, never finalized here
 
@@ -25,10 +25,13 @@ def _drop_httpcore(pool: Any, close: bool) -> None:
         return
     pool._connections = []
     for conn in connections:
-        if close and hasattr(conn, "close") and not type(pool).__name__.startswith("Async"):
+        if close and not type(pool).__name__.startswith("Async"):
             conn.close()
-        else:
-            _forgotten.append(conn)
+            continue
+        if close:  # an async connection, in the mold: its loop is gone
+            stream = getattr(getattr(conn, "_connection", None), "_network_stream", None)
+            shut_down(stream.get_extra_info("socket") if stream is not None else None)
+        _forgotten.append(conn)
 
 
 def _drop(obj: Any, close: bool) -> None:

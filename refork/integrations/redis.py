@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from refork.integrations.base import Integration, each, run_coroutine
+from refork.integrations.base import Integration, each, run_coroutine, shut_down
 
 
 def _is_async(pool: Any) -> bool:
@@ -18,8 +18,12 @@ def _is_async(pool: Any) -> bool:
 def disconnect(objects: list[Any]) -> None:
     for pool in objects:
         if _is_async(pool):
+            # Its streams may be bound to a finished loop (the warm-up's): end them first.
+            for conn in [*pool._available_connections, *pool._in_use_connections]:
+                writer = getattr(conn, "_writer", None)
+                shut_down(writer.get_extra_info("socket") if writer is not None else None)
             if not run_coroutine(pool.disconnect):
-                pool.reset()  # a loop is running (a worker): forget them; hygiene cuts the copies
+                pool.reset()
         else:
             each([pool], "redis pool disconnect() of", lambda p: p.disconnect())
 
