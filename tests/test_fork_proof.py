@@ -126,9 +126,14 @@ def app(request, postgres, redis, upstream) -> App:
     if request.param == "sqlalchemy":
         return App("apps.forksafe.flask_sqlalchemy:app", FORKSAFE / "flask_sqlalchemy.py", postgres.env(),
                    postgres.port, lambda: postgres.backends("refork-proof-sqlalchemy"), exactly_one=True)
+    return fastapi_app(redis, upstream, redis.port, lambda: redis.clients("refork-proof-fastapi"))
+
+
+def fastapi_app(redis: services.Redis, upstream: Upstream, service_port: int,
+                connections: Callable[[], dict[int, int]], key: str = "backend") -> App:
     env = {**redis.env(), "REFORK_PROOF_UPSTREAM_URL": f"http://127.0.0.1:{upstream.port}"}
-    return App("apps.forksafe.fastapi_redis:app", FORKSAFE / "fastapi_redis.py", env, redis.port,
-               lambda: redis.clients("refork-proof-fastapi"), exactly_one=False)
+    return App("apps.forksafe.fastapi_redis:app", FORKSAFE / "fastapi_redis.py", env, service_port,
+               connections, exactly_one=False, key=key)
 
 
 def marked_lines(path: Path) -> set[int]:
@@ -393,10 +398,8 @@ def test_each_worker_has_its_own_connections_under_load_refork_and_kill(app, sta
 
 def test_fastapi_keeps_no_upstream_connection_from_the_mold(start_server, redis, upstream):
     """The httpx pool: each worker's keep-alive connection upstream is its own, never the mold's."""
-    env = {**redis.env(), "REFORK_PROOF_UPSTREAM_URL": f"http://127.0.0.1:{upstream.port}"}
-    app = App("apps.forksafe.fastapi_redis:app", FORKSAFE / "fastapi_redis.py", env, upstream.port,
-              upstream.clients, exactly_one=False, key="upstream_port")
-    server = start_server(app=app.spec, workers=WORKERS, env=env)
+    app = fastapi_app(redis, upstream, upstream.port, upstream.clients, key="upstream_port")
+    server = start_server(app=app.spec, workers=WORKERS, env=app.env)
     answers = Answers()
     each_worker_owns_its_connections(server, app, answers, generation=0)
     assert answers.failures == [], answers.failures[:5]
