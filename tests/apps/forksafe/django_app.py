@@ -12,10 +12,10 @@ django.setup()
 application = get_wsgi_application()
 
 
-def load_server_version() -> str:
+def current_backend() -> int:
     with connection.cursor() as cursor:  # connects at import
-        cursor.execute("SELECT version()")
+        cursor.execute("SELECT pg_backend_pid()")
         return cursor.fetchone()[0]
 
 
-SERVER_VERSION = load_server_version()  # connects at import
+IMPORT_BACKEND = current_backend()  # connects at import

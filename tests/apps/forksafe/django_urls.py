@@ -2,16 +2,16 @@
 
 import os
 
-from django.db import connection
 from django.http import JsonResponse
 from django.urls import path
 
+from apps.forksafe.django_app import IMPORT_BACKEND, current_backend
+
 
 def backend(request):
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        (backend_pid,) = cursor.fetchone()
-    return JsonResponse({"worker_pid": os.getpid(), "backend": backend_pid})
+    return JsonResponse(
+        {"worker_pid": os.getpid(), "backend": current_backend(), "import_backend": IMPORT_BACKEND}
+    )
 
 
 urlpatterns = [path("", backend)]

@@ -1,7 +1,8 @@
-"""A Flask + SQLAlchemy app whose engine connects (a warm-up query) while it loads."""
+"""A Flask + SQLAlchemy app with a Redis cache, both used (a warm-up query, a PING) while it loads."""
 
 import os
 
+import redis
 from flask import Flask, jsonify
 from sqlalchemy import create_engine, text
 
@@ -13,15 +14,26 @@ engine = create_engine(
     pool_size=5,
     connect_args={"application_name": "refork-proof-sqlalchemy"},
 )
+cache = redis.Redis.from_url(os.environ["REFORK_PROOF_REDIS_URL"], client_name="refork-proof-flask")
 
-with engine.connect() as warm:  # connects at import
-    warm.execute(text("SELECT 1"))  # the connection goes back to the pool, still open
+
+def current_backend() -> int:
+    with engine.connect() as conn:  # connects at import
+        return conn.execute(text("SELECT pg_backend_pid()")).scalar_one()  # back to the pool, still open
+
+
+IMPORT_BACKEND = current_backend()  # connects at import
+IMPORT_CACHE_CLIENT = cache.client_id()  # connects at import
 
 app = Flask(__name__)
 
 
 @app.get("/")
-def backend():
-    with engine.connect() as conn:
-        backend_pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
-    return jsonify(worker_pid=os.getpid(), backend=backend_pid)
+def identity():
+    return jsonify(
+        worker_pid=os.getpid(),
+        backend=current_backend(),
+        import_backend=IMPORT_BACKEND,
+        cache_client=cache.client_id(),
+        import_cache_client=IMPORT_CACHE_CLIENT,
+    )
