@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 log = logging.getLogger("refork")
 T = TypeVar("T")
@@ -79,7 +79,9 @@ class PerProcess(Generic[T]):
     """A transparent proxy to an object built by `factory()` once per process, on first use.
 
     For clients kept in module or class attributes: `db = refork.per_process(lambda: connect(...))`;
-    `db.execute(...)` then uses this process's own client, built lazily after each fork.
+    `db.execute(...)` then uses this process's own client, built lazily after each fork. Every
+    attribute read goes through __getattribute__ (no AttributeError raised and caught on the way):
+    two slot reads and an int comparison before the real getattr.
     """
 
     __slots__ = ("_factory", "_object", "_generation", "_lock", "__weakref__")
@@ -90,61 +92,68 @@ class PerProcess(Generic[T]):
         object.__setattr__(self, "_generation", -1)
         object.__setattr__(self, "_lock", threading.Lock())
 
-    def _get(self) -> T:
-        if self._generation == _generation:
-            return cast(T, self._object)
-        with self._lock:
-            if self._generation != _generation:
-                if self._generation != -1:
-                    _inherited.append(self._object)
-                object.__setattr__(self, "_object", self._factory())
-                object.__setattr__(self, "_generation", _generation)
-        return cast(T, self._object)
-
-    def __getattr__(self, name: str) -> Any:
-        if self._generation == _generation:  # the hot path, inlined
-            return getattr(self._object, name)
-        return getattr(self._get(), name)
+    def __getattribute__(self, name: str) -> Any:
+        if _get_generation(self) == _generation:  # the hot path
+            return getattr(_get_object(self), name)
+        return getattr(_build(self), name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._get(), name, value)
+        setattr(_build(self), name, value)
 
     def __delattr__(self, name: str) -> None:
-        delattr(self._get(), name)
+        delattr(_build(self), name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._get()(*args, **kwargs)  # type: ignore[operator]
+        return _build(self)(*args, **kwargs)
 
     def __getitem__(self, key: Any) -> Any:
-        return self._get()[key]  # type: ignore[index]
+        return _build(self)[key]
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._get()[key] = value  # type: ignore[index]
+        _build(self)[key] = value
 
     def __iter__(self) -> Any:
-        return iter(self._get())  # type: ignore[call-overload]
+        return iter(_build(self))
 
     def __len__(self) -> int:
-        return len(self._get())  # type: ignore[arg-type]
+        return len(_build(self))
 
     def __bool__(self) -> bool:
-        return bool(self._get())
+        return bool(_build(self))
 
     def __enter__(self) -> Any:
-        return self._get().__enter__()  # type: ignore[attr-defined]
+        return _build(self).__enter__()
 
     def __exit__(self, *exc: Any) -> Any:
-        return self._get().__exit__(*exc)  # type: ignore[attr-defined]
+        return _build(self).__exit__(*exc)
 
     async def __aenter__(self) -> Any:
-        return await self._get().__aenter__()  # type: ignore[attr-defined]
+        return await _build(self).__aenter__()
 
     async def __aexit__(self, *exc: Any) -> Any:
-        return await self._get().__aexit__(*exc)  # type: ignore[attr-defined]
+        return await _build(self).__aexit__(*exc)
 
     def __repr__(self) -> str:
-        built = self._generation == _generation
-        return f"<per_process {self._object!r}>" if built else f"<per_process {self._factory!r} (not built)>"
+        if _get_generation(self) == _generation:
+            return f"<per_process {_get_object(self)!r}>"
+        return f"<per_process {object.__getattribute__(self, '_factory')!r} (not built)>"
+
+
+_get_generation = PerProcess._generation.__get__  # type: ignore[attr-defined]
+_get_object = PerProcess._object.__get__  # type: ignore[attr-defined]
+
+
+def _build(proxy: PerProcess[Any]) -> Any:
+    """This process's object behind `proxy`, built on first use after each fork."""
+    if _get_generation(proxy) == _generation:
+        return _get_object(proxy)
+    with object.__getattribute__(proxy, "_lock"):
+        if _get_generation(proxy) != _generation:
+            if _get_generation(proxy) != -1:
+                _inherited.append(_get_object(proxy))
+            object.__setattr__(proxy, "_object", object.__getattribute__(proxy, "_factory")())
+            object.__setattr__(proxy, "_generation", _generation)
+    return _get_object(proxy)
 
 
 def per_process(factory: Callable[[], T]) -> T:
@@ -154,4 +163,4 @@ def per_process(factory: Callable[[], T]) -> T:
 
 def unwrap(proxy: Any) -> Any:
     """This process's object behind a per_process proxy (builds it if needed); anything else as is."""
-    return proxy._get() if isinstance(proxy, PerProcess) else proxy
+    return _build(proxy) if isinstance(proxy, PerProcess) else proxy

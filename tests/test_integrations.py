@@ -18,6 +18,9 @@ import pytest
 from refork import integrations
 from tests.fake_redis import FakeRedis
 
+# forks while a test server thread runs: Python 3.12+ warns, on purpose here
+pytestmark = pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+
 
 @pytest.fixture(autouse=True)
 def fresh_integrations():
@@ -314,3 +317,74 @@ def test_listeners_and_datagram_sockets_are_not_connections_to_cut():
         finally:
             client.close()
             accepted.close()
+
+
+def test_django_connections_close_before_a_fork_and_reopen_on_the_next_query(tmp_path):
+    import django
+    from django.conf import settings
+
+    if not settings.configured:
+        settings.configure(
+            DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "db"),
+                                   "CONN_MAX_AGE": None}},  # fmt: skip
+            CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
+        )
+        django.setup()
+    from django.core.cache import cache
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("select 1")
+    cache.set("k", 1)
+    assert connection.connection is not None
+    integrations.activate(["django"])
+    integrations.before_fork()
+    assert connection.connection is None
+    with connection.cursor() as cursor:  # persistent connections: opened again, then kept
+        cursor.execute("select 1")
+    assert connection.connection is not None
+    integrations.before_promotion()
+    assert connection.connection is None
+
+
+def test_a_psycopg_pool_is_closed_in_the_mold_and_opened_again_in_the_worker():
+    import threading
+
+    import psycopg_pool
+
+    with socket.create_server(("127.0.0.1", 0)) as refusing:  # accepts, never speaks: no server needed
+        port = refusing.getsockname()[1]
+        pool = psycopg_pool.ConnectionPool(f"host=127.0.0.1 port={port} connect_timeout=1", min_size=1,
+                                           open=True, name="refork-test")  # fmt: skip
+        try:
+            assert any(t.name.startswith("refork-test") for t in threading.enumerate())
+            integrations.activate(["psycopg"])
+            integrations.before_fork()
+            assert pool.closed
+            wait_until(lambda: not any(t.name.startswith("refork-test") for t in threading.enumerate()),
+                       "the pool's threads stopped: nothing of it crosses the fork")  # fmt: skip
+            integrations.after_fork()
+            assert not pool.closed  # the worker's own pool, connecting in its own threads
+            assert any(t.name.startswith("refork-test") for t in threading.enumerate())
+        finally:
+            pool.close(timeout=0)
+
+
+def test_a_psycopg_pool_copied_from_a_worker_forgets_its_connections_and_reopens_in_the_new_worker():
+    import psycopg_pool
+
+    pool = psycopg_pool.ConnectionPool("host=127.0.0.1 port=1 connect_timeout=1", min_size=1, open=False)
+    pool._closed, pool._opened = False, True  # as a worker's open pool looks in its promoted child
+    sentinel = object()
+    pool._pool.append(sentinel)  # one of the worker's idle connections
+    integrations.activate(["psycopg"])
+    try:
+        integrations.after_promotion()  # in the promoted mold: forgotten, nothing started
+        assert pool.closed and list(pool._pool) == [] and pool._workers == []
+        from refork.integrations import psycopg
+
+        assert sentinel in psycopg._forgotten
+        integrations.after_fork()  # in its worker: the pool is opened, its own
+        assert not pool.closed and pool._workers
+    finally:
+        pool.close(timeout=0)

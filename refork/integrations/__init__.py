@@ -9,6 +9,7 @@ package imports nothing of refork but itself, so the config layer can read `NAME
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
 import time
 import weakref
@@ -38,24 +39,24 @@ class Active:
         self.scan_seconds = 0.0
 
     def scan(self) -> None:
-        """One pass over the heap (gc.get_objects: frozen objects excluded) for every class watched."""
+        """One pass over the heap (gc.get_objects: frozen objects excluded) for every class watched.
+
+        The watched classes and every subclass of theirs that exists now, in one set: the pass is
+        then a set lookup per object, all in C (about 0.1 s for a million objects, once per mold;
+        at a promotion only the objects made since the fork are visited).
+        """
         start = time.perf_counter()
-        wanted: dict[type, list[str]] = {}
+        names_of: dict[type, set[str]] = {}
         for integration in self.integrations:
             for cls in integration.resolve_classes():
-                wanted.setdefault(cls, []).append(integration.name)
-        if not wanted:
+                for kind in _with_subclasses(cls):
+                    names_of.setdefault(kind, set()).add(integration.name)
+        if not names_of:
             return
-        classes = tuple(wanted)
-        decided: dict[type, list[str]] = {}
-        for obj in gc.get_objects():
-            kind = type(obj)
-            names = decided.get(kind)
-            if names is None:
-                names = decided[kind] = sorted(
-                    {n for cls, ns in wanted.items() if issubclass(kind, cls) for n in ns}
-                ) if issubclass(kind, classes) else []
-            for name in names:
+        watched = set(names_of)
+        objects = gc.get_objects()
+        for obj in list(itertools.compress(objects, map(watched.__contains__, map(type, objects)))):
+            for name in sorted(names_of[type(obj)]):
                 self._add(name, obj)
         self.scan_seconds = time.perf_counter() - start
 
@@ -73,10 +74,11 @@ class Active:
         return alive
 
     def run(self, step: str) -> None:
-        """Run `step` ("before_fork", "after_fork", "before_promotion") of every active integration."""
+        """Run `step` (before_fork, after_fork, before_promotion, after_promotion) of each integration."""
         for integration in self.integrations:
+            action = getattr(integration, step) or integration.after_fork
             try:
-                getattr(integration, step)(self.objects(integration.name))
+                action(self.objects(integration.name))
             except Exception:
                 log.exception("fork integrations: %s %s failed", integration.name, step.replace("_", " "))
 
@@ -85,6 +87,19 @@ class Active:
         for integration in self.integrations:
             said += integration.warnings(self.objects(integration.name))
         return said
+
+
+def _with_subclasses(cls: type) -> list[type]:
+    found, todo = [], [cls]
+    while todo:
+        kind = todo.pop()
+        if kind not in found:
+            found.append(kind)
+            try:
+                todo.extend(kind.__subclasses__())
+            except TypeError:  # type.__subclasses__ needs an argument
+                pass
+    return found
 
 
 def _deref(ref: Any) -> Any:
@@ -119,6 +134,11 @@ def before_fork() -> None:
 
 def after_fork() -> None:
     _active.run("after_fork")
+
+
+def after_promotion() -> None:
+    """In a promoted mold: forget the worker's pooled connections, start nothing."""
+    _active.run("after_promotion")
 
 
 def before_promotion() -> None:

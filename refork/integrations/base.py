@@ -31,6 +31,7 @@ class Integration:
     before_fork: Step = nothing  # in the mold, before each fork
     after_fork: Step = nothing  # in each new worker (and a promoted mold), first thing
     before_promotion: Step = nothing  # in a worker, at the safe point before it forks the next mold
+    after_promotion: Step | None = None  # in the promoted mold, first thing (default: after_fork)
     warnings: Callable[[list[Any]], list[str]] = no_warnings  # what it cannot fix, said once in the mold
 
     def imported(self) -> bool:

@@ -13,9 +13,9 @@ from refork.integrations.base import Integration
 
 
 def reseed(objects: list[Any]) -> None:
-    random = sys.modules.get("numpy.random")
+    random = sys.modules.get("numpy.random")  # numpy 2 loads it on first use: then seeded fresh
     if random is not None:
         random.seed()
 
 
-INTEGRATION = Integration("numpy", ("numpy.random",), after_fork=reseed)
+INTEGRATION = Integration("numpy", ("numpy",), after_fork=reseed)

@@ -7,6 +7,7 @@ mold logs it with the fix, and the worker gets an error on first use instead of 
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from refork.integrations.base import Integration, each, log, run_coroutine
@@ -15,6 +16,8 @@ CONNECTIONS = ("psycopg:Connection", "psycopg:AsyncConnection", "psycopg2.extens
 POOLS = ("psycopg_pool:ConnectionPool", "psycopg_pool:NullConnectionPool", "psycopg_pool:AsyncConnectionPool",
          "psycopg2.pool:AbstractConnectionPool")  # fmt: skip
 _reopen: list[Any] = []  # pools the mold closed: each worker opens them again
+_forgotten: list[Any] = []  # connections a fork copied: kept, never finalized here
+_not_ours: set[int] = set()  # ids of a worker's bare connections, seen in the mold it became
 
 
 def _is_closed(conn: Any) -> bool:
@@ -34,7 +37,7 @@ def close_in_mold(objects: list[Any]) -> None:
                 for conn in [*obj._pool, *obj._used.values()]:
                     conn.close()
                 obj._pool, obj._used, obj._rused, obj._keys = [], {}, {}, 0
-            elif not _is_closed(obj) and not _pooled(obj):
+            elif not _is_closed(obj) and not _pooled(obj) and id(obj) not in _not_ours:
                 log.warning(
                     "fork integrations: closed a %s connection opened at load; a worker using it gets "
                     "an error: open it per worker (refork.per_process(lambda: connect(...))) or use a pool",
@@ -62,20 +65,45 @@ def _close_pool3(pool: Any) -> None:
         _reopen.append(pool)
 
 
+def _inherit_pool3(pool: Any) -> None:
+    """A psycopg_pool pool copied by a fork: forget the parent's connections and its (dead) threads.
+
+    The pool is left closed-but-reopenable; its lock is new (a parent's thread may have held it).
+    """
+    if pool.closed:
+        return
+    _forgotten.extend(pool._pool)  # the parent's connections: never used, never finalized here
+    pool._pool.clear()
+    pool._waiting.clear()
+    pool._workers, pool._sched_runner = [], None
+    pool._nconns = pool.min_size
+    pool._lock = threading.Lock()
+    pool._closed, pool._opened = True, False
+    if pool not in _reopen:
+        _reopen.append(pool)
+
+
+def _sync_pools(objects: list[Any]) -> list[Any]:
+    return [obj for obj in objects if _is_pool3(obj) and not type(obj).__name__.startswith("Async")]
+
+
+def forget_in_promoted_mold(objects: list[Any]) -> None:
+    """The promoted mold runs no pool threads and closes none of the worker's connections.
+
+    It forgets what the worker's pools held, and remembers the worker's bare connections as not
+    its own (closing one would end the worker's session).
+    """
+    each(_sync_pools(objects), "forgetting the connections of", _inherit_pool3)
+    _not_ours.update(id(obj) for obj in objects if not _is_pool3(obj) and not hasattr(obj, "closeall"))
+
+
 def reopen_in_worker(objects: list[Any]) -> None:
-    """Pools the mold closed open again here (async ones when the worker's loop runs: the app's job)."""
-    sync = [pool for pool in _reopen if not type(pool).__name__.startswith("Async")]
-    each(sync, "reopening psycopg pool", lambda pool: pool.open(wait=False))
+    """Each worker opens its own pools: those the mold closed, and copies of a worker's (after a refork).
 
-
-def close_before_promotion(objects: list[Any]) -> None:
-    """Idle pooled connections closed (the pool refills); threads are the pool's: mark, do not fork."""
-    for obj in objects:
-        if _is_pool3(obj) and not type(obj).__name__.startswith("Async") and not obj.closed:
-            try:
-                obj.check()  # keeps the pool open; drops broken connections
-            except Exception as e:
-                log.debug("fork integrations: %r check failed: %r", obj, e)
+    Async pools are opened by the app on the worker's loop (`await pool.open()`, a lifespan hook).
+    """
+    each(_sync_pools(objects), "forgetting the connections of", _inherit_pool3)
+    each(_sync_pools(_reopen), "reopening psycopg pool", lambda pool: pool.open(wait=False))
 
 
 INTEGRATION = Integration(
@@ -84,5 +112,5 @@ INTEGRATION = Integration(
     CONNECTIONS + POOLS,
     before_fork=close_in_mold,
     after_fork=reopen_in_worker,
-    before_promotion=close_before_promotion,
+    after_promotion=forget_in_promoted_mold,
 )

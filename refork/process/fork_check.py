@@ -207,8 +207,9 @@ def running_threads(tracer: LoadTracer | None = None) -> list[Hazard]:
 
 
 ADVICE = (
-    "close connections once the app is loaded (the warmup hook) and reopen them in post_fork; "
-    "start threads in the worker (post_fork); see docs/fork-safety.md"
+    "close connections before the fork (a @refork.before_fork function) or make each client per worker "
+    "(refork.per_process(lambda: connect(...))); start threads in a @refork.after_fork function; "
+    "see docs/fork-safety.md"
 )
 
 

@@ -80,7 +80,7 @@ def promoted_mold(ctx: ProcessContext, app: Any, interface: str, generation: int
         fork_check.cut(connections)
         # the worker's files, pipes and event loop: its own, quietly
         descriptors.make_harmless(own | lifecycle.kept_fds(), "the promoted mold", logging.DEBUG)
-    integrations.after_fork()  # forget the worker's pooled connection objects
+    integrations.after_promotion()  # forget the worker's pooled connection objects
     return _mold_loop(ctx, cmd, app, interface, generation)
 
 

@@ -11,9 +11,10 @@ import json
 import os
 import random
 
-import numpy
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # no BLAS thread pool: the mold holds no native thread
+import numpy  # noqa: E402
 
-import refork
+import refork  # noqa: E402
 
 HOOKS = os.environ.get("REFORK_TEST_HOOKS")
 FILES = os.environ.get("REFORK_TEST_FILES")
@@ -40,6 +41,8 @@ def _after_fork():
 def _before_promotion():
     _note("before_promotion")
 
+
+numpy.random.seed(7)  # the legacy global generator, used while loading (a model's init, say)
 
 built = refork.per_process(lambda: {"pid": os.getpid()})
 assert built["pid"] == os.getpid()  # used while loading: built in the mold, rebuilt in each worker
