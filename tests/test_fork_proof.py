@@ -370,6 +370,13 @@ def test_with_the_integrations_the_strict_ci_guard_accepts_the_app(app):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_with_the_integrations_a_strict_server_starts_and_serves(app, start_server):
+    """The integrations close what the app opened before the mold's check: nothing left to refuse."""
+    server = start_server("--fork-safety", "strict", app=app.spec, workers=1, env=app.env)
+    assert server.get("/")[0] == 200
+    assert "fork safety: the mold (gen 0) holds" not in server.log()
+
+
 def test_each_worker_has_its_own_connections_under_load_refork_and_kill(app, start_server):
     server = start_server(app=app.spec, workers=WORKERS, env=app.env)
     answers = Answers()
@@ -399,8 +406,6 @@ def test_each_worker_has_its_own_connections_under_load_refork_and_kill(app, sta
     assert answers.failures == [], answers.failures[:5]
     no_answer_from_another_worker(answers, app)
     assert len({a["worker_pid"] for a in answers.seen}) >= 2 * WORKERS  # two generations answered
-    # the integrations closed everything before the mold's fork-safety check: nothing left to name
-    assert "fork safety: the mold (gen 0) holds" not in server.log()
 
 
 def test_no_worker_ever_gets_another_workers_answer(app, start_server):
