@@ -388,3 +388,61 @@ def test_a_psycopg_pool_copied_from_a_worker_forgets_its_connections_and_reopens
         assert not pool.closed and pool._workers
     finally:
         pool.close(timeout=0)
+
+
+@pytest.fixture
+def fake_postgres():
+    from tests.fake_postgres import FakePostgres
+
+    server = FakePostgres()
+    yield server
+    server.close()
+
+
+def test_the_load_tracer_names_the_line_of_a_libpq_connection(fake_postgres):
+    from refork.process import fork_check
+
+    dsn = f"host=127.0.0.1 port={fake_postgres.port} user=u dbname=d connect_timeout=5"
+    with fork_check.LoadTracer() as tracer:
+        import psycopg
+        import psycopg2
+
+        old = psycopg2.connect(dsn)  # libpq connects from C: socket.connect never sees it
+        new = psycopg.connect(dsn)
+    try:
+        assert psycopg2.connect.__name__ == "connect" and psycopg.connect.__name__ == "connect"  # restored
+        hazards = {h.fd: h.origin for h in fork_check.open_connections(tracer=tracer)}
+        here = f"{__file__}:"
+        assert hazards[old.fileno()].startswith(here) and hazards[new.fileno()].startswith(here)
+    finally:
+        old.close()
+        new.close()
+
+
+def test_bare_psycopg_connections_made_at_load_are_closed_in_the_mold(fake_postgres, caplog):
+    import psycopg
+    import psycopg2
+
+    dsn = f"host=127.0.0.1 port={fake_postgres.port} user=u dbname=d connect_timeout=5"
+    old, new = psycopg2.connect(dsn), psycopg.connect(dsn)
+    wait_until(lambda: fake_postgres.open == 2, "both connected")
+    integrations.activate(["psycopg"])
+    with caplog.at_level(logging.WARNING, logger="refork"):
+        integrations.before_fork()
+    assert old.closed and new.closed
+    wait_until(lambda: fake_postgres.open == 0, "the server saw both end")
+    assert caplog.text.count("closed a psycopg connection") == 1
+    assert caplog.text.count("closed a psycopg2 connection") == 1
+
+
+def test_a_grpc_channel_alive_at_fork_is_named(caplog):
+    import grpc
+
+    channel = grpc.insecure_channel("127.0.0.1:1")
+    try:
+        with caplog.at_level(logging.WARNING, logger="refork"):
+            integrations.activate(["grpc"])
+        assert "fork integrations: a gRPC channel" in caplog.text
+        assert "exists at fork" in caplog.text and "per_process" in caplog.text
+    finally:
+        channel.close()

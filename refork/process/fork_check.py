@@ -10,13 +10,16 @@ each connection and thread was made, so the report names the line to fix.
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
+import importlib.util
 import logging
 import os
 import socket
+import sys
 import sysconfig
 import threading
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +64,50 @@ def _caller() -> str | None:
     return where
 
 
+# Drivers that connect from C (libpq): socket.connect never sees them, so their Python entry point
+# (psycopg2.connect, psycopg.Connection.connect) is wrapped while tracing, as soon as imported.
+C_DRIVERS = ("psycopg2", "psycopg")
+
+
+class _OnImport(importlib.abc.MetaPathFinder):
+    """Calls `imported(module)` right after one of `names` is imported (while it is installed)."""
+
+    def __init__(self, names: set[str], imported: Callable[[Any], None]) -> None:
+        self.names = names
+        self.imported = imported
+        self._finding = False
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in self.names or self._finding:
+            return None
+        self._finding = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._finding = False
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ThenCall(spec.loader, self.imported)
+        return spec
+
+
+class _ThenCall(importlib.abc.Loader):
+    """A module's own loader, and a call once it has executed."""
+
+    def __init__(self, loader: Any, then: Callable[[Any], None]) -> None:
+        self._loader = loader
+        self._then = then
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        self._then(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package...
+        return getattr(self._loader, name)
+
+
 class LoadTracer:
     """While active, remember where sockets connect and threads start (fd / thread -> line).
 
@@ -71,6 +118,7 @@ class LoadTracer:
         self.connections: dict[int, str] = {}
         self.threads: dict[int, str] = {}  # id(Thread) -> origin
         self._saved: list[tuple[Any, str, Any]] = []
+        self._finder: _OnImport | None = None
 
     def __enter__(self) -> LoadTracer:
         tracer = self
@@ -95,14 +143,52 @@ class LoadTracer:
             (socket.socket, "connect_ex", traced_connect_ex),
             (threading.Thread, "start", traced_start),
         ):
-            self._saved.append((owner, name, getattr(owner, name)))
-            setattr(owner, name, patched)
+            self._patch(owner, name, patched)
+        for module in [sys.modules[name] for name in C_DRIVERS if name in sys.modules]:
+            self._trace_driver(module)
+        self._finder = _OnImport(set(C_DRIVERS), self._trace_driver)
+        sys.meta_path.insert(0, self._finder)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
         for owner, name, original in reversed(self._saved):
             setattr(owner, name, original)
         self._saved.clear()
+
+    def _patch(self, owner: Any, name: str, patched: Any) -> None:
+        original = vars(owner)[name] if name in vars(owner) else getattr(owner, name)  # a classmethod as is
+        self._saved.append((owner, name, original))
+        setattr(owner, name, patched)
+
+    def _trace_driver(self, module: Any) -> None:
+        """Wrap the Python entry point of a driver that connects from C (libpq), to note the line."""
+        tracer = self
+
+        def noted(conn: Any) -> Any:
+            origin = _caller()
+            if origin:
+                with contextlib.suppress(Exception):
+                    tracer.connections[int(conn.fileno())] = origin
+            return conn
+
+        if module.__name__ == "psycopg2":
+            connect = module.connect
+
+            def psycopg2_connect(*args: Any, **kwargs: Any) -> Any:
+                return noted(connect(*args, **kwargs))
+
+            self._patch(module, "connect", psycopg2_connect)
+        elif module.__name__ == "psycopg":
+            cls = module.Connection
+            function = cls.__dict__["connect"].__func__
+
+            def psycopg_connect(klass: Any, *args: Any, **kwargs: Any) -> Any:
+                return noted(function(klass, *args, **kwargs))
+
+            self._patch(cls, "connect", classmethod(psycopg_connect))
+            self._patch(module, "connect", cls.connect)
 
     def _note_connection(self, sock: socket.socket) -> None:
         origin = _caller()
