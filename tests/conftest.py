@@ -25,6 +25,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def read_to_end(sock: socket.socket) -> bytes:
+    """Everything until the server closes (or resets) the connection; fails on a socket timeout."""
+    chunks = []
+    while True:
+        try:
+            data = sock.recv(1 << 20)
+        except ConnectionResetError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    return b"".join(chunks)
+
+
 class Server:
     """One `python -m refork ...` process tree."""
 

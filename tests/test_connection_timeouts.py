@@ -8,6 +8,7 @@ import socket
 import time
 
 import pytest
+from conftest import read_to_end
 
 from refork.config import Config
 from refork.http.parser import Limits
@@ -25,18 +26,6 @@ def _start(start_server, interface: str, tmp_path, *args: str):
     return server, access, worker["pid"]
 
 
-def _read_to_end(sock: socket.socket) -> bytes:
-    """Everything until the server closes (or resets) the connection; fails on a socket timeout."""
-    chunks = []
-    while True:
-        try:
-            data = sock.recv(1 << 20)
-        except ConnectionResetError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    return b"".join(chunks)
 
 
 @pytest.mark.parametrize("interface", ["asgi", "wsgi"])
@@ -45,7 +34,7 @@ def test_a_client_that_stops_sending_its_body_gets_408(start_server, tmp_path, i
     with socket.create_connection(("127.0.0.1", server.port), timeout=20) as silent:
         silent.sendall(b"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc")
         assert server.get("/") == (200, str(pid).encode())  # served meanwhile
-        answer = _read_to_end(silent)
+        answer = read_to_end(silent)
     assert answer.startswith(b"HTTP/1.1 408 ")
     assert server.get("/") == (200, str(pid).encode())  # same worker: not killed
 
@@ -67,7 +56,7 @@ def test_the_body_deadline_is_a_total_a_trickle_does_not_rearm_it(start_server, 
                 break
             break
         trickle.settimeout(20)
-        answer += _read_to_end(trickle)
+        answer += read_to_end(trickle)
     assert answer.startswith(b"HTTP/1.1 408 ")
     assert server.get("/") == (200, str(pid).encode())
 
@@ -83,7 +72,7 @@ def test_a_client_that_stops_reading_a_large_response_is_cut(start_server, tmp_p
         stalled.sendall(b"GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
         assert server.get("/") == (200, str(pid).encode())  # another connection is served
         server.wait_for(lambda: "write timeout" in server.log(), what="the stalled response to be cut")
-        received = len(_read_to_end(stalled))
+        received = len(read_to_end(stalled))
     assert received < 32 << 20
     assert server.get("/") == (200, str(pid).encode())  # same worker: not killed
 

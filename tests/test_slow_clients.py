@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from conftest import read_to_end
 
 APPS = {"wsgi": "apps.slow_clients:wsgi_app", "asgi": "apps.slow_clients:asgi_app"}
 MB = 1 << 20
@@ -39,17 +40,6 @@ def _connect(port: int, rcvbuf: int | None = None) -> socket.socket:
     return sock
 
 
-def _read_to_end(sock: socket.socket) -> bytes:
-    chunks = []
-    while True:
-        try:
-            data = sock.recv(1 << 20)
-        except ConnectionResetError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    return b"".join(chunks)
 
 
 def _download_slowly(port: int, path: str, pause: float = 0.05) -> tuple[bytes, int]:
@@ -121,7 +111,7 @@ def test_asgi_a_silent_body_gets_408_while_a_bystanders_download_on_the_worker_c
     bystander.start()
     with _connect(server.port) as silent:
         silent.sendall(b"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc")
-        answer = _read_to_end(silent)  # the app waits in receive(): the client's time
+        answer = read_to_end(silent)  # the app waits in receive(): the client's time
     assert answer.startswith(b"HTTP/1.1 408 ")
     head, received = bystander.value()
     assert head.startswith(b"HTTP/1.1 200 ") and received == 8 * MB
@@ -135,7 +125,7 @@ def test_a_client_that_stops_reading_is_cut_by_the_write_timeout_and_logged(star
         stalled.sendall(b"GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
         assert _same_worker(server, pid)  # served meanwhile
         server.wait_for(lambda: "write timeout" in server.log(), what="the stalled response to be cut")
-        assert len(_read_to_end(stalled)) < 50 * MB
+        assert len(read_to_end(stalled)) < 50 * MB
     line = next(line for line in server.log().splitlines() if "write timeout" in line)
     assert "WARNING" in line and "GET /big" in line and "127.0.0.1:" in line
     assert _same_worker(server, pid)  # not killed at --timeout
@@ -156,7 +146,7 @@ def test_time_in_the_app_still_holds_the_deadline(start_server, interface):
     server, pid = _start(start_server, interface)
     with _connect(server.port, rcvbuf=4096) as stuck:
         stuck.sendall(b"GET /stuck HTTP/1.1\r\nHost: a\r\n\r\n")
-        received = len(_read_to_end(stuck))  # until the monitor's SIGKILL ends the connection
+        received = len(read_to_end(stuck))  # until the monitor's SIGKILL ends the connection
         assert received < 5 << 20
         server.wait_for(lambda: [w["pid"] for w in server.workers()] not in ([], [pid]),
                         what="the stuck worker to be replaced")  # fmt: skip
@@ -177,7 +167,7 @@ def test_a_body_trickled_a_byte_every_3s_hits_the_total_body_deadline(start_serv
             except TimeoutError:
                 trickle.sendall(b"x")
         trickle.settimeout(30)
-        answer += _read_to_end(trickle)
+        answer += read_to_end(trickle)
     assert answer.startswith(b"HTTP/1.1 408 ")
     assert _same_worker(server, pid)
 
