@@ -52,7 +52,7 @@ def feed_refork(raw: bytes, cuts: list[int]) -> tuple[list[Event], ParseError | 
     parser = RequestParser()
     events: list[Event] = []
     bounds = [0, *cuts, len(raw)]
-    for start, end in zip(bounds, bounds[1:]):
+    for start, end in zip(bounds, bounds[1:], strict=False):
         try:
             events.extend(parser.feed(raw[start:end]))
         except ParseError as error:

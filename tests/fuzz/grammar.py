@@ -21,13 +21,30 @@ ODD_VERSIONS = [b"HTTP/1.2", b"HTTP/1.9", b"HTTP/2.0", b"HTTP/0.9", b"RTSP/1.0",
 HOSTS = [b"a", b"example.com", b"example.com:8080", b"[::1]:8000", b"127.0.0.1", b""]
 ODD_HOSTS = [b"a b", b"a/b", b"user@a", b"a\x80"]
 FIELD_NAMES = [b"X-A", b"Accept", b"User-Agent", b"Cookie", b"X-Forwarded-For", b"Upgrade", b"Expect"]
-FIELD_VALUES = [b"1", b"a b", b"", b"text/html, */*;q=0.8", b'"quoted"', b"\xc3\xa9", b"a\tb", b"100-continue"]
-TE_VALUES = [b"chunked", b"Chunked", b"gzip, chunked", b", chunked", b"chunked,", b"chunked, identity", b"identity"]
+FIELD_VALUES = [
+    b"1",
+    b"a b",
+    b"",
+    b"text/html, */*;q=0.8",
+    b'"quoted"',
+    b"\xc3\xa9",
+    b"a\tb",
+    b"100-continue",
+]
+TE_VALUES = [
+    b"chunked",
+    b"Chunked",
+    b"gzip, chunked",
+    b", chunked",
+    b"chunked,",
+    b"chunked, identity",
+    b"identity",
+]
 CL_VALUES = [b"1, 1", b"+1", b"-1", b"0x1", b" ", b"1 1", b"99999999999999999999"]
 FORBIDDEN_TRAILERS = [b"Host", b"Content-Length", b"Transfer-Encoding", b"Connection", b"Te", b"Trailer"]
 CHUNK_EXTS = [b"", b";a=b", b';a="q s"', b";a", b" ; a = b", b";a= b", b";", b";a=\x01", b'";"']
 OWS = [b"", b" ", b"\t", b"  "]
-SPECIAL_BYTES = b"\r\n\x00 \t:;,\x7f\x80\""
+SPECIAL_BYTES = b'\r\n\x00 \t:;,\x7f\x80"'
 
 
 def _odd(common: list[bytes], odd: list[bytes]) -> st.SearchStrategy[bytes]:
@@ -43,7 +60,9 @@ def targets(draw: st.DrawFn) -> bytes:
     fragment = draw(st.sampled_from([b"", b"", b"#f"]))
     origin = path + query + fragment
     return draw(
-        st.sampled_from([origin, origin, origin, b"*", b"http://x.com" + origin, b"http://x.com", b"x", b"//a"])
+        st.sampled_from(
+            [origin, origin, origin, b"*", b"http://x.com" + origin, b"http://x.com", b"x", b"//a"]
+        )
     )
 
 
@@ -72,18 +91,26 @@ def requests(draw: st.DrawFn) -> bytes:
         fields.append(b"Host: " + draw(_odd(HOSTS * 4, ODD_HOSTS)))
     for _ in range(draw(st.integers(0, 3))):
         ows = draw(st.sampled_from(OWS))
-        fields.append(draw(st.sampled_from(FIELD_NAMES)) + b":" + ows + draw(st.sampled_from(FIELD_VALUES)) + ows)
+        fields.append(
+            draw(st.sampled_from(FIELD_NAMES)) + b":" + ows + draw(st.sampled_from(FIELD_VALUES)) + ows
+        )
     if draw(st.booleans()):
-        fields.append(b"Connection: " + draw(st.sampled_from([b"close", b"keep-alive", b"upgrade", b"x, Close"])))
+        fields.append(
+            b"Connection: " + draw(st.sampled_from([b"close", b"keep-alive", b"upgrade", b"x, Close"]))
+        )
     framing = draw(st.sampled_from(["none", "cl", "cl", "chunked", "chunked", "cl-odd", "te-odd", "cl+te"]))
     body = b""
     if framing in ("cl", "cl+te"):
         body = draw(st.binary(max_size=24))
         fields.append(b"Content-Length:" + draw(st.sampled_from(OWS)) + b"%d" % len(body))
         if draw(st.integers(0, 5)) == 0:  # a duplicate, equal or not
-            fields.append(b"Content-Length: " + draw(st.sampled_from([b"%d" % len(body), b"%d" % (len(body) + 1)])))
+            fields.append(
+                b"Content-Length: " + draw(st.sampled_from([b"%d" % len(body), b"%d" % (len(body) + 1)]))
+            )
     if framing in ("chunked", "cl+te"):
-        fields.append(b"Transfer-Encoding:" + draw(st.sampled_from(OWS)) + draw(st.sampled_from(TE_VALUES[:2])))
+        fields.append(
+            b"Transfer-Encoding:" + draw(st.sampled_from(OWS)) + draw(st.sampled_from(TE_VALUES[:2]))
+        )
         body = draw(chunked_body())
     if framing == "cl-odd":
         fields.append(b"Content-Length: " + draw(st.sampled_from(CL_VALUES)))
