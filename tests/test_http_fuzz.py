@@ -25,18 +25,31 @@ from typing import Literal
 
 import pytest
 from fuzz.drivers import (
-    Outcome,
+    Divergence,
+    accepts,
     check_event_grammar,
+    divergence,
     feed_refork,
     h11_outcome,
+    is_prefix,
     merge_bodies,
     refork_outcome,
 )
 from fuzz.grammar import CORPUS, cut_points, fuzzed, generated, mutated, pipelines
+from fuzz.shapes import (
+    COMMON_METHODS,
+    HOST_CHARS,
+    TOKEN,
+    chunk_ext_lines,
+    fields,
+    forbidden_trailer,
+    head,
+    request_line,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from refork.http.events import Body, Event
+from refork.http.parser import Limits
 
 FAST = settings(
     max_examples=150,
@@ -52,18 +65,6 @@ P = b"POST / HTTP/1.1\r\nHost: a\r\n"
 TE = P + b"Transfer-Encoding: chunked\r\n"
 
 # --- refork's parser alone ------------------------------------------------------------------
-
-
-def is_prefix(short: list[Event], full: list[Event]) -> bool:
-    """short is what a coarser feeding saw before its error: full's start, the last Body cut short."""
-    if not short:
-        return True
-    if len(short) > len(full) or short[:-1] != full[: len(short) - 1]:
-        return False
-    last, other = short[-1], full[len(short) - 1]
-    if isinstance(last, Body) and isinstance(other, Body):
-        return other.data.startswith(last.data)
-    return last == other
 
 
 def check_parser(raw: bytes, cuts: list[int]) -> None:
@@ -118,43 +119,7 @@ def test_parser_properties_on_random_bytes(raw: bytes, data: st.DataObject) -> N
 
 # --- differential: refork against h11 -------------------------------------------------------
 
-Refuser = Literal["refork", "h11"]
 Right = Literal["refork", "h11", "both"]  # "both": the RFC allows either reading
-
-TOKEN = rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+"
-COMMON_METHODS = frozenset(b"GET HEAD POST PUT DELETE OPTIONS PATCH TRACE CONNECT".split())
-
-
-def request_line(region: bytes) -> list[bytes]:
-    return region.split(b"\n", 1)[0].rstrip(b"\r").split(b" ")
-
-
-def head(region: bytes) -> bytes:
-    return region.split(b"\r\n\r\n", 1)[0]
-
-
-def fields(region: bytes, name: bytes) -> list[bytes]:
-    """Values of field `name` in region's head (and trailers: the whole region is searched)."""
-    return [m.group(1).strip(b" \t") for m in re.finditer(rb"\n" + name + rb":([^\r\n]*)", region, re.I)]
-
-
-CHUNK_LINE = re.compile(rb"\r\n\r\n[0-9a-fA-F]+([^\r\n]*)\r?\n|\r\n[0-9a-fA-F]+([ \t;][^\r\n]*)\r?\n")
-
-
-def chunk_ext_lines(region: bytes) -> bool:
-    """A chunk-size line with something after the size (an extension or whitespace)."""
-    return any(m.group(1) or m.group(2) for m in CHUNK_LINE.finditer(region))
-
-
-TRAILER_FIELD = re.compile(
-    rb"\r\n0[^\r\n]*\r\n(?:[^\r\n]*\r\n)*?(host|content-length|transfer-encoding|connection|te|trailer):",
-    re.IGNORECASE,
-)
-
-
-def forbidden_trailer(region: bytes) -> bool:
-    """A framing, routing or connection field after the last chunk (a rough reading of region)."""
-    return bool(TRAILER_FIELD.search(region))
 
 
 @dataclass(frozen=True)
@@ -383,6 +348,18 @@ KNOWN_DIFFERENCES = [
         applies=lambda prev, region: any(len(v) > 18 for v in fields(head(region), b"content-length")),
     ),
     KnownDifference(
+        "content-length-over-limit",
+        P + b"Content-Length: 999999999999999999\r\n\r\n",
+        "RFC 9110 15.5.14: a server may refuse content larger than it is willing to process (413);"
+        " refork's --limit-request-body (1 GiB by default) applies before the body is read",
+        "both",
+        refork_accepts=False,
+        h11_accepts=True,
+        applies=lambda prev, region: any(
+            v.isdigit() and int(v) > Limits().max_body for v in fields(head(region), b"content-length")
+        ),
+    ),
+    KnownDifference(
         "chunk-size-trailing-whitespace",
         TE + b"\r\n5 \r\nhello\r\n0\r\n\r\n",
         "RFC 9112 7.1: chunk = chunk-size [ chunk-ext ] CRLF; BWS is allowed only before a `;`",
@@ -475,52 +452,8 @@ KNOWN_DIFFERENCES = [
     ),
 ]
 
-HOST_CHARS = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:[]%"
 
-
-@dataclass(frozen=True)
-class Divergence:
-    kind: Literal["framing", "refork refuses", "h11 refuses"]
-    index: int  # the message where the two readings part
-    start: int  # where that message starts (the end of the last one both framed alike)
-    prev_start: int
-
-
-def divergence(refork: Outcome, h11: Outcome) -> Divergence | None:
-    """Where, and how, the two readings first differ; None if they agree.
-
-    A side still reading a message has not accepted it yet: h11 checks a line once it is whole,
-    llhttp byte by byte, so an early refusal by one while the other waits is no disagreement,
-    unless the waiting side already accepted that message's head.
-    """
-
-    def at(i: int, kind: Literal["framing", "refork refuses", "h11 refuses"]) -> Divergence:
-        ends = [0, 0] + [m.end or 0 for m in refork.messages[:i]]
-        return Divergence(kind, i, ends[-1], ends[-2])
-
-    for i in range(max(len(refork.messages), len(h11.messages))):
-        r = refork.messages[i] if i < len(refork.messages) else None
-        e = h11.messages[i] if i < len(h11.messages) else None
-        if r == e:
-            continue
-        r_done, e_done = r is not None and r.end is not None, e is not None and e.end is not None
-        r_refuses = not r_done and refork.verdict != "open"
-        e_refuses = not e_done and h11.verdict != "open"
-        if r_refuses and e_refuses:
-            return None  # both refuse this message (how far each read into it is no framing)
-        if r_refuses:
-            return at(i, "refork refuses") if e_done or r is None else None
-        if e_refuses:
-            return at(i, "h11 refuses") if r_done or e is None else None
-        if r is None:  # refork still waits for a head h11 has read whole
-            return at(i, "refork refuses")
-        if e is None:
-            return at(i, "h11 refuses")
-        return at(i, "framing")
-    return None  # the same messages; what follows is refused, or still being read, by either
-
-
-def refuser(known: KnownDifference) -> Refuser | None:
+def refuser(known: KnownDifference) -> Literal["refork", "h11"] | None:
     """Who refuses in this disagreement today (None: no disagreement today)."""
     refork_accepts = known.refork_accepts != known.pending
     if refork_accepts == known.h11_accepts:
@@ -546,15 +479,6 @@ def check_differential(raw: bytes) -> None:
             f"  refork: {refork_outcome(raw)}\n  h11:    {h11_outcome(raw)}\n"
             "Add the case to KNOWN_DIFFERENCES with its RFC reason, or fix the parser."
         )
-
-
-def accepts(outcome: Outcome, raw: bytes) -> bool:
-    """No byte of raw refused: every message read whole, or the last one's head read and its body
-    still coming."""
-    if outcome.verdict == "rejected" or not outcome.messages:
-        return False
-    last = outcome.messages[-1]
-    return last.end == len(raw) or (last.end is None and outcome.verdict == "open")
 
 
 KNOWN_IDS = [k.name for k in KNOWN_DIFFERENCES]

@@ -176,3 +176,66 @@ def h11_outcome(raw: bytes) -> Outcome:
                     return out
                 conn.start_next_cycle()
     return out
+
+
+def is_prefix(short: list[Event], full: list[Event]) -> bool:
+    """short is what a coarser feeding saw before its error: full's start, the last Body cut short."""
+    if not short:
+        return True
+    if len(short) > len(full) or short[:-1] != full[: len(short) - 1]:
+        return False
+    last, other = short[-1], full[len(short) - 1]
+    if isinstance(last, Body) and isinstance(other, Body):
+        return other.data.startswith(last.data)
+    return last == other
+
+
+@dataclass(frozen=True)
+class Divergence:
+    kind: Literal["framing", "refork refuses", "h11 refuses"]
+    index: int  # the message where the two readings part
+    start: int  # where that message starts (the end of the last one both framed alike)
+    prev_start: int
+
+
+def divergence(refork: Outcome, h11: Outcome) -> Divergence | None:
+    """Where, and how, the two readings first differ; None if they agree.
+
+    A side still reading a message has not accepted it yet: h11 checks a line once it is whole,
+    llhttp byte by byte, so an early refusal by one while the other waits is no disagreement,
+    unless the waiting side already accepted that message's head.
+    """
+
+    def at(i: int, kind: Literal["framing", "refork refuses", "h11 refuses"]) -> Divergence:
+        ends = [0, 0] + [m.end or 0 for m in refork.messages[:i]]
+        return Divergence(kind, i, ends[-1], ends[-2])
+
+    for i in range(max(len(refork.messages), len(h11.messages))):
+        r = refork.messages[i] if i < len(refork.messages) else None
+        e = h11.messages[i] if i < len(h11.messages) else None
+        if r == e:
+            continue
+        r_done, e_done = r is not None and r.end is not None, e is not None and e.end is not None
+        r_refuses = not r_done and refork.verdict != "open"
+        e_refuses = not e_done and h11.verdict != "open"
+        if r_refuses and e_refuses:
+            return None  # both refuse this message (how far each read into it is no framing)
+        if r_refuses:
+            return at(i, "refork refuses") if e_done or r is None else None
+        if e_refuses:
+            return at(i, "h11 refuses") if r_done or e is None else None
+        if r is None:  # refork still waits for a head h11 has read whole
+            return at(i, "refork refuses")
+        if e is None:
+            return at(i, "h11 refuses")
+        return at(i, "framing")
+    return None  # the same messages; what follows is refused, or still being read, by either
+
+
+def accepts(outcome: Outcome, raw: bytes) -> bool:
+    """No byte of raw refused: every message read whole, or the last one's head read and its body
+    still coming."""
+    if outcome.verdict == "rejected" or not outcome.messages:
+        return False
+    last = outcome.messages[-1]
+    return last.end == len(raw) or (last.end is None and outcome.verdict == "open")
