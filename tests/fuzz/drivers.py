@@ -12,7 +12,7 @@ from typing import Literal
 import h11
 
 from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
-from refork.http.parser import RequestParser
+from refork.http.parser import Limits, RequestParser
 
 Verdict = Literal["open", "closed", "rejected"]
 
@@ -43,13 +43,15 @@ def normal_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, byte
     return [(n, v.lower() if n == b"transfer-encoding" else v) for n, v in headers]
 
 
-def feed_refork(raw: bytes, cuts: list[int]) -> tuple[list[Event], ParseError | None]:
+def feed_refork(
+    raw: bytes, cuts: list[int], limits: Limits = Limits()
+) -> tuple[list[Event], ParseError | None]:
     """Feed raw in the pieces cuts delimit; the events seen and the ParseError, if any.
 
     Checks the parser's contract on the way: only ParseError escapes, and once raised it is
     raised again for any later bytes, with no event.
     """
-    parser = RequestParser()
+    parser = RequestParser(limits)
     events: list[Event] = []
     bounds = [0, *cuts, len(raw)]
     for start, end in zip(bounds, bounds[1:], strict=False):
