@@ -58,7 +58,7 @@ FAST = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-LONG = settings(FAST, max_examples=6000)
+LONG = settings(FAST, max_examples=4000)  # about a minute per test on one core
 
 H = b"GET / HTTP/1.1\r\nHost: a\r\n"
 P = b"POST / HTTP/1.1\r\nHost: a\r\n"
@@ -124,6 +124,7 @@ def test_parser_properties(case: tuple[bytes, list[int]]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @LONG
 @given(bytes_and_cuts())
 def test_parser_properties_long(case: tuple[bytes, list[int]]) -> None:
@@ -547,6 +548,11 @@ def test_the_differential_explains_each_known_difference(known: KnownDifference)
         assert known in reasons, (found, [k.name for k in reasons])
 
 
+@pytest.mark.parametrize("raw", CORPUS, ids=range(len(CORPUS)))
+def test_refork_and_h11_on_the_corpus(raw: bytes) -> None:
+    check_differential(raw)
+
+
 @FAST
 @given(generated)
 def test_refork_and_h11_frame_generated_requests_alike(raw: bytes) -> None:
@@ -560,6 +566,7 @@ def test_refork_and_h11_frame_mutated_requests_alike(raw: bytes) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @LONG
 @given(fuzzed)
 def test_refork_and_h11_frame_requests_alike_long(raw: bytes) -> None:
