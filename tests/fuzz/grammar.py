@@ -42,14 +42,14 @@ TE_VALUES = [
 ]
 CL_VALUES = [b"1, 1", b"+1", b"-1", b"0x1", b" ", b"1 1", b"99999999999999999999"]
 FORBIDDEN_TRAILERS = [b"Host", b"Content-Length", b"Transfer-Encoding", b"Connection", b"Te", b"Trailer"]
-CHUNK_EXTS = [b"", b";a=b", b';a="q s"', b";a", b" ; a = b", b";a= b", b";", b";a=\x01", b'";"']
+CHUNK_EXTS = [b"", b";a=b", b';a="q s"', b";a", b" ; a = b", b";a= b", b";", b";a=\x01", b';a=";"']
 OWS = [b"", b" ", b"\t", b"  "]
 SPECIAL_BYTES = b'\r\n\x00 \t:;,\x7f\x80"'
 
 
 def _odd(common: list[bytes], odd: list[bytes]) -> st.SearchStrategy[bytes]:
     """Mostly the common values, sometimes an edge case."""
-    return st.one_of(st.sampled_from(common), st.sampled_from(odd)) if odd else st.sampled_from(common)
+    return st.one_of(st.sampled_from(common), st.sampled_from(odd))
 
 
 @st.composite
@@ -72,7 +72,8 @@ def chunked_body(draw: st.DrawFn) -> bytes:
     for data in draw(st.lists(st.binary(min_size=1, max_size=20), max_size=3)):
         size = draw(st.sampled_from([b"%x", b"%X", b"0%x", b"%02x"])) % len(data)
         out.append(size + draw(st.sampled_from(CHUNK_EXTS)) + b"\r\n" + data + b"\r\n")
-    out.append(draw(st.sampled_from([b"0", b"00", b"0"])) + draw(st.sampled_from(CHUNK_EXTS[:3])) + b"\r\n")
+    last = draw(st.sampled_from([b"0", b"0", b"00"]))  # the last-chunk, its zeros padded at times
+    out.append(last + draw(st.sampled_from(CHUNK_EXTS[:3])) + b"\r\n")
     for _ in range(draw(st.integers(0, 2))):
         name = draw(st.one_of(st.sampled_from(FIELD_NAMES), st.sampled_from(FORBIDDEN_TRAILERS)))
         out.append(name + b":" + draw(st.sampled_from(OWS)) + draw(st.sampled_from(FIELD_VALUES)) + b"\r\n")
