@@ -123,9 +123,10 @@ KNOWN_PARSER_BUGS = [
     ParserBug(
         "bytes-after-close-parsed-within-one-feed",
         b"GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n",
-        "refork reads `keep-alive, close` on HTTP/1.0 as close (RFC 9112 9.6: close wins) and ignores"
-        " later bytes, but llhttp keeps alive and goes on parsing the rest of the same feed(): fed whole"
-        " this gives a second Request after the closing one, fed byte by byte it does not",
+        "refork reads `keep-alive, close` on HTTP/1.0 as close (RFC 9112 9.3: with `close` the"
+        " connection does not persist) and ignores later bytes, but llhttp keeps alive and goes on"
+        " parsing the rest of the same feed(): fed whole this gives a second Request after the"
+        " closing one, fed byte by byte it does not",
         lambda raw: bool(HTTP10_KEEP_ALIVE.search(raw)),
     ),
     ParserBug(
