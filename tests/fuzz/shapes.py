@@ -1,0 +1,47 @@
+"""Rough readings of raw request bytes, for the KNOWN_DIFFERENCES predicates of test_http_fuzz.
+
+Not a parser: each helper answers one question about bytes two real parsers disagreed on,
+leniently enough to cover the mutated variants the fuzzer makes of the same case.
+"""
+
+from __future__ import annotations
+
+import re
+
+TOKEN = rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+"
+COMMON_METHODS = frozenset(b"GET HEAD POST PUT DELETE OPTIONS PATCH TRACE CONNECT".split())
+
+
+def request_line(region: bytes) -> list[bytes]:
+    return region.split(b"\n", 1)[0].rstrip(b"\r").split(b" ")
+
+
+def head(region: bytes) -> bytes:
+    return region.split(b"\r\n\r\n", 1)[0]
+
+
+def fields(region: bytes, name: bytes) -> list[bytes]:
+    """Values of field `name` in region's head (and trailers: the whole region is searched)."""
+    return [m.group(1).strip(b" \t") for m in re.finditer(rb"\n" + name + rb":([^\r\n]*)", region, re.I)]
+
+
+CHUNK_LINE = re.compile(rb"\r\n\r\n[0-9a-fA-F]+([^\r\n]*)\r?\n|\r\n[0-9a-fA-F]+([ \t;][^\r\n]*)\r?\n")
+
+
+def chunk_ext_lines(region: bytes) -> bool:
+    """A chunk-size line with something after the size (an extension or whitespace)."""
+    return any(m.group(1) or m.group(2) for m in CHUNK_LINE.finditer(region))
+
+
+TRAILER_FIELD = re.compile(
+    rb"\r\n0[^\r\n]*\r\n(?:[^\r\n]*\r\n)*?(host|content-length|transfer-encoding|connection|te|trailer):",
+    re.IGNORECASE,
+)
+
+
+def forbidden_trailer(region: bytes) -> bool:
+    """A framing, routing or connection field after the last chunk (a rough reading of region)."""
+    return bool(TRAILER_FIELD.search(region))
+
+
+HOST_CHARS = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:[]%"
