@@ -15,7 +15,6 @@ from supervisor_sim import CLEAN, EXIT_1, KILLED, Sim, logged, of, sends, wait_s
 
 from refork.process import messages
 from refork.process.forking import backoff_delay
-from refork.process.supervisor.core import STABLE_AFTER
 from refork.process.supervisor.events import (
     AdoptConfig,
     Boot,
@@ -38,6 +37,7 @@ from refork.process.supervisor.events import (
     SlotReading,
     StopRequested,
 )
+from refork.process.supervisor.rollout import STABLE_AFTER
 
 
 def test_boot_forks_the_first_mold_and_asks_it_for_every_worker():

@@ -9,7 +9,6 @@ the slots page and memory come as readings, log lines leave as Log actions. Like
 
 from __future__ import annotations
 
-import math
 import signal
 from collections.abc import Mapping
 from logging import DEBUG, ERROR, INFO, WARNING
@@ -53,9 +52,9 @@ from refork.process.supervisor.events import (
     StopRequested,
     Tick,
 )
+from refork.process.supervisor.rollout import crash_loop_over, may_promote, recycle, rollout_limit, to_retire
 from refork.process.supervisor.roster import Child, Roster, exit_description
 
-STABLE_AFTER = 5.0  # a worker alive this long ends a crash loop
 FAST_STOP_TIMEOUT = 1.0  # a fast stop SIGKILLs what is left after this
 KILL_RETRY = 5.0  # after the stop deadline's SIGKILLs, how long before trying again
 REFUSED_REFORK = "no promotable worker (see the log)"
@@ -256,12 +255,8 @@ class Supervisor:
         self._emit(Signal(child.pid, signal.SIGKILL))
 
     def _end_crash_loop(self, now: float) -> None:
-        crashes = self.worker_crashes
-        if crashes.failures and any(
-            c.ready and now - c.ready_at > STABLE_AFTER and c.started > crashes.last_failure_at
-            for c in self.roster.workers()
-        ):
-            crashes.reset()
+        if crash_loop_over(self.roster.workers(), self.worker_crashes, now):
+            self.worker_crashes.reset()
 
     def _keep_worker_count(self, now: float) -> None:
         serving = self.roster.serving_workers()
@@ -286,30 +281,16 @@ class Supervisor:
         """Replace workers of older generations, at most rollout_limit at a time."""
         if self.roster.usable_mold() is None:
             return
-        workers = self.roster.workers()
-        outdated = [c for c in workers if c.generation < self.generation and not c.stopping]
-        in_transition = sum(1 for c in workers if c.generation < self.generation and c.stopping)
-        in_transition += sum(1 for c in outdated if c.retire_reason is not None)
-        for child in outdated:
-            if child.retire_reason is None and in_transition < self.rollout_limit:
-                child.retire_reason = f"replaced by gen {self.generation}"
-                in_transition += 1
+        for child in to_retire(self.roster.workers(), self.generation, self.rollout_limit):
+            child.retire_reason = f"replaced by gen {self.generation}"
 
     def _recycle(self, now: float) -> None:
         """A retiring worker stops once its replacement (same nr) is ready."""
         mold = self.roster.usable_mold()
-        for child in self.roster.workers():
-            if child.retire_reason is None or child.stopping:
-                continue
-            replacement = [c for c in self.roster.serving_workers() if c.nr == child.nr]
-            if any(c.ready for c in replacement):
+        for child, replaced in recycle(self.roster, mold is not None and now >= self.worker_crashes.next_at):
+            if replaced:
                 self._stop_child(child, graceful=True)
-            elif (
-                not replacement
-                and not self.roster.spawn_pending(child.nr)
-                and mold is not None
-                and now >= self.worker_crashes.next_at
-            ):
+            elif mold is not None:
                 self._spawn_worker(mold, child.nr)
 
     # -- memory ----------------------------------------------------------------------------------
@@ -472,17 +453,8 @@ class Supervisor:
 
     def _promotion_wanted(self, worker: Child) -> None:
         """--refork-after: the worker reached its threshold; promote it unless a refork would overlap."""
-        if (
-            self.stopping
-            or worker.stopping
-            or worker.fork_unsafe
-            or not worker.ready
-            or worker.generation != self.generation
-            or self.roster.pending_mold() is not None
-            or self.roster.rollout_in_progress(self.generation)
-        ):
-            return
-        self._promote(worker, self.generation + 1)
+        if not self.stopping and may_promote(worker, self.roster, self.generation):
+            self._promote(worker, self.generation + 1)
 
     def _promote(self, worker: Child, generation: int) -> None:
         self._log(
@@ -495,10 +467,7 @@ class Supervisor:
         )
         self.roster.expect_mold(generation, self.now, promoted_from=worker.pid)
         self._emit(Send(worker.pid, messages.Promote(generation)))
-        if self.config.refork_max_unavailable:
-            self.rollout_limit = max(1, self.config.refork_max_unavailable)
-        else:
-            self.rollout_limit = max(1, math.ceil(self.target_workers * 0.1))
+        self.rollout_limit = rollout_limit(self.config, self.target_workers)
 
     # -- what molds report -----------------------------------------------------------------------
     def _mold_ready(self, mold: Child) -> None:

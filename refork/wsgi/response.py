@@ -1,25 +1,19 @@
-"""WHERE A WSGI APP IS CALLED (PEP 3333): environ, start_response, write(), file_wrapper.
+"""Calling a WSGI app and writing its response: start_response, write(), the body iterable.
 
-Nothing here knows about sockets, selectors or processes: the connection loop hands in a
-complete request and an :class:`Output`, and gets back the status and the number of body bytes
-written, or a :class:`Streaming` response to resume when its socket can take more.
+The connection loop hands in a complete request and an :class:`Output`, and gets back the
+status and the number of body bytes written, or a :class:`Streaming` response to resume when
+its socket can take more.
 """
 
 from __future__ import annotations
 
-import io
 import logging
-import os
-import stat
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
-from urllib.parse import unquote_to_bytes
 
-from refork.config import Config
-from refork.http.body import EMPTY_INPUT, InputStream
 from refork.http.events import Request
-from refork.http.forwarded import TrustedProxies, resolve_forwarded
 from refork.http.response import ResponseFramer, has_control_char, simple_response
+from refork.wsgi.files import FileWrapper, file_span
 
 log = logging.getLogger("refork")
 
@@ -70,6 +64,7 @@ class _Callables:
     def flush(self) -> None:
         pass
 
+
 # Refused from an app (PEP 3333). "Connection" is not among them: the framer drops it and honours
 # "close" by closing after the response, which is what an app sending it wants.
 HOP_BY_HOP = frozenset(
@@ -85,209 +80,6 @@ HOP_BY_HOP = frozenset(
 )
 
 _JOIN_LIMIT = 1 << 16  # list bodies up to this size are sent with the head in one write
-
-
-# --------------------------------------------------------------------------------------------
-# environ
-
-
-_PLAIN, _HOST, _FORWARDED = 0, 1, 2
-_HEADER_INFO: dict[bytes, tuple[str | None, int]] = {
-    b"content-type": ("CONTENT_TYPE", _PLAIN),
-    b"content-length": ("CONTENT_LENGTH", _PLAIN),
-    b"host": ("HTTP_HOST", _HOST),
-}
-
-
-def _header_info(name: bytes) -> tuple[str | None, int]:
-    """(CGI name, kind) for a header; a None name drops it: with underscores it would alias a
-    dashed name (X_Forwarded_For vs X-Forwarded-For), a spoofing vector."""
-    if b"_" in name:
-        info: tuple[str | None, int] = (None, _PLAIN)
-    else:
-        key = "HTTP_" + name.decode("latin-1").upper().replace("-", "_")
-        info = (key, _FORWARDED if name.startswith(b"x-forwarded-") else _PLAIN)
-    if len(_HEADER_INFO) < 512:
-        _HEADER_INFO[name] = info
-    return info
-
-
-_PROTOCOLS = {"1.1": "HTTP/1.1", "1.0": "HTTP/1.0"}
-
-
-def _split_host(host: str, default_port: str) -> tuple[str, str]:
-    if host.startswith("["):
-        end = host.find("]")
-        if end > 0:
-            rest = host[end + 1 :]
-            return host[1:end], (rest[1:] if rest.startswith(":") and rest[1:] else default_port)
-    name, sep, port = host.rpartition(":")
-    if sep and port.isdigit():
-        return name, port
-    return host, default_port
-
-
-class ErrorStream:
-    """``wsgi.errors``: a text stream that goes to the "refork" error log, not a bare stderr."""
-
-    def write(self, s: str) -> int:
-        text = s.rstrip("\n")
-        if text:
-            log.error("%s", text)
-        return len(s)
-
-    def writelines(self, lines: Iterable[str]) -> None:
-        for line in lines:
-            self.write(line)
-
-    def flush(self) -> None:
-        pass
-
-
-class EnvironBuilder:
-    """Builds environs from a per-worker base dict that is copied, not rebuilt, per request."""
-
-    def __init__(
-        self,
-        *,
-        server: tuple[str, int] | str,
-        url_scheme: str = "http",
-        root_path: str = "",
-        errors: Any = None,
-        multithread: bool = False,
-        multiprocess: bool = True,
-        proxies: TrustedProxies | None = None,
-        file_wrapper: Any = None,
-    ) -> None:
-        self.url_scheme = url_scheme
-        self.root_path = root_path.rstrip("/")
-        self.proxies = proxies if proxies is not None else TrustedProxies([])
-        if isinstance(server, tuple):
-            self.server_name, self.server_port = str(server[0]), str(server[1])
-        else:  # unix socket: no meaningful address
-            self.server_name, self.server_port = "localhost", ""
-        self._hosts: dict[tuple[bytes, str], tuple[str, str]] = {}
-        self.base: dict[str, Any] = {
-            "SCRIPT_NAME": self.root_path,
-            "wsgi.version": (1, 0),
-            "wsgi.url_scheme": url_scheme,
-            "wsgi.errors": errors if errors is not None else ErrorStream(),
-            "wsgi.multithread": multithread,
-            "wsgi.multiprocess": multiprocess,
-            "wsgi.run_once": False,
-            "wsgi.file_wrapper": file_wrapper if file_wrapper is not None else FileWrapper,
-            "wsgi.input_terminated": True,
-            "SERVER_SOFTWARE": "refork",
-        }
-
-    def _server(self, host: bytes | None, scheme: str) -> tuple[str, str]:
-        default_port = "443" if scheme in ("https", "wss") else "80"
-        if host is None:
-            return self.server_name, self.server_port or default_port
-        key = (host, scheme)
-        hit = self._hosts.get(key)
-        if hit is None:
-            hit = _split_host(host.decode("latin-1"), default_port)
-            if len(self._hosts) < 256:
-                self._hosts[key] = hit
-        return hit
-
-    def build(self, request: Request, body: InputStream, client: tuple[str, int] | None) -> dict[str, Any]:
-        env = self.base.copy()
-        env["REQUEST_METHOD"] = request.method
-        raw = request.path  # the parser has reduced an absolute-form target to its path
-        path = unquote_to_bytes(raw).decode("latin-1") if b"%" in raw else raw.decode("latin-1")
-        root = self.root_path
-        if root and (path == root or path.startswith(root + "/")):
-            path = path[len(root) :]
-        env["PATH_INFO"] = path
-        env["QUERY_STRING"] = request.query.decode("latin-1")
-        env["RAW_URI"] = env["REQUEST_URI"] = request.target.decode("latin-1")
-        env["SERVER_PROTOCOL"] = _PROTOCOLS.get(request.http_version) or "HTTP/" + request.http_version
-        host = None
-        forwarded = False
-        for name, value in request.headers:
-            info = _HEADER_INFO.get(name)
-            if info is None:
-                info = _header_info(name)
-            key, kind = info
-            if key is None:
-                continue
-            if key in env:  # a repeated field: join (cookies with "; ", RFC 6265)
-                sep = "; " if key == "HTTP_COOKIE" else ","
-                env[key] = env[key] + sep + value.decode("latin-1")
-            else:
-                env[key] = value.decode("latin-1")
-            if kind:
-                if kind == _HOST:
-                    host = value
-                else:
-                    forwarded = True
-        if request.content_length is not None or request.chunked:
-            env["CONTENT_LENGTH"] = str(body.length)
-        env["wsgi.input"] = body
-        scheme = self.url_scheme
-        if client is not None:
-            peer = client[0]
-            env["REMOTE_ADDR"] = peer
-            env["REMOTE_PORT"] = str(client[1])
-            if forwarded:
-                scheme, addr = resolve_forwarded(request.headers, peer, scheme, self.proxies)
-                if addr != peer and addr is not None:
-                    env["REMOTE_ADDR"] = addr
-                    del env["REMOTE_PORT"]
-        elif forwarded:  # a unix-socket peer: trusted only as --forwarded-allow-ips says (`unix:`)
-            scheme, addr = resolve_forwarded(request.headers, None, scheme, self.proxies)
-            if addr is not None:
-                env["REMOTE_ADDR"] = addr
-        if scheme != self.url_scheme:
-            env["wsgi.url_scheme"] = scheme
-        env["SERVER_NAME"], env["SERVER_PORT"] = self._server(host, scheme)
-        return env
-
-
-# --------------------------------------------------------------------------------------------
-# file_wrapper
-
-
-class FileWrapper:
-    """``wsgi.file_wrapper``: the loop sends it with sendfile() when it can, else in blocks."""
-
-    def __init__(self, filelike: Any, blksize: int = 1 << 16) -> None:
-        self.filelike = filelike
-        self.blksize = blksize
-        if hasattr(filelike, "close"):
-            self.close = filelike.close
-
-    def __iter__(self) -> FileWrapper:
-        return self
-
-    def __next__(self) -> bytes:
-        data: bytes = self.filelike.read(self.blksize)
-        if data:
-            return data
-        raise StopIteration
-
-
-def _file_span(filelike: Any) -> tuple[int, int, int] | None:
-    """(fd, offset, bytes to the end) when the object is a binary regular file: what sendfile needs."""
-    if isinstance(filelike, io.TextIOBase):
-        return None
-    try:
-        fd = filelike.fileno()
-        offset = filelike.tell()
-        if not isinstance(fd, int) or fd < 0:
-            return None
-        st = os.fstat(fd)
-    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    return fd, offset, max(st.st_size - offset, 0)
-
-
-# --------------------------------------------------------------------------------------------
-# start_response / write / the response body
 
 
 class SendFailed(Exception):
@@ -487,7 +279,7 @@ def _send_file(ex: _Exchange, wrapper: FileWrapper) -> bool:
 
     A regular file's size gives the Content-Length when the app set none, so no chunking.
     """
-    span = _file_span(wrapper.filelike)
+    span = file_span(wrapper.filelike)
     if span is None:
         return False
     fd, offset, remaining = span
@@ -637,28 +429,3 @@ def run_wsgi(
     outcome = start_wsgi(app, environ, request, _Callables(send, sendfile), keep_alive)
     assert not isinstance(outcome, Streaming)  # a blocking output is never backlogged
     return outcome
-
-
-# --------------------------------------------------------------------------------------------
-# warm-up (in the mold, before forking)
-
-
-def _discard(data: bytes) -> None:
-    pass
-
-
-def warmup_wsgi(app: Callable[..., Any], requests: list[Request], config: Config) -> list[int]:
-    """Run each request through the app in-process (lazy imports, caches); returns the statuses.
-
-    The real response path, so its caches (statuses, headers) are filled before the fork too.
-    """
-    builder = EnvironBuilder(
-        server=("localhost", 80),
-        root_path=config.root_path,
-        multithread=config.threads > 1,
-        proxies=TrustedProxies([]),
-    )
-    return [
-        run_wsgi(app, builder.build(request, EMPTY_INPUT, ("127.0.0.1", 0)), request, _discard)[0]
-        for request in requests
-    ]

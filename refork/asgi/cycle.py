@@ -1,0 +1,279 @@
+"""receive() / send(): the app side of one request on a connection.
+
+:class:`HttpCycle` keeps one explicit :class:`CycleState`; the connection
+(:mod:`refork.serving.aio`) drives it and it answers only through the :class:`Channel`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from typing import Any, Protocol
+
+from refork.asgi.response import ResponseState
+from refork.http.events import Request
+from refork.http.response import CONTINUE, simple_response
+
+log = logging.getLogger("refork")
+
+HIGH_WATER = 256 * 1024  # buffered request body bytes before the connection stops reading
+
+
+class ClientDisconnected(OSError):
+    """``send()`` after the client went away (ASGI spec 2.4: an OSError subclass)."""
+
+
+class CycleState(enum.Enum):
+    """Where one request/response exchange is: the one state an :class:`HttpCycle` keeps."""
+
+    RECEIVING_BODY = "receiving body"  # the body is still arriving; no response yet
+    BODY_DONE = "body done"  # the whole body arrived; no response yet
+    STREAMING = "streaming"  # the response started while the body is still arriving
+    RESPONSE_STARTED = "response started"  # the response started; the whole body arrived
+    RESPONSE_DONE = "response done"  # complete or abandoned, and the connection was told
+    DISCONNECTED = "disconnected"  # the client went away before the response was done
+
+
+# Module constants: an `is` test against a global is cheaper than an enum attribute lookup.
+_RECEIVING_BODY = CycleState.RECEIVING_BODY
+_BODY_DONE = CycleState.BODY_DONE
+_STREAMING = CycleState.STREAMING
+_RESPONSE_STARTED = CycleState.RESPONSE_STARTED
+_RESPONSE_DONE = CycleState.RESPONSE_DONE
+_DISCONNECTED = CycleState.DISCONNECTED
+
+
+class Channel(Protocol):
+    """The one way an :class:`HttpCycle` reaches its connection (refork.serving.aio.HttpProtocol).
+
+    The connection drives the cycle (body pieces, end of body, client gone, writable again); the
+    cycle only ever answers through these five calls.
+    """
+
+    def write(self, data: bytes) -> bool:
+        """Send bytes (dropped once the connection is closing); False: wait for resume_sending()."""
+
+    def body_taken(self) -> None:
+        """The app took a body backlog bigger than HIGH_WATER: reading may resume."""
+
+    def hold_head(self, cycle: HttpCycle) -> None:
+        """Call cycle.flush_head() after this loop iteration (one callback for all connections)."""
+
+    def cycle_done(self, cycle: HttpCycle, keep_alive: bool) -> None:
+        """The response is complete or abandoned: account for it and go on to the next request."""
+
+    def client_wait(self, cycle: HttpCycle, waiting: bool) -> None:
+        """The app starts (True) or stops (False) waiting on the client: body bytes or write room.
+
+        Time spent waiting is not the app's: it does not count against the worker's --timeout.
+        """
+
+
+class HttpCycle:
+    """One request/response: the receive() and send() the app sees, and the unread request body.
+
+    ``token``, ``task``, ``started_at`` and ``remote`` are the connection's bookkeeping.
+    """
+
+    __slots__ = (
+        "channel", "loop", "request", "response", "state", "unread", "buffered", "continue_owed",
+        "receive_waiter", "send_waiter", "token", "task", "started_at", "remote",
+    )  # fmt: skip
+
+    def __init__(
+        self, channel: Channel, loop: asyncio.AbstractEventLoop, request: Request, *, keep_alive: bool = True
+    ) -> None:
+        self.channel = channel
+        self.loop = loop
+        self.request = request
+        self.response = ResponseState(request, keep_alive=keep_alive)
+        self.state = _RECEIVING_BODY
+        self.unread: list[bytes] | None = []  # None: the app has had the last body message
+        self.buffered = 0
+        self.continue_owed = request.expect_continue  # "100 Continue" not sent yet
+        self.receive_waiter: asyncio.Future[None] | None = None
+        self.send_waiter: asyncio.Future[None] | None = None
+        self.token: object = None
+        self.task: asyncio.Task[None] | None = None
+        self.started_at = 0.0
+        self.remote: str | None = None
+
+    # Driven by the connection ----------------------------------------------------------------
+
+    def body_received(self, data: bytes) -> bool:
+        """Queue a body piece for receive(); True when the backlog passed HIGH_WATER (stop reading)."""
+        unread = self.unread
+        if unread is None:
+            return False  # the response is done: the rest of the body is read and dropped
+        unread.append(data)
+        self.buffered += len(data)
+        self._wake_receive()
+        return self.buffered > HIGH_WATER
+
+    def end_received(self) -> None:
+        state = self.state
+        if state is _RECEIVING_BODY:
+            self.state = _BODY_DONE
+        elif state is _STREAMING:
+            self.state = _RESPONSE_STARTED
+        self._wake_receive()
+
+    def client_gone(self) -> None:
+        """The connection closed (or the client half-closed before the whole body arrived)."""
+        state = self.state
+        if state is _RESPONSE_DONE or state is _DISCONNECTED:
+            return
+        if state is _RECEIVING_BODY or state is _STREAMING:
+            self.unread = None  # a body that can never complete is not handed to the app
+        self.state = _DISCONNECTED
+        self._wake_receive()
+        self.resume_sending()
+
+    def resume_sending(self) -> None:
+        """The transport's buffer drained (or the client is gone): a waiting send() goes on."""
+        waiter = self.send_waiter
+        if waiter is not None:
+            self.send_waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def close_after(self) -> None:
+        """Close the connection after this response ("Connection: close" if not framed yet)."""
+        self.response.keep_alive = False
+
+    @property
+    def backlogged(self) -> bool:
+        """More unread body than HIGH_WATER: the connection must not read on."""
+        return self.buffered > HIGH_WATER and self.unread is not None
+
+    @property
+    def response_started(self) -> bool:
+        return self.response.started
+
+    def flush_head(self) -> None:
+        head = self.response.take_head()
+        if head and self.state is not _DISCONNECTED:
+            self.channel.write(head)
+
+    def _wake_receive(self) -> None:
+        waiter = self.receive_waiter
+        if waiter is not None:
+            self.receive_waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # The app side ----------------------------------------------------------------------------
+
+    async def run(self, app: Any, scope: dict[str, Any]) -> None:
+        """Call the app; whatever happens, the connection hears of the end exactly once."""
+        try:
+            await app(scope, self.receive, self.send)
+        except BaseException as exc:
+            if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                raise
+            self.failed(exc)
+        else:
+            if not self.response.complete:
+                self.incomplete()
+
+    async def receive(self) -> dict[str, Any]:
+        while True:
+            unread = self.unread
+            state = self.state
+            if unread:
+                data = unread[0] if len(unread) == 1 else b"".join(unread)
+                unread.clear()
+                backlog = self.buffered > HIGH_WATER
+                self.buffered = 0
+                more = state is _RECEIVING_BODY or state is _STREAMING
+                if not more:
+                    self.unread = None
+                if backlog:
+                    self.channel.body_taken()
+                return {"type": "http.request", "body": data, "more_body": more}
+            if unread is not None and state is not _RECEIVING_BODY and state is not _STREAMING:
+                self.unread = None
+                return {"type": "http.request", "body": b"", "more_body": False}
+            if state is _RESPONSE_DONE or state is _DISCONNECTED:
+                return {"type": "http.disconnect"}
+            if self.continue_owed and state is _RECEIVING_BODY:
+                self.continue_owed = False
+                self.channel.write(CONTINUE)
+            waiter = self.receive_waiter = self.loop.create_future()
+            if state is _RECEIVING_BODY or state is _STREAMING:
+                await self._wait_on_client(waiter)  # body bytes: the client's time, not the app's
+            else:
+                await waiter  # the body is done: only a disconnect can wake this
+
+    async def send(self, message: dict[str, Any]) -> None:
+        state = self.state
+        if state is _DISCONNECTED:
+            raise ClientDisconnected("client disconnected")
+        response = self.response
+        if state is _RECEIVING_BODY and self.continue_owed:
+            # The client is still waiting for our go-ahead: it may or may not send the body.
+            response.keep_alive = False
+        data = response.feed(message)
+        if state is _RECEIVING_BODY:
+            self.state = _STREAMING
+        elif state is _BODY_DONE:
+            self.state = _RESPONSE_STARTED
+        writable = True
+        if data:
+            writable = self.channel.write(data)
+        elif response.head_pending:
+            # Just started: the head rides with the first body message if that comes in this
+            # task step; otherwise (a slow stream) it goes out on its own right after.
+            self.channel.hold_head(self)
+        if response.complete:
+            self._finish(response.will_keep_alive)
+        elif not writable:
+            waiter = self.send_waiter = self.loop.create_future()
+            await self._wait_on_client(waiter)  # backpressure: the transport is over its high-water mark
+            if self.state is _DISCONNECTED:
+                raise ClientDisconnected("client disconnected")
+
+    async def _wait_on_client(self, waiter: asyncio.Future[None]) -> None:
+        channel = self.channel
+        channel.client_wait(self, True)
+        try:
+            await waiter
+        finally:
+            channel.client_wait(self, False)
+
+    # Endings ---------------------------------------------------------------------------------
+
+    def _finish(self, keep_alive: bool) -> None:
+        self.state = _RESPONSE_DONE
+        self.unread = None
+        if self.receive_waiter is not None:
+            self._wake_receive()
+        self.channel.cycle_done(self, keep_alive)
+
+    def failed(self, exc: BaseException) -> None:
+        if self.state is _RESPONSE_DONE:
+            log.error("Exception in ASGI application after the response was sent", exc_info=exc)
+            return
+        if self.state is _DISCONNECTED or isinstance(exc, (ClientDisconnected, asyncio.CancelledError)):
+            log.debug("ASGI app ended after the client disconnected: %r", exc)
+        else:
+            log.error("Exception in ASGI application", exc_info=exc)
+        self.abort_response()
+
+    def incomplete(self) -> None:
+        if self.state is not _DISCONNECTED:
+            if self.response.started:
+                log.error("ASGI app returned without completing the response")
+            else:
+                log.error("ASGI app returned without starting a response")
+        self.abort_response()
+
+    def abort_response(self) -> None:
+        """500 if nothing was sent yet, else cut the connection (the client sees a short body)."""
+        if self.state is _RESPONSE_DONE:
+            return
+        if self.state is not _DISCONNECTED and not self.response.started:
+            self.channel.write(simple_response(500, b"Internal Server Error"))
+            self.response.status = 500
+        self._finish(False)

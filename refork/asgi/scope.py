@@ -1,0 +1,70 @@
+"""The ASGI ``http`` scope of one request (sans-IO): a request event in, a scope dict out."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+from refork.http.events import Request
+from refork.http.forwarded import TrustedProxies, resolve_forwarded
+
+ASGI_INFO = {"version": "3.0", "spec_version": "2.4"}
+
+
+def decode_path(raw: bytes) -> str:
+    """Percent-decode a raw path as UTF-8; undecodable bytes become U+FFFD, never an error."""
+    if b"%" in raw:
+        raw = unquote_to_bytes(raw)
+    try:
+        return raw.decode("ascii")
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "replace")
+
+
+def build_scope(
+    request: Request,
+    *,
+    server: tuple[str, int | None] | None,
+    client: tuple[str, int] | None,
+    scheme: str = "http",
+    root_path: str = "",
+    proxies: TrustedProxies | None = None,
+    state: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``http`` scope for one request.
+
+    X-Forwarded-Proto/-For are applied only when ``proxies`` trusts the peer. ``root_path`` is
+    prepended to ``path``/``raw_path`` unless the request path already carries it (a proxy that
+    does not strip the mount point), which is what current ASGI routers expect. ``state`` is
+    shallow-copied so one request cannot leak attributes into the next.
+    """
+    raw_path = request.path
+    if proxies is not None:
+        peer = client[0] if client else None
+        new_scheme, host = resolve_forwarded(request.headers, peer, scheme, proxies)
+        if host != peer or new_scheme != scheme:
+            scheme = new_scheme
+            if host is not None:
+                port = client[1] if client and host == peer else 0
+                client = (host, port)
+    path = decode_path(raw_path)
+    if root_path and not path.startswith(root_path):
+        path = root_path + path
+        raw_path = root_path.encode("utf-8") + raw_path
+    scope: dict[str, Any] = {
+        "type": "http",
+        "asgi": ASGI_INFO,
+        "http_version": request.http_version,
+        "server": server,
+        "client": client,
+        "scheme": scheme,
+        "method": request.method,
+        "root_path": root_path,
+        "path": path,
+        "raw_path": raw_path,
+        "query_string": request.query,
+        "headers": request.headers,
+    }
+    if state is not None:
+        scope["state"] = state.copy()
+    return scope
