@@ -804,13 +804,6 @@ def test_unknown_method_and_http12_over_a_socket(rfc_app):
     sock.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="serving/aio.py parse_failed() waits for the running cycle, whose app waits for a body "
-    "that can never complete, so the 431 is never sent (owner: the aio loop; telling the cycle "
-    "client_gone() alone closes without the answer). The parser side holds: reading stops at "
-    "the limit, memory stays bounded",
-)
 def test_endless_trailer_gets_431_over_a_socket(serve):
     from test_wsgi import _send_until_refused
 
@@ -821,6 +814,61 @@ def test_endless_trailer_gets_431_over_a_socket(serve):
     sock.close()
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:100]
     assert sent < 20 << 20
+
+
+BAD_HEAD = b"GET /bad HTTP/1.1\r\nHost x\r\n\r\n"  # a field line without its colon
+
+
+def test_pipeline_valid_invalid_valid_answers_the_first_then_400(serve):
+    """RFC 9112 9.3.2: the requests before the bad one are answered in order and fully written
+    (3 MB: more than the socket buffers), then the 400, then the connection closes."""
+    proc = serve()
+    sock = proc.connect()
+    sock.sendall(
+        b"GET /one HTTP/1.1\r\nHost: a\r\n\r\nGET /big?3000000 HTTP/1.1\r\nHost: a\r\n\r\n"
+        + BAD_HEAD
+        + b"GET /three HTTP/1.1\r\nHost: a\r\n\r\n"
+    )
+    buf = bytearray()
+    assert read_response(sock, buf)[2] == b"GET /one"
+    assert read_response(sock, buf)[2] == b"x" * 3000000
+    assert read_response(sock, buf)[0] == 400
+    assert not buf and at_eof(sock)
+    sock.close()
+
+
+def test_a_bad_body_behind_a_running_request_is_answered_after_it(serve):
+    """The request whose body turned bad was queued behind a running one: it never starts; the
+    running one is answered, then the 400."""
+    proc = serve()
+    sock = proc.connect()
+    sock.sendall(
+        b"GET /slow?0.2 HTTP/1.1\r\nHost: a\r\n\r\n"
+        b"POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\nzz\r\n"
+    )
+    buf = bytearray()
+    assert read_response(sock, buf)[2] == b"slow done"
+    assert read_response(sock, buf)[0] == 400
+    assert not buf and at_eof(sock)
+    sock.close()
+
+
+def test_a_bad_body_under_a_waiting_app_gets_400_and_the_app_a_disconnect(serve):
+    """The app is in receive() when the chunked body turns bad: it sees http.disconnect, the
+    client gets the 400 (the app had not started a response)."""
+    proc = serve()
+    sock = proc.connect()
+    sock.sendall(
+        b"POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n"
+    )
+    buf = bytearray()
+    assert read_response(sock, buf)[0] == 100  # sent when the app calls receive(): it waits there
+    sock.sendall(b"2\r\nhi\r\nzz\r\n")
+    assert read_response(sock, buf)[0] == 400
+    assert not buf and at_eof(sock)
+    sock.close()
+    code, _, err = proc.finish()
+    assert code == 0 and "Exception in ASGI application" not in err, err
 
 
 def test_trailers_and_absolute_form_host_in_the_scope(serve):

@@ -697,7 +697,7 @@ UNKNOWN_PIPELINES = {
 def _feed_pieces(raw: bytes, cuts: tuple[int, ...]) -> list:
     parser = RequestParser()
     bounds = (0, *cuts, len(raw))
-    events = [e for a, b in zip(bounds, bounds[1:]) for e in parser.feed(raw[a:b])]
+    events = [e for a, b in zip(bounds, bounds[1:], strict=False) for e in parser.feed(raw[a:b])]
     merged: list = []
     for event in events:  # Body pieces depend on the cuts; the bytes do not
         if isinstance(event, Body) and merged and isinstance(merged[-1], Body):

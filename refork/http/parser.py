@@ -236,9 +236,10 @@ class RequestParser:
             except HttpParserInvalidMethodError as exc:
                 held = self._held
                 if began_inside and held is not None:  # replay from the boundary before `held`
-                    self._feed_rest(self._unknown_method(held + data, False, exc, extra=self._held_done), _PLACEHOLDER)
+                    rest = self._unknown_method(held + data, False, exc, extra=self._held_done)
                 else:
-                    self._feed_rest(self._unknown_method(data, began_inside, exc), _PLACEHOLDER)
+                    rest = self._unknown_method(data, began_inside, exc)
+                self._feed_rest(rest, _PLACEHOLDER)
             except HttpParserError as exc:
                 self._fail_from_llhttp(exc)
             if in_head and self._in_head and not self._head_started:
