@@ -816,13 +816,26 @@ def test_endless_trailer_gets_431_over_a_socket(serve):
     assert sent < 20 << 20
 
 
+def test_unknown_method_behind_a_request_split_across_sends(serve):
+    proc = serve()
+    sock = proc.connect()
+    sock.sendall(b"GET /one HTTP/1.1\r\nHo")
+    time.sleep(0.05)  # most likely two reads; the outcome must not depend on it
+    sock.sendall(b"st: a\r\n\r\nX-SYNC /two HTTP/1.1\r\nHost: a\r\n\r\n")
+    buf = bytearray()
+    assert read_response(sock, buf)[2] == b"GET /one"
+    assert read_response(sock, buf)[2] == b"X-SYNC /two"
+    sock.close()
+
+
 BAD_HEAD = b"GET /bad HTTP/1.1\r\nHost x\r\n\r\n"  # a field line without its colon
 
 
-def test_pipeline_valid_invalid_valid_answers_the_first_then_400(serve):
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_pipeline_valid_invalid_valid_answers_the_first_then_400(serve, loop):
     """RFC 9112 9.3.2: the requests before the bad one are answered in order and fully written
     (3 MB: more than the socket buffers), then the 400, then the connection closes."""
-    proc = serve()
+    proc = serve(loop=loop)
     sock = proc.connect()
     sock.sendall(
         b"GET /one HTTP/1.1\r\nHost: a\r\n\r\nGET /big?3000000 HTTP/1.1\r\nHost: a\r\n\r\n"

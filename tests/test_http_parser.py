@@ -690,7 +690,9 @@ UNKNOWN_PIPELINES = {
     "known-then-unknown": H + b"\r\n" + b"X-SYNC /1 HTTP/1.1\r\nHost: a\r\n\r\n",
     "unknown-twice": b"X-SYNC /1 HTTP/1.1\r\nHost: a\r\n\r\nX-SYNC /2 HTTP/1.1\r\nHost: a\r\n\r\n",
     "unknown-with-bodies": b"X-SYNC /1 HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi"
-    + TE + b"\r\n1\r\nz\r\n0\r\n\r\n" + b"\r\nX-SYNC /2 HTTP/1.1\r\nHost: a\r\n\r\n",
+    + TE
+    + b"\r\n1\r\nz\r\n0\r\n\r\n"
+    + b"\r\nX-SYNC /2 HTTP/1.1\r\nHost: a\r\n\r\n",
 }
 
 

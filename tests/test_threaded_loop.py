@@ -139,7 +139,9 @@ def test_pipeline_valid_invalid_valid_answers_the_first_then_400(server):
     reader = Reader(sock)
     sock.sendall(
         b"GET /environ?n=1 HTTP/1.1\r\nHost: x\r\n\r\n"
-        b"GET /closing-big HTTP/1.1\r\nHost: x\r\n\r\n" + BAD_HEAD + b"GET /environ?n=2 HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"GET /closing-big HTTP/1.1\r\nHost: x\r\n\r\n"
+        + BAD_HEAD
+        + b"GET /environ?n=2 HTTP/1.1\r\nHost: x\r\n\r\n"
     )
     status, _, body = reader.response()
     assert status == 200 and json.loads(body)["QUERY_STRING"] == "n=1"
