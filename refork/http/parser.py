@@ -205,7 +205,7 @@ class RequestParser:
         # What llhttp was fed since the last read that ended between messages (None: not kept),
         # and how many messages completed in it: a read that begins inside a message can then
         # still be replayed from a boundary to find a pipelined unknown method (see _hold()).
-        self._held: bytes | None = b""
+        self._held: bytearray | None = bytearray()  # appended to: one byte per read stays linear
         self._held_done = 0
         self._refed: tuple[memoryview, int] | None = None  # fed to a fresh llhttp, events before
         self._slow = False  # error, closed, upgrade body or pending: feed() takes _feed_slow()
@@ -236,7 +236,7 @@ class RequestParser:
             except HttpParserInvalidMethodError as exc:
                 held = self._held
                 if began_inside and held is not None:  # replay from the boundary before `held`
-                    rest = self._unknown_method(held + data, False, exc, extra=self._held_done)
+                    rest = self._unknown_method(bytes(held) + data, False, exc, extra=self._held_done)
                 else:
                     rest = self._unknown_method(data, began_inside, exc)
                 self._feed_rest(rest, _PLACEHOLDER)
@@ -253,7 +253,7 @@ class RequestParser:
         if self._in_message:
             self._hold(data)
         elif self._held or self._held is None:
-            self._held, self._held_done, self._refed = b"", 0, None
+            self._held, self._held_done, self._refed = bytearray(), 0, None
         return events
 
     def _hold(self, data: bytes | memoryview) -> None:
@@ -261,20 +261,19 @@ class RequestParser:
         between reads (bounded: a replay is worth it for a head split across reads, not for a
         streamed body), for a later read that completes it and holds an unknown method."""
         refed = self._refed
+        held = self._held
         if refed is not None:  # a fresh llhttp began in this read with the placeholder
             self._refed = None
             view, at = refed
-            held = _PLACEHOLDER + bytes(view)
-            done = sum(1 for e in self._events[at:] if e is _EOM)
-        elif self._held is None:
+            held = bytearray(_PLACEHOLDER)
+            held += view
+            self._held_done = sum(1 for e in self._events[at:] if e is _EOM)
+        elif held is None:
             return
         else:
-            held = self._held + bytes(data)
-            done = self._held_done + sum(1 for e in self._events if e is _EOM)
-        if len(held) > _MAX_HELD:
-            self._held = None
-        else:
-            self._held, self._held_done = held, done
+            held += data
+            self._held_done += sum(1 for e in self._events if e is _EOM)
+        self._held = held if len(held) <= _MAX_HELD else None
 
     def _overflow(self) -> ParseError:
         if self._request is None:
@@ -297,7 +296,7 @@ class RequestParser:
         if self._in_message:
             self._hold(data)
         elif self._held or self._held is None:
-            self._held, self._held_done, self._refed = b"", 0, None
+            self._held, self._held_done, self._refed = bytearray(), 0, None
         return self._events
 
     def _feed_slow_rest(self, data: bytes) -> None:
