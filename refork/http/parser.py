@@ -31,7 +31,9 @@ What llhttp accepts and this module rejects itself:
 What llhttp refuses and this module serves: any token as a method (RFC 9110 9.1). llhttp knows a
 fixed list; an unknown token is fed to a fresh llhttp as _PLACEHOLDER (a plain method: same
 framing, no CONNECT semantics) and put back on the Request. Found only on llhttp's error, so the
-common path pays nothing.
+common path pays nothing. Where it starts is found by replaying the bytes since the last read
+that ended between messages (kept up to _MAX_HELD while a read ends inside one), so where the
+reads split a pipeline does not matter; past that bound (a long body) it is refused, 400.
 
 Other behaviour worth knowing:
 
@@ -46,7 +48,7 @@ Other behaviour worth knowing:
 - After a request that does not keep the connection alive, later bytes are ignored: the loop
   answers that request and closes.
 - An error raises at once; ParseError.events holds the requests completed before it in the same
-  feed(), for a loop to answer first.
+  feed(), for a loop to answer first (both loops do, then answer the error and close).
 - A limit of 0 means unlimited.
 - Known leniencies left as llhttp has them: several spaces between request-line parts, and an
   ``RTSP/1.0`` / ``ICE/1.0`` protocol name (llhttp does not expose which one it saw; the request

@@ -55,8 +55,8 @@ _ACCEPT_BATCH = 8  # accepts per wake-up: more would starve sibling workers shar
 _RECV = 1 << 16
 # What a read gives the loop: parser events, and last, if the bytes turned bad, the ParseError to
 # answer once the requests before it are answered.
-Step = Event | ParseError
-_NO_EVENTS: Sequence[Step] = ()  # nothing pipelined behind a request (shared: never mutated)
+_Step = Event | ParseError
+_NO_EVENTS: Sequence[_Step] = ()  # nothing pipelined behind a request (shared: never mutated)
 
 
 class _Conn:
@@ -94,7 +94,7 @@ class _Writing:
     __slots__ = ("streaming", "request", "environ", "stream", "token", "started", "rest")
 
     def __init__(self, streaming: Streaming, request: Request, environ: dict[str, Any], stream: InputStream,
-                 token: object, started: float, rest: Sequence[Step]) -> None:  # fmt: skip
+                 token: object, started: float, rest: Sequence[_Step]) -> None:  # fmt: skip
         self.streaming = streaming
         self.request = request
         self.environ = environ
@@ -104,7 +104,7 @@ class _Writing:
         self.rest = rest  # pipelined events parsed after this request: handled once it is written
 
 
-_Job = tuple[_Conn, Request, InputStream, "Sequence[Step]"]  # a complete request for a pool thread
+_Job = tuple[_Conn, Request, InputStream, "Sequence[_Step]"]  # a complete request for a pool thread
 
 
 class _Loop:
@@ -142,7 +142,7 @@ class _Loop:
             )
             self.listeners[lsock.fileno()] = (lsock, builder)
         self.pool: AppThreads | None = None
-        self.done: queue.SimpleQueue[tuple[_Conn, bool, Sequence[Step]]] = queue.SimpleQueue()
+        self.done: queue.SimpleQueue[tuple[_Conn, bool, Sequence[_Step]]] = queue.SimpleQueue()
         self.parked: list[_Job] = []
         self.wake_r: socket.socket | None = None
         self.wake_w: socket.socket | None = None
@@ -351,7 +351,7 @@ class _Loop:
             self._close(conn)
             return
         try:
-            events: Sequence[Step] = conn.parser.feed(data)
+            events: Sequence[_Step] = conn.parser.feed(data)
         except ParseError as e:
             if not e.events:
                 self._reject(conn, e.status)
@@ -384,7 +384,7 @@ class _Loop:
             pass
         self._close(conn)
 
-    def _advance(self, conn: _Conn, events: Sequence[Step]) -> bool:
+    def _advance(self, conn: _Conn, events: Sequence[_Step]) -> bool:
         """Handle parsed events in order; True when the connection was dispatched or closed."""
         i = 0
         n = len(events)
@@ -450,7 +450,7 @@ class _Loop:
         return False
 
     def _respond(
-        self, conn: _Conn, request: Request, stream: InputStream, rest: Sequence[Step]
+        self, conn: _Conn, request: Request, stream: InputStream, rest: Sequence[_Step]
     ) -> bool | None:
         """Run the app for one request and write its response.
 
@@ -543,7 +543,7 @@ class _Loop:
     # ---------------------------------------------------------------- the pool (threads > 1)
 
     def _dispatch(
-        self, conn: _Conn, request: Request, stream: InputStream, rest: Sequence[Step], force: bool = False
+        self, conn: _Conn, request: Request, stream: InputStream, rest: Sequence[_Step], force: bool = False
     ) -> None:
         if conn.registered:
             self.poller.unregister(conn.fd)
@@ -557,7 +557,7 @@ class _Loop:
         assert self.pool is not None
         self.pool.jobs.put((conn, request, stream, rest))
 
-    def _pool_job(self, conn: _Conn, request: Request, stream: InputStream, rest: Sequence[Step]) -> None:
+    def _pool_job(self, conn: _Conn, request: Request, stream: InputStream, rest: Sequence[_Step]) -> None:
         keep: bool | None = False
         try:
             keep = self._respond(conn, request, stream, rest)  # a blocking Outbox: never None
