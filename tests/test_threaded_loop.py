@@ -128,6 +128,43 @@ def test_malformed_request_is_400_and_app_not_called(server):
     assert stats(server)["calls"] == before + 1  # only the /stats call itself
 
 
+BAD_HEAD = b"GET /bad HTTP/1.1\r\nHost x\r\n\r\n"  # a field line without its colon
+
+
+def test_pipeline_valid_invalid_valid_answers_the_first_then_400(server):
+    """RFC 9112 9.3.2: requests before the bad one are answered in order, fully written (13 MB:
+    more than the socket buffers, so threads=1 waits for the client to read), then the 400."""
+    before = stats(server)["calls"]
+    sock = server.connect()
+    reader = Reader(sock)
+    sock.sendall(
+        b"GET /environ?n=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"GET /closing-big HTTP/1.1\r\nHost: x\r\n\r\n"
+        + BAD_HEAD
+        + b"GET /environ?n=2 HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    status, _, body = reader.response()
+    assert status == 200 and json.loads(body)["QUERY_STRING"] == "n=1"
+    status, _, body = reader.response()
+    assert status == 200 and body == b"x" * (65536 * 200)
+    assert reader.response()[0] == 400 and reader.closed()
+    sock.close()
+    assert stats(server)["calls"] == before + 2 + 1  # n=2 never reached the app
+
+
+def test_pipeline_with_a_bad_chunked_body_answers_the_first_then_400(server):
+    sock = server.connect()
+    reader = Reader(sock)
+    sock.sendall(
+        b"GET /environ?n=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\nzz\r\n"
+    )
+    status, _, body = reader.response()
+    assert status == 200 and json.loads(body)["QUERY_STRING"] == "n=1"
+    assert reader.response()[0] == 400 and reader.closed()
+    sock.close()
+
+
 def test_app_error_is_500(server):
     sock = server.connect()
     reader = Reader(sock)

@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 import tempfile
+import time
 
 import pytest
 import requests
@@ -701,6 +702,27 @@ def test_trailers_never_reach_the_environ(validated):
     second = json.loads(reader.response()[2])
     sock.close()
     assert first["HTTP_X_TEST"] is None and second["HTTP_X_TEST"] == "header"
+
+
+def test_unknown_method_behind_a_request_split_across_sends(raw_app):
+    """The parser replays from the last read boundary (see test_http_parser): however the reads
+    fall, all three are served, the HTTP/1.2 one as 1.1."""
+    sock = raw_app.connect()
+    reader = Reader(sock)
+    sock.sendall(b"GET /environ?n=a HTTP/1.1\r\nHo")
+    time.sleep(0.05)  # most likely two reads; the outcome must not depend on it
+    sock.sendall(
+        b"st: x\r\n\r\nX-SYNC /environ?n=b HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"GET /environ?n=c HTTP/1.2\r\nHost: x\r\n\r\n"
+    )
+    got = [json.loads(reader.response()[2]) for _ in range(3)]
+    sock.close()
+    assert [(e["REQUEST_METHOD"], e["QUERY_STRING"]) for e in got] == [
+        ("GET", "n=a"),
+        ("X-SYNC", "n=b"),
+        ("GET", "n=c"),
+    ]
+    assert got[2]["SERVER_PROTOCOL"] == "HTTP/1.1"
 
 
 def test_rfc9112_requests_served_over_a_socket(raw_app):

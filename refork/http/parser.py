@@ -31,7 +31,9 @@ What llhttp accepts and this module rejects itself:
 What llhttp refuses and this module serves: any token as a method (RFC 9110 9.1). llhttp knows a
 fixed list; an unknown token is fed to a fresh llhttp as _PLACEHOLDER (a plain method: same
 framing, no CONNECT semantics) and put back on the Request. Found only on llhttp's error, so the
-common path pays nothing.
+common path pays nothing. Where it starts is found by replaying the bytes since the last read
+that ended between messages (kept up to _MAX_HELD while a read ends inside one), so where the
+reads split a pipeline does not matter; past that bound (a long body) it is refused, 400.
 
 Other behaviour worth knowing:
 
@@ -46,7 +48,7 @@ Other behaviour worth knowing:
 - After a request that does not keep the connection alive, later bytes are ignored: the loop
   answers that request and closes.
 - An error raises at once; ParseError.events holds the requests completed before it in the same
-  feed(), for a loop to answer first.
+  feed(), for a loop to answer first (both loops do, then answer the error and close).
 - A limit of 0 means unlimited.
 - Known leniencies left as llhttp has them: several spaces between request-line parts, and an
   ``RTSP/1.0`` / ``ICE/1.0`` protocol name (llhttp does not expose which one it saw; the request
@@ -68,6 +70,7 @@ from refork.http.llhttp import message_start as _message_start
 __all__ = ["Limits", "RequestParser", "ParseError"]
 
 _UNLIMITED = sys.maxsize
+_MAX_HELD = 1 << 16  # bytes kept across reads for a replay (see RequestParser._hold)
 _EOM = EndOfMessage()  # carries no data: one shared instance saves an allocation per request
 
 # Header names that change framing or connection handling; everything else is just stored.
@@ -164,6 +167,9 @@ class RequestParser:
         "_chunk_line",
         "_method",
         "_pending",
+        "_held",
+        "_held_done",
+        "_refed",
         "_slow",
         "_closed",
         "_error",
@@ -198,6 +204,12 @@ class RequestParser:
         self._chunk_line = False  # in a chunk-size line (else, in a chunked body: data or trailers)
         self._method: str | None = None  # an unknown method fed to llhttp as _PLACEHOLDER
         self._pending = b""  # the start of an unknown method, waiting for the rest of it
+        # What llhttp was fed since the last read that ended between messages (None: not kept),
+        # and how many messages completed in it: a read that begins inside a message can then
+        # still be replayed from a boundary to find a pipelined unknown method (see _hold()).
+        self._held: bytearray | None = bytearray()  # appended to: one byte per read stays linear
+        self._held_done = 0
+        self._refed: tuple[memoryview, int] | None = None  # fed to a fresh llhttp, events before
         self._slow = False  # error, closed, upgrade body or pending: feed() takes _feed_slow()
         self._closed = False
         self._error: ParseError | None = None
@@ -216,14 +228,20 @@ class RequestParser:
         self._events = events
         self._head_started = False
         in_head = self._in_head
+        began_inside = self._in_message
         try:
             try:
                 self._p.feed_data(data)
             except HttpParserUpgrade as exc:
+                self._held = None  # the scratch replay stops at an upgrade
                 self._feed_rest(data[exc.args[0] :])
             except HttpParserInvalidMethodError as exc:
-                began_inside = in_head or bool(events and type(events[0]) is not Request)
-                self._feed_rest(self._unknown_method(data, began_inside, exc), _PLACEHOLDER)
+                held = self._held
+                if began_inside and held is not None:  # replay from the boundary before `held`
+                    rest = self._unknown_method(bytes(held) + data, False, exc, extra=self._held_done)
+                else:
+                    rest = self._unknown_method(data, began_inside, exc)
+                self._feed_rest(rest, _PLACEHOLDER)
             except HttpParserError as exc:
                 self._fail_from_llhttp(exc)
             if in_head and self._in_head and not self._head_started:
@@ -234,7 +252,30 @@ class RequestParser:
         except ParseError as exc:
             exc.events = _complete_messages(self._events)
             raise
+        if self._in_message:
+            self._hold(data)
+        elif self._held or self._held is None:
+            self._held, self._held_done, self._refed = bytearray(), 0, None
         return events
+
+    def _hold(self, data: bytes | memoryview) -> None:
+        """A read ended inside a message: keep what llhttp was fed since the last boundary
+        between reads (bounded: a replay is worth it for a head split across reads, not for a
+        streamed body), for a later read that completes it and holds an unknown method."""
+        refed = self._refed
+        held = self._held
+        if refed is not None:  # a fresh llhttp began in this read with the placeholder
+            self._refed = None
+            view, at = refed
+            held = bytearray(_PLACEHOLDER)
+            held += view
+            self._held_done = sum(1 for e in self._events[at:] if e is _EOM)
+        elif held is None:
+            return
+        else:
+            held += data
+            self._held_done += sum(1 for e in self._events if e is _EOM)
+        self._held = held if len(held) <= _MAX_HELD else None
 
     def _overflow(self) -> ParseError:
         if self._request is None:
@@ -254,6 +295,10 @@ class RequestParser:
         except ParseError as exc:
             exc.events = _complete_messages(self._events)
             raise
+        if self._in_message:
+            self._hold(data)
+        elif self._held or self._held is None:
+            self._held, self._held_done, self._refed = bytearray(), 0, None
         return self._events
 
     def _feed_slow_rest(self, data: bytes) -> None:
@@ -284,6 +329,8 @@ class RequestParser:
                 self._p.feed_data(data)
             except HttpParserUpgrade as exc:
                 # llhttp stops after an upgrade request's head; we ignore the upgrade and go on.
+                self._held = None  # the scratch replay stops at an upgrade
+                self._refed = None
                 data = data[exc.args[0] :]
                 prefix = b""
                 continue
@@ -302,6 +349,7 @@ class RequestParser:
         exc: HttpParserError | None,
         done: int = 0,
         prefix: bytes = b"",
+        extra: int = 0,
     ) -> memoryview:
         """llhttp knows a fixed list of methods; RFC 9110 9.1 allows any token.
 
@@ -311,14 +359,14 @@ class RequestParser:
         recursion, however many such requests are pipelined). on_headers_complete puts the real
         method back. The framing is llhttp's, unchanged. `began_inside`: the bytes began inside a
         message, so they cannot be replayed from a boundary and the request is refused (400, as
-        llhttp would).
+        llhttp would). `extra`: messages completed in `data` before this read (held bytes).
         """
         view = memoryview(data)
         if exc is not None:
             if began_inside or self._error is not None or self._closed:
                 self._fail_from_llhttp(exc)  # raises, or (after a closing request) ignores
                 return view[:0]
-            completed = sum(1 for e in self._events[done:] if e is _EOM)
+            completed = extra + sum(1 for e in self._events[done:] if e is _EOM)
             start = _message_start(view, completed, prefix)
             if start is None:
                 self._fail_from_llhttp(exc)
@@ -343,6 +391,7 @@ class RequestParser:
         self._p = _llhttp(self)
         self._method = method.decode("ascii")
         self._p.feed_data(_PLACEHOLDER)  # a fresh parser: begins a message, cannot fail
+        self._refed = (view[space:], len(self._events))
         return view[space:]
 
     def _feed_upgrade_body(self, data: memoryview, events: list[Event]) -> memoryview:

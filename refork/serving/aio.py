@@ -22,7 +22,7 @@ from typing import Any
 
 from refork.asgi import HttpCycle, Lifespan, LifespanFailure, build_scope
 from refork.config import Config
-from refork.http.events import Body, ParseError, Request
+from refork.http.events import Body, Event, ParseError, Request
 from refork.http.forwarded import TrustedProxies
 from refork.http.parser import RequestParser
 from refork.http.response import simple_response
@@ -115,12 +115,16 @@ class HttpProtocol(asyncio.Protocol):
         try:
             events = self.parser.feed(data)
         except ParseError as exc:
+            self.handle(exc.events)  # the requests before the bad one are answered first
             self.parse_failed(exc)
             return
         except Exception:
             log.exception("error parsing a request")
             self.parse_failed(ParseError(400, "unparsable request"))
             return
+        self.handle(events)
+
+    def handle(self, events: list[Event]) -> None:
         for event in events:
             kind = type(event)
             if kind is Body:
@@ -258,8 +262,29 @@ class HttpProtocol(asyncio.Protocol):
         self.start(cycle)
 
     def parse_failed(self, exc: ParseError) -> None:
+        """Answer the requests before the bad bytes first, then the error, then close.
+
+        When the bad bytes are in the body of a request (a malformed chunk, an endless trailer
+        section), that request can never complete: its app sees http.disconnect, and the error
+        is its answer if it has not started one (else the connection just closes).
+        """
+        reading = self.reading
+        if reading is not None:
+            self.reading = None
+            if reading is self.cycle:
+                reading.client_gone()
+                if reading.response_started:
+                    self.close()
+                else:
+                    reading.response.status = exc.status  # what the access log shows for it
+                    self.send_error(exc.status)
+                return
+            if reading in self.queue:  # behind the running request: it never starts
+                self.queue.remove(reading)
+            else:  # answered already (its app did not wait for the body): nothing more to say
+                self.close()
+                return
         if self.cycle is not None or self.queue:
-            # Answer the requests before the bad one first, then the error.
             self.pending_error = exc.status
             self.pause_reading()
         else:

@@ -20,6 +20,7 @@ import logging
 import queue
 import socket
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from refork.config import Config
@@ -52,7 +53,10 @@ log = logging.getLogger("refork")
 _IDLE, _HEAD, _BODY, _WRITING = Phase.IDLE, Phase.HEAD, Phase.BODY, Phase.WRITING
 _ACCEPT_BATCH = 8  # accepts per wake-up: more would starve sibling workers sharing the listener
 _RECV = 1 << 16
-_NO_EVENTS: list[Event] = []  # nothing pipelined behind a request (shared: never mutated)
+# What a read gives the loop: parser events, and last, if the bytes turned bad, the ParseError to
+# answer once the requests before it are answered.
+_Step = Event | ParseError
+_NO_EVENTS: Sequence[_Step] = ()  # nothing pipelined behind a request (shared: never mutated)
 
 
 class _Conn:
@@ -90,7 +94,7 @@ class _Writing:
     __slots__ = ("streaming", "request", "environ", "stream", "token", "started", "rest")
 
     def __init__(self, streaming: Streaming, request: Request, environ: dict[str, Any], stream: InputStream,
-                 token: object, started: float, rest: list[Event]) -> None:  # fmt: skip
+                 token: object, started: float, rest: Sequence[_Step]) -> None:  # fmt: skip
         self.streaming = streaming
         self.request = request
         self.environ = environ
@@ -100,7 +104,7 @@ class _Writing:
         self.rest = rest  # pipelined events parsed after this request: handled once it is written
 
 
-_Job = tuple[_Conn, Request, InputStream, "list[Event]"]  # a complete request for a pool thread
+_Job = tuple[_Conn, Request, InputStream, "Sequence[_Step]"]  # a complete request for a pool thread
 
 
 class _Loop:
@@ -138,7 +142,7 @@ class _Loop:
             )
             self.listeners[lsock.fileno()] = (lsock, builder)
         self.pool: AppThreads | None = None
-        self.done: queue.SimpleQueue[tuple[_Conn, bool, list[Event]]] = queue.SimpleQueue()
+        self.done: queue.SimpleQueue[tuple[_Conn, bool, Sequence[_Step]]] = queue.SimpleQueue()
         self.parked: list[_Job] = []
         self.wake_r: socket.socket | None = None
         self.wake_w: socket.socket | None = None
@@ -347,10 +351,12 @@ class _Loop:
             self._close(conn)
             return
         try:
-            events = conn.parser.feed(data)
+            events: Sequence[_Step] = conn.parser.feed(data)
         except ParseError as e:
-            self._reject(conn, e.status)
-            return
+            if not e.events:
+                self._reject(conn, e.status)
+                return
+            events = [*e.events, e]  # the requests before the bad bytes are answered first
         try:
             if (
                 len(events) == 2
@@ -378,7 +384,7 @@ class _Loop:
             pass
         self._close(conn)
 
-    def _advance(self, conn: _Conn, events: list[Event]) -> bool:
+    def _advance(self, conn: _Conn, events: Sequence[_Step]) -> bool:
         """Handle parsed events in order; True when the connection was dispatched or closed."""
         i = 0
         n = len(events)
@@ -392,6 +398,9 @@ class _Loop:
                     conn.phase = _BODY
                     conn.since = time.monotonic()
                     conn.received = 0
+            elif type(event) is ParseError:  # after the responses to the requests before it
+                self._reject(conn, event.status)
+                return True
             elif type(event) is Body:
                 if conn.body is None:
                     length = conn.request.content_length if conn.request is not None else None
@@ -440,7 +449,9 @@ class _Loop:
             conn.since = time.monotonic()
         return False
 
-    def _respond(self, conn: _Conn, request: Request, stream: InputStream, rest: list[Event]) -> bool | None:
+    def _respond(
+        self, conn: _Conn, request: Request, stream: InputStream, rest: Sequence[_Step]
+    ) -> bool | None:
         """Run the app for one request and write its response.
 
         True to keep the connection, False to close it, None when the response now waits for the
@@ -532,7 +543,7 @@ class _Loop:
     # ---------------------------------------------------------------- the pool (threads > 1)
 
     def _dispatch(
-        self, conn: _Conn, request: Request, stream: InputStream, rest: list[Event], force: bool = False
+        self, conn: _Conn, request: Request, stream: InputStream, rest: Sequence[_Step], force: bool = False
     ) -> None:
         if conn.registered:
             self.poller.unregister(conn.fd)
@@ -546,7 +557,7 @@ class _Loop:
         assert self.pool is not None
         self.pool.jobs.put((conn, request, stream, rest))
 
-    def _pool_job(self, conn: _Conn, request: Request, stream: InputStream, rest: list[Event]) -> None:
+    def _pool_job(self, conn: _Conn, request: Request, stream: InputStream, rest: Sequence[_Step]) -> None:
         keep: bool | None = False
         try:
             keep = self._respond(conn, request, stream, rest)  # a blocking Outbox: never None
