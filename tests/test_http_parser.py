@@ -1,7 +1,7 @@
 """The sans-IO request parser: a corpus of good and bad requests, fed whole and byte by byte.
 
 Every rejection here was checked against real llhttp behaviour; the module docstring of
-refork.http.parser lists which ones llhttp does itself and which ones refork adds.
+refork.http.head lists which ones llhttp does itself and which ones refork adds.
 """
 
 from __future__ import annotations

@@ -4,29 +4,9 @@ Bytes go in through :meth:`RequestParser.feed`, :class:`Request` / :class:`Body`
 :class:`EndOfMessage` events come out; anything unacceptable raises :class:`ParseError` carrying
 the status to answer before closing the connection. No sockets, no clocks.
 
-llhttp in its default (strict) mode already rejects, and we rely on it (each is pinned by a test):
-Content-Length with Transfer-Encoding, duplicate Content-Length (even equal values), non-digit /
-signed / overflowing Content-Length, Transfer-Encoding whose final coding is not ``chunked``,
-bad chunk sizes and extensions, non-token header names, whitespace before the colon, CTL / NUL in
-values, obs-fold, bare CR and bare LF, control characters in the target. Its one leniency we turn
-on is the version digits (``lenient_version``): which HTTP/1.x to serve is decided here.
-
-What llhttp accepts and this module rejects itself:
-
-- HTTP/0.9 (``GET /``), any major version but 1 and the ``PRI`` preface -> 505. HTTP/1.2 and
-  later minors are served as 1.1 (RFC 9112 2.3).
-- ``Transfer-Encoding`` other than one ``chunked`` after empty list elements are dropped
-  (``gzip, chunked`` -> 501; two TE fields -> 400), and any Transfer-Encoding on an HTTP/1.0
-  request -> 400 (RFC 9112 6.1).
-- Missing ``Host`` on HTTP/1.1, more than one ``Host``, or one with characters outside
-  RFC 3986 host[:port] (spaces, ``/``, ``@``, ``?``, ``#``, ``"``, ...) -> 400 (RFC 9112 3.2).
-- ``CONNECT`` -> 501: this is an origin server, not a proxy. ``*`` as the target of anything
-  but OPTIONS -> 400 (RFC 9112 3.2.4).
-- An ``Upgrade`` request with a chunked body -> 400. (With a Content-Length body we read the body
-  ourselves: llhttp would treat it as the upgraded protocol, a smuggling vector.)
-- Limits: request line -> 414, header count / one field / whole head -> 431, body -> 413; a
-  chunk-size line -> 400 and a trailer section -> 431, counted as they arrive like a head.
-- Trailer fields RFC 9110 6.5.1 rules out (FORBIDDEN_TRAILERS) -> 400.
+llhttp in its default (strict) mode checks most of the syntax; what it accepts and this module
+rejects itself (what a valid request head is) is listed, with its tables, in
+:mod:`refork.http.head`.
 
 What llhttp refuses and this module serves: any token as a method (RFC 9110 9.1). llhttp knows a
 fixed list; an unknown token is fed to a fresh llhttp as _PLACEHOLDER (a plain method: same
@@ -59,11 +39,25 @@ Other behaviour worth knowing:
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 
 from httptools import HttpParserError, HttpParserInvalidMethodError, HttpParserUpgrade
 
 from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
+from refork.http.head import (
+    CONNECTION,
+    CONTENT_LENGTH,
+    FORBIDDEN_TRAILERS,
+    GOOD_HOSTS,
+    HOST,
+    HOST_CHARS,
+    METHODS,
+    SPECIAL,
+    TCHAR,
+    TRANSFER_ENCODING,
+    Limits,
+    absolute_form,
+    transfer_codings,
+)
 from refork.http.llhttp import llhttp as _llhttp
 from refork.http.llhttp import message_start as _message_start
 
@@ -73,67 +67,15 @@ _UNLIMITED = sys.maxsize
 _MAX_HELD = 1 << 16  # bytes kept across reads for a replay (see RequestParser._hold)
 _EOM = EndOfMessage()  # carries no data: one shared instance saves an allocation per request
 
-# Header names that change framing or connection handling; everything else is just stored.
-_HOST = b"host"
-_CL = b"content-length"
-_TE = b"transfer-encoding"
-_CONNECTION = b"connection"
-_EXPECT = b"expect"
-_SPECIAL = frozenset((_HOST, _CL, _TE, _CONNECTION, _EXPECT))
-
-# uri-host [":" port] characters (RFC 3986 reg-name / IP-literal). Checked because apps build URLs
-# from Host; validated values are remembered, a server sees few distinct hosts.
-_HOST_CHARS = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:[]%"
-_GOOD_HOSTS: set[bytes] = set()
-
-# Interned method strings: a dict hit is cheaper than decoding, and equal strings share memory.
-_METHODS = {
-    m.encode(): m
-    for m in (
-        *("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"),
-        *("PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK", "SEARCH", "REPORT"),
-        *("MKACTIVITY", "CHECKOUT", "MERGE", "PURGE", "QUERY"),
-    )
-}
-
-# Trailer fields that must not be sent in a trailer section (RFC 9110 6.5.1): a recipient that
-# merged them into the header section would let a client change framing, routing, request
-# modifiers, authentication, response control or content processing after the fact. Trailers are
-# dropped here anyway; refusing these keeps a downstream that does merge from being fooled.
-FORBIDDEN_TRAILERS = frozenset(
-    (
-        *(b"content-length", b"transfer-encoding", b"trailer", b"te"),  # message framing
-        *(b"connection", b"keep-alive", b"upgrade", b"proxy-connection"),  # connection control
-        *(b"host", b":authority"),  # routing
-        *(b"cache-control", b"expect", b"max-forwards", b"pragma", b"range"),  # request controls
-        *(b"if-match", b"if-none-match", b"if-modified-since", b"if-unmodified-since", b"if-range"),
-        *(b"authorization", b"proxy-authorization", b"cookie"),  # authentication
-        *(b"www-authenticate", b"proxy-authenticate", b"set-cookie"),
-        *(b"age", b"date", b"expires", b"location", b"retry-after", b"vary", b"warning"),  # response control
-        *(b"content-encoding", b"content-type", b"content-range", b"content-language"),  # processing
-    )
-)
-
 # An unknown method (any RFC 9110 token) is fed to llhttp as this one: same framing, no CONNECT
 # or upgrade semantics, and put back on the Request event.
 _PLACEHOLDER = b"UNBIND"
-_TCHAR = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 # llhttp error reasons that deserve something more precise than 400.
 _LLHTTP_STATUS = {
     "Invalid HTTP version": 505,
     "Pause on PRI/Upgrade": 505,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Per-request size limits; each has the status it produces when exceeded."""
-
-    max_request_line: int = 8190  # -> 414
-    max_header_count: int = 100  # -> 431
-    max_header_size: int = 8190  # one field, name + value -> 431
-    max_body: int = 1 << 30  # 0 = unlimited -> 413
 
 
 class RequestParser:
@@ -380,7 +322,7 @@ class RequestParser:
             head = bytes(view[: self._max_line])
             space = head.find(b" ")
         method = head[:space] if space >= 0 else head
-        if method.translate(None, _TCHAR) or space == 0:
+        if method.translate(None, TCHAR) or space == 0:
             raise self._fail(400, "Invalid method encountered")
         if space < 0:
             if len(view) >= self._max_line:
@@ -413,6 +355,12 @@ class RequestParser:
     def _fail(self, status: int, reason: str) -> ParseError:
         """Remember the error (the parser is unusable afterwards) and return it for raising."""
         self._error = err = ParseError(status, reason)
+        self._slow = True
+        return err
+
+    def _failed(self, err: ParseError) -> ParseError:
+        """_fail() for an error raised by a rule of refork.http.head."""
+        self._error = err
         self._slow = True
         return err
 
@@ -449,7 +397,7 @@ class RequestParser:
         if len(name) + len(value) > self._max_field:
             raise self._fail(431, "header field too large")
         header = (name.lower(), value.rstrip(b" \t"))  # llhttp strips leading OWS only
-        if header[0] in _SPECIAL:
+        if header[0] in SPECIAL:
             self._specials.append(header)
         headers.append(header)
 
@@ -480,7 +428,7 @@ class RequestParser:
         else:
             raise self._fail(505, f"HTTP version {version} not supported")
         raw_method = p.get_method()
-        method = _METHODS.get(raw_method) or self._other_method(raw_method)
+        method = METHODS.get(raw_method) or self._other_method(raw_method)
         url = self._url
         if len(url) + len(method) + 10 > self._max_line:
             raise self._fail(414, "request line too long")
@@ -489,22 +437,22 @@ class RequestParser:
         cl = te = conn = None
         expect = False
         for name, value in self._specials:
-            if name == _HOST:
+            if name == HOST:
                 hosts += 1
-                if value not in _GOOD_HOSTS:
-                    if value.translate(None, _HOST_CHARS):
+                if value not in GOOD_HOSTS:
+                    if value.translate(None, HOST_CHARS):
                         raise self._fail(400, "invalid Host header")
-                    if len(_GOOD_HOSTS) < 256:
-                        _GOOD_HOSTS.add(value)
-            elif name == _CL:
+                    if len(GOOD_HOSTS) < 256:
+                        GOOD_HOSTS.add(value)
+            elif name == CONTENT_LENGTH:
                 cl = int(value)  # llhttp has checked: digits only, no duplicate, no overflow
-            elif name == _TE:
+            elif name == TRANSFER_ENCODING:
                 if te is not None:
                     raise self._fail(400, "multiple Transfer-Encoding headers")
                 te = value.lower()
-            elif name == _CONNECTION:
+            elif name == CONNECTION:
                 conn = value if conn is None else conn + b"," + value
-            else:  # _EXPECT
+            else:  # EXPECT
                 expect = value.lower() == b"100-continue"
         if hosts != 1 and (http11 or hosts):
             raise self._fail(400, "multiple Host headers" if hosts else "missing Host header")
@@ -518,7 +466,10 @@ class RequestParser:
             if not http11:
                 raise self._fail(400, "Transfer-Encoding in an HTTP/1.0 request")
             if te != b"chunked":
-                self._transfer_codings(te)
+                try:
+                    transfer_codings(te)
+                except ParseError as exc:
+                    raise self._failed(exc) from None
             chunked = True
             self._body_left = self._max_body
             self._ntrailers = 0
@@ -550,7 +501,10 @@ class RequestParser:
         if (url and url[0] == 47) or url == b"*":  # origin-form (b"/...", the common case), asterisk
             target = url
         else:
-            target, headers = self._absolute_form(url, headers)
+            try:
+                target, headers = absolute_form(url, headers)
+            except ParseError as exc:
+                raise self._failed(exc) from None
         if 35 in target:  # b"#" (int membership: several times faster than a bytes needle)
             target = target.partition(b"#")[0]
         path, _, query = target.partition(b"?")
@@ -576,40 +530,6 @@ class RequestParser:
             self._method = None
             return method
         return raw.decode("ascii")
-
-    def _transfer_codings(self, te: bytes) -> None:
-        """Transfer-Encoding other than exactly b"chunked": empty list elements are allowed
-        (RFC 9110 5.6.1), chunked must be last and once (RFC 9112 6.3), others are not done."""
-        codings = [c for c in (c.strip(b" \t") for c in te.split(b",")) if c]
-        if codings == [b"chunked"]:
-            return
-        if codings and codings[-1] == b"chunked" and b"chunked" not in codings[:-1]:
-            raise self._fail(501, "transfer coding not implemented")
-        raise self._fail(400, "invalid Transfer-Encoding")
-
-    def _absolute_form(
-        self, url: bytes, headers: list[tuple[bytes, bytes]]
-    ) -> tuple[bytes, list[tuple[bytes, bytes]]]:
-        """Path and query of an absolute-form target, and the headers with Host replaced by the
-        target's authority: RFC 9112 3.2.2 says the Host field is then ignored."""
-        scheme, sep, rest = url.partition(b"://")
-        if not sep or scheme.lower() not in (b"http", b"https"):
-            raise self._fail(400, "invalid request target")
-        end = len(rest)
-        for stop in b"/?#":
-            at = rest.find(bytes((stop,)))
-            if 0 <= at < end:
-                end = at
-        authority = rest[:end]
-        if not authority or authority.translate(None, _HOST_CHARS):
-            raise self._fail(400, "invalid authority in the request target")
-        target = rest[end:]
-        if not target.startswith(b"/"):
-            target = b"/" + target
-        replaced = [(n, authority) if n == _HOST else (n, v) for n, v in headers]
-        if not any(n == _HOST for n, _ in headers):
-            replaced.append((_HOST, authority))  # HTTP/1.0 without Host: the target names it
-        return target, replaced
 
     def _chunk_section(self, chunk_line: bool) -> None:
         """Start counting a chunk-size line (True) or a possible trailer section (False) in

@@ -25,9 +25,8 @@ from typing import Any
 
 from refork.config import Config
 from refork.http.body import EMPTY_INPUT, BodyBuffer, InputStream, Spool
-from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
+from refork.http.events import Body, EndOfMessage, ParseError, Request
 from refork.http.forwarded import TrustedProxies
-from refork.http.parser import Limits, RequestParser
 from refork.http.response import CONTINUE, simple_response
 from refork.logs import AccessLog
 from refork.serving.connection import (
@@ -46,6 +45,7 @@ from refork.serving.poller import IN as _IN
 from refork.serving.poller import OUT as _OUT
 from refork.serving.poller import Poller
 from refork.serving.pool import AppThreads
+from refork.serving.threaded_conn import NO_EVENTS, Conn, Job, Step, Writing
 from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
 
 log = logging.getLogger("refork")
@@ -53,58 +53,6 @@ log = logging.getLogger("refork")
 _IDLE, _HEAD, _BODY, _WRITING = Phase.IDLE, Phase.HEAD, Phase.BODY, Phase.WRITING
 _ACCEPT_BATCH = 8  # accepts per wake-up: more would starve sibling workers sharing the listener
 _RECV = 1 << 16
-# What a read gives the loop: parser events, and last, if the bytes turned bad, the ParseError to
-# answer once the requests before it are answered.
-_Step = Event | ParseError
-_NO_EVENTS: Sequence[_Step] = ()  # nothing pipelined behind a request (shared: never mutated)
-
-
-class _Conn:
-    """One client connection: its socket, parser and the request being received."""
-
-    __slots__ = (
-        "sock", "fd", "client", "builder", "parser", "request", "body", "received",
-        "phase", "since", "continued", "registered", "busy", "closed", "out", "writing",
-    )  # fmt: skip
-
-    def __init__(self, sock: socket.socket, client: Any, builder: EnvironBuilder, limits: Limits,
-                 out: Outbox) -> None:  # fmt: skip
-        self.sock = sock
-        self.fd = sock.fileno()
-        self.client = client
-        self.builder = builder
-        self.parser = RequestParser(limits)
-        self.request: Request | None = None  # head received, body still coming
-        self.body: BodyBuffer | None = None
-        self.received = 0  # body bytes of the current request (each --body-min-rate: one more second)
-        self.phase = _IDLE  # what the sweep judges: see refork.serving.connection
-        self.since = 0.0  # when the connection entered that phase
-        self.continued = False  # "100 Continue" already sent for the current request
-        self.registered = False
-        self.busy = False  # dispatched to a pool thread
-        self.closed = False
-        self.out = out
-        self.writing: _Writing | None = None  # a response waiting for the client to read (threads == 1)
-
-
-
-class _Writing:
-    """A response waiting for its client to read (threads == 1): what to finish when it is out."""
-
-    __slots__ = ("streaming", "request", "environ", "stream", "token", "started", "rest")
-
-    def __init__(self, streaming: Streaming, request: Request, environ: dict[str, Any], stream: InputStream,
-                 token: object, started: float, rest: Sequence[_Step]) -> None:  # fmt: skip
-        self.streaming = streaming
-        self.request = request
-        self.environ = environ
-        self.stream = stream
-        self.token = token
-        self.started = started
-        self.rest = rest  # pipelined events parsed after this request: handled once it is written
-
-
-_Job = tuple[_Conn, Request, InputStream, "Sequence[_Step]"]  # a complete request for a pool thread
 
 
 class _Loop:
@@ -115,7 +63,7 @@ class _Loop:
         self.control = control
         self.limits = request_limits(config)
         self.poller = Poller()
-        self.conns: dict[int, _Conn] = {}
+        self.conns: dict[int, Conn] = {}
         self.listeners: dict[int, tuple[socket.socket, EnvironBuilder]] = {}
         self.threads = max(1, int(config.threads))
         self.draining = False
@@ -142,8 +90,8 @@ class _Loop:
             )
             self.listeners[lsock.fileno()] = (lsock, builder)
         self.pool: AppThreads | None = None
-        self.done: queue.SimpleQueue[tuple[_Conn, bool, Sequence[_Step]]] = queue.SimpleQueue()
-        self.parked: list[_Job] = []
+        self.done: queue.SimpleQueue[tuple[Conn, bool, Sequence[Step]]] = queue.SimpleQueue()
+        self.parked: list[Job] = []
         self.wake_r: socket.socket | None = None
         self.wake_w: socket.socket | None = None
         if self.threads > 1:
@@ -274,16 +222,9 @@ class _Loop:
                     conn.sock.send(simple_response(408))
                 except OSError:
                     pass
-            elif self._has_input(conn):
+            elif conn.has_input():
                 continue  # a request arrived while the loop was busy (threads == 1): serve it
             self._close(conn)
-
-    @staticmethod
-    def _has_input(conn: _Conn) -> bool:
-        try:
-            return bool(conn.sock.recv(1, socket.MSG_PEEK))
-        except OSError:
-            return False
 
     # ---------------------------------------------------------------- connections
 
@@ -313,13 +254,13 @@ class _Loop:
                     pass
             client = (addr[0], addr[1]) if inet else None
             out = Outbox(sock, client, self.timeouts.write, self.control, buffering=self.pool is None)
-            conn = _Conn(sock, client, builder, self.limits, out)
+            conn = Conn(sock, client, builder, self.limits, out)
             conn.since = now
             self.conns[conn.fd] = conn
             self.poller.register(conn.fd)
             conn.registered = True
 
-    def _close(self, conn: _Conn) -> None:
+    def _close(self, conn: Conn) -> None:
         if conn.closed:
             return
         conn.closed = True
@@ -339,7 +280,7 @@ class _Loop:
         except OSError:
             pass
 
-    def _on_readable(self, conn: _Conn) -> None:
+    def _on_readable(self, conn: Conn) -> None:
         try:
             data = conn.sock.recv(_RECV)
         except (BlockingIOError, InterruptedError):
@@ -351,7 +292,7 @@ class _Loop:
             self._close(conn)
             return
         try:
-            events: Sequence[_Step] = conn.parser.feed(data)
+            events: Sequence[Step] = conn.parser.feed(data)
         except ParseError as e:
             if not e.events:
                 self._reject(conn, e.status)
@@ -365,7 +306,7 @@ class _Loop:
                 and type(events[1]) is EndOfMessage
                 and type(events[0]) is Request
             ):  # the common case, one bodiless request per read: skip the general event walk
-                keep = self._respond(conn, events[0], EMPTY_INPUT, _NO_EVENTS)
+                keep = self._respond(conn, events[0], EMPTY_INPUT, NO_EVENTS)
                 if keep:
                     conn.phase = _IDLE
                     conn.since = time.monotonic()
@@ -377,14 +318,14 @@ class _Loop:
             log.exception("Error serving a connection")
             self._close(conn)
 
-    def _reject(self, conn: _Conn, status: int) -> None:
+    def _reject(self, conn: Conn, status: int) -> None:
         try:
             conn.sock.send(simple_response(status))
         except OSError:
             pass
         self._close(conn)
 
-    def _advance(self, conn: _Conn, events: Sequence[_Step]) -> bool:
+    def _advance(self, conn: Conn, events: Sequence[Step]) -> bool:
         """Handle parsed events in order; True when the connection was dispatched or closed."""
         i = 0
         n = len(events)
@@ -450,7 +391,7 @@ class _Loop:
         return False
 
     def _respond(
-        self, conn: _Conn, request: Request, stream: InputStream, rest: Sequence[_Step]
+        self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step]
     ) -> bool | None:
         """Run the app for one request and write its response.
 
@@ -470,7 +411,7 @@ class _Loop:
             if type(outcome) is Streaming:
                 writing = True
                 control.request_waiting(token)  # the client's time now, not the app's
-                conn.writing = _Writing(outcome, request, environ, stream, token, started, rest)
+                conn.writing = Writing(outcome, request, environ, stream, token, started, rest)
                 conn.phase = _WRITING
                 conn.since = time.monotonic()
                 self.in_flight += 1  # no safe point (fork) while a response body is half pulled
@@ -498,7 +439,7 @@ class _Loop:
                        time.perf_counter() - started)  # fmt: skip
         return keep
 
-    def _on_writable(self, conn: _Conn) -> None:
+    def _on_writable(self, conn: Conn) -> None:
         """The client read some of a waiting response: write on, and pull more of the body."""
         writing = conn.writing
         assert writing is not None
@@ -532,7 +473,7 @@ class _Loop:
             log.exception("Error serving a connection")
             self._close(conn)
 
-    def _settle(self, conn: _Conn, writing: _Writing, outcome: Outcome) -> bool:
+    def _settle(self, conn: Conn, writing: Writing, outcome: Outcome) -> bool:
         """A waiting response is done (or abandoned): the request's bookkeeping; True to keep."""
         conn.writing = None
         conn.out.clear()
@@ -543,7 +484,7 @@ class _Loop:
     # ---------------------------------------------------------------- the pool (threads > 1)
 
     def _dispatch(
-        self, conn: _Conn, request: Request, stream: InputStream, rest: Sequence[_Step], force: bool = False
+        self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step], force: bool = False
     ) -> None:
         if conn.registered:
             self.poller.unregister(conn.fd)
@@ -557,7 +498,7 @@ class _Loop:
         assert self.pool is not None
         self.pool.jobs.put((conn, request, stream, rest))
 
-    def _pool_job(self, conn: _Conn, request: Request, stream: InputStream, rest: Sequence[_Step]) -> None:
+    def _pool_job(self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step]) -> None:
         keep: bool | None = False
         try:
             keep = self._respond(conn, request, stream, rest)  # a blocking Outbox: never None

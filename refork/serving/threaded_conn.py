@@ -1,0 +1,81 @@
+"""What the WSGI loop (refork.serving.threaded) keeps per client connection.
+
+A Conn is one socket with its parser, the request being received and its place in the
+connection contract (refork.serving.connection: phase and since); a Writing is a response waiting
+for its client to read (threads == 1). Plain slotted records: the loop does the work.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+from refork.http.body import BodyBuffer, InputStream
+from refork.http.events import Event, ParseError, Request
+from refork.http.parser import Limits, RequestParser
+from refork.serving.connection import Phase
+from refork.serving.outbox import Outbox
+from refork.wsgi import EnvironBuilder, Streaming
+
+__all__ = ["NO_EVENTS", "Conn", "Job", "Step", "Writing"]
+
+# What a read gives the loop: parser events, and last, if the bytes turned bad, the ParseError to
+# answer once the requests before it are answered.
+Step = Event | ParseError
+NO_EVENTS: Sequence[Step] = ()  # nothing pipelined behind a request (shared: never mutated)
+
+
+class Conn:
+    """One client connection: its socket, parser and the request being received."""
+
+    __slots__ = (
+        "sock", "fd", "client", "builder", "parser", "request", "body", "received",
+        "phase", "since", "continued", "registered", "busy", "closed", "out", "writing",
+    )  # fmt: skip
+
+    def __init__(self, sock: socket.socket, client: Any, builder: EnvironBuilder, limits: Limits,
+                 out: Outbox) -> None:  # fmt: skip
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.client = client
+        self.builder = builder
+        self.parser = RequestParser(limits)
+        self.request: Request | None = None  # head received, body still coming
+        self.body: BodyBuffer | None = None
+        self.received = 0  # body bytes of the current request (each --body-min-rate: one more second)
+        self.phase = Phase.IDLE  # what the sweep judges: see refork.serving.connection
+        self.since = 0.0  # when the connection entered that phase
+        self.continued = False  # "100 Continue" already sent for the current request
+        self.registered = False
+        self.busy = False  # dispatched to a pool thread
+        self.closed = False
+        self.out = out
+        self.writing: Writing | None = None  # a response waiting for the client to read (threads == 1)
+
+    def has_input(self) -> bool:
+        """Bytes (or a FIN) wait to be read: the sweep spares a connection the loop has not
+        served yet."""
+        try:
+            return bool(self.sock.recv(1, socket.MSG_PEEK))
+        except OSError:
+            return False
+
+
+class Writing:
+    """A response waiting for its client to read (threads == 1): what to finish when it is out."""
+
+    __slots__ = ("streaming", "request", "environ", "stream", "token", "started", "rest")
+
+    def __init__(self, streaming: Streaming, request: Request, environ: dict[str, Any], stream: InputStream,
+                 token: object, started: float, rest: Sequence[Step]) -> None:  # fmt: skip
+        self.streaming = streaming
+        self.request = request
+        self.environ = environ
+        self.stream = stream
+        self.token = token
+        self.started = started
+        self.rest = rest  # pipelined events parsed after this request: handled once it is written
+
+
+Job = tuple[Conn, Request, InputStream, "Sequence[Step]"]  # a complete request for a pool thread
