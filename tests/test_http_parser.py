@@ -483,6 +483,25 @@ def test_bytes_after_a_closing_request_are_ignored() -> None:
     assert [type(e) for e in events] == [Request, EndOfMessage]
 
 
+@pytest.mark.parametrize(
+    "after",
+    [
+        b"GET /2 HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    ],
+    ids=["valid", "invalid"],
+)
+def test_what_follows_a_close_llhttp_would_keep_alive_is_ignored_in_one_feed(after: bytes) -> None:
+    """HTTP/1.0 with `keep-alive, close` closes (RFC 9112 9.3) though llhttp would keep it alive:
+    found by the fuzz test, where whole and byte-wise feeding disagreed."""
+    closing = b"GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n"
+    for cut in (len(closing), len(closing + after)):
+        parser = RequestParser()
+        events = parser.feed((closing + after)[:cut]) + parser.feed((closing + after)[cut:])
+        assert [type(e) for e in events] == [Request, EndOfMessage]
+        assert not events[0].keep_alive
+
+
 def test_http10_keep_alive_pipelines() -> None:
     raw = b"GET /1 HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /2 HTTP/1.0\r\n\r\n"
     requests = [e for e in parse(raw) if isinstance(e, Request)]

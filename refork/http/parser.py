@@ -376,6 +376,8 @@ class RequestParser:
     # Hot path: every attribute access counts, so state is flat and per-message resets are few.
 
     def on_message_begin(self) -> None:
+        if self._closed:  # after a request that closes: the rest of this read is never parsed
+            raise _AfterClose
         self._in_message = self._in_head = self._head_started = True
         self._head_bytes = 0
         self._url = b""
@@ -564,6 +566,12 @@ class RequestParser:
         self._request = None
         if not self._keep_alive:
             self._closed = self._slow = True
+
+
+class _AfterClose(Exception):
+    """Raised into llhttp to stop it at a message that begins after a closing request: llhttp may
+    judge keep-alive otherwise (HTTP/1.0 with `keep-alive, close`), and what follows a close is
+    never a request, valid or not (RFC 9112 9.3)."""
 
 
 def _complete_messages(events: list[Event]) -> list[Event]:
