@@ -265,7 +265,6 @@ KNOWN_DIFFERENCES = [
             bool(re.fullmatch(TOKEN, request_line(region)[0]))
             and request_line(region)[0] not in COMMON_METHODS
         ),
-        pending=True,
     ),
     KnownDifference(
         "lowercase-method",
@@ -275,7 +274,6 @@ KNOWN_DIFFERENCES = [
         refork_accepts=True,
         h11_accepts=True,
         applies=lambda prev, region: request_line(region)[0] in (b"get", b"post", b"head"),
-        pending=True,
     ),
     KnownDifference(
         "http-1.2",
@@ -287,7 +285,6 @@ KNOWN_DIFFERENCES = [
         applies=lambda prev, region: bool(
             re.search(rb" HTTP/1\.[2-9]\r?\n", region.split(b"\n", 1)[0] + b"\n")
         ),
-        pending=True,
     ),
     KnownDifference(
         "other-major-version",
@@ -347,7 +344,6 @@ KNOWN_DIFFERENCES = [
         refork_accepts=False,
         h11_accepts=True,
         applies=lambda prev, region: request_line(region)[1:2] == [b"*"],
-        pending=True,
     ),
     KnownDifference(
         "connect",
@@ -412,7 +408,6 @@ KNOWN_DIFFERENCES = [
         applies=lambda prev, region: any(
             v.strip(b", \t").lower() == b"chunked" for v in fields(head(region), b"transfer-encoding")
         ),
-        pending=True,
     ),
     KnownDifference(
         "duplicate-content-length",
@@ -515,7 +510,6 @@ KNOWN_DIFFERENCES = [
         refork_accepts=False,
         h11_accepts=True,
         applies=lambda prev, region: forbidden_trailer(region),
-        pending=True,
     ),
     KnownDifference(
         "upgrade-with-chunked-body",
