@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from refork.http.parser import FORBIDDEN_TRAILERS
+
 TOKEN = rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+"
 COMMON_METHODS = frozenset(b"GET HEAD POST PUT DELETE OPTIONS PATCH TRACE CONNECT".split())
 
@@ -33,14 +35,16 @@ def chunk_ext_lines(region: bytes) -> bool:
     return any(m.group(1) or m.group(2) for m in CHUNK_LINE.finditer(region))
 
 
+# The fields refork refuses in a trailer section (RFC 9110 6.5.1: framing, routing, request
+# modifiers, authentication, response control, content processing), taken from the parser.
 TRAILER_FIELD = re.compile(
-    rb"\r\n0[^\r\n]*\r\n(?:[^\r\n]*\r\n)*?(host|content-length|transfer-encoding|connection|te|trailer):",
+    rb"\r\n0[^\r\n]*\r\n(?:[^\r\n]*\r\n)*?(" + b"|".join(map(re.escape, FORBIDDEN_TRAILERS)) + rb"):",
     re.IGNORECASE,
 )
 
 
 def forbidden_trailer(region: bytes) -> bool:
-    """A framing, routing or connection field after the last chunk (a rough reading of region)."""
+    """A field RFC 9110 6.5.1 rules out of trailers, after the last chunk (a rough reading of region)."""
     return bool(TRAILER_FIELD.search(region))
 
 
