@@ -49,3 +49,22 @@ def forbidden_trailer(region: bytes) -> bool:
 
 
 HOST_CHARS = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:[]%"
+
+
+# The methods llhttp parses itself (any other token is replayed by refork with a placeholder).
+LLHTTP_METHODS = frozenset(
+    b"DELETE GET HEAD POST PUT CONNECT OPTIONS TRACE COPY LOCK MKCOL MOVE PROPFIND PROPPATCH SEARCH"
+    b" UNLOCK BIND REBIND UNBIND ACL REPORT MKACTIVITY CHECKOUT MERGE M-SEARCH NOTIFY SUBSCRIBE"
+    b" UNSUBSCRIBE PATCH PURGE MKCALENDAR LINK UNLINK SOURCE QUERY PRI".split()
+)
+METHOD_AT_LINE_START = re.compile(rb"(?:^|\n)(" + TOKEN + rb") ")
+
+
+def starts_like_llhttp_method(method: bytes) -> bool:
+    """An unknown token method that begins like one llhttp knows (FOO, PUX, POSTX): llhttp
+    reads its first bytes as a method of its own before it fails."""
+    return bool(method) and method not in LLHTTP_METHODS and method[:1] in b"ABCDFGHLMNOPQRSTU"
+
+
+def has_method_starting_like_llhttp(raw: bytes) -> bool:
+    return any(starts_like_llhttp_method(m.group(1)) for m in METHOD_AT_LINE_START.finditer(raw))
