@@ -34,7 +34,7 @@ from fuzz.drivers import (
     refork_outcome,
 )
 from fuzz.grammar import CORPUS, cut_points, fuzzed, generated, mutated, pipelines
-from fuzz.shapes import has_method_starting_like_llhttp
+from fuzz.shapes import has_method_starting_like_llhttp, has_pipelined_unknown_method
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -99,6 +99,7 @@ class ParserBug:
     raw: bytes
     reason: str
     applies: Callable[[bytes], bool]  # does a fuzzed input run into the same bug? (rough)
+    cuts: tuple[int, ...] = ()  # feed() boundaries that show it (besides whole and bytewise)
 
 
 # HTTP/1.0 head that asks for keep-alive; refork then reads `close` as winning, llhttp does not.
@@ -124,6 +125,16 @@ KNOWN_PARSER_BUGS = [
         has_method_starting_like_llhttp,
     ),
     ParserBug(
+        "unknown-method-pipelined-after-a-request-split-across-feeds",
+        b"GET / HTTP/1.1\r\nHost: a\r\n\r\nX-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n",
+        "RFC 9110 9.1 / RFC 9112 9.3.2: a pipelined X-SYNC request is served like the first one; but"
+        " when an earlier feed() ended anywhere inside the request before it (cut at 1: `G`, then"
+        " the rest), the unknown method is answered 400 instead of replayed; fed whole, or byte by"
+        " byte, both requests are served",
+        has_pipelined_unknown_method,
+        cuts=(1,),
+    ),
+    ParserBug(
         "error-after-close-within-one-feed",
         b"GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n"
         b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
@@ -135,10 +146,10 @@ KNOWN_PARSER_BUGS = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="for the parser owner: see KNOWN_PARSER_BUGS")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="for the parser owner: see KNOWN_PARSER_BUGS")
 @pytest.mark.parametrize("bug", KNOWN_PARSER_BUGS, ids=[b.name for b in KNOWN_PARSER_BUGS])
 def test_known_parser_bugs(bug: ParserBug) -> None:
-    check_parser_strictly(bug.raw, [], Limits())
+    check_parser_strictly(bug.raw, list(bug.cuts), Limits())
 
 
 def check_parser(raw: bytes, cuts: list[int], limits: Limits = Limits()) -> None:
@@ -223,7 +234,9 @@ def test_h11_reads_the_known_differences_as_recorded(known: KnownDifference) -> 
 @pytest.mark.parametrize(
     "known",
     [
-        pytest.param(k, marks=pytest.mark.xfail(strict=True, reason="parser fix in progress"))
+        pytest.param(
+            k, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="parser fix in progress")
+        )
         if k.pending
         else k
         for k in KNOWN_DIFFERENCES

@@ -68,3 +68,9 @@ def starts_like_llhttp_method(method: bytes) -> bool:
 
 def has_method_starting_like_llhttp(raw: bytes) -> bool:
     return any(starts_like_llhttp_method(m.group(1)) for m in METHOD_AT_LINE_START.finditer(raw))
+
+
+def has_pipelined_unknown_method(raw: bytes) -> bool:
+    """A request after the first whose method is a token llhttp does not know (X-SYNC, FOO)."""
+    methods = [m.group(1) for m in METHOD_AT_LINE_START.finditer(raw)]
+    return any(m not in LLHTTP_METHODS for m in methods[1:])
