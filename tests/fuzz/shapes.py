@@ -57,7 +57,7 @@ LLHTTP_METHODS = frozenset(
     b" UNLOCK BIND REBIND UNBIND ACL REPORT MKACTIVITY CHECKOUT MERGE M-SEARCH NOTIFY SUBSCRIBE"
     b" UNSUBSCRIBE PATCH PURGE MKCALENDAR LINK UNLINK SOURCE QUERY PRI".split()
 )
-METHOD_AT_LINE_START = re.compile(rb"(?:^|\n)(" + TOKEN + rb") ")
+METHOD_AT_LINE_START = re.compile(rb"(?:^|\n)(" + TOKEN + rb")(?: |\Z)")  # or a method cut short
 
 
 def starts_like_llhttp_method(method: bytes) -> bool:
