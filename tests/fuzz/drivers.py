@@ -6,6 +6,7 @@ body bytes, the offset where each one ended) and how the stream stands after the
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -41,6 +42,23 @@ class Outcome:
 def normal_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """Transfer-coding names are case-insensitive (RFC 9112 7) and h11 lower-cases them."""
     return [(n, v.lower() if n == b"transfer-encoding" else v) for n, v in headers]
+
+
+ABSOLUTE_FORM = re.compile(rb"(?i)https?://([^/?#]+)")
+
+
+def host_from_target(target: bytes, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """RFC 9112 3.2.2 for an absolute-form target: an origin server MUST ignore the received Host
+    and use the target's authority. h11 leaves that duty to the server above it; this is that
+    server's part, so h11's reading compares with refork's (which does it in the parser)."""
+    found = ABSOLUTE_FORM.match(target)
+    if found is None:
+        return headers
+    authority = found.group(1)
+    replaced = [(n, authority) if n == b"host" else (n, v) for n, v in headers]
+    if not any(n == b"host" for n, _ in headers):
+        replaced.append((b"host", authority))  # HTTP/1.0 without Host: the target names it
+    return replaced
 
 
 def feed_refork(
@@ -162,7 +180,7 @@ def h11_outcome(raw: bytes) -> Outcome:
                     event.method,
                     event.target,
                     "1.1" if version.startswith("1.") and version != "1.0" else version,
-                    normal_headers(list(event.headers)),
+                    host_from_target(event.target, normal_headers(list(event.headers))),
                 )
                 out.messages.append(current)
             elif isinstance(event, h11.Data):

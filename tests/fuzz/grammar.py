@@ -15,7 +15,7 @@ from test_http_parser import INVALID, VALID
 CORPUS: list[bytes] = [raw for _, raw, _ in INVALID] + [raw for _, raw, _ in VALID]
 
 METHODS = [b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE", b"PURGE"]
-ODD_METHODS = [b"CONNECT", b"X-SYNC", b"FOO", b"get", b"M-SEARCH", b"PRI"]
+ODD_METHODS = [b"CONNECT", b"X-SYNC", b"FOO", b"get", b"M-SEARCH", b"PRI", b"PUX", b"QUERY"]
 VERSIONS = [b"HTTP/1.1", b"HTTP/1.0"]
 ODD_VERSIONS = [b"HTTP/1.2", b"HTTP/1.9", b"HTTP/2.0", b"HTTP/0.9", b"RTSP/1.0", b"http/1.1", b"HTTP/1.01"]
 HOSTS = [b"a", b"example.com", b"example.com:8080", b"[::1]:8000", b"127.0.0.1", b""]
@@ -30,6 +30,8 @@ FIELD_VALUES = [
     b"\xc3\xa9",
     b"a\tb",
     b"100-continue",
+    b"a\x0bb",
+    b"a\x7f",
 ]
 TE_VALUES = [
     b"chunked",
@@ -41,7 +43,10 @@ TE_VALUES = [
     b"identity",
 ]
 CL_VALUES = [b"1, 1", b"+1", b"-1", b"0x1", b" ", b"1 1", b"99999999999999999999"]
-FORBIDDEN_TRAILERS = [b"Host", b"Content-Length", b"Transfer-Encoding", b"Connection", b"Te", b"Trailer"]
+FORBIDDEN_TRAILERS = [
+    *(b"Host", b"Content-Length", b"Transfer-Encoding", b"Connection", b"Te", b"Trailer"),
+    *(b"Authorization", b"Content-Type", b"Range", b"Cache-Control", b"Set-Cookie"),
+]
 CHUNK_EXTS = [b"", b";a=b", b';a="q s"', b";a", b" ; a = b", b";a= b", b";", b";a=\x01", b';a=";"']
 OWS = [b"", b" ", b"\t", b"  "]
 SPECIAL_BYTES = b'\r\n\x00 \t:;,\x7f\x80"'
@@ -62,6 +67,7 @@ def targets(draw: st.DrawFn) -> bytes:
     return draw(
         st.sampled_from(
             [origin, origin, origin, b"*", b"http://x.com" + origin, b"http://x.com", b"x", b"//a"]
+            + [b"https://t.example:8443" + origin, b"ftp://x.com/"]
         )
     )
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from refork.http.parser import FORBIDDEN_TRAILERS
+
 TOKEN = rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+"
 COMMON_METHODS = frozenset(b"GET HEAD POST PUT DELETE OPTIONS PATCH TRACE CONNECT".split())
 
@@ -33,15 +35,42 @@ def chunk_ext_lines(region: bytes) -> bool:
     return any(m.group(1) or m.group(2) for m in CHUNK_LINE.finditer(region))
 
 
+# The fields refork refuses in a trailer section (RFC 9110 6.5.1: framing, routing, request
+# modifiers, authentication, response control, content processing), taken from the parser.
 TRAILER_FIELD = re.compile(
-    rb"\r\n0[^\r\n]*\r\n(?:[^\r\n]*\r\n)*?(host|content-length|transfer-encoding|connection|te|trailer):",
+    rb"\r\n0[^\r\n]*\r\n(?:[^\r\n]*\r\n)*?(" + b"|".join(map(re.escape, FORBIDDEN_TRAILERS)) + rb"):",
     re.IGNORECASE,
 )
 
 
 def forbidden_trailer(region: bytes) -> bool:
-    """A framing, routing or connection field after the last chunk (a rough reading of region)."""
+    """A field RFC 9110 6.5.1 rules out of trailers, after the last chunk (a rough reading of region)."""
     return bool(TRAILER_FIELD.search(region))
 
 
 HOST_CHARS = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:[]%"
+
+
+# The methods llhttp parses itself (any other token is replayed by refork with a placeholder).
+LLHTTP_METHODS = frozenset(
+    b"DELETE GET HEAD POST PUT CONNECT OPTIONS TRACE COPY LOCK MKCOL MOVE PROPFIND PROPPATCH SEARCH"
+    b" UNLOCK BIND REBIND UNBIND ACL REPORT MKACTIVITY CHECKOUT MERGE M-SEARCH NOTIFY SUBSCRIBE"
+    b" UNSUBSCRIBE PATCH PURGE MKCALENDAR LINK UNLINK SOURCE QUERY PRI".split()
+)
+METHOD_AT_LINE_START = re.compile(rb"(?:^|\n)(" + TOKEN + rb")(?: |\Z)")  # or a method cut short
+
+
+def starts_like_llhttp_method(method: bytes) -> bool:
+    """An unknown token method that begins like one llhttp knows (FOO, PUX, POSTX): llhttp
+    reads its first bytes as a method of its own before it fails."""
+    return bool(method) and method not in LLHTTP_METHODS and method[:1] in b"ABCDFGHLMNOPQRSTU"
+
+
+def has_method_starting_like_llhttp(raw: bytes) -> bool:
+    return any(starts_like_llhttp_method(m.group(1)) for m in METHOD_AT_LINE_START.finditer(raw))
+
+
+def has_pipelined_unknown_method(raw: bytes) -> bool:
+    """A request after the first whose method is a token llhttp does not know (X-SYNC, FOO)."""
+    methods = [m.group(1) for m in METHOD_AT_LINE_START.finditer(raw)]
+    return any(m not in LLHTTP_METHODS for m in methods[1:])
