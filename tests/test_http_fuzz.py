@@ -18,8 +18,6 @@ more. A failure prints the bytes: add them to the parser corpus once the parser 
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -34,7 +32,6 @@ from fuzz.drivers import (
     refork_outcome,
 )
 from fuzz.grammar import CORPUS, cut_points, fuzzed, generated, mutated, pipelines
-from fuzz.shapes import has_method_starting_like_llhttp, has_pipelined_unknown_method
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -69,7 +66,7 @@ def test_error_status_is_independent_of_boundaries() -> None:
     assert whole.status == bytewise.status, (whole, bytewise)  # 400 whole, 431 bytewise
 
 
-def check_parser_strictly(raw: bytes, cuts: list[int], limits: Limits) -> None:
+def check_parser(raw: bytes, cuts: list[int], limits: Limits = Limits()) -> None:
     """The parser's properties on raw: whole, cut at cuts, and one byte at a time."""
     runs = {
         "whole": feed_refork(raw, [], limits),
@@ -93,72 +90,47 @@ def check_parser_strictly(raw: bytes, cuts: list[int], limits: Limits) -> None:
 
 @dataclass(frozen=True)
 class ParserBug:
-    """A property violation found by the fuzzer, for the parser owner: exact bytes and why."""
+    """A property violation the fuzzer found, now fixed: pinned so it stays fixed."""
 
     name: str
     raw: bytes
     reason: str
-    applies: Callable[[bytes], bool]  # does a fuzzed input run into the same bug? (rough)
-    cuts: tuple[int, ...] = ()  # feed() boundaries that show it (besides whole and bytewise)
+    cuts: tuple[int, ...] = ()  # feed() boundaries that showed it (besides whole and bytewise)
 
 
-# HTTP/1.0 head that asks for keep-alive; refork then reads `close` as winning, llhttp does not.
-HTTP10_KEEP_ALIVE = re.compile(rb"HTTP/1\.0\r\n(?:(?!\r\n\r\n).)*keep-alive", re.IGNORECASE | re.DOTALL)
-
-KNOWN_PARSER_BUGS = [
+FIXED_PARSER_BUGS = [
     ParserBug(
         "bytes-after-close-parsed-within-one-feed",
         b"GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n",
-        "refork reads `keep-alive, close` on HTTP/1.0 as close (RFC 9112 9.3: with `close` the"
-        " connection does not persist) and ignores later bytes, but llhttp keeps alive and goes on"
-        " parsing the rest of the same feed(): fed whole this gives a second Request after the"
-        " closing one, fed byte by byte it does not",
-        lambda raw: bool(HTTP10_KEEP_ALIVE.search(raw)),
-    ),
-    ParserBug(
-        "unknown-method-cut-inside-a-known-prefix",
-        b"FOO / HTTP/1.1\r\nHost: a\r\n\r\n",
-        "RFC 9110 9.1: method = token, so FOO is served (it is, fed whole); but when a feed() ends"
-        " while the method is still a prefix of one llhttp knows (`F`, `PU` of PUX), llhttp's later"
-        " `Invalid method` is answered 400 instead of replayed with the placeholder method: fed"
-        " whole the request is served, fed byte by byte it is refused",
-        has_method_starting_like_llhttp,
-    ),
-    ParserBug(
-        "unknown-method-pipelined-after-a-request-split-across-feeds",
-        b"GET / HTTP/1.1\r\nHost: a\r\n\r\nX-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n",
-        "RFC 9110 9.1 / RFC 9112 9.3.2: a pipelined X-SYNC request is served like the first one; but"
-        " when an earlier feed() ended anywhere inside the request before it (cut at 1: `G`, then"
-        " the rest), the unknown method is answered 400 instead of replayed; fed whole, or byte by"
-        " byte, both requests are served",
-        has_pipelined_unknown_method,
-        cuts=(1,),
+        "refork reads `keep-alive, close` on HTTP/1.0 as close (RFC 9112 9.3) and ignores later bytes,"
+        " but llhttp kept alive and parsed on within the same feed(): a second Request fed whole only",
     ),
     ParserBug(
         "error-after-close-within-one-feed",
         b"GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n"
         b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-        "the same cause: an invalid request after the closing one raises ParseError (400) when both"
-        " arrive in one feed(), so the valid first request is answered 400 instead of served; fed in"
-        " two pieces, the second is ignored",
-        lambda raw: bool(HTTP10_KEEP_ALIVE.search(raw)),
+        "the same cause: an invalid request after the closing one raised 400 when both arrived in one"
+        " feed(), so the valid first request was refused",
+    ),
+    ParserBug(
+        "unknown-method-cut-inside-a-known-prefix",
+        b"FOO / HTTP/1.1\r\nHost: a\r\n\r\n",
+        "RFC 9110 9.1: method = token; a feed() ending while the method was still a prefix of one"
+        " llhttp knows (`F`) got 400 instead of a replay with the placeholder method",
+        cuts=(1,),
+    ),
+    ParserBug(
+        "unknown-method-pipelined-after-a-request-split-across-feeds",
+        b"GET / HTTP/1.1\r\nHost: a\r\n\r\nX-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n",
+        "RFC 9110 9.1 / RFC 9112 9.3.2: a pipelined X-SYNC after a request split across reads got 400",
+        cuts=(1,),
     ),
 ]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="for the parser owner: see KNOWN_PARSER_BUGS")
-@pytest.mark.parametrize("bug", KNOWN_PARSER_BUGS, ids=[b.name for b in KNOWN_PARSER_BUGS])
-def test_known_parser_bugs(bug: ParserBug) -> None:
-    check_parser_strictly(bug.raw, list(bug.cuts), Limits())
-
-
-def check_parser(raw: bytes, cuts: list[int], limits: Limits = Limits()) -> None:
-    """check_parser_strictly, but a failure caused by a known parser bug is left to its xfail."""
-    try:
-        check_parser_strictly(raw, cuts, limits)
-    except AssertionError:
-        if not any(bug.applies(raw) for bug in KNOWN_PARSER_BUGS):
-            raise
+@pytest.mark.parametrize("bug", FIXED_PARSER_BUGS, ids=[b.name for b in FIXED_PARSER_BUGS])
+def test_parser_bugs_the_fuzzer_found_stay_fixed(bug: ParserBug) -> None:
+    check_parser(bug.raw, list(bug.cuts), Limits())
 
 
 @pytest.mark.parametrize("raw", CORPUS, ids=range(len(CORPUS)))
@@ -235,7 +207,7 @@ def test_h11_reads_the_known_differences_as_recorded(known: KnownDifference) -> 
     "known",
     [
         pytest.param(
-            k, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="parser fix in progress")
+            k, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="open in refork")
         )
         if k.pending
         else k

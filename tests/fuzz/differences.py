@@ -82,7 +82,7 @@ KNOWN_DIFFERENCES = [
     KnownDifference(
         "token-method",
         b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n",
-        "RFC 9110 9.1: method = token; llhttp knows a fixed list (refork fix in progress)",
+        "RFC 9110 9.1: method = token; llhttp knows a fixed list",
         "both",
         refork_accepts=True,
         h11_accepts=True,
@@ -94,13 +94,12 @@ KNOWN_DIFFERENCES = [
     KnownDifference(
         "token-method-cut-inside-a-known-prefix",
         b"FOO / HTTP/1.1\r\nHost: a\r\n\r\n",
-        "RFC 9110 9.1: method = token; refork serves FOO fed whole but refuses it fed byte by byte"
-        " (a refork bug, see KNOWN_PARSER_BUGS: unknown-method-cut-inside-a-known-prefix)",
+        "RFC 9110 9.1: method = token; refork serves FOO however its bytes arrive (it once refused"
+        " it fed byte by byte: see FIXED_PARSER_BUGS)",
         "both",
         refork_accepts=True,
         h11_accepts=True,
         applies=lambda prev, region: starts_like_llhttp_method(request_line(region)[0]),
-        pending=True,
     ),
     KnownDifference(
         "lowercase-method",
@@ -134,7 +133,7 @@ KNOWN_DIFFERENCES = [
     KnownDifference(
         "non-http-protocol",
         b"GET / RTSP/1.0\r\n\r\n",
-        'RFC 9112 2.3: HTTP-name is %s"HTTP"; llhttp reads RTSP/1.0 as HTTP/1.0 (refork fix in progress)',
+        'RFC 9112 2.3: HTTP-name is %s"HTTP"; llhttp reads RTSP/1.0 as HTTP/1.0 (open in refork)',
         "both",
         refork_accepts=False,
         h11_accepts=False,
@@ -175,7 +174,7 @@ KNOWN_DIFFERENCES = [
     KnownDifference(
         "asterisk-not-options",
         b"GET * HTTP/1.1\r\nHost: a\r\n\r\n",
-        "RFC 9112 3.2.4: the asterisk-form is only used for a server-wide OPTIONS (refork fix in progress)",
+        "RFC 9112 3.2.4: the asterisk-form is only used for a server-wide OPTIONS",
         "refork",
         refork_accepts=False,
         h11_accepts=True,
@@ -237,7 +236,7 @@ KNOWN_DIFFERENCES = [
     KnownDifference(
         "transfer-encoding-empty-element",
         P + b"Transfer-Encoding: , chunked\r\n\r\n0\r\n\r\n",
-        "RFC 9110 5.6.1: a recipient MUST accept (and ignore) empty list elements (refork fix in progress)",
+        "RFC 9110 5.6.1: a recipient MUST accept (and ignore) empty list elements",
         "refork",
         refork_accepts=True,
         h11_accepts=False,
@@ -310,7 +309,7 @@ KNOWN_DIFFERENCES = [
         "chunk-ext-bws-around-equals",
         TE + b"\r\n5;a = b\r\nhello\r\n0\r\n\r\n",
         'RFC 9112 7.1.1: chunk-ext = *( BWS ";" BWS chunk-ext-name [ BWS "=" BWS chunk-ext-val ] )'
-        " (refork fix in progress)",
+        " (open in refork)",
         "both",
         refork_accepts=True,
         h11_accepts=True,
@@ -320,7 +319,7 @@ KNOWN_DIFFERENCES = [
     KnownDifference(
         "chunk-ext-bws-before-semicolon",
         TE + b"\r\n5 ; a = b\r\nhello\r\n0\r\n\r\n",
-        "RFC 9112 7.1.1: BWS is allowed before `;` (refork fix in progress); h11 refuses it",
+        "RFC 9112 7.1.1: BWS is allowed before `;` (open in refork); h11 refuses it",
         "refork",
         refork_accepts=True,
         h11_accepts=False,

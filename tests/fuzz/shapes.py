@@ -64,13 +64,3 @@ def starts_like_llhttp_method(method: bytes) -> bool:
     """An unknown token method that begins like one llhttp knows (FOO, PUX, POSTX): llhttp
     reads its first bytes as a method of its own before it fails."""
     return bool(method) and method not in LLHTTP_METHODS and method[:1] in b"ABCDFGHLMNOPQRSTU"
-
-
-def has_method_starting_like_llhttp(raw: bytes) -> bool:
-    return any(starts_like_llhttp_method(m.group(1)) for m in METHOD_AT_LINE_START.finditer(raw))
-
-
-def has_pipelined_unknown_method(raw: bytes) -> bool:
-    """A request after the first whose method is a token llhttp does not know (X-SYNC, FOO)."""
-    methods = [m.group(1) for m in METHOD_AT_LINE_START.finditer(raw)]
-    return any(m not in LLHTTP_METHODS for m in methods[1:])
