@@ -28,12 +28,12 @@ from fuzz.drivers import (
     feed_refork,
     h11_outcome,
     is_prefix,
-    merge_bodies,
     refork_outcome,
 )
 from fuzz.grammar import CORPUS, cut_points, fuzzed, generated, mutated, pipelines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_http_parser import merge_bodies
 
 from refork.http.parser import Limits
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from refork.http.events import Body, EndOfMessage, ParseError, Request
+from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
 from refork.http.parser import Limits, RequestParser
 
 H = b"GET / HTTP/1.1\r\nHost: a\r\n"  # a valid head, still open for more fields
@@ -23,7 +23,12 @@ def parse(raw: bytes, *, split: bool = False, limits: Limits = Limits()) -> list
         events = [e for i in range(len(raw)) for e in parser.feed(raw[i : i + 1])]
     else:
         events = parser.feed(raw)
-    merged: list = []
+    return merge_bodies(events)
+
+
+def merge_bodies(events: list[Event]) -> list[Event]:
+    """Adjacent Body events as one: how a body is cut into events is not framing."""
+    merged: list[Event] = []
     for event in events:
         if isinstance(event, Body) and merged and isinstance(merged[-1], Body):
             merged[-1] = Body(merged[-1].data + event.data)

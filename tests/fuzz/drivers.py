@@ -87,17 +87,6 @@ def feed_refork(
     return events, None
 
 
-def merge_bodies(events: list[Event]) -> list[Event]:
-    """Adjacent Body events as one: how a body is cut into events is not framing."""
-    merged: list[Event] = []
-    for event in events:
-        if isinstance(event, Body) and merged and isinstance(merged[-1], Body):
-            merged[-1] = Body(merged[-1].data + event.data)
-        else:
-            merged.append(event)
-    return merged
-
-
 def check_event_grammar(events: list[Event], error: ParseError | None) -> None:
     """(Request Body* EndOfMessage)* [Request Body*]; nothing after a closing request."""
     expecting_head = True
