@@ -125,6 +125,14 @@ FIXED_PARSER_BUGS = [
         "RFC 9110 9.1 / RFC 9112 9.3.2: a pipelined X-SYNC after a request split across reads got 400",
         cuts=(1,),
     ),
+    ParserBug(
+        "unknown-method-replay-remembered-past-a-boundary",
+        b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"
+        b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n",
+        "a read ending right after a replayed X-SYNC request kept the replay's bytes, so a later read"
+        " inside the next request held the wrong bytes and the third request got 400 (the long run)",
+        cuts=(30, 33),
+    ),
 ]
 
 

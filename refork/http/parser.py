@@ -196,9 +196,13 @@ class RequestParser:
             raise
         if self._in_message:
             self._hold(data)
-        elif self._held or self._held is None:
-            self._held, self._held_done, self._refed = bytearray(), 0, None
+        elif self._held or self._held is None or self._refed is not None:
+            self._between_requests()
         return events
+
+    def _between_requests(self) -> None:
+        """A read ended between two requests: nothing held, nothing re-fed to remember."""
+        self._held, self._held_done, self._refed = bytearray(), 0, None
 
     def _hold(self, data: bytes | memoryview) -> None:
         """A read ended inside a message: keep what llhttp was fed since the last boundary
@@ -239,8 +243,8 @@ class RequestParser:
             raise
         if self._in_message:
             self._hold(data)
-        elif self._held or self._held is None:
-            self._held, self._held_done, self._refed = bytearray(), 0, None
+        elif self._held or self._held is None or self._refed is not None:
+            self._between_requests()
         return self._events
 
     def _feed_slow_rest(self, data: bytes) -> None:

@@ -190,6 +190,19 @@ KNOWN_DIFFERENCES = [
         applies=lambda prev, region: region.startswith(b"CONNECT "),
     ),
     KnownDifference(
+        "http-1.2-without-host",
+        b"GET / HTTP/1.2\r\n\r\n",
+        "RFC 9112 3.2: a server MUST answer 400 to an HTTP/1.1 request without Host, and a higher"
+        " minor version is served as 1.1 (RFC 9110 6.2); h11 asks Host of 1.1 only",
+        "refork",
+        refork_accepts=False,
+        h11_accepts=True,
+        applies=lambda prev, region: bool(
+            re.search(rb" HTTP/1\.[2-9]\r?\n", region.split(b"\n", 1)[0] + b"\n")
+        )
+        and not fields(head(region), b"host"),
+    ),
+    KnownDifference(
         "invalid-host",
         b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
         "RFC 9112 3.2: a server MUST answer 400 to a Host with an invalid value (RFC 3986 host[:port])",
