@@ -168,7 +168,9 @@ KNOWN_DIFFERENCES = [
         refork_accepts=False,
         h11_accepts=True,
         applies=lambda prev, region: (
-            len(request_line(region)) > 1 and not request_line(region)[1].startswith((b"/", b"*"))
+            len(request_line(region)) > 1
+            and not request_line(region)[1].startswith(b"/")
+            and request_line(region)[1] != b"*"  # the asterisk-form: see asterisk-not-options
         ),
     ),
     KnownDifference(
