@@ -64,7 +64,7 @@ class HarnessControl:
     def at_safe_point(self) -> None:
         pass
 
-    def request_started(self) -> object:
+    def request_started(self, method: str, path: bytes) -> object:
         with self._lock:
             self.in_flight += 1
         return time.monotonic()
@@ -75,7 +75,7 @@ class HarnessControl:
     def request_resumed(self, token: object) -> None:
         pass
 
-    def request_finished(self, token: object) -> None:
+    def request_finished(self, token: object, status: int) -> None:
         with self._lock:
             self.in_flight -= 1
             self.served += 1

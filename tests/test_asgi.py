@@ -265,8 +265,8 @@ class Control(HarnessControl):
     @property
     def safe_point_wanted(self):
         return self.want
-    def request_finished(self, token):
-        super().request_finished(token)
+    def request_finished(self, token, status):
+        super().request_finished(token, status)
         if mode == "fork" and self.served == 1:
             self.want = True  # promote after the first response
     def at_safe_point(self):

@@ -331,7 +331,7 @@ class Control:
         if self.raise_at_safe_point is not None:
             raise self.raise_at_safe_point
 
-    def request_started(self) -> object:
+    def request_started(self, method: str, path: bytes) -> object:
         return None
 
     def request_waiting(self, token: object) -> None:
@@ -340,7 +340,7 @@ class Control:
     def request_resumed(self, token: object) -> None:
         pass
 
-    def request_finished(self, token: object) -> None:
+    def request_finished(self, token: object, status: int) -> None:
         pass
 
     def tick(self) -> None:

@@ -7,7 +7,6 @@ served, and the pid that owns it (so a stale slot is never misread).
 
 from __future__ import annotations
 
-import itertools
 import mmap
 import threading
 from collections.abc import Callable
@@ -66,6 +65,18 @@ class SlotAllocator:
             self._free.append(index)
 
 
+class InFlight:
+    """One request between request_started and request_finished (the token the loops hold)."""
+
+    __slots__ = ("began", "method", "path", "thread")
+
+    def __init__(self, began: float, method: str, path: bytes, thread: int) -> None:
+        self.began = began  # when it was first handed to the app
+        self.method = method
+        self.path = path
+        self.thread = thread  # the thread that runs it (the event loop's for ASGI)
+
+
 class AppClock:
     """A worker's deadline from the time its requests spend *in the app*, never waiting on a client;
     and its count of requests served (both in its slot).
@@ -85,13 +96,12 @@ class AppClock:
         self._lock = threading.Lock()
         self._in_app: dict[object, float] = {}  # token -> when it entered the app (insertion = time order)
         self._waiting: set[object] = set()  # tokens waiting on their client
-        self._ids = itertools.count(1)
         self.served = 0
 
-    def started(self) -> object:
+    def started(self, method: str = "", path: bytes = b"") -> InFlight:
         with self._lock:
             now = self._now()
-            token = next(self._ids)
+            token = InFlight(now, method, path, threading.get_ident())
             in_app = self._in_app
             in_app[token] = now
             if len(in_app) == 1:
@@ -111,7 +121,7 @@ class AppClock:
                 self._in_app[token] = self._now()
                 self._update()
 
-    def finished(self, token: object) -> int:
+    def finished(self, token: object, status: int = 0) -> int:
         """The request is answered: release its deadline, count it; returns the requests served."""
         with self._lock:
             in_app = self._in_app

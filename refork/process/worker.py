@@ -80,7 +80,7 @@ class Worker:
         self.memray: object = None
         clock = self.clock = AppClock(ctx.slots, slot, self.timeout, time.monotonic)
         # WorkerControl's per-request calls go straight to the clock: no wrapper on the hot path
-        self.request_started: Callable[[], object] = clock.started
+        self.request_started: Callable[[str, bytes], object] = clock.started
         self.request_waiting: Callable[[object], None] = clock.waiting
         self.request_resumed: Callable[[object], None] = clock.resumed
         self._stopping = False
@@ -214,8 +214,8 @@ class Worker:
             self.cmd.close()
             raise Promoted(generation)  # the mold that forked this worker runs it as a mold
 
-    def request_finished(self, token: object) -> None:
-        requests = self.clock.finished(token)
+    def request_finished(self, token: object, status: int) -> None:
+        requests = self.clock.finished(token, status)
         if requests == self._retire_at:
             self.ctx.tell(
                 messages.WantsRetirement(os.getpid(), f"served {requests} requests (--max-requests)")

@@ -191,7 +191,7 @@ class HttpProtocol(asyncio.Protocol):
         """The response is written (or abandoned): account for it and move on to the next one."""
         srv = self.srv
         srv.in_flight -= 1
-        srv.control.request_finished(cycle.token)
+        srv.control.request_finished(cycle.token, cycle.response.status)
         if srv.access_log is not None:
             response = cycle.response
             log_access(srv.access_log, cycle.request, cycle.remote, response.status, response.body_bytes,
@@ -240,7 +240,7 @@ class HttpProtocol(asyncio.Protocol):
             cycle.close_after()
         self.cycle = cycle
         srv.in_flight += 1
-        cycle.token = srv.control.request_started()
+        cycle.token = srv.control.request_started(cycle.request.method, cycle.request.path)
         scope = build_scope(
             cycle.request,
             server=self.server_addr,

@@ -37,8 +37,9 @@ class WorkerControl(Protocol):
         propagate out of serve() untouched.
         """
 
-    def request_started(self) -> object:
-        """A complete request is about to be handed to the app. Thread-safe. Returns a token."""
+    def request_started(self, method: str, path: bytes) -> object:
+        """A complete request is about to be handed to the app, on the thread that will run it
+        (the event loop's for ASGI). Thread-safe. Returns a token for the calls below."""
 
     def request_waiting(self, token: object) -> None:
         """That request now waits on its client (body, or a response it reads slowly). Thread-safe.
@@ -50,8 +51,11 @@ class WorkerControl(Protocol):
     def request_resumed(self, token: object) -> None:
         """That request is back in the app (after request_waiting). Thread-safe."""
 
-    def request_finished(self, token: object) -> None:
-        """The response for that request is fully written (or failed). Thread-safe."""
+    def request_finished(self, token: object, status: int) -> None:
+        """The response for that request is fully written (or failed). Thread-safe.
+
+        ``status`` is the status line sent, 0 when none was (the client went away first).
+        """
 
     def tick(self) -> None:
         """Called on the loop thread at least once a second: liveness, idle work."""

@@ -401,9 +401,10 @@ class _Loop:
         control = self.control
         started = time.perf_counter() if self.access_log is not None else 0.0
         out = conn.out
-        token = out.token = control.request_started()
+        token = out.token = control.request_started(request.method, request.path)
         out.request = request
         writing = False
+        outcome: Outcome | Streaming | None = None
         try:
             environ = conn.builder.build(request, stream, conn.client)
             keep_alive = not (self.draining or control.stopping)
@@ -419,7 +420,7 @@ class _Loop:
                 return None
         finally:
             if not writing:  # (the same as _finished, inline: this is the hot path)
-                control.request_finished(token)
+                control.request_finished(token, outcome[0] if type(outcome) is tuple else 0)
                 if stream is not EMPTY_INPUT:
                     stream.close()
         status, length, keep = outcome  # type: ignore[misc]
@@ -430,7 +431,7 @@ class _Loop:
 
     def _finished(self, request: Request, environ: dict[str, Any], stream: InputStream, token: object,
                   started: float, outcome: Outcome) -> bool:  # fmt: skip
-        self.control.request_finished(token)
+        self.control.request_finished(token, outcome[0])
         if stream is not EMPTY_INPUT:
             stream.close()
         status, length, keep = outcome
