@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from refork.deadlines import extend_deadline
 from refork.fork_safety import is_fork_safe, mark_fork_unsafe
 from refork.lifecycle import after_fork, before_fork, before_promotion, keep_fd, per_process
 
@@ -11,6 +12,7 @@ __all__ = [
     "after_fork",
     "before_fork",
     "before_promotion",
+    "extend_deadline",
     "is_fork_safe",
     "keep_fd",
     "mark_fork_unsafe",

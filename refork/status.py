@@ -85,6 +85,8 @@ def format_status(status: dict[str, Any]) -> str:
     for p in status["processes"]:
         role = p["role"] if p["role"] == "mold" else f"worker {p['nr']}"
         note = p.get("fork_unsafe") and f"fork-unsafe: {p['fork_unsafe']}" or p.get("retiring") or ""
+        if p.get("overdue"):
+            note = f"{p['overdue']} hung (past --request-timeout)" + (f"; {note}" if note else "")
         rows.append(
             (
                 str(p["pid"]),

@@ -58,6 +58,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "refork_after": ("10,20", [10, 20]),
     "refork_max_unavailable": ("2", 2),
     "mold_idle_exit": ("5", 5.0),
+    "request_timeout": ("2.5", 2.5),
     "fork_safety": ("strict", "strict"),
     "fork_integrations": ("redis,Django", ["django", "redis"]),
     "max_worker_memory": ("512M", 512 << 20),

@@ -141,6 +141,19 @@ class Config:
         doc="how long a stopping worker may finish in-flight requests",
         group="server",
     )
+    request_timeout: float | None = setting(
+        None,
+        "--request-timeout",
+        coerce=c.off_or_seconds,
+        metavar="S|off",
+        help="soft per-request timeout: log the request's stack and replace its worker gracefully",
+        doc="a request in the app longer than this (soft; `refork.extend_deadline()` pushes it for one "
+        "request) is logged once with its method, path, duration and Python stack; its worker stops "
+        "accepting, finishes its other requests (within `--graceful-timeout`) and goes once a "
+        "replacement from the mold is ready. `--timeout` stays the hard kill (see docs/timeouts.md)",
+        shown_default="off",
+        group="server",
+    )
     keepalive: float = setting(
         5.0,
         "--keepalive",

@@ -55,10 +55,12 @@ class WantsPromotion:
 
 @dataclass
 class WantsRetirement:
-    """A worker reached --max-requests: replace it, then stop it."""
+    """Replace this worker, then stop it: it reached --max-requests, or a request of it passed
+    --request-timeout (`cause` names which, for the restart counters)."""
 
     pid: int
     reason: str
+    cause: str = "max_requests"  # | "request_timeout"
 
 
 @dataclass

@@ -325,7 +325,10 @@ class Monitor:
             self.feed(ev.MemorySampled({pid: read_memory(pid) for pid in stale}, check_limit=False))
         children = sorted(sup.roster.children(), key=lambda c: (c.role != "mold", c.generation, c.nr))
         slots = self.ctx.slots
-        rows = [c.status_row(slots.requests(c.slot) if c.slot >= 0 else 0) for c in children]
+        rows = [
+            c.status_row(slots.requests(c.slot), slots.overdue(c.slot)) if c.slot >= 0 else c.status_row(0)
+            for c in children
+        ]
         return {
             "monitor_pid": os.getpid(),
             "generation": sup.generation,

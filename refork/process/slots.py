@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 SLOT_WORDS = 8  # 64 bytes
 DEADLINE, REQUESTS, PID = 0, 1, 2
+OVERDUE = 3  # requests past --request-timeout still in flight: hung threads, never free capacity
 
 
 class Slots:
@@ -25,6 +26,7 @@ class Slots:
         base = index * SLOT_WORDS
         self._ints[base + PID] = pid
         self._ints[base + REQUESTS] = 0
+        self._ints[base + OVERDUE] = 0
         self._floats[base + DEADLINE] = deadline
 
     def set_deadline(self, index: int, deadline: float) -> None:
@@ -38,6 +40,12 @@ class Slots:
 
     def requests(self, index: int) -> int:
         return self._ints[index * SLOT_WORDS + REQUESTS]
+
+    def set_overdue(self, index: int, count: int) -> None:
+        self._ints[index * SLOT_WORDS + OVERDUE] = count
+
+    def overdue(self, index: int) -> int:
+        return self._ints[index * SLOT_WORDS + OVERDUE]
 
     def owner(self, index: int) -> int:
         return self._ints[index * SLOT_WORDS + PID]
@@ -97,6 +105,11 @@ class AppClock:
         self._in_app: dict[object, float] = {}  # token -> when it entered the app (insertion = time order)
         self._waiting: set[object] = set()  # tokens waiting on their client
         self.served = 0
+        # refork.extend_deadline() and --request-timeout (see "Soft deadlines" below)
+        self._extended: dict[object, float] = {}  # extended tokens in the app -> entry + extension
+        self._extension: dict[object, float] = {}  # token -> seconds it extended itself by
+        self._overdue: dict[object, float] = {}  # token -> when it was found past the soft deadline
+        self._marked = False  # some token is in _extension or _overdue: finished() settles it
 
     def started(self, method: str = "", path: bytes = b"") -> InFlight:
         with self._lock:
@@ -110,7 +123,7 @@ class AppClock:
 
     def waiting(self, token: object) -> None:
         with self._lock:
-            if self._in_app.pop(token, None) is not None:
+            if self._in_app.pop(token, None) is not None or self._extended.pop(token, None) is not None:
                 self._waiting.add(token)
                 self._update()
 
@@ -118,7 +131,11 @@ class AppClock:
         with self._lock:
             if token in self._waiting:
                 self._waiting.discard(token)
-                self._in_app[token] = self._now()
+                extension = self._extension.get(token)
+                if extension is None:
+                    self._in_app[token] = self._now()
+                else:
+                    self._extended[token] = self._now() + extension
                 self._update()
 
     def finished(self, token: object, status: int = 0) -> int:
@@ -128,6 +145,8 @@ class AppClock:
             if in_app.pop(token, None) is None:
                 self._waiting.discard(token)
             since = next(iter(in_app.values())) if in_app else self._now()
+            if self._marked:
+                since = self._settle(token, since)
             slots, index = self._slots, self._index
             slots.set_deadline(index, since + self._timeout)
             served = self.served = self.served + 1
@@ -137,13 +156,95 @@ class AppClock:
     @property
     def busy(self) -> bool:
         """Some request is in the app (the deadline is held)."""
-        return bool(self._in_app)
+        return bool(self._in_app or self._extended)
 
     def tick(self) -> None:
-        if not self._in_app:
+        if self._marked:
+            with self._lock:
+                self._update()  # also corrects a deadline started() left late (see extend())
+        elif not self._in_app:
             self._slots.set_deadline(self._index, self._now() + self._timeout)
 
     def _update(self) -> None:
-        in_app = self._in_app
-        since = next(iter(in_app.values())) if in_app else self._now()
-        self._slots.set_deadline(self._index, since + self._timeout)
+        self._slots.set_deadline(self._index, self._oldest() + self._timeout)
+
+    def _oldest(self) -> float:
+        """When the request holding the deadline entered the app (its extension added); now if none."""
+        in_app, extended = self._in_app, self._extended
+        since = next(iter(in_app.values())) if in_app else None
+        if extended:
+            oldest = min(extended.values())
+            return oldest if since is None or oldest < since else since
+        return self._now() if since is None else since
+
+    # -- Soft deadlines (--request-timeout) and refork.extend_deadline() ---------------------------
+    #
+    # An extended request leaves _in_app (whose insertion order is its time order, which the hot
+    # path relies on) for _extended, with its entry time pushed by its extension: its share of the
+    # hard deadline and its soft deadline both move, nobody else's does. finished() settles marked
+    # tokens (_settle); started() does not look at _extended, so a request started while an older
+    # extended one is in the app may leave the deadline late (never early) until the next tick.
+
+    def extend(self, token: object, seconds: float) -> bool:
+        """refork.extend_deadline(): push this request's deadlines by `seconds` (added to any
+        earlier extension). False if the request is over."""
+        with self._lock:
+            entered = self._in_app.pop(token, None)
+            if entered is not None:
+                self._extended[token] = entered + seconds
+            elif token in self._extended:
+                self._extended[token] += seconds
+            elif token not in self._waiting:
+                return False
+            self._extension[token] = self._extension.get(token, 0.0) + seconds
+            self._marked = True
+            self._update()
+        return True
+
+    def overdue(self, soft_timeout: float, blocking: bool = True) -> list[InFlight] | None:
+        """Requests in the app for longer than `soft_timeout` (plus their extension) that were not
+        returned before: each overdue request is returned once, and counted in :attr:`hung` until
+        it finishes. None if `blocking` is False and the lock is held (a signal handler that
+        interrupted this very thread must not wait for it)."""
+        if not self._lock.acquire(blocking):
+            return None
+        try:
+            now = self._now()
+            limit = now - soft_timeout
+            reported = self._overdue
+            found: list[InFlight] = []
+            for token, entered in self._in_app.items():
+                if entered >= limit:
+                    break  # insertion order is time order: the rest are younger
+                if token not in reported and isinstance(token, InFlight):
+                    found.append(token)
+            for token, entered in self._extended.items():
+                if entered < limit and token not in reported and isinstance(token, InFlight):
+                    found.append(token)
+            for token in found:
+                reported[token] = now
+            if found:
+                self._marked = True
+            return found
+        finally:
+            self._lock.release()
+
+    @property
+    def hung(self) -> int:
+        """Requests found overdue and still in flight (their threads are not free capacity)."""
+        return len(self._overdue)
+
+    def extension(self, token: object) -> float:
+        """Seconds this request extended its deadlines by."""
+        return self._extension.get(token, 0.0)
+
+    def _settle(self, token: object, since: float) -> float:
+        """finished(token) with marked tokens about (lock held): forget it; the deadline's `since`."""
+        self._extension.pop(token, None)
+        self._extended.pop(token, None)
+        self._overdue.pop(token, None)
+        self._marked = bool(self._extension or self._overdue)
+        if self._extended:
+            oldest = min(self._extended.values())
+            return min(oldest, since) if self._in_app else oldest
+        return since

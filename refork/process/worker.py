@@ -15,9 +15,10 @@ import signal
 import socket
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
-from refork import fork_safety, integrations, lifecycle
+from refork import deadlines, fork_safety, integrations, lifecycle
 from refork.memory.heap import after_fork_in_child
 from refork.process import descriptors, messages
 from refork.process.context import ProcessContext, set_title
@@ -26,6 +27,7 @@ from refork.process.slots import AppClock
 
 log = logging.getLogger("refork")
 PROMOTION_RETRY = 10.0  # seconds before asking to be promoted again
+OVERDUE_SIGNAL = signal.SIGUSR2  # the monitor's "look at your overdue requests" (a blocked loop)
 
 
 def run_worker(ctx: ProcessContext, app: Any, interface: str, nr: int, generation: int, slot: int) -> int:
@@ -83,6 +85,9 @@ class Worker:
         self.request_started: Callable[[str, bytes], object] = clock.started
         self.request_waiting: Callable[[object], None] = clock.waiting
         self.request_resumed: Callable[[object], None] = clock.resumed
+        self.request_timeout = config.request_timeout
+        self._timed_out = False  # a request passed --request-timeout: retirement asked
+        self._hung_shown = 0  # the OVERDUE count last written to the slot
         self._stopping = False
         self._exit_now = False
         self._promote_to: int | None = None
@@ -116,6 +121,8 @@ class Worker:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGQUIT, self._on_quit)
         signal.signal(signal.SIGINT, self._on_quit)
+        signal.signal(OVERDUE_SIGNAL, self._on_overdue_signal)  # even when off: a HUP may turn it on
+        deadlines.install(self.clock.extend)
         self.slots.claim(self.slot, os.getpid(), time.monotonic() + self.timeout)
         if not fork_safety.is_fork_safe():  # marked while starting (a hook, --memray): say so now
             self._report_unsafe()
@@ -227,8 +234,55 @@ class Worker:
 
     def tick(self) -> None:
         self.clock.tick()
+        if self.request_timeout is not None:
+            self._check_overdue(None)
         if not self.clock.busy and self._trimmer is not None:
             self._trimmer.maybe_trim(time.monotonic())
+
+    # --request-timeout
+    def _on_overdue_signal(self, signum: int, frame: FrameType | None) -> None:
+        """The monitor saw the soft deadline pass on the slots page while this worker did not report
+        it: its loop thread is blocked in the app. We run on that thread, between two bytecodes of
+        the stuck code: `frame` is where it is stuck."""
+        if self.request_timeout is not None:
+            self._check_overdue(frame, in_handler=True)
+
+    def _check_overdue(self, interrupted: FrameType | None, in_handler: bool = False) -> None:
+        """Log each request newly past --request-timeout with its stack (once), ask to be replaced,
+        and show the hung ones in the slot."""
+        assert self.request_timeout is not None
+        found = self.clock.overdue(self.request_timeout, blocking=not in_handler)
+        if found:
+            from refork.process.stacks import request_stack
+
+            now = time.monotonic()
+            for token in found:
+                extended = self.clock.extension(token)
+                log.error(
+                    "request timeout: %s %s in the app for %.1fs (--request-timeout %gs%s); "
+                    "worker %d (pid %d, gen %d) will be replaced; the stack running it:\n%s",
+                    token.method or "-",
+                    token.path.decode("latin-1") or "-",
+                    now - token.began,
+                    self.request_timeout,
+                    f" + {extended:g}s extended" if extended else "",
+                    self.nr,
+                    os.getpid(),
+                    self.generation,
+                    request_stack(token, interrupted).rstrip("\n"),
+                )
+            if not self._timed_out:
+                self._timed_out = True
+                first = found[0]
+                reason = (
+                    f"request timeout: {first.method} {first.path.decode('latin-1')} "
+                    f"in the app over {self.request_timeout:g}s"
+                )
+                self.ctx.tell(messages.WantsRetirement(os.getpid(), reason, cause="request_timeout"))
+        hung = self.clock.hung
+        if hung != self._hung_shown:
+            self._hung_shown = hung
+            self.slots.set_overdue(self.slot, hung)
 
     def _maybe_ask_promotion(self, requests: int) -> None:
         now = time.monotonic()

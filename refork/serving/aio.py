@@ -20,6 +20,7 @@ import socket
 from collections import deque
 from typing import Any
 
+from refork import deadlines
 from refork.asgi import HttpCycle, Lifespan, LifespanFailure, build_scope
 from refork.config import Config
 from refork.http.events import Body, Event, ParseError, Request
@@ -253,7 +254,9 @@ class HttpProtocol(asyncio.Protocol):
             cycle.started_at = self.loop.time()
             client = scope["client"]
             cycle.remote = client[0] if client else None
+        serving = deadlines.current.set(cycle.token)  # the task copies it: refork.extend_deadline()
         cycle.task = self.loop.create_task(cycle.run(srv.app, scope))
+        deadlines.current.reset(serving)
 
     def start_next(self) -> None:
         cycle = self.queue.popleft()

@@ -23,6 +23,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from refork import deadlines
 from refork.config import Config
 from refork.http.body import EMPTY_INPUT, BodyBuffer, InputStream, Spool
 from refork.http.events import Body, EndOfMessage, ParseError, Request
@@ -405,6 +406,7 @@ class _Loop:
         out.request = request
         writing = False
         outcome: Outcome | Streaming | None = None
+        serving = deadlines.current.set(token)  # refork.extend_deadline() finds its request
         try:
             environ = conn.builder.build(request, stream, conn.client)
             keep_alive = not (self.draining or control.stopping)
@@ -419,6 +421,7 @@ class _Loop:
                 self.poller.watch(conn.fd, _OUT)
                 return None
         finally:
+            deadlines.current.reset(serving)
             if not writing:  # (the same as _finished, inline: this is the hot path)
                 control.request_finished(token, outcome[0] if type(outcome) is tuple else 0)
                 if stream is not EMPTY_INPUT:
@@ -453,12 +456,15 @@ class _Loop:
             return
         control = self.control
         control.request_resumed(writing.token)
+        serving = deadlines.current.set(writing.token)
         try:
             outcome = writing.streaming.resume()
         except Exception:
             log.exception("Error serving a connection")
             self._close(conn)
             return
+        finally:
+            deadlines.current.reset(serving)
         if outcome is None:
             control.request_waiting(writing.token)
             return

@@ -57,6 +57,7 @@ from refork.process.supervisor.roster import Child, Roster, exit_description
 
 FAST_STOP_TIMEOUT = 1.0  # a fast stop SIGKILLs what is left after this
 KILL_RETRY = 5.0  # after the stop deadline's SIGKILLs, how long before trying again
+NUDGE_GRACE = 2.0  # a worker whose loop runs reports --request-timeout itself within a tick (1s)
 REFUSED_REFORK = "no promotable worker (see the log)"
 REFUSED_RELOAD = "a new mold is already starting"
 
@@ -173,9 +174,12 @@ class Supervisor:
         elif isinstance(message, messages.MoldFailed):
             self._mold_failed(child, message)
         elif isinstance(message, messages.WantsRetirement):
+            if message.cause == "request_timeout":
+                child.retire_cause = child.retire_cause or message.cause  # no more SIGUSR2 nudges
             if not child.stopping and child.retire_reason is None:
                 self._log(INFO, "worker %d (pid %d) %s; replacing it", child.nr, child.pid, message.reason)
                 child.retire_reason = message.reason
+                child.retire_cause = message.cause
         elif isinstance(message, messages.WantsPromotion):
             self._promotion_wanted(child)
         else:
@@ -240,6 +244,12 @@ class Supervisor:
             self.slot_allocator.give_back(pending.slot)
         for child, reason in self.roster.overdue(now, self.slots, self.config):
             self._kill(child, reason)
+        blocked = self.roster.blocked_past_soft_deadline(now, self.slots, self.config, NUDGE_GRACE)
+        for child, deadline in blocked:
+            child.nudged = deadline  # once per request holding the deadline
+            self._log(DEBUG, "worker %d (pid %d): --request-timeout passed unreported: SIGUSR2", child.nr,
+                      child.pid)  # fmt: skip
+            self._emit(Signal(child.pid, signal.SIGUSR2))
         pending_mold = self.roster.pending_mold()
         if pending_mold is not None and now - pending_mold.requested_at > timeout + 60:
             mold = self.roster.get(pending_mold.pid) if pending_mold.pid else None

@@ -32,6 +32,8 @@ class Child:
     stop_deadline: float = 0.0
     kill_reason: str | None = None
     retire_reason: str | None = None  # set when a replacement must come before it stops
+    retire_cause: str | None = None  # why, as a restart cause: "request_timeout", "max_requests"...
+    nudged: float = 0.0  # the slot deadline it was last sent SIGUSR2 for (--request-timeout)
     fork_unsafe: str | None = None
     failed: str | None = None
     memory: ProcessMemory | None = None
@@ -53,7 +55,7 @@ class Child:
             return None
         return f"{metric.upper()} {format_bytes(used)} over --max-worker-memory {format_bytes(limit)}"
 
-    def status_row(self, requests: int) -> dict[str, Any]:
+    def status_row(self, requests: int, overdue: int = 0) -> dict[str, Any]:
         """This process as one row of `refork status --json`."""
         mem = self.memory
         return {
@@ -70,6 +72,7 @@ class Child:
             "minflt": mem.minflt if mem else None,
             "fork_unsafe": self.fork_unsafe,
             "retiring": self.retire_reason,
+            "overdue": overdue,  # requests past --request-timeout still running: hung threads
         }
 
 
@@ -158,6 +161,34 @@ class Roster:
                 found.append((child, f"did not become ready within {config.spawn_timeout:g}s"))
             elif child.stopping and child.stop_deadline and now > child.stop_deadline:
                 found.append((child, f"still running {config.graceful_timeout:g}s after stop"))
+        return found
+
+    def blocked_past_soft_deadline(
+        self, now: float, slots: Mapping[int, SlotReading], config: Config, grace: float
+    ) -> list[tuple[Child, float]]:
+        """--request-timeout for a worker whose loop thread is blocked in the app (it cannot look
+        itself): the slot deadline is the oldest in-app request's start + --timeout, so that request
+        passed the soft deadline `grace` ago and the worker did not report it. Each (worker,
+        deadline) once: with the slot deadline it names, to remember."""
+        soft = config.request_timeout
+        found: list[tuple[Child, float]] = []
+        if soft is None:
+            return found
+        for child in self.workers():
+            reading = slots.get(child.slot)
+            if (
+                not child.ready
+                or child.stopping
+                or child.kill_reason
+                or child.retire_cause == "request_timeout"
+                or reading is None
+                or reading.owner != child.pid
+                or not reading.deadline
+                or reading.deadline == child.nudged
+            ):
+                continue
+            if now > reading.deadline - config.timeout + soft + grace:
+                found.append((child, reading.deadline))
         return found
 
     def rollout_in_progress(self, generation: int) -> bool:
