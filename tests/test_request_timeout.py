@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 
+import pytest
 from supervisor_sim import Sim, of, sends
 
 from refork.process import messages
@@ -47,7 +48,7 @@ def test_a_hung_request_is_logged_with_its_stack_and_its_worker_replaced_without
     start_server,
 ) -> None:
     """The issue's test: --threads 8 --request-timeout 2, one hanging request and seven slow ones."""
-    server = start_server("--threads", "8", "--request-timeout", "2", "--graceful-timeout", "8",
+    server = start_server("--threads", "8", "--request-timeout", "2", "--graceful-timeout", "4",
                           app=WSGI, workers=1)  # fmt: skip
     [old] = server.workers()
     send_and_forget(server.port, "/hang")
@@ -123,16 +124,15 @@ def test_asgi_an_awaiting_hung_request_shows_its_awaits_and_the_worker_is_replac
     server.wait_for(lambda: fetch(server.port, "/")[1] == new[0]["pid"], what="the replacement serving")
 
 
-def test_a_loop_blocked_in_the_app_is_found_by_the_monitor_and_its_stack_logged(start_server) -> None:
-    for app in (WSGI, ASGI):  # --threads 1 WSGI, and ASGI code that never awaits
-        server = start_server("--request-timeout", "1", "--graceful-timeout", "2", app=app, workers=1)
-        [old] = server.workers()
-        send_and_forget(server.port, "/block")
-        server.wait_for(lambda s=server: "request timeout: GET /block" in s.log(), what="the timeout logged")
-        log = server.log()
-        assert "block_the_loop" in log and "blocked in the app" in log, log
-        server.wait_for(lambda s=server, o=old: fetch(s.port, "/")[1] != o["pid"], what="a new pid serving")
-        server.stop()
+@pytest.mark.parametrize("app", [WSGI, ASGI], ids=["wsgi-threads-1", "asgi-no-await"])
+def test_a_loop_blocked_in_the_app_is_found_by_the_monitor_and_its_stack_logged(start_server, app) -> None:
+    server = start_server("--request-timeout", "1", "--graceful-timeout", "2", app=app, workers=1)
+    [old] = server.workers()
+    send_and_forget(server.port, "/block")
+    server.wait_for(lambda: "request timeout: GET /block" in server.log(), what="the timeout logged")
+    log = server.log()
+    assert "block_the_loop" in log and "blocked in the app" in log, log
+    server.wait_for(lambda: fetch(server.port, "/")[1] != old["pid"], what="a new pid serving")
 
 
 def test_timeout_still_kills_a_worker_whose_request_ignores_everything(start_server) -> None:
