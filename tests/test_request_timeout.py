@@ -106,7 +106,7 @@ def test_extend_deadline_lets_a_long_request_pass_the_soft_timeout(start_server)
 def test_extend_deadline_answers_true_inside_a_request_asgi_too(start_server) -> None:
     server = start_server("--request-timeout", "1", app=ASGI, workers=1)
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    conn.request("GET", "/extend?1.5")
+    conn.request("GET", "/extend?2.5")  # past 1 s and at least one tick after it
     body = conn.getresponse().read()
     conn.close()
     assert body.endswith(b"extended=True")
