@@ -181,3 +181,14 @@ def test_no_nudge_without_request_timeout() -> None:
     slot = sim.sup.roster.get(pid).slot
     sim.slots[slot] = SlotReading(pid, sim.now + 29.0, 1)  # in the app for a second
     assert not of(sim.tick(20.0), Signal)
+
+
+def test_refork_status_shows_hung_requests_in_the_note() -> None:
+    from refork.status import format_status
+
+    row = {"pid": 2, "role": "worker", "nr": 0, "generation": 0, "state": "stopping", "requests": 5,
+           "rss": None, "pss": None, "uss": None, "private_dirty": None, "minflt": None,
+           "fork_unsafe": None, "retiring": "request timeout: GET /x", "overdue": 1}  # fmt: skip
+    status = {"monitor_pid": 1, "generation": 0, "workers": 1, "allocator": "glibc", "total_pss": 0,
+              "processes": [row]}  # fmt: skip
+    assert "1 hung (past --request-timeout); request timeout: GET /x" in format_status(status)
