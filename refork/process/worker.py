@@ -24,6 +24,7 @@ from refork.process import descriptors, messages
 from refork.process.context import ProcessContext, set_title
 from refork.process.forking import Promoted, fork_detached
 from refork.process.slots import AppClock
+from refork.process.stacks import request_stack  # at import: never import in a signal handler
 
 log = logging.getLogger("refork")
 PROMOTION_RETRY = 10.0  # seconds before asking to be promoted again
@@ -253,8 +254,6 @@ class Worker:
         assert self.request_timeout is not None
         found = self.clock.overdue(self.request_timeout, blocking=not in_handler)
         if found:
-            from refork.process.stacks import request_stack
-
             now = time.monotonic()
             for token in found:
                 extended = self.clock.extension(token)
