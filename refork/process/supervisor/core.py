@@ -21,9 +21,11 @@ from refork.process.supervisor.backoff import Backoff
 from refork.process.supervisor.events import (
     Action,
     AdoptConfig,
+    Announce,
     Boot,
     ChildExited,
     CloseChannel,
+    CloseListeners,
     ConfigReread,
     Event,
     Exit,
@@ -31,6 +33,7 @@ from refork.process.supervisor.events import (
     ForkMold,
     Log,
     MemorySampled,
+    Milestone,
     MoldForked,
     PrintError,
     ReforkRequested,
@@ -57,6 +60,7 @@ from refork.process.supervisor.roster import Child, Roster, exit_description
 
 FAST_STOP_TIMEOUT = 1.0  # a fast stop SIGKILLs what is left after this
 KILL_RETRY = 5.0  # after the stop deadline's SIGKILLs, how long before trying again
+MOLDS_FIRST = 1.0  # a graceful stop waits this long at most for molds to exit before stopping workers
 REFUSED_REFORK = "no promotable worker (see the log)"
 REFUSED_RELOAD = "a new mold is already starting"
 
@@ -84,13 +88,17 @@ class Supervisor:
         self.mold_shed = False  # the mold was stopped on purpose (--mold-idle-exit)
         self.mold_busy_at = 0.0  # the mold's last spawn request or readiness
         self.now = 0.0
+        self.ready = False  # --ready-when was met (announced once)
+        self.reloading = False  # RELOADING was announced; READY follows when no new mold is pending
+        self.delay_until: float | None = None  # a TERM's --shutdown-delay runs until then
+        self.workers_stop_at = 0.0  # a graceful stop stops workers once molds are gone, or from then
         self._actions: list[Action] = []
 
     # -- the entry point -------------------------------------------------------------------------
     @property
     def reload_possible(self) -> bool:
         """Would a reload start now? (--reload's watcher waits while not: edits then are kept.)"""
-        return not self.stopping and self.roster.pending_mold() is None
+        return not self.stopping and self.delay_until is None and self.roster.pending_mold() is None
 
     def handle(self, event: Event, now: float) -> list[Action]:
         """Apply one event at monotonic time `now`; return what must be done, in order."""
@@ -107,6 +115,8 @@ class Supervisor:
                 self._stop_step()
             else:
                 self._supervise()
+                if self.delay_until is not None and self.now >= self.delay_until:
+                    self._begin_stop("graceful", delayed=True)
         elif isinstance(event, messages.Spawned):
             self._spawned(event)
         elif isinstance(event, ChildExited):
@@ -232,6 +242,26 @@ class Supervisor:
         self._recycle(now)
         self._shed_idle_mold(now)
         self._schedule_memory_sample(now)
+        self._milestones()
+
+    def _announce(self, milestone: Milestone) -> None:
+        self._emit(Announce(milestone))
+
+    def _milestones(self) -> None:
+        """Readiness (--ready-when) once; READY again after a reload's RELOADING, however it ended."""
+        if not self.ready and self.started and self.delay_until is None:
+            up = [c for c in self.roster.workers() if c.ready and not c.stopping]
+            if self.config.ready_when == "started":
+                met = bool(up)
+            else:
+                met = len({c.nr for c in up if c.generation == self.generation}) >= self.target_workers
+            if met:
+                self.ready = True
+                self._announce("ready")
+        if self.reloading and self.roster.pending_mold() is None:
+            self.reloading = False
+            if self.ready:
+                self._announce("reloaded")
 
     def _enforce_deadlines(self, now: float) -> None:
         timeout = self.config.spawn_timeout
@@ -323,15 +353,48 @@ class Supervisor:
         self._log(INFO, "worker count is now %d", self.target_workers)
 
     # -- stopping --------------------------------------------------------------------------------
-    def _begin_stop(self, mode: StopMode) -> None:
+    def _begin_stop(self, mode: StopMode, delayed: bool = False) -> None:
         if self.stopping == "fast" or self.stopping == mode:
             return
+        delay = self.config.shutdown_delay
+        if self.delay_until is not None and not delayed:  # a second TERM, or INT, during the delay
+            self._log(INFO, "%s stop requested during --shutdown-delay: stopping now", mode)
+        elif mode == "graceful" and delay > 0 and not delayed and self.stopping is None and self.started:
+            self.delay_until = self.now + delay
+            self._announce("stopping")
+            self._log(INFO, "TERM: serving %gs more with readiness failing (--shutdown-delay)", delay)
+            return
+        if self.delay_until is None and self.stopping is None:
+            self._announce("stopping")
+        self.delay_until = None
         self.stopping = mode
-        timeout = self.config.graceful_timeout if mode == "graceful" else FAST_STOP_TIMEOUT
-        self.stop_deadline = self.now + timeout
+        graceful = mode == "graceful"
+        timeout = self.config.graceful_timeout if graceful else FAST_STOP_TIMEOUT
+        self.stop_deadline = self.now + timeout + (MOLDS_FIRST if graceful else 0.0)
+        self.workers_stop_at = self.now + MOLDS_FIRST
         self._log(INFO, "%s stop: %d process(es) to stop", mode, len(self.roster.children()))
-        for child in self.roster.children():
-            self._stop_child(child, graceful=mode == "graceful")
+        if graceful:
+            self._emit(CloseListeners())
+            self._stop_children()
+        else:
+            for child in self.roster.children():
+                self._stop_child(child, graceful=False)
+
+    def _stop_children(self) -> None:
+        """Stop whatever is not stopping yet. Gracefully (with a subreaper) molds go first: a
+        worker stops accepting only once no mold holds the listeners, or after MOLDS_FIRST, and
+        then takes the backlog, so no connection queued in the kernel is reset when it exits."""
+        graceful = self.stopping == "graceful"
+        children = self.roster.children()
+        molds_first = (
+            graceful
+            and self.subreaper
+            and self.now < self.workers_stop_at
+            and any(c.role == "mold" for c in children)
+        )
+        for child in children:
+            if not child.stopping and not (molds_first and child.role == "worker"):
+                self._stop_child(child, graceful=graceful)
 
     def _stop_child(self, child: Child, graceful: bool) -> None:
         if child.stopping and graceful:
@@ -342,9 +405,7 @@ class Supervisor:
 
     def _stop_step(self) -> None:
         """While stopping: stop latecomers, kill what outlives the deadline, Exit once all are gone."""
-        for child in self.roster.children():
-            if not child.stopping:
-                self._stop_child(child, graceful=self.stopping == "graceful")
+        self._stop_children()
         if not self.roster.children():
             if not self.finished:
                 self.finished = True
@@ -389,7 +450,9 @@ class Supervisor:
     # -- reloads: HUP, `refork reload`, --reload -------------------------------------------------
     def _reload_requested(self) -> None:
         """The new config takes effect when the new mold is ready; if it fails, nothing changed."""
-        if self.roster.pending_mold() is not None:
+        if self.stopping or self.delay_until is not None:
+            self._emit(Refused("the server is stopping"))
+        elif self.roster.pending_mold() is not None:
             self._log(INFO, "reload ignored: %s", REFUSED_RELOAD)
             self._emit(Refused(f"{REFUSED_RELOAD}; try again when `refork status` shows it ready"))
         else:
@@ -417,6 +480,8 @@ class Supervisor:
                 )
         self._hook("on_reload", config)
         self._log(INFO, "reload: starting a new mold (gen %d) from a fresh import", self.generation + 1)
+        self.reloading = True
+        self._announce("reloading")
         self.rollout_limit = 1
         self._spawn_mold(self.generation + 1, config)
 
@@ -453,7 +518,7 @@ class Supervisor:
 
     def _promotion_wanted(self, worker: Child) -> None:
         """--refork-after: the worker reached its threshold; promote it unless a refork would overlap."""
-        if not self.stopping and may_promote(worker, self.roster, self.generation):
+        if self.reload_possible and may_promote(worker, self.roster, self.generation):
             self._promote(worker, self.generation + 1)
 
     def _promote(self, worker: Child, generation: int) -> None:
