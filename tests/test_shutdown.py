@@ -11,6 +11,7 @@ import pytest
 from conftest import read_to_end
 
 HEALTH = "/_h"
+WSGI = "apps.lifecycle_apps:wsgi"
 
 
 def send(port: int, path: str) -> socket.socket:
@@ -19,7 +20,7 @@ def send(port: int, path: str) -> socket.socket:
     return sock
 
 
-@pytest.mark.parametrize("app", ["apps.lifecycle_apps:wsgi", "apps.lifecycle_apps:asgi"], ids=["wsgi", "asgi"])
+@pytest.mark.parametrize("app", [WSGI, "apps.lifecycle_apps:asgi"], ids=["wsgi", "asgi"])
 def test_term_serves_every_connection_queued_in_the_backlog(start_server, app):
     """1 worker whose loop is held by a slow request; a dozen connections wait in the kernel's
     accept queue behind it; TERM (with a delay): every one gets its whole response."""
@@ -52,7 +53,7 @@ def test_readiness_fails_during_the_delay_while_the_app_and_liveness_serve(start
 
 
 def test_load_through_term_with_a_delay_loses_nothing(start_server):
-    server = start_server("--shutdown-delay", "1", "--threads", "2", app="apps.lifecycle_apps:wsgi", workers=2)
+    server = start_server("--shutdown-delay", "1", "--threads", "2", app=WSGI, workers=2)
     failures: list[str] = []
     done = [0]
     stop = threading.Event()

@@ -82,7 +82,7 @@ def test_socket_activation_serves_on_the_passed_socket(tmp_path):
         assert proc.wait(30) == 0
         text = (tmp_path / "activate.log").read_text()
         assert "socket activation: 1 socket(s) from systemd; --bind is not used" in text
-        assert "listening on 127.0.0.1:%d" % port in text and "127.0.0.1:1\n" not in text
+        assert f"listening on 127.0.0.1:{port}" in text and "127.0.0.1:1\n" not in text
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -12,7 +12,8 @@ def wsgi(environ, start_response):
         time.sleep(float(environ.get("QUERY_STRING") or "1"))
     body = f"{path} {os.getpid()}".encode()
     if path == "/env":  # what systemd passed must not reach the app
-        body = " ".join(sorted(k for k in os.environ if k.startswith(("LISTEN_", "NOTIFY_", "WATCHDOG_")))).encode()
+        passed = sorted(k for k in os.environ if k.startswith(("LISTEN_", "NOTIFY_", "WATCHDOG_")))
+        body = " ".join(passed).encode()
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
     return [body]
 
