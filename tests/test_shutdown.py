@@ -12,6 +12,7 @@ from conftest import read_to_end
 
 HEALTH = "/_h"
 WSGI = "apps.lifecycle_apps:wsgi"
+ASGI = "apps.lifecycle_apps:asgi"
 
 
 def send(port: int, path: str) -> socket.socket:
@@ -20,7 +21,7 @@ def send(port: int, path: str) -> socket.socket:
     return sock
 
 
-@pytest.mark.parametrize("app", [WSGI, "apps.lifecycle_apps:asgi"], ids=["wsgi", "asgi"])
+@pytest.mark.parametrize("app", [WSGI, ASGI], ids=["wsgi", "asgi"])
 def test_term_serves_every_connection_queued_in_the_backlog(start_server, app):
     """1 worker whose loop is held by a slow request; a dozen connections wait in the kernel's
     accept queue behind it; TERM (with a delay): every one gets its whole response."""
@@ -38,9 +39,10 @@ def test_term_serves_every_connection_queued_in_the_backlog(start_server, app):
     assert "--shutdown-delay" in log and "graceful stop" in log
 
 
-def test_readiness_fails_during_the_delay_while_the_app_and_liveness_serve(start_server):
-    server = start_server("--shutdown-delay", "3", "--health-path", HEALTH, "--threads", "4",
-                          app="apps.lifecycle_apps:wsgi", workers=2)  # fmt: skip
+@pytest.mark.parametrize(("app", "threads"), [(WSGI, "4"), (ASGI, "1")], ids=["wsgi", "asgi"])
+def test_readiness_fails_during_the_delay_while_the_app_and_liveness_serve(start_server, app, threads):
+    server = start_server("--shutdown-delay", "3", "--health-path", HEALTH, "--threads", threads,
+                          app=app, workers=2)  # fmt: skip
     server.wait_for(lambda: server.get(f"{HEALTH}/ready")[0] == 200, what="readiness")
     server.signal(signal.SIGTERM)
     server.wait_for(lambda: server.get(f"{HEALTH}/ready") == (503, b"unavailable\n"), what="readiness off")
