@@ -191,6 +191,8 @@ def test_pyproject_unknown_key(tmp_path):
     [
         (["-w", "x"], '--workers must be a positive integer or "auto", got "x"'),
         (["-w", "0"], '--workers must be a positive integer or "auto", got 0'),
+        (["--health-path", "/"], "--health-path must be a path of its own like /_refork/health, not '/'"),
+        (["--health-path", "health"], "--health-path must start with '/', got \"health\""),
         (["--threads", "0"], "--threads must be a positive integer, got 0"),
         (["--timeout", "0"], "--timeout must be a number of seconds > 0"),
         (["--graceful-timeout", "-1"], "--graceful-timeout must be a number of seconds > 0"),

@@ -263,6 +263,14 @@ def url_path(value: Any, where: str) -> str:
     return text
 
 
+def health_path(value: Any, where: str) -> str:
+    """--health-path: a path of its own ("" = off); "/" would take the app's root."""
+    text = url_path(value, where).rstrip("/")
+    if not text and string(value, where).strip():
+        raise ConfigError(f"{where} must be a path of its own like /_refork/health, not '/'")
+    return text
+
+
 def root_path(value: Any, where: str) -> str:
     return url_path(value, where).rstrip("/")
 

@@ -146,7 +146,7 @@ class Config:
     health_path: str = setting(
         "",
         "--health-path",
-        coerce=c.url_path,
+        coerce=c.health_path,
         metavar="PATH",
         help="answer health checks at PATH (liveness), PATH/live and PATH/ready, without the app",
         doc="the worker's loop answers `GET PATH` and `PATH/live` (200 while it serves) and `PATH/ready` "
