@@ -80,6 +80,13 @@ class HarnessControl:
             self.in_flight -= 1
             self.served += 1
 
+    def health(self, kind: str) -> int:
+        return 200
+
+    @property
+    def server_draining(self) -> bool:
+        return False
+
     def tick(self) -> None:
         pass
 

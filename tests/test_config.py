@@ -112,6 +112,19 @@ def test_cpu_quota_cgroups(tmp_path):
     assert cpu_quota(str(v1)) == 1
 
 
+def test_cpu_quota_is_the_smallest_from_the_own_cgroup_up(tmp_path):
+    """A systemd unit's CPUQuota= is in its own cgroup's cpu.max, below the root's."""
+    unit = tmp_path / "system.slice" / "web.service"
+    unit.mkdir(parents=True)
+    (unit / "cpu.max").write_text("100000 100000\n")
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert cpu_quota(str(tmp_path), "/system.slice/web.service") == 1
+    (unit / "cpu.max").write_text("max 100000\n")
+    (tmp_path / "system.slice" / "cpu.max").write_text("250000 100000\n")
+    assert cpu_quota(str(tmp_path), "/system.slice/web.service") == min(3, cpu_quota("/nonexistent"))
+    assert cpu_quota(str(tmp_path), "/elsewhere") == cpu_quota("/nonexistent")
+
+
 def test_config_file_hooks_and_names(tmp_path):
     path = write(
         tmp_path / "refork.conf.py",
@@ -178,6 +191,8 @@ def test_pyproject_unknown_key(tmp_path):
     [
         (["-w", "x"], '--workers must be a positive integer or "auto", got "x"'),
         (["-w", "0"], '--workers must be a positive integer or "auto", got 0'),
+        (["--health-path", "/"], "--health-path must be a path of its own like /_refork/health, not '/'"),
+        (["--health-path", "health"], "--health-path must start with '/', got \"health\""),
         (["--threads", "0"], "--threads must be a positive integer, got 0"),
         (["--timeout", "0"], "--timeout must be a number of seconds > 0"),
         (["--graceful-timeout", "-1"], "--graceful-timeout must be a number of seconds > 0"),

@@ -19,6 +19,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A new setting fails test_every_setting_has_a_sample until it is given one here.
 SAMPLES: dict[str, tuple[str, object]] = {
     "app": ("m:app", "m:app"),
+    "health_path": ("/_refork/health", "/_refork/health"),
+    "ready_when": ("started", "started"),
+    "shutdown_delay": ("2.5", 2.5),
     "interface": ("ASGI", "asgi"),
     "chdir": ("/srv", "/srv"),
     "pythonpath": ("a,b", ["a", "b"]),
@@ -132,7 +135,8 @@ def test_choices_come_from_the_literal_types():
     hints = typing.get_type_hints(Config)
     literal_fields = {name for name, hint in hints.items() if typing.get_origin(hint) is typing.Literal}
     assert literal_fields == {
-        "interface", "loop", "access_log_format", "log_level", "fork_safety", "memory_metric", "allocator"
+        "interface", "loop", "access_log_format", "log_level", "fork_safety", "memory_metric", "allocator",
+        "ready_when",
     }  # fmt: skip
     for s in SETTINGS:
         if s.name in literal_fields:

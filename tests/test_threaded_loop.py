@@ -307,6 +307,8 @@ class Control:
         self.stopping = False
         self.exit_now = False
         self.safe_point_wanted = False
+        self.server_draining = False
+        self.ready_status = 200
         self.safe_point_threads: list[list[str]] = []
         self.raise_at_safe_point: BaseException | None = None
         self.ticks = 0
@@ -342,6 +344,9 @@ class Control:
 
     def request_finished(self, token: object, status: int) -> None:
         pass
+
+    def health(self, kind: str) -> int:
+        return self.ready_status if kind == "ready" else 200
 
     def tick(self) -> None:
         self.ticks += 1

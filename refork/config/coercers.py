@@ -171,31 +171,61 @@ def size(value: Any, where: str) -> int:
     raise ConfigError(f"{where} must be a size in bytes like 1048576, 512K, 512M or 2G, got {got(value)}")
 
 
-def cpu_quota(root: str = "/sys/fs/cgroup") -> int:
-    """CPUs this process may use: the cgroup v2/v1 CPU quota if set, else the CPU count (>= 1)."""
+def cpu_quota(root: str = "/sys/fs/cgroup", cgroup: str | None = None) -> int:
+    """CPUs this process may use (what ``--workers auto`` starts): the cgroup CPU quota rounded up,
+    capped by the CPUs it may run on (sched_getaffinity), at least 1.
+
+    cgroup v2: the smallest ``cpu.max`` from this process's own cgroup (``/proc/self/cgroup``, e.g.
+    a systemd unit's ``CPUQuota=``) up to `root` (a container's quota, seen at its cgroup root);
+    v1: ``cpu.cfs_quota_us / cpu.cfs_period_us``.
+    """
     try:
         count = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         count = os.cpu_count() or 1
-    quota = period = 0
-    try:
-        with open(os.path.join(root, "cpu.max")) as f:
-            q, _, p = f.read().strip().partition(" ")
-        if q != "max":
-            quota, period = int(q), int(p or 100000)
-    except (OSError, ValueError):
+    quotas = [q for q in (_v2_quota(os.path.join(root, d, "cpu.max")) for d in _cgroup_dirs(cgroup)) if q]
+    if not quotas:
         for sub in ("cpu", "cpu,cpuacct"):
             try:
                 with open(os.path.join(root, sub, "cpu.cfs_quota_us")) as f:
                     quota = int(f.read())
                 with open(os.path.join(root, sub, "cpu.cfs_period_us")) as f:
                     period = int(f.read())
-                break
             except (OSError, ValueError):
-                quota = period = 0
-    if quota > 0 and period > 0:
-        count = min(count, math.ceil(quota / period))
+                continue
+            if quota > 0 and period > 0:
+                quotas.append(quota / period)
+            break
+    if quotas:
+        count = min(count, math.ceil(min(quotas)))
     return max(1, count)
+
+
+def _cgroup_dirs(cgroup: str | None) -> list[str]:
+    """This process's cgroup v2 path and its ancestors, relative to the cgroup root, deepest first."""
+    if cgroup is None:
+        cgroup = "/"
+        try:
+            with open("/proc/self/cgroup") as f:
+                for line in f:
+                    if line.startswith("0::"):
+                        cgroup = line[3:].strip() or "/"
+        except OSError:
+            pass
+    parts = [p for p in cgroup.split("/") if p and p != ".."]
+    return ["/".join(parts[:i]) for i in range(len(parts), -1, -1)]
+
+
+def _v2_quota(path: str) -> float | None:
+    """CPUs a cgroup v2 ``cpu.max`` allows ("150000 100000" -> 1.5), None for "max" or no file."""
+    try:
+        with open(path) as f:
+            q, _, p = f.read().strip().partition(" ")
+        if q != "max" and int(q) > 0:
+            return int(q) / int(p or 100000)
+    except (OSError, ValueError, ZeroDivisionError):
+        pass
+    return None
 
 
 def workers(value: Any, where: str) -> int:
@@ -230,6 +260,14 @@ def url_path(value: Any, where: str) -> str:
     text = string(value, where).strip()
     if text and not text.startswith("/"):
         raise ConfigError(f"{where} must start with '/', got {got(text)}")
+    return text
+
+
+def health_path(value: Any, where: str) -> str:
+    """--health-path: a path of its own ("" = off); "/" would take the app's root."""
+    text = url_path(value, where).rstrip("/")
+    if not text and string(value, where).strip():
+        raise ConfigError(f"{where} must be a path of its own like /_refork/health, not '/'")
     return text
 
 

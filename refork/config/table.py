@@ -23,6 +23,7 @@ LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 ForkSafety = Literal["warn", "strict", "off"]
 MemoryMetric = Literal["uss", "pss"]
 Allocator = Literal["system", "jemalloc"]
+ReadyWhen = Literal["warm", "started"]
 
 
 @dataclass
@@ -152,6 +153,38 @@ class Config:
         "accepting, finishes its other requests (within `--graceful-timeout`) and goes once a "
         "replacement from the mold is ready. `--timeout` stays the hard kill (see docs/timeouts.md)",
         shown_default="off",
+        group="server",
+    )
+    # Health, readiness and shutdown (docs/deploy.md)
+    health_path: str = setting(
+        "",
+        "--health-path",
+        coerce=c.health_path,
+        metavar="PATH",
+        help="answer health checks at PATH (liveness), PATH/live and PATH/ready, without the app",
+        doc="the worker's loop answers `GET PATH` and `PATH/live` (200 while it serves) and `PATH/ready` "
+        "(200 once ready, 503 before and while the server drains) without calling the app; not in the "
+        "access log",
+        shown_default="off",
+        group="server",
+    )
+    ready_when: ReadyWhen = setting(
+        "warm",
+        "--ready-when",
+        coerce=c.Choice(ReadyWhen),
+        help="when readiness (PATH/ready, systemd READY=1) turns on",
+        doc="`warm`: the first mold is warm and all `--workers` of its generation are up; `started`: the "
+        "first worker serves",
+        group="server",
+    )
+    shutdown_delay: float = setting(
+        0.0,
+        "--shutdown-delay",
+        coerce=c.non_negative_float,
+        metavar="S",
+        help="on TERM, keep serving S seconds with readiness failing before stopping",
+        doc="on `TERM`, keep serving this long with readiness failing (so a load balancer stops routing "
+        "here) before the graceful stop; a second `TERM` or an `INT` stops at once",
         group="server",
     )
     keepalive: float = setting(

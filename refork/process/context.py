@@ -11,6 +11,7 @@ import setproctitle
 
 from refork.config import Config
 from refork.process import messages
+from refork.process.readiness import Readiness
 from refork.process.slots import Slots
 
 log = logging.getLogger("refork")
@@ -24,6 +25,7 @@ class ProcessContext:
     slots: Slots
     subreaper: bool
     monitor_pid: int = field(default_factory=os.getpid)
+    readiness: Readiness = field(default_factory=Readiness)  # written by the monitor only
 
     def register(self, spawned: messages.Spawned) -> socket.socket:
         """Tell the monitor this process exists and hand it a command channel; return our end."""

@@ -26,6 +26,19 @@ def bind(addresses: list[str], backlog: int) -> list[socket.socket]:
     return listeners
 
 
+def activated(fds: list[tuple[int, str]], backlog: int) -> list[socket.socket]:
+    """Systemd socket activation: the sockets passed as (fd, name), used as they are."""
+    listeners = []
+    try:
+        for fd, name in fds:
+            listeners.append(_inherited(fd, f"the socket-activated fd {fd} ({name})", backlog))
+    except BaseException:
+        for sock in listeners:
+            sock.close()
+        raise
+    return listeners
+
+
 def _bind_one(text: str, backlog: int) -> socket.socket:
     try:
         address = parse_bind(text)

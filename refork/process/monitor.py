@@ -26,11 +26,11 @@ from refork.config import Config, ConfigError
 from refork.loading import change_directory
 from refork.memory.accounting import read_memory
 from refork.memory.allocator import loaded_allocator
-from refork.process import messages
+from refork.process import messages, systemd
 from refork.process.context import ProcessContext, set_title
 from refork.process.control import ControlServer
 from refork.process.forking import MONITOR_SIGNALS, make_subreaper, reset_signals_in_child, run_child
-from refork.process.listeners import bind, describe
+from refork.process.listeners import activated, bind, describe
 from refork.process.pidfile import remove_pidfile, write_pidfile
 from refork.process.slots import Slots
 from refork.process.supervisor import events as ev
@@ -58,6 +58,8 @@ class Monitor:
         self.channels: dict[int, socket.socket] = {}  # pid -> our end of the child's command socket
         self.watcher: Watcher | None = None  # --reload
         self.exit_code: int | None = None  # set by the supervisor's Exit
+        self.notifier: systemd.Notifier | None = None  # Type=notify: $NOTIFY_SOCKET
+        self.unix_paths: list[str] = []  # unix listeners to unlink at exit
 
     # -- set-up ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -74,7 +76,14 @@ class Monitor:
             log.warning("child subreaper unavailable: workers are children of the mold; reforking is off")
             if config.mold_idle_exit is not None:
                 log.warning("--mold-idle-exit needs a child subreaper; the mold will stay")
-        listeners = bind(config.bind, config.backlog)
+        passed = systemd.take_listen_fds(os.environ, os.getpid())
+        if passed:
+            listeners = activated(passed, config.backlog)
+            log.info("socket activation: %d socket(s) from systemd; --bind is not used", len(passed))
+        else:
+            listeners = bind(config.bind, config.backlog)
+        self.notifier = systemd.Notifier.from_environ(os.environ, os.getpid())
+        self.unix_paths = [s.getsockname() for s in listeners if s.family == socket.AF_UNIX and not passed]
         self.report_in, report_out = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.report_in.setblocking(False)
         capacity = max(256, 4 * config.workers)
@@ -123,6 +132,8 @@ class Monitor:
                     self.control.on_readable(sock)
             self._poll_watcher()
             self.feed(ev.Tick(self._read_slots()))
+            if self.notifier is not None:
+                self.notifier.tick(time.monotonic(), self._status_text())
         self.shutdown()
         return self.exit_code
 
@@ -234,9 +245,33 @@ class Monitor:
             reopen_log_files()
         elif isinstance(action, ev.PrintError):
             print(action.text, file=sys.stderr, flush=True)
+        elif isinstance(action, ev.Announce):
+            self._announce(action.milestone)
+        elif isinstance(action, ev.CloseListeners):
+            for sock in self.ctx.listeners:
+                sock.close()  # workers take the backlog; the last to close is one of them
         elif isinstance(action, ev.Exit):
             self.exit_code = action.code
         return None  # Refused is an answer for the caller of feed()
+
+    def _announce(self, milestone: str) -> None:
+        """A milestone: the shared readiness page for health checks, and systemd if it listens."""
+        readiness = self.ctx.readiness
+        if milestone == "ready":
+            readiness.set_ready()
+        elif milestone == "stopping":
+            readiness.set_draining()
+        text = {"ready": "ready", "reloaded": "ready again after the reload", "stopping": "draining"}
+        if milestone in text:
+            log.info("server %s (readiness %s)", text[milestone], "off" if milestone == "stopping" else "on")
+        if self.notifier is not None:
+            self.notifier.announce(milestone, self._status_text())
+
+    def _status_text(self) -> str:
+        sup = self.supervisor
+        up = sum(1 for c in sup.roster.workers() if c.ready and not c.stopping)
+        state = "stopping" if sup.stopping else "draining" if sup.delay_until is not None else ""
+        return systemd.status_text(sup.generation, up, sup.target_workers, state)
 
     def _send(self, pid: int, message: messages.Command) -> bool:
         conn = self.channels.get(pid)
@@ -253,6 +288,8 @@ class Monitor:
         from refork.process.mold import boot_mold
 
         private = [self.report_in, self.wake_r, self.wake_w, *self.control.sockets(), *self.channels.values()]
+        if self.notifier is not None:
+            private.append(self.notifier.sock)
         ctx = replace(self.ctx, config=config) if config is not None else self.ctx
         pid = os.fork()
         if pid == 0:
@@ -347,12 +384,14 @@ class Monitor:
         self._run_hook("on_exit", self.config)
         self.control.close()
         for sock in self.ctx.listeners:
-            if sock.family == socket.AF_UNIX:
-                try:
-                    os.unlink(sock.getsockname())
-                except OSError:
-                    pass
             sock.close()
+        for path in self.unix_paths:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        if self.notifier is not None:
+            self.notifier.close()
         if self.config.pidfile:
             remove_pidfile(self.config.pidfile)
         log.info("monitor %d: stopped", os.getpid())

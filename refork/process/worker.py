@@ -233,6 +233,13 @@ class Worker:
         if not self._unsafe_reported and not fork_safety.is_fork_safe():
             self._report_unsafe()
 
+    def health(self, kind: str) -> int:
+        return self.ctx.readiness.health(kind)
+
+    @property
+    def server_draining(self) -> bool:
+        return self.ctx.readiness.draining
+
     def tick(self) -> None:
         self.clock.tick()
         if self.request_timeout is not None:

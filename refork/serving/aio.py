@@ -39,6 +39,7 @@ from refork.serving.connection import (
     request_limits,
 )
 from refork.serving.contract import WorkerControl
+from refork.serving.health import health_paths, health_response
 
 log = logging.getLogger("refork")
 
@@ -237,6 +238,9 @@ class HttpProtocol(asyncio.Protocol):
 
     def start(self, cycle: HttpCycle) -> None:
         srv = self.srv
+        if srv.health is not None and srv.health.check(cycle.request):
+            self.answer_health(cycle)
+            return
         if srv.stopping:
             cycle.close_after()
         self.cycle = cycle
@@ -257,6 +261,19 @@ class HttpProtocol(asyncio.Protocol):
         serving = deadlines.current.set(cycle.token)  # the task copies it: refork.extend_deadline()
         cycle.task = self.loop.create_task(cycle.run(srv.app, scope))
         deadlines.current.reset(serving)
+
+    def answer_health(self, cycle: HttpCycle) -> None:
+        """A --health-path check: answered here, never by the app; not counted, not logged."""
+        srv, request = self.srv, cycle.request
+        keep = request.keep_alive and not (srv.stopping or self.closing)
+        kind = srv.health.check(request) if srv.health is not None else None
+        self.transport.write(health_response(srv.control.health(kind or "live"), request.method, keep))
+        if not keep:
+            self.close()
+            return
+        self.since = self.loop.time()
+        if self.queue and not self.write_blocked_since:
+            self.start_next()
 
     def start_next(self) -> None:
         cycle = self.queue.popleft()
@@ -382,11 +399,13 @@ class Server:
         self.root_path = config.root_path
         self.lifespan = Lifespan(app)
         self.access_log = AccessLog.from_config(config)
+        self.health = health_paths(config.health_path)
         self.timeouts = Timeouts.from_config(config)
         self.connections: set[HttpProtocol] = set()
         self.servers: list[asyncio.AbstractServer] = []
         self.in_flight = 0
         self.stopping = False
+        self.adopting = 0  # connections from the backlog on their way to a protocol
         self.drain_until = 0.0
         self.exiting = False
         self.safe_point_requested = False
@@ -465,6 +484,8 @@ class Server:
     def begin_stop(self) -> None:
         self.stopping = True
         self.drain_until = self.timeouts.drain_until(self.loop.time())
+        if self.control.server_draining and self.serving:
+            self._take_backlog()
         for server in self.servers:
             server.close()
         for conn in list(self.connections):
@@ -473,9 +494,33 @@ class Server:
         self.loop.call_at(deadline, self._graceful_timeout)
         self.check_drained()
 
+    def _take_backlog(self) -> None:
+        """The server stops: accept what waits in the listen backlog (before server.close() lets go
+        of the listener) and serve it, so a queued connection is not reset."""
+        for sock in self.listeners:
+            while True:
+                try:
+                    conn, _ = sock.accept()
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    break
+                conn.setblocking(False)
+                self.adopting += 1
+                adopt = self.loop.connect_accepted_socket(lambda: HttpProtocol(self), conn)
+                task = self.loop.create_task(adopt)
+                task.add_done_callback(self._adopted)
+
+    def _adopted(self, task: asyncio.Task[Any]) -> None:
+        self.adopting -= 1
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("could not serve a connection from the backlog: %s", task.exception())
+        self.check_drained()
+
     def check_drained(self) -> None:
         drained = self._drained
-        if self.in_flight == 0 and not self.connections and drained is not None and not drained.done():
+        idle = self.in_flight == 0 and not self.adopting and not self.connections
+        if idle and drained is not None and not drained.done():
             drained.set_result(None)
 
     def _graceful_timeout(self) -> None:

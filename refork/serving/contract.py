@@ -57,5 +57,14 @@ class WorkerControl(Protocol):
         ``status`` is the status line sent, 0 when none was (the client went away first).
         """
 
+    def health(self, kind: str) -> int:
+        """The status for a health check (--health-path) of `kind`, "live" or "ready": 200 or 503.
+        Called on the loop thread; reads shared memory only (no message, no lock)."""
+
+    @property
+    def server_draining(self) -> bool:
+        """The whole server is stopping (not just this worker): a stopping worker then takes every
+        connection queued in the listen backlog before it stops accepting, so none is reset."""
+
     def tick(self) -> None:
         """Called on the loop thread at least once a second: liveness, idle work."""

@@ -41,6 +41,7 @@ from refork.serving.connection import (
     request_limits,
 )
 from refork.serving.contract import WorkerControl
+from refork.serving.health import health_paths, health_response
 from refork.serving.outbox import Outbox
 from refork.serving.poller import IN as _IN
 from refork.serving.poller import OUT as _OUT
@@ -75,6 +76,7 @@ class _Loop:
         self.timeouts = Timeouts.from_config(config)
         self.accept_paused_until = 0.0
         self.access_log = AccessLog.from_config(config)
+        self.health = health_paths(config.health_path)
         proxies = TrustedProxies(config.forwarded_allow_ips)
         for lsock in listeners:
             lsock.setblocking(False)
@@ -182,6 +184,10 @@ class _Loop:
         self.drain_until = self.timeouts.drain_until(time.monotonic())
         for fd in self.listeners:
             self.poller.unregister(fd)
+        if self.control.server_draining:  # take what waits in the backlog, then let go of the listeners
+            for entry in self.listeners.values():
+                self._accept(entry, batch=1 << 30)
+                entry[0].close()
 
     def _safe_point(self) -> None:
         """Single-threaded moment for the worker (it may fork); pool threads are joined first."""
@@ -229,11 +235,11 @@ class _Loop:
 
     # ---------------------------------------------------------------- connections
 
-    def _accept(self, entry: tuple[socket.socket, EnvironBuilder]) -> None:
+    def _accept(self, entry: tuple[socket.socket, EnvironBuilder], batch: int = _ACCEPT_BATCH) -> None:
         lsock, builder = entry
         inet = lsock.family in (socket.AF_INET, socket.AF_INET6)
         now = time.monotonic()
-        for _ in range(_ACCEPT_BATCH):
+        for _ in range(batch):
             try:
                 sock, addr = lsock.accept()
             except (BlockingIOError, InterruptedError):
@@ -365,6 +371,11 @@ class _Loop:
                 else:
                     stream = EMPTY_INPUT
                 if self.pool is not None:
+                    if self.health is not None and self.health.check(request):
+                        if self._health(conn, request):
+                            continue
+                        self._close(conn)
+                        return True
                     self._dispatch(conn, request, stream, events[i:])
                     return True
                 keep = self._respond(conn, request, stream, events[i:])
@@ -400,6 +411,8 @@ class _Loop:
         client to read (threads == 1: see _on_writable; `rest` is handled after it).
         """
         control = self.control
+        if self.health is not None and self.health.check(request) and self.pool is None:
+            return self._health(conn, request)
         started = time.perf_counter() if self.access_log is not None else 0.0
         out = conn.out
         token = out.token = control.request_started(request.method, request.path)
@@ -431,6 +444,18 @@ class _Loop:
             log_access(self.access_log, request, environ.get("REMOTE_ADDR"), status, length,
                        time.perf_counter() - started)  # fmt: skip
         return keep
+
+    def _health(self, conn: Conn, request: Request) -> bool:
+        """Answer a --health-path check on the loop thread (no app, no count, no access log);
+        True to keep the connection."""
+        control = self.control
+        kind = self.health.check(request) if self.health is not None else None
+        keep = request.keep_alive and not (self.draining or control.stopping)
+        data = health_response(control.health(kind or "live"), request.method, keep)
+        try:
+            return conn.sock.send(data) == len(data) and keep
+        except OSError:
+            return False
 
     def _finished(self, request: Request, environ: dict[str, Any], stream: InputStream, token: object,
                   started: float, outcome: Outcome) -> bool:  # fmt: skip

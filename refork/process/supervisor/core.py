@@ -26,7 +26,6 @@ from refork.process.supervisor.events import (
     CloseChannel,
     ConfigReread,
     Event,
-    Exit,
     FilesChanged,
     ForkMold,
     Log,
@@ -52,17 +51,16 @@ from refork.process.supervisor.events import (
     StopRequested,
     Tick,
 )
+from refork.process.supervisor.phases import Phases
 from refork.process.supervisor.rollout import crash_loop_over, may_promote, recycle, rollout_limit, to_retire
 from refork.process.supervisor.roster import Child, Roster, exit_description
 
-FAST_STOP_TIMEOUT = 1.0  # a fast stop SIGKILLs what is left after this
-KILL_RETRY = 5.0  # after the stop deadline's SIGKILLs, how long before trying again
 NUDGE_GRACE = 2.0  # a worker whose loop runs reports --request-timeout itself within a tick (1s)
 REFUSED_REFORK = "no promotable worker (see the log)"
 REFUSED_RELOAD = "a new mold is already starting"
 
 
-class Supervisor:
+class Supervisor(Phases):
     """The monitor's state and decisions. Construct, feed `Boot()`, then every event as it comes."""
 
     def __init__(self, config: Config, *, subreaper: bool, capacity: int) -> None:
@@ -85,13 +83,17 @@ class Supervisor:
         self.mold_shed = False  # the mold was stopped on purpose (--mold-idle-exit)
         self.mold_busy_at = 0.0  # the mold's last spawn request or readiness
         self.now = 0.0
+        self.ready = False  # --ready-when was met (announced once)
+        self.reloading = False  # RELOADING was announced; READY follows when no new mold is pending
+        self.delay_until: float | None = None  # a TERM's --shutdown-delay runs until then
+        self.workers_stop_at = 0.0  # a graceful stop stops workers once molds are gone, or from then
         self._actions: list[Action] = []
 
     # -- the entry point -------------------------------------------------------------------------
     @property
     def reload_possible(self) -> bool:
         """Would a reload start now? (--reload's watcher waits while not: edits then are kept.)"""
-        return not self.stopping and self.roster.pending_mold() is None
+        return not self.stopping and self.delay_until is None and self.roster.pending_mold() is None
 
     def handle(self, event: Event, now: float) -> list[Action]:
         """Apply one event at monotonic time `now`; return what must be done, in order."""
@@ -108,6 +110,8 @@ class Supervisor:
                 self._stop_step()
             else:
                 self._supervise()
+                if self.delay_until is not None and self.now >= self.delay_until:
+                    self._begin_stop("graceful", delayed=True)
         elif isinstance(event, messages.Spawned):
             self._spawned(event)
         elif isinstance(event, ChildExited):
@@ -236,6 +240,7 @@ class Supervisor:
         self._recycle(now)
         self._shed_idle_mold(now)
         self._schedule_memory_sample(now)
+        self._milestones()
 
     def _enforce_deadlines(self, now: float) -> None:
         timeout = self.config.spawn_timeout
@@ -332,39 +337,6 @@ class Supervisor:
         self.target_workers = max(1, min(count, most))
         self._log(INFO, "worker count is now %d", self.target_workers)
 
-    # -- stopping --------------------------------------------------------------------------------
-    def _begin_stop(self, mode: StopMode) -> None:
-        if self.stopping == "fast" or self.stopping == mode:
-            return
-        self.stopping = mode
-        timeout = self.config.graceful_timeout if mode == "graceful" else FAST_STOP_TIMEOUT
-        self.stop_deadline = self.now + timeout
-        self._log(INFO, "%s stop: %d process(es) to stop", mode, len(self.roster.children()))
-        for child in self.roster.children():
-            self._stop_child(child, graceful=mode == "graceful")
-
-    def _stop_child(self, child: Child, graceful: bool) -> None:
-        if child.stopping and graceful:
-            return
-        child.stopping = True
-        child.stop_deadline = self.now + self.config.graceful_timeout
-        self._emit(Send(child.pid, messages.Stop(graceful)))
-
-    def _stop_step(self) -> None:
-        """While stopping: stop latecomers, kill what outlives the deadline, Exit once all are gone."""
-        for child in self.roster.children():
-            if not child.stopping:
-                self._stop_child(child, graceful=self.stopping == "graceful")
-        if not self.roster.children():
-            if not self.finished:
-                self.finished = True
-                self._emit(Exit(self.exit_code))
-            return
-        if self.now > self.stop_deadline:
-            for child in self.roster.children():
-                self._kill(child, "did not stop in time")
-            self.stop_deadline = self.now + KILL_RETRY
-
     # -- molds: a fresh import (the start, HUP, a crash) -----------------------------------------
     def _spawn_mold(self, generation: int, config: Config | None = None) -> None:
         """Ask for a fresh mold (it imports the app), with a reloaded config if given."""
@@ -399,7 +371,9 @@ class Supervisor:
     # -- reloads: HUP, `refork reload`, --reload -------------------------------------------------
     def _reload_requested(self) -> None:
         """The new config takes effect when the new mold is ready; if it fails, nothing changed."""
-        if self.roster.pending_mold() is not None:
+        if self.stopping or self.delay_until is not None:
+            self._emit(Refused("the server is stopping"))
+        elif self.roster.pending_mold() is not None:
             self._log(INFO, "reload ignored: %s", REFUSED_RELOAD)
             self._emit(Refused(f"{REFUSED_RELOAD}; try again when `refork status` shows it ready"))
         else:
@@ -427,6 +401,8 @@ class Supervisor:
                 )
         self._hook("on_reload", config)
         self._log(INFO, "reload: starting a new mold (gen %d) from a fresh import", self.generation + 1)
+        self.reloading = True
+        self._announce("reloading")
         self.rollout_limit = 1
         self._spawn_mold(self.generation + 1, config)
 
@@ -463,7 +439,7 @@ class Supervisor:
 
     def _promotion_wanted(self, worker: Child) -> None:
         """--refork-after: the worker reached its threshold; promote it unless a refork would overlap."""
-        if not self.stopping and may_promote(worker, self.roster, self.generation):
+        if self.reload_possible and may_promote(worker, self.roster, self.generation):
             self._promote(worker, self.generation + 1)
 
     def _promote(self, worker: Child, generation: int) -> None:

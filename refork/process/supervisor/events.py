@@ -17,6 +17,7 @@ from refork.memory.accounting import ProcessMemory
 from refork.process import messages
 
 StopMode = Literal["graceful", "fast"]
+Milestone = Literal["ready", "reloading", "reloaded", "stopping"]
 
 
 # -- events: the world, as the monitor saw it ---------------------------------------------------
@@ -246,6 +247,21 @@ class Refused:
 
 
 @dataclass(frozen=True)
+class Announce:
+    """A milestone of the server's life for the outside world: "ready" (--ready-when met: readiness
+    on, systemd READY=1), "reloading" / "reloaded" (a HUP's new mold: RELOADING=1, READY=1),
+    "stopping" (a TERM: readiness off, STOPPING=1)."""
+
+    milestone: Milestone
+
+
+@dataclass(frozen=True)
+class CloseListeners:
+    """A graceful stop begins: the monitor closes its copies of the listening sockets, so the
+    last process to hold them is a worker that takes the backlog first (nothing queued is reset)."""
+
+
+@dataclass(frozen=True)
 class Exit:
     """Every child is gone after a stop: the monitor shuts down with this status."""
 
@@ -266,5 +282,7 @@ Action = (
     | ReopenLogFiles
     | PrintError
     | Refused
+    | Announce
+    | CloseListeners
     | Exit
 )

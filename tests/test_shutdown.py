@@ -1,0 +1,100 @@
+"""TERM with --shutdown-delay: readiness fails first, then the stop, and nothing queued is lost."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+
+import pytest
+from conftest import read_to_end
+
+HEALTH = "/_h"
+WSGI = "apps.lifecycle_apps:wsgi"
+ASGI = "apps.lifecycle_apps:asgi"
+
+
+def send(port: int, path: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    return sock
+
+
+@pytest.mark.parametrize("app", [WSGI, ASGI], ids=["wsgi", "asgi"])
+def test_term_serves_every_connection_queued_in_the_backlog(start_server, app):
+    """1 worker whose loop is held by a slow request; a dozen connections wait in the kernel's
+    accept queue behind it; TERM (with a delay): every one gets its whole response."""
+    server = start_server("--shutdown-delay", "0.5", "--graceful-timeout", "20", app=app, workers=1)
+    first = send(server.port, "/block?3")
+    time.sleep(0.5)  # (set-up, not a measure) the worker's loop is now in the app
+    queued = [send(server.port, f"/q{i}") for i in range(12)]
+    server.signal(signal.SIGTERM)
+    assert read_to_end(first).startswith(b"HTTP/1.1 200 OK")
+    replies = [read_to_end(sock) for sock in queued]
+    for i, reply in enumerate(replies):
+        assert reply.startswith(b"HTTP/1.1 200 OK") and f"/q{i} ".encode() in reply, (i, reply, server.log())
+    assert server.wait_exit() == 0
+    log = server.log()
+    assert "--shutdown-delay" in log and "graceful stop" in log
+
+
+@pytest.mark.parametrize(("app", "threads"), [(WSGI, "4"), (ASGI, "1")], ids=["wsgi", "asgi"])
+def test_readiness_fails_during_the_delay_while_the_app_and_liveness_serve(start_server, app, threads):
+    server = start_server("--shutdown-delay", "3", "--health-path", HEALTH, "--threads", threads,
+                          app=app, workers=2)  # fmt: skip
+    server.wait_for(lambda: server.get(f"{HEALTH}/ready")[0] == 200, what="readiness")
+    server.signal(signal.SIGTERM)
+    server.wait_for(lambda: server.get(f"{HEALTH}/ready") == (503, b"unavailable\n"), what="readiness off")
+    assert server.get(f"{HEALTH}/live") == (200, b"ok\n")
+    assert server.get("/app")[0] == 200
+    assert server.proc.poll() is None  # still serving
+    assert server.wait_exit() == 0
+    log = server.log()
+    assert log.index("server draining") < log.index("graceful stop")
+
+
+def test_load_through_term_with_a_delay_loses_nothing(start_server):
+    server = start_server("--shutdown-delay", "1", "--threads", "2", app=WSGI, workers=2)
+    failures: list[str] = []
+    done = [0]
+    stop = threading.Event()
+
+    def client() -> None:
+        while not stop.is_set():
+            try:
+                sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+            except ConnectionRefusedError:
+                return  # the listeners are closed: the server is gone (not a lost request)
+            try:
+                sock.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                reply = read_to_end(sock)
+            except OSError as e:  # a connection the kernel had accepted, then reset: lost
+                reply = repr(e).encode()
+            finally:
+                sock.close()
+            if not reply.startswith(b"HTTP/1.1 200 OK"):
+                failures.append(repr(reply))
+                return
+            done[0] += 1
+
+    clients = [threading.Thread(target=client) for _ in range(6)]
+    for t in clients:
+        t.start()
+    server.wait_for(lambda: done[0] > 50, what="load")
+    server.signal(signal.SIGTERM)
+    assert server.wait_exit() == 0
+    stop.set()
+    for t in clients:
+        t.join()
+    assert failures == [], server.log()
+
+
+def test_a_second_term_during_the_delay_stops_at_once(start_server):
+    server = start_server("--shutdown-delay", "60", app="apps.lifecycle_apps:wsgi", workers=1)
+    server.signal(signal.SIGTERM)
+    server.wait_for(lambda: "server draining" in server.log(), what="the delay")
+    assert server.get("/still")[0] == 200
+    server.signal(signal.SIGTERM)
+    assert server.wait_exit(timeout=20) == 0
+    assert "graceful stop requested during --shutdown-delay: stopping now" in server.log()
