@@ -104,6 +104,11 @@ function init(args)
 end
 
 function request()
+  if math.random() < 0.0005 then
+    -- a rare bulk export, heavy-tailed (Pareto, alpha 1): mostly 1-2 MiB, now and then tens
+    local mb = math.min(64, 0.75 / (1 - math.random()))
+    return wrk.format("GET", string.format("/export?mb=%.2f", mb))
+  end
   i = i % #reqs + 1
   return reqs[i]
 end
@@ -193,24 +198,52 @@ def mean_mib(values: list[int]) -> float:
     return statistics.fmean(values) / MIB if values else 0.0
 
 
-def summarize(name: str, checkpoints: list[dict], warmup: int, argv: list[str]) -> dict:
-    """RSS after warm-up (first checkpoint at or past `warmup` requests) and at the end."""
-    after = next((c for c in checkpoints if c["served"] >= warmup), checkpoints[-1])
-    end = checkpoints[-1]
-    rss_w, rss_e = mean_mib(after["rss"]), mean_mib(end["rss"])
+def per_sample(rows: list[dict], variant: str) -> list[dict]:
+    """One point per status sample of a variant: requests served, mean and max worker RSS/PSS/USS."""
+    by_sample: dict[tuple[float, int], list[dict]] = {}
+    for r in rows:
+        if r["variant"] == variant:
+            by_sample.setdefault((r["t"], r["served"]), []).append(r)
+    points = []
+    for (_, served), workers in sorted(by_sample.items(), key=lambda kv: kv[0][1]):
+        point: dict = {"served": served}
+        for key in ("rss", "pss", "uss"):
+            values = [w[key] for w in workers]
+            point[key] = statistics.fmean(values) / MIB
+            point[f"{key}_min"], point[f"{key}_max"] = min(values) / MIB, max(values) / MIB
+        points.append(point)
+    return points
+
+
+def summarize(name: str, rows: list[dict], allocator: str, warmup: int, window: int, argv: list[str]) -> dict:
+    """Worker RSS/PSS (mean over the workers) in two windows of `window` requests each: right after
+    the warm-up, and at the end; the median over the samples in each window. Windows and medians,
+    not single samples, because a sample can land in the middle of a large export (live memory,
+    not creep); every sample is in the CSV and the plot."""
+    points = per_sample(rows, name)
+    served = points[-1]["served"]
+    warm = [p for p in points if warmup <= p["served"] <= warmup + window] or [points[-1]]
+    last = [p for p in points if p["served"] >= served - window]
+
+    def mean(ps: list[dict], key: str) -> float:  # the median sample: robust to an export in flight
+        return statistics.median(p[key] for p in ps)
+
+    rss_w, rss_e = mean(warm, "rss"), mean(last, "rss")
     return {
         "variant": name,
-        "allocator": end["allocator"],
-        "served": end["served"],
-        "warm_served": after["served"],
+        "allocator": allocator,
+        "served": served,
+        "warm_window": [warmup, warmup + window],
+        "warm_samples": len(warm),
+        "end_samples": len(last),
         "rss_warm_mib": rss_w,
         "rss_end_mib": rss_e,
         "growth_pct": (rss_e - rss_w) / rss_w * 100 if rss_w else 0.0,
-        "rss_end_max_mib": max(end["rss"]) / MIB,
-        "pss_warm_mib": mean_mib(after["pss"]),
-        "pss_end_mib": mean_mib(end["pss"]),
-        "pss_end_total_mib": sum(end["pss"]) / MIB,
-        "uss_end_mib": mean_mib(end["uss"]),
+        "rss_end_max_mib": max(p["rss_max"] for p in last),
+        "rss_peak_mib": max(p["rss_max"] for p in points),
+        "pss_warm_mib": mean(warm, "pss"),
+        "pss_end_mib": mean(last, "pss"),
+        "uss_end_mib": mean(last, "uss"),
         "command": " ".join(argv),
     }
 
@@ -228,14 +261,7 @@ def plot(rows: list[dict], summaries: list[dict], warmup: int, path: Path, title
     fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
     for s in summaries:
         name = s["variant"]
-        samples: dict[tuple[float, int], list[int]] = {}
-        for r in rows:
-            if r["variant"] == name:
-                samples.setdefault((r["t"], r["served"]), []).append(r["rss"])
-        points = sorted(
-            (served, statistics.fmean(v) / MIB, min(v) / MIB, max(v) / MIB)
-            for (_, served), v in samples.items()
-        )
+        points = [(p["served"], p["rss"], p["rss_min"], p["rss_max"]) for p in per_sample(rows, name)]
         xs = [p[0] for p in points]
         color = colors.get(name)
         ax.fill_between(xs, [p[2] for p in points], [p[3] for p in points], color=color, alpha=0.15, lw=0)
@@ -271,6 +297,9 @@ def main() -> int:
     )
     ap.add_argument("--turn", type=int, default=20, help="seconds of load per server per turn")
     ap.add_argument("--warmup", type=float, default=0.1, help="fraction of the requests that is warm-up")
+    ap.add_argument(
+        "--window", type=float, default=0.05, help="fraction of the requests averaged per reading"
+    )
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--threads", type=int, default=4, help="threads per worker")
     ap.add_argument("--connections", type=int, default=32)
@@ -320,7 +349,8 @@ def main() -> int:
             "churn_wsgi:app",
         ]
         shown = ["refork", *argv[len(refork_cmd(venv)) :]]
-        shown = [a for a in shown if not a.startswith(str(tmp))]
+        shown = [a for a in shown if not a.startswith(str(tmp)) and a != "--control-socket"]
+        shown = [str(APPS.relative_to(ROOT)) if a == str(APPS) else a for a in shown]
         servers[name] = (Server(name, "wsgi", argv, port, ROOT), sock, shown)
 
     RESULTS_DIR.mkdir(exist_ok=True)
@@ -379,7 +409,11 @@ def main() -> int:
         for server, _, _ in servers.values():
             server.stop()
 
-    summaries = [summarize(n, checkpoints[n], warmup, servers[n][2]) for n in names]
+    window = int(args.requests * args.window)
+    summaries = [
+        summarize(n, sampler.rows, checkpoints[n][-1]["allocator"], warmup, window, servers[n][2])
+        for n in names
+    ]
     for s in summaries:
         rates = [t["requests"] / t["seconds"] for t in turns[s["variant"]] if t["seconds"] > 0]
         s["rps_median"] = statistics.median(rates) if rates else 0.0
@@ -425,6 +459,7 @@ def main() -> int:
                 "requests": args.requests,
                 "turn_seconds": args.turn,
                 "warmup": warmup,
+                "window": args.window,
                 "workers": args.workers,
                 "threads": args.threads,
                 "connections": args.connections,

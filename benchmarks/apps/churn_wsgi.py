@@ -10,10 +10,17 @@ come from the arenas instead, where a small cached survivor allocated after them
 above them. Python's own allocator (pymalloc) serves only objects of 512 bytes or less; all the
 larger ones go to malloc, which is what --allocator and --malloc-trim change.
 
+Rare exports of heavy-tailed size (the wrk mix sends one in 2,000 requests, mostly 1-2 MiB,
+sometimes tens) raise a glibc arena to a new high-water mark; glibc gives back only what is
+free at the top of an arena, so the freed middle stays resident, and with one arena per thread
+each arena ratchets up on its own. That is the creep: the live set is constant (the cache is
+bounded), RSS keeps stepping up. jemalloc returns freed dirty pages after its decay time.
+
 Endpoints (the wrk script in memory_creep.py varies them):
   POST /ingest          a JSON document: parsed, transformed, a derived value cached
   GET  /report?rows=N   builds N rows of mixed-width records, serializes them, caches a slice
   GET  /blob?kb=N       a byte buffer of N KiB, checksummed, a copy of a slice cached
+  GET  /export?mb=X     a rare bulk export: X MiB of 1-6 KiB records alive at once (heavy-tailed X)
   GET  /stats           the cache's entry count and byte estimate (for the log)
 
 The work is deterministic given the request, except for the cache keys and sizes, drawn from a
@@ -32,7 +39,8 @@ from collections.abc import Callable, Iterable
 from urllib.parse import parse_qs
 
 CACHE_ENTRIES = 2000  # bounded: the live set stays constant once the cache is full
-KEY_SPACE = 6000  # keys drawn from a space larger than the cache: entries churn and survive at random
+KEY_SPACE = 6000
+MIB = 1 << 20  # keys drawn from a space larger than the cache: entries churn and survive at random
 
 _cache: OrderedDict[str, object] = OrderedDict()
 _cache_bytes = 0
@@ -130,6 +138,26 @@ def _blob(kib: int, r: random.Random) -> dict[str, object]:
     return {"kib": kib, "crc": checksum}
 
 
+def _export(mib: float, r: random.Random) -> dict[str, object]:
+    """A rare bulk export: `mib` MiB of 1-6 KiB records, all alive at once, then dropped.
+
+    Each record is its own malloc (over pymalloc's limit, under glibc's mmap threshold), so the
+    whole export lands in this thread's arena and grows it; the cache entry stored at the end is
+    allocated while the arena is at its largest and can pin its top.
+    """
+    records: list[str] = []
+    total = 0
+    while total < mib * MIB:
+        n = r.randint(1024, 6144)
+        records.append(f"{len(records):08d}," + "r" * n)
+        total += n
+    records.sort(key=len)
+    digest = zlib.crc32(records[-1].encode())
+    size = _survivor_size(r)
+    _remember(f"k{r.randrange(KEY_SPACE)}", records[len(records) // 2][:size], size)
+    return {"records": len(records), "bytes": total, "crc": digest}
+
+
 def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
     r = _rng()
     path = environ.get("PATH_INFO", "/")
@@ -141,6 +169,8 @@ def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
         result = _report(int(query.get("rows", ["100"])[0]), r)
     elif path == "/blob":
         result = _blob(int(query.get("kb", ["64"])[0]), r)
+    elif path == "/export":
+        result = _export(float(query.get("mb", ["1"])[0]), r)
     elif path == "/stats":
         with _lock:
             result = {"entries": len(_cache), "bytes": _cache_bytes}
