@@ -27,6 +27,8 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 
 "${PIP[@]}" --upgrade pip wheel setuptools
 "${PIP[@]}" gunicorn "uvicorn[standard]" granian psutil
+# Plots (benchmarks/memory_creep.py draws docs/memory-creep.png); never a test dependency.
+"${PIP[@]}" matplotlib
 # bjoern builds a C extension against libev.
 "${PIP[@]}" bjoern || echo "warning: bjoern failed to install; it will be reported as failed" >&2
 # The server under test; it is still being written, so a failing build is not fatal.
@@ -38,7 +40,7 @@ import importlib.metadata as md
 import sys
 
 print("python", sys.version.split()[0])
-for name in ("refork", "gunicorn", "uvicorn", "httptools", "uvloop", "granian", "bjoern", "psutil"):
+for name in ("refork", "gunicorn", "uvicorn", "httptools", "uvloop", "granian", "bjoern", "psutil", "matplotlib"):
     try:
         print(f"{name} {md.version(name)}")
     except md.PackageNotFoundError:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
-from typing import Any
+import time
+from typing import Any, TextIO
 
 from refork.config import setting_named
 from refork.memory.accounting import format_bytes
@@ -46,21 +48,22 @@ def run(argv: list[str]) -> int:
         help=f"the server's --name (default: {name_setting.default})",
     )
     parser.add_argument("--json", action="store_true", help="print the raw JSON answer")
+    parser.add_argument(
+        "--watch",
+        nargs="?",
+        const=WATCH_DEFAULT,
+        type=_watch_seconds,
+        metavar="SECONDS",
+        help=f"status only: refresh every SECONDS (default {WATCH_DEFAULT:g}) until Ctrl-C",
+    )
     args = parser.parse_args(argv)
     path = args.control_socket or default_path(args.proc_name)
-    try:
-        answer = request(path, args.command)
-    except ControlError as e:
-        print(f"refork: error: {printable(e)}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, ConnectionRefusedError):
-        print(
-            f"refork: error: no refork monitor at {path}; is it running? (set --control-socket)",
-            file=sys.stderr,
-        )
-        return 2
-    except OSError as e:
-        print(f"refork: error: {path}: {e.strerror or e}", file=sys.stderr)
+    if args.watch is not None:
+        if args.command != "status" or args.json:
+            parser.error("--watch goes with `status`, without --json")
+        return watch(path, args.watch)
+    answer = _ask(path, args.command)
+    if answer is None:
         return 2
     if args.json:
         print(json.dumps(answer, indent=2))  # ensure_ascii: controls are \u001b escapes already
@@ -74,6 +77,125 @@ def run(argv: list[str]) -> int:
     else:
         print(printable(answer.get("error") or answer.get("message") or "ok"))
     return 0 if answer.get("ok") is True else 1
+
+
+def _ask(path: str, command: str) -> dict[str, Any] | None:
+    """The monitor's answer, or None after one line on stderr saying why there is none."""
+    try:
+        return request(path, command)
+    except ControlError as e:
+        print(f"refork: error: {printable(e)}", file=sys.stderr)
+    except (FileNotFoundError, ConnectionRefusedError):
+        print(
+            f"refork: error: no refork monitor at {path}; is it running? (set --control-socket)",
+            file=sys.stderr,
+        )
+    except OSError as e:
+        print(f"refork: error: {path}: {e.strerror or e}", file=sys.stderr)
+    return None
+
+
+# ---------------------------------------------------------------------------- status --watch
+
+WATCH_DEFAULT = 2.0
+# On a terminal each refresh redraws in place, like watch(1): cursor home, every line cleared to
+# its end, the rest of the screen cleared below; the first frame clears the screen once.
+_HOME, _CLEAR_SCREEN, _CLEAR_LINE, _CLEAR_BELOW = "\x1b[H", "\x1b[2J", "\x1b[K", "\x1b[J"
+
+
+def _watch_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.05 <= value <= 86400:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{text} seconds: use 0.05 to 86400")
+    return value
+
+
+def watch(path: str, interval: float, out: TextIO | None = None) -> int:
+    """`refork status --watch`: the status table every `interval` seconds until Ctrl-C (exit 0).
+
+    On a terminal the table is redrawn in place; otherwise the tables follow each other, each
+    headed by the time, for a log or a pipe. The server going away ends it with one line and
+    exit status 1 (2 if there was no server to begin with, like `refork status`).
+    """
+    out = out or sys.stdout
+    tty = out.isatty()
+    previous: tuple[float, dict[str, Any]] | None = None
+    try:
+        while True:
+            answer = _ask(path, "status") if previous is None else _ask_again(path)
+            if answer is None:
+                return 2 if previous is None else 1
+            now = time.monotonic()
+            if not answer.get("ok"):
+                print(f"refork: error: {printable(answer.get('error') or answer)}", file=sys.stderr)
+                return 1
+            try:
+                frame = watch_frame(answer, interval, previous and (now - previous[0], previous[1]))
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                print(f"refork: error: {path}: not a status answer ({printable(repr(e))})", file=sys.stderr)
+                return 2
+            if tty:
+                lines = frame.split("\n")
+                head = _HOME + (_CLEAR_SCREEN if previous is None else "")
+                out.write(head + "".join(line + _CLEAR_LINE + "\n" for line in lines) + _CLEAR_BELOW)
+            else:
+                out.write(frame + "\n\n")
+            out.flush()
+            previous = (now, answer)
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return 0
+    except BrokenPipeError:  # `refork status --watch | head`: the reader left, that's fine
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
+
+
+def _ask_again(path: str) -> dict[str, Any] | None:
+    try:
+        return request(path, "status")
+    except (ControlError, OSError) as e:
+        reason = "" if isinstance(e, (FileNotFoundError, ConnectionRefusedError)) else f" ({printable(e)})"
+        print(f"refork: the monitor at {path} went away{reason}", file=sys.stderr)
+        return None
+
+
+def watch_frame(answer: dict[str, Any], interval: float, before: tuple[float, dict[str, Any]] | None) -> str:
+    """One refresh: a clock line, the status table and a totals line (with req/s since the last)."""
+    when = time.strftime("%H:%M:%S")
+    return "\n".join(
+        (
+            f"refork status, every {interval:g}s, {when} (Ctrl-C to quit)",
+            format_status(answer),
+            format_totals(answer, before),
+        )
+    )
+
+
+def format_totals(status: dict[str, Any], before: tuple[float, dict[str, Any]] | None = None) -> str:
+    """Sums over all processes; the request rate since `before` = (seconds ago, earlier answer)."""
+    procs = status["processes"]
+    workers = [p for p in procs if p["role"] != "mold"]
+    requests = sum(int(p["requests"]) for p in workers)
+
+    def total(key: str) -> str:
+        return format_bytes(sum(int(p[key] or 0) for p in procs))
+
+    rate = ""
+    if before is not None and before[0] > 0:
+        # Per worker pid, so a replaced worker's count restarting at 0 does not go negative.
+        earlier = {p["pid"]: int(p["requests"]) for p in before[1]["processes"]}
+        served = sum(max(0, int(p["requests"]) - earlier.get(p["pid"], 0)) for p in workers)
+        rate = f" ({served / before[0]:.1f} req/s)"
+    return printable(
+        f"total: {len(workers)} workers  requests {requests}{rate}  "
+        f"RSS {total('rss')}  PSS {total('pss')}  USS {total('uss')}"
+    )
 
 
 def format_status(status: dict[str, Any]) -> str:
