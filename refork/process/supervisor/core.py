@@ -53,7 +53,7 @@ from refork.process.supervisor.events import (
     Tick,
 )
 from refork.process.supervisor.rollout import crash_loop_over, may_promote, recycle, rollout_limit, to_retire
-from refork.process.supervisor.roster import Child, Roster, exit_description
+from refork.process.supervisor.roster import Child, Roster, exit_description, restart_cause, retirement_cause
 
 FAST_STOP_TIMEOUT = 1.0  # a fast stop SIGKILLs what is left after this
 KILL_RETRY = 5.0  # after the stop deadline's SIGKILLs, how long before trying again
@@ -85,6 +85,8 @@ class Supervisor:
         self.mold_busy_at = 0.0  # the mold's last spawn request or readiness
         self.now = 0.0
         self._actions: list[Action] = []
+        self.restarts: dict[str, int] = {}  # workers replaced, by cause (the metrics)
+        self._promoted: set[int] = set()  # generations whose mold is a promoted worker (reforks)
 
     # -- the entry point -------------------------------------------------------------------------
     @property
@@ -176,6 +178,7 @@ class Supervisor:
             if not child.stopping and child.retire_reason is None:
                 self._log(INFO, "worker %d (pid %d) %s; replacing it", child.nr, child.pid, message.reason)
                 child.retire_reason = message.reason
+                child.restart_cause = retirement_cause(message.reason)
         elif isinstance(message, messages.WantsPromotion):
             self._promotion_wanted(child)
         else:
@@ -213,6 +216,9 @@ class Supervisor:
             )
             if not expected and child.kill_reason is None and (not child.ready or lived < 1.0):
                 self._crash_backoff(f"worker {child.nr} {how} {lived:.1f}s after start")
+        cause = restart_cause(child, bool(self.stopping))
+        if cause is not None:
+            self.restarts[cause] = self.restarts.get(cause, 0) + 1
         info = {"pid": pid, "role": child.role, "nr": child.nr, "status": status}
         self._hook("child_exit", self.config, info)
 
@@ -281,8 +287,10 @@ class Supervisor:
         """Replace workers of older generations, at most rollout_limit at a time."""
         if self.roster.usable_mold() is None:
             return
+        cause = "refork" if self.generation in self._promoted else "reload"
         for child in to_retire(self.roster.workers(), self.generation, self.rollout_limit):
             child.retire_reason = f"replaced by gen {self.generation}"
+            child.restart_cause = cause
 
     def _recycle(self, now: float) -> None:
         """A retiring worker stops once its replacement (same nr) is ready."""
@@ -313,6 +321,7 @@ class Supervisor:
             if over is not None:
                 self._log(WARNING, "worker %d (pid %d): %s; replacing it", child.nr, child.pid, over)
                 child.retire_reason = over
+                child.restart_cause = "memory"
 
     # -- worker count ----------------------------------------------------------------------------
     def _set_worker_count(self, count: int) -> None:
@@ -466,6 +475,8 @@ class Supervisor:
             generation,
         )
         self.roster.expect_mold(generation, self.now, promoted_from=worker.pid)
+        if generation > self.generation:
+            self._promoted.add(generation)
         self._emit(Send(worker.pid, messages.Promote(generation)))
         self.rollout_limit = rollout_limit(self.config, self.target_workers)
 

@@ -32,6 +32,7 @@ class Child:
     stop_deadline: float = 0.0
     kill_reason: str | None = None
     retire_reason: str | None = None  # set when a replacement must come before it stops
+    restart_cause: str | None = None  # why it is being replaced, for the metrics (see restart_cause())
     fork_unsafe: str | None = None
     failed: str | None = None
     memory: ProcessMemory | None = None
@@ -239,6 +240,33 @@ class Roster:
         if self._pending_mold is not None and self._pending_mold.pid == pid:
             self._pending_mold = None
         return child
+
+
+def retirement_cause(reason: str) -> str:
+    """The metrics' cause for a worker that asked to be replaced (WantsRetirement's reason)."""
+    if "--max-requests" in reason:
+        return "max_requests"
+    if "--request-timeout" in reason:
+        return "request_timeout"
+    return "retired"
+
+
+def kill_cause(reason: str) -> str | None:
+    """The metrics' cause for a worker killed for a deadline, or None (the kill ends a stop)."""
+    return "timeout" if reason.startswith(("timeout", "did not become ready")) else None
+
+
+def restart_cause(child: Child, server_stopping: bool) -> str | None:
+    """Why an exited worker is being replaced, for `refork_worker_restarts_total{cause}`: an open set
+    ("crash", "timeout", "memory", "max_requests", "reload", "refork", ...); None when nothing replaces
+    it (the server stops, the worker count went down)."""
+    if server_stopping or child.role != "worker":
+        return None
+    if child.kill_reason is not None and kill_cause(child.kill_reason):
+        return "timeout"
+    if child.stopping:
+        return child.restart_cause
+    return "crash"
 
 
 def exit_description(status: int) -> str:
