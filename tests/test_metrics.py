@@ -75,6 +75,18 @@ def scrape(port: int, path: str = "/metrics", method: str = "GET") -> tuple[int,
         conn.close()
 
 
+def settled(port: int, requests: int, timeout: float = 10.0) -> tuple[str, dict[str, float]]:
+    """Scrape until `requests` are counted: a worker counts a request once its answer is written,
+    which may be a moment after the client read it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = scrape(port)[2]
+        values = parse(text)
+        if values["refork_requests_total"] >= requests or time.monotonic() > deadline:
+            return text, values
+        time.sleep(0.05)
+
+
 # -- the renderer (pure) -------------------------------------------------------------------------
 def counters(slots: Slots, index: int = 0):
     return slots.counters(index)
@@ -330,9 +342,8 @@ def test_scrape_during_load_then_exact_counts(start_server, app, args):
         inf = v['refork_request_duration_seconds_bucket{le="+Inf"}']
         assert inf == v["refork_request_duration_seconds_count"]
 
-    _, _, text = scrape(mport)
+    text, v = settled(mport, len(PLAN))
     promtool_check(text)
-    v = parse(text)
     assert v["refork_requests_total"] == len(PLAN)
     assert total(v, "refork_worker_requests_total") == len(PLAN)
     expected = {"1xx": 0, "2xx": 45, "3xx": 6, "4xx": 7, "5xx": 3}
@@ -372,7 +383,7 @@ def test_requests_in_the_app_show_in_flight_and_busy(start_server, app, args):
             assert total(v, "refork_worker_busy_threads") == 1 and total(v, "refork_worker_idle_threads") == 3
     finally:
         sleeper.join()
-    v = parse(scrape(mport)[2])
+    _, v = settled(mport, 1)
     assert total(v, "refork_worker_requests_in_flight") == 0
     assert v['refork_request_duration_seconds_bucket{le="1.0"}'] == 0  # 1.5 s
     assert v['refork_request_duration_seconds_bucket{le="2.5"}'] == 1
@@ -390,8 +401,7 @@ def test_stuck_scrapers_do_not_block_a_scrape_or_the_server(start_server):
         huge.sendall(b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 10_000 + b"\r\n\r\n")
         assert read_all(huge).startswith(b"HTTP/1.1 431 ")  # bounded request size
         assert send(server.port, "/") == 200
-        status, _, text = scrape(mport)
-        assert status == 200 and parse(text)["refork_requests_total"] == 1
+        assert settled(mport, 1)[1]["refork_requests_total"] == 1
         assert server.status()["ok"]  # the monitor's loop answers its control socket too
         silent.settimeout(10)
         assert silent.recv(100) == b""  # dropped at the per-connection deadline
@@ -435,14 +445,14 @@ def test_a_crashed_worker_is_a_crash_restart_and_totals_never_go_down(start_serv
     server = start_server("--metrics-bind", f"unix:{path}", app="apps.metrics_apps:app", workers=1)
     for _ in range(5):
         assert send(server.port, "/status/404") == 404
-    before = parse(curl_unix(path))
-    assert before["refork_requests_total"] == 5
+    before = server.wait_for(lambda: (v := parse(curl_unix(path)))["refork_requests_total"] == 5 and v)
+    assert before['refork_responses_total{code="4xx"}'] == 5
     with pytest.raises((http.client.HTTPException, OSError)):
         send(server.port, "/crash")
     server.wait_ready(1)
     server.wait_for(lambda: len(server.workers()) == 1 and server.workers()[0]["requests"] == 0)
     assert send(server.port, "/") == 200
-    after = parse(curl_unix(path))
+    after = server.wait_for(lambda: (v := parse(curl_unix(path)))["refork_requests_total"] == 6 and v)
     assert after['refork_worker_restarts_total{cause="crash"}'] == 1
     assert after["refork_requests_total"] == 6  # the dead worker's 5 are kept
     assert after['refork_responses_total{code="4xx"}'] == 5
@@ -466,6 +476,7 @@ def test_a_real_prometheus_scrapes_it(start_server, tmp_path):
     server = start_server("--metrics-bind", f"127.0.0.1:{mport}", app="apps.metrics_apps:app", workers=2)
     for _ in range(7):
         assert send(server.port, "/") == 200
+    settled(mport, 7)
     pport = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
