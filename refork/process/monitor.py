@@ -361,6 +361,7 @@ class Monitor:
             "mold_idle_exit": self.config.mold_idle_exit,
             "mold_shed": sup.mold_shed and sup.roster.current_mold() is None,
             "total_pss": sum(r["pss"] or 0 for r in rows),
+            "restarts": dict(sup.restarts),  # workers replaced, by cause (as the metrics count them)
             "processes": rows,
         }
 
