@@ -420,7 +420,11 @@ def read_all(sock: socket.socket) -> bytes:
 
 def test_too_many_scrapers_at_once_get_503_and_others_paths_and_methods(start_server):
     mport = free_port()
-    start_server("--metrics-bind", f"127.0.0.1:{mport}", app="apps.metrics_apps:app", workers=1)
+    args = ("--metrics-bind", f"127.0.0.1:{mport}", "--metrics-buckets", "0.5,2")
+    start_server(*args, app="apps.metrics_apps:app", workers=1)
+    text = scrape(mport)[2]
+    assert 'le="0.5"' in text and 'le="2.0"' in text and 'le="0.005"' not in text  # --metrics-buckets
+    promtool_check(text)
     assert scrape(mport, "/")[0] == 404
     assert scrape(mport, "/metricsx")[0] == 404
     assert scrape(mport, "/metrics", "POST")[0] == 405
