@@ -198,7 +198,7 @@ def test_totals_fold_an_exited_workers_counts():
 
 def test_bucket_setting_is_checked():
     assert c.histogram_buckets("0.1, 1,10", "--metrics-buckets") == [0.1, 1.0, 10.0]
-    for bad in ("1,0.5", "0,1", "1,1", "inf", "", ",".join(["1"] * 50)):
+    for bad in ("1,0.5", "0,1", "1,1", "inf", "", ",".join(str(i) for i in range(1, 41))):
         with pytest.raises(ConfigError):
             c.histogram_buckets(bad, "--metrics-buckets")
     assert c.optional_bind_address("off", "--metrics-bind") is None

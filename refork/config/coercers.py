@@ -286,10 +286,10 @@ def optional_bind_address(value: Any, where: str) -> str | None:
 
 
 def histogram_buckets(value: Any, where: str) -> list[float]:
-    """--metrics-buckets: ascending, finite, positive upper bounds, at most 49 (the slot's room)."""
+    """--metrics-buckets: ascending, finite, positive upper bounds, at most 39 (the slot's room)."""
     bounds = list_of(non_negative_float)(value, where)
-    if not bounds or len(bounds) > 49:
-        raise ConfigError(f"{where} must be 1 to 49 bucket bounds like 0.01,0.1,1, got {got(value)}")
+    if not bounds or len(bounds) > 39:
+        raise ConfigError(f"{where} must be 1 to 39 bucket bounds like 0.01,0.1,1, got {got(value)}")
     if any(not math.isfinite(b) or b <= 0 for b in bounds) or bounds != sorted(set(bounds)):
         raise ConfigError(f"{where} must be positive seconds in ascending order, got {got(value)}")
     return bounds

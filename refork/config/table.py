@@ -502,7 +502,7 @@ class Config:
         coerce=c.histogram_buckets,
         metavar="S,S,...",
         help="request duration histogram bounds, seconds",
-        doc="upper bounds (seconds, ascending, at most 49) of the request duration histograms",
+        doc="upper bounds (seconds, ascending, at most 39) of the request duration histograms",
         shown_default="Prometheus' defaults, `0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10`",
         group="metrics",
         restart_only=True,

@@ -1,34 +1,35 @@
 """A shared-memory page of per-worker slots: the monitor reads what workers write, no messages.
 
 Allocated by the monitor before any fork (MAP_SHARED, anonymous), so every descendant writes the
-same physical page. Each slot is SLOT_WORDS 8-byte words (8 cache lines): deadline (monotonic
-seconds, 0 = none), requests served, the pid that owns it (so a stale slot is never misread), and
-the worker's metrics: requests in flight and in the app, its thread count, when it started,
-requests past --request-timeout, the duration sum, responses by status class and one count per
-histogram bucket (not cumulative: one increment per request). Only the worker writes its slot,
-under its AppClock's lock; the monitor reads it lock-free, so a reading may be one request apart
-between two words (the renderer derives a histogram's count from its own buckets).
+same physical page. Each slot is SLOT_WORDS 8-byte words: deadline (monotonic seconds, 0 = none),
+requests served, the pid that owns it (so a stale slot is never misread), and the worker's
+metrics: requests started, requests waiting on their client, its thread count, when it started,
+requests past --request-timeout, the duration sum, and a table of counts by (status class,
+histogram bucket), not cumulative, so that a request costs one increment there. In flight
+(started - served), busy (in flight - waiting), responses by class and the histogram are derived
+from those words by the monitor. Only the worker writes its slot, under its AppClock's lock; the
+monitor reads it lock-free, so a reading may be one request apart between two words.
 """
 
 from __future__ import annotations
 
-import bisect
 import mmap
 import threading
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-SLOT_WORDS = 64  # 512 bytes
+SLOT_WORDS = 256  # 2 KiB; only the slots in use are ever touched
 DEADLINE, REQUESTS, PID = 0, 1, 2
-IN_FLIGHT = 3  # requests between request_started and request_finished
-BUSY = 4  # of those, requests in the app (holding a thread with --threads)
+STARTS = 3  # requests started (request_started)
+WAITING = 4  # requests in flight that wait on their client (holding no thread)
 THREADS = 5  # the worker's app threads (--threads; 0 for ASGI, which has none)
 STARTED = 6  # time.time() when the worker claimed the slot (float)
 OVERDUE = 7  # requests past --request-timeout (written by the worker)
 DURATION_SUM = 8  # seconds, float
-STATUS = 9  # 5 words: responses 1xx .. 5xx
-BUCKETS = 14  # one word per histogram bucket, then the +Inf overflow
-MAX_BUCKETS = SLOT_WORDS - BUCKETS - 1  # 49 finite buckets at most
+CELLS = 16  # counts by (status row, bucket): row 0 = no status, rows 1-5 = 1xx-5xx; bucket last = +Inf
+ROWS = 6
+MAX_BUCKETS = (SLOT_WORDS - CELLS) // ROWS - 1  # 39 finite buckets at most
 STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)  # Prometheus' defaults
 
@@ -91,16 +92,22 @@ class Slots:
         """The metric words of one slot (the monitor's read)."""
         base = index * SLOT_WORDS
         ints, floats = self._ints, self._floats
+        starts, waiting = ints[base + STARTS], ints[base + WAITING]
+        requests = ints[base + REQUESTS]
+        width = len(self.bounds) + 1
+        cells = base + CELLS
+        rows = [ints[cells + row * width : cells + (row + 1) * width].tolist() for row in range(ROWS)]
+        in_flight = max(0, starts - requests)
         return SlotCounters(
-            requests=ints[base + REQUESTS],
-            in_flight=ints[base + IN_FLIGHT],
-            busy=ints[base + BUSY],
+            requests=requests,
+            in_flight=in_flight,
+            busy=max(0, in_flight - waiting),
             threads=ints[base + THREADS],
             started=floats[base + STARTED],
             overdue=ints[base + OVERDUE],
             duration_sum=floats[base + DURATION_SUM],
-            statuses=tuple(ints[base + STATUS : base + STATUS + 5]),
-            buckets=tuple(ints[base + BUCKETS : base + BUCKETS + len(self.bounds) + 1]),
+            statuses=tuple(sum(row) for row in rows[1:]),
+            buckets=tuple(sum(column) for column in zip(*rows, strict=True)),
         )
 
     def release(self, index: int) -> None:
@@ -159,15 +166,17 @@ class AppClock:
         self._waiting: set[object] = set()  # tokens waiting on their client
         self.served = 0
         # the metric words of this worker's slot (see Slots), written under the lock
-        self._base = base = index * SLOT_WORDS
+        base = index * SLOT_WORDS
         self._ints = slots._ints
         self._floats = slots._floats
         self._bounds = slots.bounds
-        self._in_flight = base + IN_FLIGHT
-        self._busy = base + BUSY
-        self._sum = base + DURATION_SUM
-        self._status = base + STATUS - 1  # + status // 100
-        self._buckets = base + BUCKETS
+        self._starts = 0
+        self._starts_at = base + STARTS
+        self._waiting_at = base + WAITING
+        self._duration = 0.0
+        self._duration_at = base + DURATION_SUM
+        width = len(slots.bounds) + 1  # the first cell of each status's row, by status (0-599)
+        self._row = [base + CELLS + (code // 100 if code >= 100 else 0) * width for code in range(600)]
 
     def started(self, method: str = "", path: bytes = b"") -> InFlight:
         with self._lock:
@@ -177,9 +186,8 @@ class AppClock:
             in_app[token] = now
             if len(in_app) == 1:
                 self._slots.set_deadline(self._index, now + self._timeout)
-            ints = self._ints
-            ints[self._busy] = len(in_app)
-            ints[self._in_flight] = len(in_app) + len(self._waiting)
+            self._starts += 1
+            self._ints[self._starts_at] = self._starts  # metrics: in flight = started - served
         return token
 
     def waiting(self, token: object) -> None:
@@ -201,22 +209,22 @@ class AppClock:
             in_app = self._in_app
             if in_app.pop(token, None) is None:
                 self._waiting.discard(token)
+                self._ints[self._waiting_at] = len(self._waiting)
             now = self._now()
             since = next(iter(in_app.values())) if in_app else now
             slots, index = self._slots, self._index
             slots.set_deadline(index, since + self._timeout)
             served = self.served = self.served + 1
             slots.set_requests(index, served)
-            # metrics: a few word writes (duration from the first hand-over to the app)
-            ints = self._ints
-            ints[self._busy] = len(in_app)
-            ints[self._in_flight] = len(in_app) + len(self._waiting)
-            if isinstance(token, InFlight):
-                took = now - token.began
-                self._floats[self._sum] += took
-                ints[self._buckets + bisect.bisect_left(self._bounds, took)] += 1
-            if 100 <= status < 600:
-                ints[self._status + status // 100] += 1
+            # metrics: the duration sum and one count by (status class, bucket)
+            took = now - token.began  # type: ignore[attr-defined]  # an InFlight from started()
+            self._duration += took
+            self._floats[self._duration_at] = self._duration
+            try:
+                row = self._row[status]
+            except IndexError:  # not an HTTP status: counted with the requests that have none
+                row = self._row[0]
+            self._ints[row + bisect_left(self._bounds, took)] += 1
         return served
 
     @property
@@ -232,4 +240,4 @@ class AppClock:
         in_app = self._in_app
         since = next(iter(in_app.values())) if in_app else self._now()
         self._slots.set_deadline(self._index, since + self._timeout)
-        self._ints[self._busy] = len(in_app)  # a request waiting on its client holds no thread
+        self._ints[self._waiting_at] = len(self._waiting)  # in flight, holding no thread
