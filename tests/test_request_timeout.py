@@ -153,7 +153,7 @@ def test_a_request_timeout_retirement_carries_its_cause_and_gets_a_replacement_b
     _mold, [old] = sim.up()
     sim.handle(messages.WantsRetirement(old, "request timeout: GET /x", cause="request_timeout"), after=5.0)
     worker = sim.sup.roster.get(old)
-    assert worker is not None and worker.retire_cause == "request_timeout"
+    assert worker is not None and worker.restart_cause == "request_timeout"
     actions = sim.tick(0.1)
     assert sends(actions, messages.SpawnWorker) and not sends(actions, messages.Stop)
     [new] = sim.spawn_workers(actions)

@@ -28,6 +28,8 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "root_path": ("/api/", "/api"),
     "bind": ("unix:/tmp/a.sock", ["unix:/tmp/a.sock"]),
     "backlog": ("64", 64),
+    "metrics_bind": ("127.0.0.1:9101", "127.0.0.1:9101"),
+    "metrics_buckets": ("0.1,1,10", [0.1, 1.0, 10.0]),
     "forwarded_allow_ips": ("10.0.0.0/8", ["10.0.0.0/8"]),
     "workers": ("3", 3),
     "threads": ("4", 4),

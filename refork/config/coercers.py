@@ -314,3 +314,20 @@ def fork_integrations(value: Any, where: str) -> list[str]:
     if unknown:
         raise ConfigError(f"{where} must be all, none or a list of {','.join(NAMES)}, got {got(unknown[0])}")
     return [name for name in NAMES if name in lowered]
+
+
+def optional_bind_address(value: Any, where: str) -> str | None:
+    """--metrics-bind: an address as --bind takes it, or off (None)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "off")):
+        return None
+    return bind_address(value, where)
+
+
+def histogram_buckets(value: Any, where: str) -> list[float]:
+    """--metrics-buckets: ascending, finite, positive upper bounds, at most 39 (the slot's room)."""
+    bounds = list_of(non_negative_float)(value, where)
+    if not bounds or len(bounds) > 39:
+        raise ConfigError(f"{where} must be 1 to 39 bucket bounds like 0.01,0.1,1, got {got(value)}")
+    if any(not math.isfinite(b) or b <= 0 for b in bounds) or bounds != sorted(set(bounds)):
+        raise ConfigError(f"{where} must be positive seconds in ascending order, got {got(value)}")
+    return bounds

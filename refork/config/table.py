@@ -530,6 +530,30 @@ class Config:
         group="memory",
     )
 
+    # Metrics (docs/metrics.md)
+    metrics_bind: str | None = setting(
+        None,
+        "--metrics-bind",
+        coerce=c.optional_bind_address,
+        metavar="ADDR",
+        help="serve Prometheus GET /metrics here (the monitor; off by default)",
+        doc="serve Prometheus `GET /metrics` on this address, from the monitor (same syntax as "
+        "`--bind`; never the app's port); off by default",
+        group="metrics",
+        restart_only=True,
+    )
+    metrics_buckets: list[float] = setting(
+        [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0],
+        "--metrics-buckets",
+        coerce=c.histogram_buckets,
+        metavar="S,S,...",
+        help="request duration histogram bounds, seconds",
+        doc="upper bounds (seconds, ascending, at most 39) of the request duration histograms",
+        shown_default="Prometheus' defaults, `0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10`",
+        group="metrics",
+        restart_only=True,
+    )
+
     # Hooks (from the config file only): callables named like gunicorn's; not a setting
     hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)
 

@@ -30,6 +30,7 @@ log = logging.getLogger("refork")
 
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 MAX_ANSWER = 4 << 20  # a status table of thousands of processes is well under this
+COMMANDS = ("status", "refork", "reload", "ttin", "ttou")
 
 
 class ControlError(Exception):
@@ -148,6 +149,7 @@ class ControlServer:
         self.commands = commands
         self.clients: dict[socket.socket, bytes] = {}
         self.strangers: set[socket.socket] = set()  # clients that get "permission denied"
+        self.served: dict[str, int] = {}  # commands answered, by name (the metrics)
 
     @classmethod
     def open(cls, config: Config, commands: Commands) -> ControlServer:
@@ -244,6 +246,8 @@ class ControlServer:
             command = request.get("command", "status")
         except (ValueError, AttributeError):
             return {"ok": False, "error": "bad request: send one JSON object per line"}
+        counted = command if command in COMMANDS else "unknown"
+        self.served[counted] = self.served.get(counted, 0) + 1
         if command == "status":
             return {"ok": True, **self.commands.status()}
         if command == "refork":

@@ -30,7 +30,10 @@ from refork.process import messages, systemd
 from refork.process.context import ProcessContext, set_title
 from refork.process.control import ControlServer
 from refork.process.forking import MONITOR_SIGNALS, make_subreaper, reset_signals_in_child, run_child
+from refork.process.listen_queue import listen_queue
 from refork.process.listeners import activated, bind, describe
+from refork.process.metrics import ListenerSample, Snapshot, Totals, WorkerSample, render
+from refork.process.metrics_server import MetricsServer
 from refork.process.pidfile import remove_pidfile, write_pidfile
 from refork.process.slots import Slots
 from refork.process.supervisor import events as ev
@@ -60,6 +63,8 @@ class Monitor:
         self.exit_code: int | None = None  # set by the supervisor's Exit
         self.notifier: systemd.Notifier | None = None  # Type=notify: $NOTIFY_SOCKET
         self.unix_paths: list[str] = []  # unix listeners to unlink at exit
+        self.metrics: MetricsServer | None = None  # --metrics-bind
+        self.totals = Totals(len(config.metrics_buckets))  # the counts of exited workers (metrics)
 
     # -- set-up ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -88,7 +93,10 @@ class Monitor:
         self.report_in.setblocking(False)
         capacity = max(256, 4 * config.workers)
         self.supervisor = Supervisor(config, subreaper=subreaper, capacity=capacity)
-        self.ctx = ProcessContext(config, listeners, report_out, Slots(capacity), subreaper)
+        slots = Slots(capacity, config.metrics_buckets)
+        self.ctx = ProcessContext(config, listeners, report_out, slots, subreaper)
+        if config.metrics_bind:
+            self.metrics = MetricsServer.open(config.metrics_bind, self.metrics_text)
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
@@ -99,6 +107,8 @@ class Monitor:
             log.info("listening on %s", describe(sock))
         if self.control.path:
             log.info("control socket: %s", self.control.path)
+        if self.metrics is not None:
+            log.info("metrics: GET /metrics on %s", self.metrics.address)
         log.info(
             "monitor %d: %d worker(s), %s",
             os.getpid(),
@@ -118,10 +128,14 @@ class Monitor:
     def run(self) -> int:
         while self.exit_code is None:
             readers = [self.wake_r, self.report_in, *self.control.sockets()]
+            metrics = self.metrics
+            writers = metrics.writers() if metrics is not None else []
+            if metrics is not None:
+                readers += metrics.readers()
             try:
-                ready, _, _ = select.select(readers, [], [], TICK)
+                ready, writable, _ = select.select(readers, writers, [], TICK)
             except InterruptedError:
-                ready = []
+                ready, writable = [], []
             if self.wake_r in ready:
                 self._drain_wakeups()
             self._handle_signals()
@@ -130,6 +144,8 @@ class Monitor:
             for sock in ready:
                 if sock in self.control.sockets():
                     self.control.on_readable(sock)
+            if metrics is not None:
+                metrics.on_ready(ready, writable, time.monotonic())
             self._poll_watcher()
             self.feed(ev.Tick(self._read_slots()))
             if self.notifier is not None:
@@ -224,6 +240,7 @@ class Monitor:
             except ProcessLookupError:
                 pass
         elif isinstance(action, ev.ReleaseSlot):
+            self.totals.fold(self.ctx.slots.counters(action.slot))  # server-wide counters never go down
             self.ctx.slots.release(action.slot)
         elif isinstance(action, ev.CloseChannel):
             conn = self.channels.pop(action.pid, None)
@@ -290,6 +307,8 @@ class Monitor:
         private = [self.report_in, self.wake_r, self.wake_w, *self.control.sockets(), *self.channels.values()]
         if self.notifier is not None:
             private.append(self.notifier.sock)
+        if self.metrics is not None:
+            private += self.metrics.sockets()
         ctx = replace(self.ctx, config=config) if config is not None else self.ctx
         pid = os.fork()
         if pid == 0:
@@ -351,15 +370,21 @@ class Monitor:
         refusals = [a.reason for a in self.feed(ev.ReloadRequested()) if isinstance(a, ev.Refused)]
         return refusals[0] if refusals else None
 
-    def status(self) -> dict[str, Any]:
-        """`refork status`: every process with its memory (re-read if older than a second)."""
-        sup = self.supervisor
+    def _fresh_memory(self) -> None:
+        """Re-read the memory samples older than a second (so frequent scrapes cost one read a second)."""
         now = time.monotonic()
         stale = [
-            c.pid for c in sup.roster.children() if c.memory is None or now - c.memory_at > STATUS_FRESHNESS
+            c.pid
+            for c in self.supervisor.roster.children()
+            if c.memory is None or now - c.memory_at > STATUS_FRESHNESS
         ]
         if stale:
             self.feed(ev.MemorySampled({pid: read_memory(pid) for pid in stale}, check_limit=False))
+
+    def status(self) -> dict[str, Any]:
+        """`refork status`: every process with its memory (re-read if older than a second)."""
+        sup = self.supervisor
+        self._fresh_memory()
         children = sorted(sup.roster.children(), key=lambda c: (c.role != "mold", c.generation, c.nr))
         slots = self.ctx.slots
         rows = [
@@ -376,13 +401,56 @@ class Monitor:
             "mold_idle_exit": self.config.mold_idle_exit,
             "mold_shed": sup.mold_shed and sup.roster.current_mold() is None,
             "total_pss": sum(r["pss"] or 0 for r in rows),
+            "restarts": dict(sup.restarts),  # workers replaced, by cause (as the metrics count them)
             "processes": rows,
         }
+
+    def metrics_snapshot(self) -> Snapshot:
+        """What `GET /metrics` shows, read from the slots page and the supervisor (never the app)."""
+        sup = self.supervisor
+        self._fresh_memory()
+        slots = self.ctx.slots
+        workers, states = [], {"starting": 0, "ready": 0, "stopping": 0}
+        for c in sorted(sup.roster.workers(), key=lambda c: (c.nr, c.generation)):
+            state = "stopping" if c.stopping else ("ready" if c.ready else "starting")
+            states[state] += 1
+            counters = slots.counters(c.slot) if c.slot >= 0 and slots.owner(c.slot) == c.pid else None
+            workers.append(WorkerSample(c.nr, c.generation, counters, c.memory))
+        mold = sup.roster.current_mold()
+        if mold is not None:
+            mold_state = "ready" if mold.ready and not mold.stopping else "starting"
+        else:
+            mold_state = "stopped_idle" if sup.mold_shed else "none"
+        queues = []
+        for sock in self.ctx.listeners:
+            if sock.fileno() < 0:
+                continue  # closed for a graceful stop: the workers drain what is queued
+            queue = listen_queue(sock)
+            queues.append(ListenerSample(describe(sock), *(queue or (None, None))))
+        return Snapshot(
+            bounds=slots.bounds,
+            now=time.time(),
+            totals=self.totals,
+            workers=workers,
+            worker_states=states,
+            target_workers=sup.target_workers,
+            restarts=sup.restarts,
+            generation=sup.generation,
+            mold_state=mold_state,
+            mold_pending=sup.roster.pending_mold() is not None,
+            listeners=queues,
+            commands=self.control.served,
+        )
+
+    def metrics_text(self) -> str:
+        return render(self.metrics_snapshot())
 
     # -- stopping --------------------------------------------------------------------------------
     def shutdown(self) -> None:
         self._run_hook("on_exit", self.config)
         self.control.close()
+        if self.metrics is not None:
+            self.metrics.close()
         for sock in self.ctx.listeners:
             sock.close()
         for path in self.unix_paths:

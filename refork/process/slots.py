@@ -1,32 +1,69 @@
 """A shared-memory page of per-worker slots: the monitor reads what workers write, no messages.
 
 Allocated by the monitor before any fork (MAP_SHARED, anonymous), so every descendant writes the
-same physical page. Each slot is one cache line: deadline (monotonic seconds, 0 = none), requests
-served, and the pid that owns it (so a stale slot is never misread).
+same physical page. Each slot is SLOT_WORDS 8-byte words: deadline (monotonic seconds, 0 = none),
+requests served, the pid that owns it (so a stale slot is never misread), and the worker's
+metrics: requests started, requests waiting on their client, its thread count, when it started,
+requests past --request-timeout, the duration sum, and a table of counts by (status class,
+histogram bucket), not cumulative, so that a request costs one increment there. In flight
+(started - served), busy (in flight - waiting), responses by class and the histogram are derived
+from those words by the monitor. Only the worker writes its slot, under its AppClock's lock; the
+monitor reads it lock-free, so a reading may be one request apart between two words.
 """
 
 from __future__ import annotations
 
 import mmap
 import threading
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-SLOT_WORDS = 8  # 64 bytes
+SLOT_WORDS = 256  # 2 KiB; only the slots in use are ever touched
 DEADLINE, REQUESTS, PID = 0, 1, 2
-OVERDUE = 3  # requests past --request-timeout still in flight: hung threads, never free capacity
+STARTS = 3  # requests started (request_started)
+WAITING = 4  # requests in flight that wait on their client (holding no thread)
+THREADS = 5  # the worker's app threads (--threads; 0 for ASGI, which has none)
+STARTED = 6  # time.time() when the worker claimed the slot (float)
+OVERDUE = 7  # requests past --request-timeout (written by the worker)
+DURATION_SUM = 8  # seconds, float
+CELLS = 16  # counts by (status row, bucket): row 0 = no status, rows 1-5 = 1xx-5xx; bucket last = +Inf
+ROWS = 6
+MAX_BUCKETS = (SLOT_WORDS - CELLS) // ROWS - 1  # 39 finite buckets at most
+STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)  # Prometheus' defaults
+
+
+@dataclass(frozen=True)
+class SlotCounters:
+    """One worker's metric words as read at once by the monitor."""
+
+    requests: int
+    in_flight: int
+    busy: int
+    threads: int
+    started: float
+    overdue: int
+    duration_sum: float
+    statuses: tuple[int, ...]  # 1xx .. 5xx
+    buckets: tuple[int, ...]  # per bucket (not cumulative), the last one +Inf
 
 
 class Slots:
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, buckets: Sequence[float] = DEFAULT_BUCKETS) -> None:
+        if len(buckets) > MAX_BUCKETS:
+            raise ValueError(f"at most {MAX_BUCKETS} histogram buckets")
+        self.bounds = tuple(buckets)  # the histogram's upper bounds, ascending
         self._map = mmap.mmap(-1, capacity * SLOT_WORDS * 8, mmap.MAP_SHARED)
         self._floats = memoryview(self._map).cast("d")
         self._ints = memoryview(self._map).cast("q")
 
-    def claim(self, index: int, pid: int, deadline: float) -> None:
+    def claim(self, index: int, pid: int, deadline: float, threads: int = 0, started: float = 0.0) -> None:
         base = index * SLOT_WORDS
+        self._ints[base : base + SLOT_WORDS] = memoryview(bytes(SLOT_WORDS * 8)).cast("q")
         self._ints[base + PID] = pid
-        self._ints[base + REQUESTS] = 0
-        self._ints[base + OVERDUE] = 0
+        self._ints[base + THREADS] = threads
+        self._floats[base + STARTED] = started
         self._floats[base + DEADLINE] = deadline
 
     def set_deadline(self, index: int, deadline: float) -> None:
@@ -41,19 +78,42 @@ class Slots:
     def requests(self, index: int) -> int:
         return self._ints[index * SLOT_WORDS + REQUESTS]
 
+    def owner(self, index: int) -> int:
+        return self._ints[index * SLOT_WORDS + PID]
+
     def set_overdue(self, index: int, count: int) -> None:
+        """Requests of this worker now past --request-timeout (the worker writes it)."""
         self._ints[index * SLOT_WORDS + OVERDUE] = count
 
     def overdue(self, index: int) -> int:
         return self._ints[index * SLOT_WORDS + OVERDUE]
 
-    def owner(self, index: int) -> int:
-        return self._ints[index * SLOT_WORDS + PID]
+    def counters(self, index: int) -> SlotCounters:
+        """The metric words of one slot (the monitor's read)."""
+        base = index * SLOT_WORDS
+        ints, floats = self._ints, self._floats
+        starts, waiting = ints[base + STARTS], ints[base + WAITING]
+        requests = ints[base + REQUESTS]
+        width = len(self.bounds) + 1
+        cells = base + CELLS
+        rows = [ints[cells + row * width : cells + (row + 1) * width].tolist() for row in range(ROWS)]
+        in_flight = max(0, starts - requests)
+        return SlotCounters(
+            requests=requests,
+            in_flight=in_flight,
+            busy=max(0, in_flight - waiting),
+            threads=ints[base + THREADS],
+            started=floats[base + STARTED],
+            overdue=ints[base + OVERDUE],
+            duration_sum=floats[base + DURATION_SUM],
+            statuses=tuple(sum(row) for row in rows[1:]),
+            buckets=tuple(sum(column) for column in zip(*rows, strict=True)),
+        )
 
     def release(self, index: int) -> None:
+        """The worker is gone: the slot is blank again (the monitor folded its counts first)."""
         base = index * SLOT_WORDS
-        self._ints[base + PID] = 0
-        self._floats[base + DEADLINE] = 0.0
+        self._ints[base : base + SLOT_WORDS] = memoryview(bytes(SLOT_WORDS * 8)).cast("q")
 
 
 class SlotAllocator:
@@ -110,6 +170,18 @@ class AppClock:
         self._extension: dict[object, float] = {}  # token -> seconds it extended itself by
         self._overdue: dict[object, float] = {}  # token -> when it was found past the soft deadline
         self._marked = False  # some token is in _extension or _overdue: finished() settles it
+        # the metric words of this worker's slot (see Slots), written under the lock
+        base = index * SLOT_WORDS
+        self._ints = slots._ints
+        self._floats = slots._floats
+        self._bounds = slots.bounds
+        self._starts = 0
+        self._starts_at = base + STARTS
+        self._waiting_at = base + WAITING
+        self._duration = 0.0
+        self._duration_at = base + DURATION_SUM
+        width = len(slots.bounds) + 1  # the first cell of each status's row, by status (0-599)
+        self._row = [base + CELLS + (code // 100 if code >= 100 else 0) * width for code in range(600)]
 
     def started(self, method: str = "", path: bytes = b"") -> InFlight:
         with self._lock:
@@ -119,6 +191,8 @@ class AppClock:
             in_app[token] = now
             if len(in_app) == 1:
                 self._slots.set_deadline(self._index, now + self._timeout)
+            self._starts += 1
+            self._ints[self._starts_at] = self._starts  # metrics: in flight = started - served
         return token
 
     def waiting(self, token: object) -> None:
@@ -144,13 +218,24 @@ class AppClock:
             in_app = self._in_app
             if in_app.pop(token, None) is None:
                 self._waiting.discard(token)
-            since = next(iter(in_app.values())) if in_app else self._now()
+                self._ints[self._waiting_at] = len(self._waiting)
+            now = self._now()
+            since = next(iter(in_app.values())) if in_app else now
             if self._marked:
                 since = self._settle(token, since)
             slots, index = self._slots, self._index
             slots.set_deadline(index, since + self._timeout)
             served = self.served = self.served + 1
             slots.set_requests(index, served)
+            # metrics: the duration sum and one count by (status class, bucket)
+            took = now - token.began  # type: ignore[attr-defined]  # an InFlight from started()
+            self._duration += took
+            self._floats[self._duration_at] = self._duration
+            try:
+                row = self._row[status]
+            except IndexError:  # not an HTTP status: counted with the requests that have none
+                row = self._row[0]
+            self._ints[row + bisect_left(self._bounds, took)] += 1
         return served
 
     @property
@@ -167,6 +252,7 @@ class AppClock:
 
     def _update(self) -> None:
         self._slots.set_deadline(self._index, self._oldest() + self._timeout)
+        self._ints[self._waiting_at] = len(self._waiting)  # in flight, holding no thread
 
     def _oldest(self) -> float:
         """When the request holding the deadline entered the app (its extension added); now if none."""

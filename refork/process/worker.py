@@ -124,7 +124,8 @@ class Worker:
         signal.signal(signal.SIGINT, self._on_quit)
         signal.signal(OVERDUE_SIGNAL, self._on_overdue_signal)  # even when off: a HUP may turn it on
         deadlines.install(self.clock.extend)
-        self.slots.claim(self.slot, os.getpid(), time.monotonic() + self.timeout)
+        threads = self.config.threads if self.interface == "wsgi" else 0  # app threads, for the metrics
+        self.slots.claim(self.slot, os.getpid(), time.monotonic() + self.timeout, threads, time.time())
         if not fork_safety.is_fork_safe():  # marked while starting (a hook, --memray): say so now
             self._report_unsafe()
         self.ctx.tell(messages.Ready(os.getpid()))

@@ -53,7 +53,7 @@ from refork.process.supervisor.events import (
 )
 from refork.process.supervisor.phases import Phases
 from refork.process.supervisor.rollout import crash_loop_over, may_promote, recycle, rollout_limit, to_retire
-from refork.process.supervisor.roster import Child, Roster, exit_description
+from refork.process.supervisor.roster import Child, Roster, exit_description, restart_cause
 
 NUDGE_GRACE = 2.0  # a worker whose loop runs reports --request-timeout itself within a tick (1s)
 REFUSED_REFORK = "no promotable worker (see the log)"
@@ -88,6 +88,8 @@ class Supervisor(Phases):
         self.delay_until: float | None = None  # a TERM's --shutdown-delay runs until then
         self.workers_stop_at = 0.0  # a graceful stop stops workers once molds are gone, or from then
         self._actions: list[Action] = []
+        self.restarts: dict[str, int] = {}  # workers replaced, by cause (the metrics)
+        self._promoted: set[int] = set()  # generations whose mold is a promoted worker (reforks)
 
     # -- the entry point -------------------------------------------------------------------------
     @property
@@ -178,12 +180,10 @@ class Supervisor(Phases):
         elif isinstance(message, messages.MoldFailed):
             self._mold_failed(child, message)
         elif isinstance(message, messages.WantsRetirement):
-            if message.cause == "request_timeout":
-                child.retire_cause = child.retire_cause or message.cause  # no more SIGUSR2 nudges
             if not child.stopping and child.retire_reason is None:
                 self._log(INFO, "worker %d (pid %d) %s; replacing it", child.nr, child.pid, message.reason)
                 child.retire_reason = message.reason
-                child.retire_cause = message.cause
+                child.restart_cause = message.cause  # also: no more SIGUSR2 nudges (request_timeout)
         elif isinstance(message, messages.WantsPromotion):
             self._promotion_wanted(child)
         else:
@@ -221,6 +221,9 @@ class Supervisor(Phases):
             )
             if not expected and child.kill_reason is None and (not child.ready or lived < 1.0):
                 self._crash_backoff(f"worker {child.nr} {how} {lived:.1f}s after start")
+        cause = restart_cause(child, bool(self.stopping))
+        if cause is not None:
+            self.restarts[cause] = self.restarts.get(cause, 0) + 1
         info = {"pid": pid, "role": child.role, "nr": child.nr, "status": status}
         self._hook("child_exit", self.config, info)
 
@@ -296,8 +299,10 @@ class Supervisor(Phases):
         """Replace workers of older generations, at most rollout_limit at a time."""
         if self.roster.usable_mold() is None:
             return
+        cause = "refork" if self.generation in self._promoted else "reload"
         for child in to_retire(self.roster.workers(), self.generation, self.rollout_limit):
             child.retire_reason = f"replaced by gen {self.generation}"
+            child.restart_cause = cause
 
     def _recycle(self, now: float) -> None:
         """A retiring worker stops once its replacement (same nr) is ready."""
@@ -328,6 +333,7 @@ class Supervisor(Phases):
             if over is not None:
                 self._log(WARNING, "worker %d (pid %d): %s; replacing it", child.nr, child.pid, over)
                 child.retire_reason = over
+                child.restart_cause = "memory"
 
     # -- worker count ----------------------------------------------------------------------------
     def _set_worker_count(self, count: int) -> None:
@@ -452,6 +458,8 @@ class Supervisor(Phases):
             generation,
         )
         self.roster.expect_mold(generation, self.now, promoted_from=worker.pid)
+        if generation > self.generation:
+            self._promoted.add(generation)
         self._emit(Send(worker.pid, messages.Promote(generation)))
         self.rollout_limit = rollout_limit(self.config, self.target_workers)
 

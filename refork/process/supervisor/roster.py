@@ -32,7 +32,7 @@ class Child:
     stop_deadline: float = 0.0
     kill_reason: str | None = None
     retire_reason: str | None = None  # set when a replacement must come before it stops
-    retire_cause: str | None = None  # why, as a restart cause: "request_timeout", "max_requests"...
+    restart_cause: str | None = None  # why it is replaced: the metrics' cause (see restart_cause())
     nudged: float = 0.0  # the slot deadline it was last sent SIGUSR2 for (--request-timeout)
     fork_unsafe: str | None = None
     failed: str | None = None
@@ -180,7 +180,7 @@ class Roster:
                 not child.ready
                 or child.stopping
                 or child.kill_reason
-                or child.retire_cause == "request_timeout"
+                or child.restart_cause == "request_timeout"
                 or reading is None
                 or reading.owner != child.pid
                 or not reading.deadline
@@ -270,6 +270,24 @@ class Roster:
         if self._pending_mold is not None and self._pending_mold.pid == pid:
             self._pending_mold = None
         return child
+
+
+def kill_cause(reason: str) -> str | None:
+    """The metrics' cause for a worker killed for a deadline, or None (the kill ends a stop)."""
+    return "timeout" if reason.startswith(("timeout", "did not become ready")) else None
+
+
+def restart_cause(child: Child, server_stopping: bool) -> str | None:
+    """Why an exited worker is being replaced, for `refork_worker_restarts_total{cause}`: an open set
+    ("crash", "timeout", "memory", "max_requests", "reload", "refork", ...); None when nothing replaces
+    it (the server stops, the worker count went down)."""
+    if server_stopping or child.role != "worker":
+        return None
+    if child.kill_reason is not None and kill_cause(child.kill_reason):
+        return "timeout"
+    if child.stopping:
+        return child.restart_cause
+    return "crash"
 
 
 def exit_description(status: int) -> str:
