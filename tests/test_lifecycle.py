@@ -147,3 +147,33 @@ def test_make_harmless_spares_kept_descriptors_logs_and_stdio(tmp_path):
             f.close()
         os.close(read)
         os.close(write)
+
+
+def test_make_harmless_leaves_a_descriptor_dup2_refuses(tmp_path, monkeypatch):
+    """Valgrind lists descriptors of its own in /proc that dup2 refuses (EBADF): the mold must
+    carry on (before, it died there and benchmarks/instructions.py hung)."""
+    import errno
+
+    from refork.process import descriptors
+
+    refused = open(tmp_path / "refused", "w")  # noqa: SIM115
+    other = open(tmp_path / "other", "w")  # noqa: SIM115
+    real_dup2 = os.dup2
+
+    def dup2(fd: int, fd2: int, inheritable: bool = True) -> int:
+        if fd2 == refused.fileno():
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        return real_dup2(fd, fd2, inheritable)
+
+    def child():
+        monkeypatch.setattr(os, "dup2", dup2)
+        cleaned = descriptors.make_harmless(set(), "test")
+        return sorted(fd for fd, _ in cleaned if fd in (refused.fileno(), other.fileno()))
+
+    try:
+        descriptors.remember_before_fork()
+        assert in_child(child) == str([other.fileno()])
+    finally:
+        descriptors._parent_fds = None
+        refused.close()
+        other.close()

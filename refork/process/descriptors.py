@@ -117,13 +117,17 @@ def make_harmless(keep: Iterable[int], who: str, level: int = logging.WARNING) -
         kind = needs_cleaning(fd, target)
         if kind is None:
             continue
-        if kind == "socket":
-            with socket.socket() as dead:
-                os.dup2(dead.fileno(), fd)
-        else:
-            if null < 0:
-                null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-            os.dup2(null, fd, inheritable=False)
+        try:
+            if kind == "socket":
+                with socket.socket() as dead:
+                    os.dup2(dead.fileno(), fd)
+            else:
+                if null < 0:
+                    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+                os.dup2(null, fd, inheritable=False)
+        except OSError as e:  # e.g. a descriptor reserved by valgrind: listed in /proc, refused by dup2
+            log.debug("fork safety: fd %d (%s) left as is: %s", fd, target, e.strerror)
+            continue
         cleaned.append((fd, target))
         log.log(level, "fork safety: %s made fd %d harmless (was %s); refork.keep_fd(fd) keeps one", who, fd,
                 target)  # fmt: skip
