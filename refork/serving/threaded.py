@@ -292,6 +292,8 @@ class _Loop:
         if conn.body is not None:
             conn.body.discard()
             conn.body = None
+        if conn.tls is not None:
+            conn.tls.close_notify()
         try:
             conn.sock.close()
         except OSError:

@@ -19,6 +19,7 @@ hands the context to asyncio / uvloop (``create_server(ssl=..., ssl_handshake_ti
 from __future__ import annotations
 
 import logging
+import re
 import select
 import socket
 import ssl
@@ -77,12 +78,20 @@ def check(config: Config) -> None:
     if config.cert_reqs != ssl.CERT_NONE and not config.ca_certs:
         raise ConfigError("--cert-reqs optional/required needs --ca-certs (the CAs client certificates "
                           "must chain to)")  # fmt: skip
+    for flag, path in (("--certfile", config.certfile), ("--keyfile", config.keyfile),
+                       ("--ca-certs", config.ca_certs)):  # fmt: skip
+        if path:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as e:
+                raise ConfigError(f"TLS: {flag} {path}: {e.strerror or e}") from None
     try:
         server_context(config)
     except ssl.SSLError as e:
-        reason = e.reason or e.strerror or str(e)
-        what = _what_failed(e, config)
-        raise ConfigError(f"TLS: {what}: {str(reason).lower().replace('_', ' ')}") from None
+        text = str(e.args[-1] if e.args and isinstance(e.args[-1], str) else e)
+        reason = re.sub(r"^\[[\w: ]+\]\s*|\s*\(_ssl\.c:\d+\)$", "", text)
+        raise ConfigError(f"TLS: {_what_failed(e, config)}: {reason}") from None
     except OSError as e:
         name = e.filename or config.certfile
         raise ConfigError(f"TLS: cannot read {name}: {e.strerror or e}") from None
@@ -96,7 +105,7 @@ def _what_failed(e: ssl.SSLError, config: Config) -> str:
     if "cipher" in text:
         return f"--ciphers {config.ciphers!r}"
     if "decrypt" in text or "bad password" in text or "pem lib" in text:
-        return f"cannot load the key/certificate ({key}; wrong --keyfile-password?)"
+        return f"cannot load the private key from {key} (none in it, or a wrong --keyfile-password?)"
     return f"cannot load {config.certfile}" + (f" / {config.ca_certs}" if config.ca_certs else "")
 
 
@@ -169,6 +178,16 @@ class TlsConn:
             except OSError:
                 break
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def close_notify(self) -> None:
+        """Say goodbye in TLS before the socket closes (strict clients, OpenSSL 3's among them, call an
+        EOF without it an error); never waits for the client's."""
+        if self.handshaking:
+            return
+        try:
+            self.sock.unwrap()
+        except (OSError, ValueError):
+            pass  # SSLWantRead (the client's close_notify is not awaited) or the client is gone
 
     def has_input(self) -> bool:
         """Decrypted bytes wait in OpenSSL, or raw bytes (or a FIN) in the kernel."""
