@@ -361,3 +361,22 @@ def test_unix_listener_stays_plain(start_server, tmp_path, certs):
     assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"/u") and b"http " in data
     done = _curl("--cacert", str(certs.ca_pem), f"https://127.0.0.1:{server.port}/t")
     assert done.returncode == 0 and done.stdout.startswith("https ")
+
+
+@pytest.mark.parametrize("mode", ["wsgi-1", "asgi-asyncio", "asgi-uvloop"])
+def test_refork_during_a_handshake_does_not_keep_the_connection_open(start_server, certs, mode):
+    """A worker promoted to a mold while a client is still in its handshake (asyncio knows no protocol
+    for it yet): the new mold keeps no copy of that socket (process/fork_check.py cuts connections
+    accepted on the listeners), so the client sees the close."""
+    server = _start(start_server, certs, mode, "--ssl-handshake-timeout", "3")
+    old = {w["pid"] for w in server.workers()}
+    stalled = socket.create_connection(("127.0.0.1", server.port), timeout=25)
+    stalled.sendall(b"\x16\x03\x01\x02\x00\x01")  # a ClientHello that never ends
+    time.sleep(0.2)  # accepted by the worker
+    assert server.request("refork")["ok"] is True
+    server.wait_for(lambda: (m := server.mold()) and m["generation"] >= 1, what="the new mold")
+    server.wait_for(lambda: not old & {w["pid"] for w in server.workers(None)}, what="old worker gone")
+    assert read_to_end(stalled) == b""  # closed (by the handshake timeout or the old worker's exit)
+    stalled.close()
+    done = _curl("--cacert", str(certs.ca_pem), f"https://127.0.0.1:{server.port}/")
+    assert done.returncode == 0, done.stderr
