@@ -34,6 +34,7 @@ log = logging.getLogger("refork")
 
 IN, OUT = select.POLLIN, select.POLLOUT
 _CHUNK = 1 << 18  # bytes per SSL_write: a retry after SSLWantWrite repeats exactly this slice
+_RECORD = 1 << 14  # the largest TLS record's plaintext
 _READ_ROUNDS = 4  # records per read call (16 KiB each) before the loop turns to other connections
 
 
@@ -153,9 +154,11 @@ class TlsConn:
         self.wants = IN
         if not data:
             return data
-        chunks = [data]  # one recv is one TLS record: take a few more that are already here
+        chunks = [data]
         total = len(data)
-        for _ in range(_READ_ROUNDS):
+        # one recv is one TLS record: after a full one (an upload) take a few more that are here;
+        # a short one was the end of what the client sent (epoll says when there is more)
+        for _ in range(_READ_ROUNDS if total >= _RECORD else 0):
             if total >= size:
                 break
             try:
