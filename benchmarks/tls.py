@@ -1,5 +1,7 @@
 """TLS hello world: refork (WSGI and ASGI) vs granian, uvicorn and gunicorn, all terminating TLS (issue 10).
 
+refork-*-plain rows run the same refork without TLS (plain HTTP) in the same rounds: the cost of TLS.
+
 Every server runs 2 workers on 127.0.0.1 with the same ECDSA P-256 certificate (made here with
 the openssl command), TLS 1.3 as the client (wrk's OpenSSL) negotiates it. wrk keeps its 64
 connections alive, so this measures encrypted request/response throughput, with one handshake per
@@ -22,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from common import (
@@ -67,10 +70,15 @@ def https_status(port: int, timeout: float = 2.0) -> int | None:
         return None
 
 
+@dataclass
 class TlsServer(Server):
-    """A Server that answers over HTTPS (common.Server.start polls plain HTTP)."""
+    """A Server that answers over HTTPS (common.Server.start polls plain HTTP); tls=False: plain."""
+
+    tls: bool = True
 
     def start(self, timeout: float = 60.0, path: str = "/") -> str | None:
+        if not self.tls:
+            return super().start(timeout, path)
         fd, name = tempfile.mkstemp(prefix=f"bench-{self.name}-", suffix=".stderr")
         self.stderr_path = Path(name)
         with os.fdopen(fd, "wb") as err:
@@ -107,6 +115,8 @@ def servers(venv: Path, port: int, cert: Path, key: Path) -> list[TlsServer]:
         ("refork-wsgi", "wsgi", [*refork, "hello_wsgi:app"]),
         ("refork-wsgi-threads", "wsgi", [*refork, "--threads", "4", "hello_wsgi:app"]),
         ("refork-asgi", "asgi", [*refork, "--interface", "asgi", "hello_asgi:app"]),
+        ("refork-wsgi-plain", "wsgi", [*refork[:-4], "hello_wsgi:app"]),
+        ("refork-asgi-plain", "asgi", [*refork[:-4], "--interface", "asgi", "hello_asgi:app"]),
         ("gunicorn-gthread", "wsgi", [*gunicorn, "-k", "gthread", "--threads", "4", "hello_wsgi:app"]),
         ("uvicorn", "asgi", [*uvicorn, "hello_asgi:app"]),
         ("granian-wsgi", "wsgi", [*granian, "--interface", "wsgi", "hello_wsgi:app"]),
@@ -115,18 +125,20 @@ def servers(venv: Path, port: int, cert: Path, key: Path) -> list[TlsServer]:
     mine = {"PYTHONPATH": str(ROOT)}  # refork from this checkout
     return [
         TlsServer(name, iface, [a.replace("{port}", str(port + i)) for a in argv], port + i, APPS,
-                  env=mine if name.startswith("refork") else {})  # fmt: skip
+                  env=mine if name.startswith("refork") else {}, tls=not name.endswith("-plain"))  # fmt: skip
         for i, (name, iface, argv) in enumerate(specs)
     ]
 
 
-def run_wrk_tls(port: int, duration: float, connections: int = 64, threads: int = 2) -> dict:
+def run_wrk_tls(
+    port: int, duration: float, connections: int = 64, threads: int = 2, tls: bool = True
+) -> dict:
     import re
 
     from common import _ms
 
     cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration:g}s", "--timeout=5s", "--latency",
-           f"https://127.0.0.1:{port}/"]  # fmt: skip
+           f"{'https' if tls else 'http'}://127.0.0.1:{port}/"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
     result: dict = {"rps": 0.0, "p99_ms": None, "requests": 0, "errors": 0, "non2xx": 0}
     if m := re.search(r"Requests/sec:\s+([\d.]+)", out):
@@ -147,8 +159,8 @@ def bench_one(server: TlsServer, duration: float) -> dict:
     if error:
         server.stop()
         return {"error": error}
-    run_wrk_tls(server.port, 2)
-    result = run_wrk_tls(server.port, duration)
+    run_wrk_tls(server.port, 2, tls=server.tls)
+    result = run_wrk_tls(server.port, duration, tls=server.tls)
     leaked = server.stop()
     if leaked:
         result["leaked_pids"] = leaked
@@ -225,7 +237,8 @@ def main() -> None:
                          str(s["errors"]), ""])  # fmt: skip
     print_table(["server", "iface", "req/s", "p99 ms", "ratio", "errors", "note"], rows)
     print()
-    pairs = (("refork-wsgi", "granian-wsgi"), ("refork-asgi", "granian-asgi"), ("refork-asgi", "uvicorn"))
+    pairs = (("refork-wsgi", "granian-wsgi"), ("refork-asgi", "granian-asgi"), ("refork-asgi", "uvicorn"),
+             ("refork-wsgi", "refork-wsgi-plain"), ("refork-asgi", "refork-asgi-plain"))
     for mine, peer in pairs:
         if mine in summary and peer in summary:
             print(f"{mine} / {peer}: {fmt(ratio(mine, peer), '.2f', 'x')}")
