@@ -335,19 +335,25 @@ def test_hup_serves_new_certificate(start_server, tmp_path, certs, mode):
     server.signal(signal.SIGHUP)
     server.wait_for(lambda: "does not match" in server.log(), what="the reload refused")
     assert served_cert() == ssl.PEM_cert_to_DER_cert(first.server_cert_pem.decode())
+    # a worker added to the running generation now serves the generation's certificate: the files
+    # were read once, when the monitor checked them (not the broken ones on disk now)
+    assert server.request("ttin")["ok"] is True
+    server.wait_for(lambda: len(server.workers()) == 3, what="a third worker")
+    for _ in range(6):
+        assert served_cert() == ssl.PEM_cert_to_DER_cert(first.server_cert_pem.decode())
     # the real swap
     cert.write_bytes(second.cert.read_bytes())
     key.write_bytes(second.key.read_bytes())
     server.signal(signal.SIGHUP)
     new = ssl.PEM_cert_to_DER_cert(second.server_cert_pem.decode())
     server.wait_for(lambda: served_cert() == new and all(w["generation"] >= 1 for w in server.workers())
-                    and len(server.workers()) == 2, what="the new certificate")  # fmt: skip
-    for _ in range(4):  # every worker now: new connections see the new certificate
+                    and len(server.workers()) == 3, what="the new certificate")  # fmt: skip
+    for _ in range(6):  # every worker now: new connections see the new certificate
         assert served_cert() == new
         done = _curl("--cacert", str(second.ca_pem), f"https://127.0.0.1:{server.port}/new")
         assert done.returncode == 0, done.stderr
     assert _curl("--cacert", str(first.ca_pem), f"https://127.0.0.1:{server.port}/").returncode != 0
-    assert "Traceback" not in server.log()
+    assert "Traceback" not in server.log(), server.log()
 
 
 def test_unix_listener_stays_plain(start_server, tmp_path, certs):

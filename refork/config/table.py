@@ -266,8 +266,8 @@ class Config:
         metavar="FILE",
         help="serve TLS with this PEM certificate (chain) on every TCP listener",
         doc="PEM certificate (with its chain, and the key if `--keyfile` is not given); turns TLS on for "
-        "every TCP listener (unix sockets stay plain); read by each worker when it starts, so HUP "
-        "serves new files",
+        "every TCP listener (unix sockets stay plain); the files are read by the monitor at start and "
+        "on HUP, which starts a generation that serves the new ones",
         group="tls",
     )
     keyfile: str | None = setting(

@@ -1,11 +1,13 @@
 """TLS for both loops: the server context, and the non-blocking handshake and I/O of the WSGI loop.
 
-The context is built from the config once per serving process, when its loop starts (after the
-fork: a worker reads the certificate files then, so a new generation started by HUP serves the
-new files), never per connection. Nothing of OpenSSL with a connection in it ever crosses a fork.
-The monitor builds one too, at start and on HUP, only to check the files (:func:`check`): a bad
-path, a key that does not match the certificate or a wrong password is one line and exit 2 at
-start, and a logged error that keeps the running generation on HUP.
+The context is built by the monitor when it checks the files (:func:`check`, at start and on each
+HUP): a bad path, a key that does not match the certificate or a wrong password is one line and
+exit 2 at start, and a logged error that keeps the running generation on HUP. The context that
+passed the check is the one served: molds and workers inherit it through fork (an ``SSLContext``
+with no connection in it; OpenSSL reseeds its random generator in a forked child), so the files
+are read once per generation, with no window between the check and the use, and never per
+connection. Nothing of OpenSSL with a connection in it ever crosses a fork. A process that finds
+no inherited context for its settings (not started by the monitor) builds its own.
 
 TLS applies to every TCP listener; a unix-socket listener stays plain (a local proxy talks to it).
 
@@ -36,6 +38,15 @@ IN, OUT = select.POLLIN, select.POLLOUT
 _CHUNK = 1 << 18  # bytes per SSL_write: a retry after SSLWantWrite repeats exactly this slice
 _RECORD = 1 << 14  # the largest TLS record's plaintext
 _READ_ROUNDS = 4  # records per read call (16 KiB each) before the loop turns to other connections
+
+
+# TLS settings -> the context the monitor built and checked for them (the newest, after a HUP)
+_CONTEXTS: dict[tuple[Any, ...], ssl.SSLContext] = {}
+
+
+def _settings(config: Config) -> tuple[Any, ...]:
+    return (config.certfile, config.keyfile, config.keyfile_password, config.ca_certs, config.cert_reqs,
+            config.ciphers)  # fmt: skip
 
 
 def enabled(config: Config) -> bool:
@@ -88,7 +99,7 @@ def check(config: Config) -> None:
             except OSError as e:
                 raise ConfigError(f"TLS: {flag} {path}: {e.strerror or e}") from None
     try:
-        server_context(config)
+        ctx = server_context(config)
     except ssl.SSLError as e:
         text = str(e.args[-1] if e.args and isinstance(e.args[-1], str) else e)
         reason = re.sub(r"^\[[\w: ]+\]\s*|\s*\(_ssl\.c:\d+\)$", "", text)
@@ -96,6 +107,8 @@ def check(config: Config) -> None:
     except OSError as e:
         name = e.filename or config.certfile
         raise ConfigError(f"TLS: cannot read {name}: {e.strerror or e}") from None
+    if ctx is not None:
+        _CONTEXTS[_settings(config)] = ctx  # what the next mold and its workers serve
 
 
 def _what_failed(e: ssl.SSLError, config: Config) -> str:
@@ -258,8 +271,18 @@ def wrap(ctx: ssl.SSLContext, sock: socket.socket) -> ssl.SSLSocket:
 
 
 def contexts_for(listeners: Iterable[socket.socket], config: Config) -> dict[int, ssl.SSLContext]:
-    """listener fd -> the context its connections use (TCP listeners only; one context for all)."""
-    ctx = server_context(config)
-    if ctx is None:
+    """listener fd -> the context its connections use (TCP listeners only; one context for all).
+
+    The context the monitor checked, inherited; built here only when there is none (then a file
+    that does not load ends this process with one logged line)."""
+    if not config.certfile:
         return {}
+    ctx = _CONTEXTS.get(_settings(config))
+    if ctx is None:
+        try:
+            check(config)
+        except ConfigError as e:
+            log.error("%s; exiting", e)
+            raise SystemExit(1) from None
+        ctx = _CONTEXTS[_settings(config)]
     return {sock.fileno(): ctx for sock in listeners if is_tls_listener(sock)}
