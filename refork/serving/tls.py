@@ -49,10 +49,6 @@ def _settings(config: Config) -> tuple[Any, ...]:
             config.ciphers)  # fmt: skip
 
 
-def enabled(config: Config) -> bool:
-    return bool(config.certfile)
-
-
 def is_tls_listener(sock: socket.socket) -> bool:
     """TLS goes on TCP listeners; a unix socket stays plain."""
     return sock.family in (socket.AF_INET, socket.AF_INET6)
