@@ -11,7 +11,10 @@ def test_pidfile_holds_the_monitor_pid_and_goes_away_on_stop(start_server, tmp_p
     pidfile = tmp_path / "refork.pid"
     server = start_server("--pid", str(pidfile), workers=1)
     assert pidfile.read_text() == f"{server.proc.pid}\n"
-    second = run_cli("--pid", str(pidfile), "-b", "127.0.0.1:0", "apps.procs:app", "--chdir", "tests")
+    second = run_cli(  # its own control socket: the default one may be another server's
+        "--pid", str(pidfile), "-b", "127.0.0.1:0", "--control-socket", str(tmp_path / "ctl"),
+        "apps.procs:app", "--chdir", "tests",
+    )  # fmt: skip
     assert second.returncode == 2
     assert second.stderr.strip() == (
         f"refork: error: --pid {pidfile}: pid {server.proc.pid} is running and holds it; "

@@ -331,3 +331,19 @@ def histogram_buckets(value: Any, where: str) -> list[float]:
     if any(not math.isfinite(b) or b <= 0 for b in bounds) or bounds != sorted(set(bounds)):
         raise ConfigError(f"{where} must be positive seconds in ascending order, got {got(value)}")
     return bounds
+
+
+_CERT_REQS = {"none": 0, "optional": 1, "required": 2}
+
+
+def cert_reqs(value: Any, where: str) -> int:
+    """gunicorn's --cert-reqs: 0/1/2 (ssl.CERT_NONE/OPTIONAL/REQUIRED) or none/optional/required."""
+    if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1, 2):
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower().removeprefix("cert_")
+        if text in ("0", "1", "2"):
+            return int(text)
+        if text in _CERT_REQS:
+            return _CERT_REQS[text]
+    raise ConfigError(f"{where} must be 0|1|2 or none|optional|required, got {got(value)}")

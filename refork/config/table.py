@@ -304,6 +304,76 @@ class Config:
     )
     loop: Loop = setting("auto", "--loop", coerce=c.Choice(Loop), help="ASGI event loop", group="server")
 
+    # TLS (refork.serving.tls; docs/tls.md): HUP re-reads the files, a new generation serves them
+    certfile: str | None = setting(
+        None,
+        "--certfile",
+        coerce=c.optional_string,
+        metavar="FILE",
+        help="serve TLS with this PEM certificate (chain) on every TCP listener",
+        doc="PEM certificate (with its chain, and the key if `--keyfile` is not given); turns TLS on for "
+        "every TCP listener (unix sockets stay plain); the files are read by the monitor at start and "
+        "on HUP, which starts a generation that serves the new ones",
+        group="tls",
+    )
+    keyfile: str | None = setting(
+        None,
+        "--keyfile",
+        coerce=c.optional_string,
+        metavar="FILE",
+        help="PEM private key of --certfile",
+        doc="PEM private key of `--certfile` (checked against it at start: a mismatch is exit 2)",
+        group="tls",
+    )
+    keyfile_password: str | None = setting(
+        None,
+        "--keyfile-password",
+        coerce=c.optional_string,
+        metavar="TEXT",
+        help="password of an encrypted --keyfile (prefer REFORK_KEYFILE_PASSWORD)",
+        doc="password of an encrypted `--keyfile`; prefer the environment variable to the command line",
+        group="tls",
+    )
+    ca_certs: str | None = setting(
+        None,
+        "--ca-certs",
+        coerce=c.optional_string,
+        metavar="FILE",
+        help="PEM CA certificates client certificates are checked against (mTLS)",
+        doc="PEM CA certificates that client certificates must chain to (needed by `--cert-reqs` 1 or 2)",
+        group="tls",
+    )
+    cert_reqs: int = setting(
+        0,
+        "--cert-reqs",
+        coerce=c.cert_reqs,
+        metavar="0|1|2",
+        help="client certificate: 0/none, 1/optional, 2/required",
+        doc="whether a client certificate is asked for: `0`/`none`, `1`/`optional` (checked if sent), "
+        "`2`/`required` (mTLS); gunicorn's numbers or the names",
+        group="tls",
+    )
+    ciphers: str | None = setting(
+        None,
+        "--ciphers",
+        coerce=c.optional_string,
+        metavar="LIST",
+        help="OpenSSL cipher list for TLS 1.2 (default: Python's)",
+        doc="OpenSSL cipher string for TLS 1.2 (TLS 1.3 suites are OpenSSL's); default: the `ssl` "
+        "module's. TLS 1.2 is the minimum version; ALPN offers `http/1.1`",
+        group="tls",
+    )
+    ssl_handshake_timeout: float = setting(
+        10.0,
+        "--ssl-handshake-timeout",
+        coerce=c.positive_seconds,
+        metavar="S",
+        help="time allowed for a TLS handshake",
+        doc="a client must finish the TLS handshake within this, or it is closed (logged at debug); "
+        "`--header-timeout` then runs for the request head",
+        group="tls",
+    )
+
     # HTTP limits
     limit_request_line: int = setting(
         8190,

@@ -39,6 +39,7 @@ from refork.process.slots import Slots
 from refork.process.supervisor import events as ev
 from refork.process.supervisor.core import Supervisor
 from refork.process.watch import Watcher
+from refork.serving.tls import check as check_tls
 
 log = logging.getLogger("refork")
 TICK = 0.25  # the longest the loop sleeps, seconds
@@ -327,7 +328,9 @@ class Monitor:
         if self.reread is None:
             return ev.ConfigReread()
         try:
-            return ev.ConfigReread(self.reread())
+            config = self.reread()
+            check_tls(config)  # new certificate files that do not load: keep the running generation
+            return ev.ConfigReread(config)
         except ConfigError as e:
             return ev.ConfigReread(error=str(e))
         except Exception as e:  # the config file is user code: one line, and keep serving
@@ -475,6 +478,7 @@ def run(config: Config, reread: Callable[[], Config] | None = None) -> int:
 
         reexec_with_jemalloc(sys.argv)
     change_directory(config.chdir)
+    check_tls(config)  # a bad certificate or key: one line and exit 2, before anything is bound
     monitor = Monitor(config, reread)
     try:
         monitor.start()

@@ -40,6 +40,7 @@ from refork.serving.connection import (
 )
 from refork.serving.contract import WorkerControl
 from refork.serving.health import health_paths, health_response
+from refork.serving.tls import contexts_for
 
 log = logging.getLogger("refork")
 
@@ -72,7 +73,7 @@ class HttpProtocol(asyncio.Protocol):
     __slots__ = (
         "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
         "queue", "read_paused", "write_blocked_since", "closing", "since", "pending_error", "eof",
-        "trusted", "body_bytes",
+        "trusted", "body_bytes", "scheme",
     )  # fmt: skip
 
     def __init__(self, srv: Server) -> None:
@@ -93,6 +94,7 @@ class HttpProtocol(asyncio.Protocol):
         self.eof = False
         self.trusted = False
         self.body_bytes = 0  # of the request being received: each --body-min-rate extends its deadline
+        self.scheme = "http"  # "https" on a TLS listener (asyncio / uvloop did the handshake)
 
     # asyncio.Protocol ------------------------------------------------------------------------
 
@@ -109,6 +111,8 @@ class HttpProtocol(asyncio.Protocol):
             self.server_addr = (sockname or "", None)
         proxies = self.srv.proxies  # a unix-socket peer (no client address) is None to trusts()
         self.trusted = proxies is not None and proxies.trusts(self.client_addr and self.client_addr[0])
+        if transport.get_extra_info("ssl_object") is not None:
+            self.scheme = "https"
         self.srv.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
@@ -253,6 +257,7 @@ class HttpProtocol(asyncio.Protocol):
             root_path=srv.root_path,
             proxies=srv.proxies if self.trusted else None,
             state=srv.lifespan.state,
+            scheme=self.scheme,
         )
         if srv.access_log is not None:
             cycle.started_at = self.loop.time()
@@ -422,9 +427,12 @@ class Server:
         self._tick_handle = loop.call_later(TICK, self.tick)
         await self.lifespan.startup()
         if not self.stopping:
+            contexts = contexts_for(self.listeners, self.config)  # built here: after the fork
             for sock in self.listeners:
+                ctx = contexts.get(sock.fileno())
                 server = await loop.create_server(
-                    lambda: HttpProtocol(self), sock=sock, backlog=self.config.backlog
+                    lambda: HttpProtocol(self), sock=sock, backlog=self.config.backlog, ssl=ctx,
+                    ssl_handshake_timeout=self.config.ssl_handshake_timeout if ctx is not None else None,
                 )
                 self.servers.append(server)
             self.serving = True

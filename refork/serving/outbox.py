@@ -31,7 +31,7 @@ class Outbox:
 
     __slots__ = (
         "sock", "fd", "client", "queue", "backlogged", "write_timeout", "buffering", "control", "token",
-        "request",
+        "request", "wants",
     )  # fmt: skip
 
     zero_copy = True
@@ -50,6 +50,7 @@ class Outbox:
         self.control = control
         self.token: object = None  # the request being answered: for request_waiting, the log
         self.request: Request | None = None
+        self.wants = select.POLLOUT  # what a blocked write waits for (TLS: POLLIN when OpenSSL must read)
 
     def send(self, data: bytes) -> None:
         queue = self.queue
@@ -115,8 +116,12 @@ class Outbox:
             return
         control, token = self.control, self.token
         poll = select.poll()
-        poll.register(self.fd, select.POLLOUT)
+        mask = select.POLLOUT
+        poll.register(self.fd, mask)
         while not self.write_some():
+            if self.wants != mask:  # TLS: a write that needs a read first, and back
+                mask = self.wants
+                poll.modify(self.fd, mask)
             control.request_waiting(token)  # the client's time, not the app's
             try:
                 ready = poll.poll(self.write_timeout * 1000)

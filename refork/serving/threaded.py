@@ -19,6 +19,7 @@ import errno
 import logging
 import queue
 import socket
+import ssl
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -44,10 +45,10 @@ from refork.serving.contract import WorkerControl
 from refork.serving.health import health_paths, health_response
 from refork.serving.outbox import Outbox
 from refork.serving.poller import IN as _IN
-from refork.serving.poller import OUT as _OUT
 from refork.serving.poller import Poller
 from refork.serving.pool import AppThreads
 from refork.serving.threaded_conn import NO_EVENTS, Conn, Job, Step, Writing
+from refork.serving.tls import TlsConn, TlsOutbox, contexts_for, log_failure, wrap
 from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
 
 log = logging.getLogger("refork")
@@ -78,6 +79,8 @@ class _Loop:
         self.access_log = AccessLog.from_config(config)
         self.health = health_paths(config.health_path)
         proxies = TrustedProxies(config.forwarded_allow_ips)
+        self.tls = contexts_for(listeners, config)  # listener fd -> SSLContext (TLS listeners)
+        self.handshake_timeout = config.ssl_handshake_timeout
         for lsock in listeners:
             lsock.setblocking(False)
             try:
@@ -90,6 +93,7 @@ class _Loop:
                 root_path=config.root_path,
                 multithread=self.threads > 1,
                 proxies=proxies,
+                url_scheme="https" if lsock.fileno() in self.tls else "http",
             )
             self.listeners[lsock.fileno()] = (lsock, builder)
         self.pool: AppThreads | None = None
@@ -215,6 +219,13 @@ class _Loop:
         drain_until = self.drain_until if self.draining else 0.0
         write_stalled = self.timeouts.write_stalled
         for conn in [c for c in self.conns.values() if not c.busy]:
+            if conn.tls is not None and conn.tls.handshaking:
+                if now - conn.since > self.handshake_timeout:
+                    log_failure(conn.client, TimeoutError("handshake timeout"), True)
+                    self._close(conn)
+                elif self.draining and now >= drain_until:
+                    self._close(conn)
+                continue
             writing = conn.writing
             if writing is not None:
                 if write_stalled(conn.since, now):
@@ -260,8 +271,14 @@ class _Loop:
                 except OSError:
                     pass
             client = (addr[0], addr[1]) if inet else None
-            out = Outbox(sock, client, self.timeouts.write, self.control, buffering=self.pool is None)
-            conn = Conn(sock, client, builder, self.limits, out)
+            ctx = self.tls.get(lsock.fileno()) if self.tls else None
+            if ctx is not None:
+                conn = self._tls_conn(ctx, sock, client, builder)
+                if conn is None:
+                    continue
+            else:
+                out = Outbox(sock, client, self.timeouts.write, self.control, buffering=self.pool is None)
+                conn = Conn(sock, client, builder, self.limits, out)
             conn.since = now
             self.conns[conn.fd] = conn
             self.poller.register(conn.fd)
@@ -282,19 +299,55 @@ class _Loop:
         if conn.body is not None:
             conn.body.discard()
             conn.body = None
+        if conn.tls is not None:
+            conn.tls.close_notify()
         try:
             conn.sock.close()
         except OSError:
             pass
 
-    def _on_readable(self, conn: Conn) -> None:
+    def _tls_conn(self, ctx: ssl.SSLContext, sock: socket.socket, client: Any, builder: EnvironBuilder
+                  ) -> Conn | None:  # fmt: skip
+        """A connection on a TLS listener: wrapped, its handshake left to _on_readable."""
         try:
-            data = conn.sock.recv(_RECV)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
+            tsock = wrap(ctx, sock)
+        except OSError as e:  # the client is already gone
+            log_failure(client, e, True)
+            sock.close()
+            return None
+        out = TlsOutbox(tsock, client, self.timeouts.write, self.control, buffering=self.pool is None)
+        return Conn(tsock, client, builder, self.limits, out, TlsConn(tsock))
+
+    def _tls_read(self, conn: Conn, tconn: TlsConn) -> bytes | None:
+        """Handshake, then read, from this loop only; None: nothing yet, or the connection failed."""
+        handshaking = tconn.handshaking
+        try:
+            data = tconn.read(_RECV)
+        except OSError as e:  # garbage, plain HTTP, a refused client certificate: debug, no trace
+            log_failure(conn.client, e, tconn.handshaking)
             self._close(conn)
-            return
+            return None
+        if tconn.wants != tconn.polled:
+            tconn.polled = tconn.wants
+            self.poller.watch(conn.fd, tconn.wants)
+        if handshaking and not tconn.handshaking:
+            conn.since = time.monotonic()  # handshake done: the keep-alive clock until a head starts
+        return data
+
+    def _on_readable(self, conn: Conn) -> None:
+        tconn = conn.tls
+        if tconn is not None:
+            data = self._tls_read(conn, tconn)
+            if data is None:
+                return
+        else:
+            try:
+                data = conn.sock.recv(_RECV)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self._close(conn)
+                return
         if not data:
             self._close(conn)
             return
@@ -431,7 +484,9 @@ class _Loop:
                 conn.phase = _WRITING
                 conn.since = time.monotonic()
                 self.in_flight += 1  # no safe point (fork) while a response body is half pulled
-                self.poller.watch(conn.fd, _OUT)
+                self.poller.watch(conn.fd, out.wants)  # OUT; TLS: IN when OpenSSL must read first
+                if conn.tls is not None:
+                    conn.tls.polled = out.wants
                 return None
         finally:
             deadlines.current.reset(serving)
@@ -475,6 +530,8 @@ class _Loop:
         conn.since = time.monotonic()  # progress: the write timeout counts from here
         try:
             if not conn.out.write_some():
+                if conn.tls is not None:
+                    self._tls_rewatch(conn)
                 return
         except OSError:
             self._close(conn)  # the client is gone
@@ -492,6 +549,8 @@ class _Loop:
             deadlines.current.reset(serving)
         if outcome is None:
             control.request_waiting(writing.token)
+            if conn.tls is not None:
+                self._tls_rewatch(conn)
             return
         if not self._settle(conn, writing, outcome) or conn.closed:
             self._close(conn)
@@ -499,11 +558,21 @@ class _Loop:
         conn.phase = _IDLE
         conn.since = time.monotonic()
         self.poller.watch(conn.fd, _IN)
+        if conn.tls is not None:
+            conn.tls.polled = _IN
         try:
             self._advance(conn, writing.rest)  # pipelined requests behind this one
         except Exception:
             log.exception("Error serving a connection")
             self._close(conn)
+
+    def _tls_rewatch(self, conn: Conn) -> None:
+        """A blocked TLS write may wait for a read (OUT <-> IN): poll what it waits for."""
+        tconn = conn.tls
+        assert tconn is not None
+        if conn.out.wants != tconn.polled:
+            tconn.polled = conn.out.wants
+            self.poller.watch(conn.fd, tconn.polled)
 
     def _settle(self, conn: Conn, writing: Writing, outcome: Outcome) -> bool:
         """A waiting response is done (or abandoned): the request's bookkeeping; True to keep."""

@@ -16,6 +16,7 @@ from refork.http.events import Event, ParseError, Request
 from refork.http.parser import Limits, RequestParser
 from refork.serving.connection import Phase
 from refork.serving.outbox import Outbox
+from refork.serving.tls import TlsConn
 from refork.wsgi import EnvironBuilder, Streaming
 
 __all__ = ["NO_EVENTS", "Conn", "Job", "Step", "Writing"]
@@ -31,11 +32,11 @@ class Conn:
 
     __slots__ = (
         "sock", "fd", "client", "builder", "parser", "request", "body", "received",
-        "phase", "since", "continued", "registered", "busy", "closed", "out", "writing",
+        "phase", "since", "continued", "registered", "busy", "closed", "out", "writing", "tls",
     )  # fmt: skip
 
     def __init__(self, sock: socket.socket, client: Any, builder: EnvironBuilder, limits: Limits,
-                 out: Outbox) -> None:  # fmt: skip
+                 out: Outbox, tls: TlsConn | None = None) -> None:  # fmt: skip
         self.sock = sock
         self.fd = sock.fileno()
         self.client = client
@@ -52,10 +53,13 @@ class Conn:
         self.closed = False
         self.out = out
         self.writing: Writing | None = None  # a response waiting for the client to read (threads == 1)
+        self.tls = tls  # the TLS side (handshake, reads) on a TLS listener; None: plain
 
     def has_input(self) -> bool:
         """Bytes (or a FIN) wait to be read: the sweep spares a connection the loop has not
         served yet."""
+        if self.tls is not None:
+            return self.tls.has_input()
         try:
             return bool(self.sock.recv(1, socket.MSG_PEEK))
         except OSError:

@@ -1,0 +1,284 @@
+"""TLS for both loops: the server context, and the non-blocking handshake and I/O of the WSGI loop.
+
+The context is built by the monitor when it checks the files (:func:`check`, at start and on each
+HUP): a bad path, a key that does not match the certificate or a wrong password is one line and
+exit 2 at start, and a logged error that keeps the running generation on HUP. The context that
+passed the check is the one served: molds and workers inherit it through fork (an ``SSLContext``
+with no connection in it; OpenSSL reseeds its random generator in a forked child), so the files
+are read once per generation, with no window between the check and the use, and never per
+connection. Nothing of OpenSSL with a connection in it ever crosses a fork. A process that finds
+no inherited context for its settings (not started by the monitor) builds its own.
+
+TLS applies to every TCP listener; a unix-socket listener stays plain (a local proxy talks to it).
+
+The WSGI loop (:mod:`refork.serving.threaded`) wraps an accepted socket in a non-blocking
+``SSLSocket`` and drives the handshake from its epoll loop (:class:`TlsConn`), never from an app
+thread; :class:`TlsOutbox` writes responses through it (``SSLWantWrite`` and ``SSLWantRead`` on a
+write included) and has no ``sendfile()`` (the body is read and encrypted instead). The ASGI loop
+hands the context to asyncio / uvloop (``create_server(ssl=..., ssl_handshake_timeout=...)``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import select
+import socket
+import ssl
+from collections.abc import Iterable
+from typing import Any
+
+from refork.config import Config
+from refork.errors import ConfigError
+from refork.serving.outbox import Outbox
+
+log = logging.getLogger("refork")
+
+IN, OUT = select.POLLIN, select.POLLOUT
+_CHUNK = 1 << 18  # bytes per SSL_write: a retry after SSLWantWrite repeats exactly this slice
+_RECORD = 1 << 14  # the largest TLS record's plaintext
+_READ_ROUNDS = 4  # records per read call (16 KiB each) before the loop turns to other connections
+
+
+# TLS settings -> the context the monitor built and checked for them (the newest, after a HUP)
+_CONTEXTS: dict[tuple[Any, ...], ssl.SSLContext] = {}
+
+
+def _settings(config: Config) -> tuple[Any, ...]:
+    return (config.certfile, config.keyfile, config.keyfile_password, config.ca_certs, config.cert_reqs,
+            config.ciphers)  # fmt: skip
+
+
+def is_tls_listener(sock: socket.socket) -> bool:
+    """TLS goes on TCP listeners; a unix socket stays plain."""
+    return sock.family in (socket.AF_INET, socket.AF_INET6)
+
+
+def server_context(config: Config) -> ssl.SSLContext | None:
+    """The server-side context the settings describe (None without --certfile); OSError / SSLError
+    on bad files (see :func:`check` for the readable form)."""
+    if not config.certfile:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_SINGLE_ECDH_USE
+    ctx.options |= getattr(ssl, "OP_NO_RENEGOTIATION", 0)  # a write never needs a read after the handshake
+    password = config.keyfile_password
+    # a callable, not None: OpenSSL would otherwise ask for an encrypted key's password on the tty
+    ctx.load_cert_chain(config.certfile, config.keyfile, lambda: password or "")
+    if config.ciphers:
+        ctx.set_ciphers(config.ciphers)
+    if config.ca_certs:
+        ctx.load_verify_locations(config.ca_certs)
+    ctx.verify_mode = ssl.VerifyMode(config.cert_reqs)
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
+def check(config: Config) -> None:
+    """Build the context once to check the files: ConfigError (one line) if it cannot be built."""
+    if not config.certfile:
+        for name in ("keyfile", "ca_certs", "ciphers"):
+            if getattr(config, name):
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{flag} is set but --certfile is not: TLS needs a certificate")
+        return
+    if config.cert_reqs != ssl.CERT_NONE and not config.ca_certs:
+        raise ConfigError("--cert-reqs optional/required needs --ca-certs (the CAs client certificates "
+                          "must chain to)")  # fmt: skip
+    for flag, path in (("--certfile", config.certfile), ("--keyfile", config.keyfile),
+                       ("--ca-certs", config.ca_certs)):  # fmt: skip
+        if path:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as e:
+                raise ConfigError(f"TLS: {flag} {path}: {e.strerror or e}") from None
+    try:
+        ctx = server_context(config)
+    except ssl.SSLError as e:
+        text = str(e.args[-1] if e.args and isinstance(e.args[-1], str) else e)
+        reason = re.sub(r"^\[[\w: ]+\]\s*|\s*\(_ssl\.c:\d+\)$", "", text)
+        raise ConfigError(f"TLS: {_what_failed(e, config)}: {reason}") from None
+    except OSError as e:
+        name = e.filename or config.certfile
+        raise ConfigError(f"TLS: cannot read {name}: {e.strerror or e}") from None
+    if ctx is not None:
+        _CONTEXTS[_settings(config)] = ctx  # what the next mold and its workers serve
+
+
+def _what_failed(e: ssl.SSLError, config: Config) -> str:
+    text = str(e).lower()
+    key = config.keyfile or config.certfile
+    if "mismatch" in text:
+        return f"the key in {key} does not match the certificate {config.certfile}"
+    if "cipher" in text:
+        return f"--ciphers {config.ciphers!r}"
+    if "decrypt" in text or "bad password" in text or "pem lib" in text:
+        return f"cannot load the private key from {key} (none in it, or a wrong --keyfile-password?)"
+    return f"cannot load {config.certfile}" + (f" / {config.ca_certs}" if config.ca_certs else "")
+
+
+def log_failure(client: Any, exc: BaseException, handshake: bool) -> None:
+    """A client that failed TLS (garbage, plain HTTP, closed mid-handshake): a debug line, no trace."""
+    what = "TLS handshake" if handshake else "TLS connection"
+    log.debug("%s with %s failed: %s", what, client[0] if client else "unix", exc)
+
+
+class TlsConn:
+    """The TLS side of one WSGI connection: handshake first, then reads, from the I/O loop only.
+
+    ``wants`` is what the socket must be polled for to go on (IN, or OUT when OpenSSL must write
+    to read); the loop re-arms epoll when it changes.
+    """
+
+    __slots__ = ("sock", "handshaking", "wants", "polled")
+
+    def __init__(self, sock: ssl.SSLSocket) -> None:
+        self.sock = sock
+        self.handshaking = True
+        self.wants = IN
+        self.polled = IN
+
+    def read(self, size: int) -> bytes | None:
+        """Decrypted bytes; b"" when the client closed; None when nothing is ready yet (see
+        ``wants``). OSError (SSLError included) when the connection failed."""
+        sock = self.sock
+        try:
+            if self.handshaking:
+                sock.do_handshake()
+                self.handshaking = False
+            data = sock.recv(size)
+        except ssl.SSLWantReadError:
+            self.wants = IN
+            return None
+        except ssl.SSLWantWriteError:
+            self.wants = OUT
+            return None
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+            return b""
+        except (BlockingIOError, InterruptedError):
+            self.wants = IN
+            return None
+        self.wants = IN
+        if not data:
+            return data
+        chunks = [data]
+        total = len(data)
+        # one recv is one TLS record: after a full one (an upload) take a few more that are here;
+        # a short one was the end of what the client sent (epoll says when there is more)
+        for _ in range(_READ_ROUNDS if total >= _RECORD else 0):
+            if total >= size:
+                break
+            try:
+                more = sock.recv(size - total)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
+                break
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                break  # the next read sees it again
+            if not more:
+                break
+            chunks.append(more)
+            total += len(more)
+        # what OpenSSL already decrypted must be taken now: epoll cannot tell that it is there
+        while True:
+            pending = sock.pending()
+            if not pending:
+                break
+            try:
+                chunks.append(sock.recv(pending))
+            except OSError:
+                break
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def close_notify(self) -> None:
+        """Say goodbye in TLS before the socket closes (strict clients, OpenSSL 3's among them, call an
+        EOF without it an error); never waits for the client's."""
+        if self.handshaking:
+            return
+        try:
+            self.sock.unwrap()
+        except (OSError, ValueError):
+            pass  # SSLWantRead (the client's close_notify is not awaited) or the client is gone
+
+    def has_input(self) -> bool:
+        """Decrypted bytes wait in OpenSSL, or raw bytes (or a FIN) in the kernel."""
+        if self.sock.pending():
+            return True
+        try:  # the plain socket's recv: SSLSocket refuses flags
+            return bool(socket.socket.recv(self.sock, 1, socket.MSG_PEEK))
+        except OSError:
+            return False
+
+
+class TlsOutbox(Outbox):
+    """An :class:`Outbox` over an SSLSocket: no sendfile (``zero_copy`` False: the body is read and
+    written), and a write blocked on either direction of the socket (``wants``)."""
+
+    __slots__ = ()
+
+    zero_copy = False
+
+    def send(self, data: bytes) -> None:
+        queue = self.queue
+        queue.append(memoryview(data))
+        self.backlogged = True
+        if not self.buffering:
+            self.flush()
+        elif len(queue) == 1:
+            self.write_some()
+
+    def sendfile(self, fd: int, offset: int, count: int | None) -> int:  # pragma: no cover - zero_copy
+        raise OSError("sendfile() over TLS")
+
+    def write_some(self) -> bool:
+        queue = self.queue
+        sock = self.sock
+        while queue:
+            item = queue[0]
+            if isinstance(item, tuple):  # pragma: no cover - never queued (zero_copy is False)
+                raise OSError("sendfile() over TLS")
+            # SSL_write without partial writes: all of the slice or an error; a retry after
+            # SSLWantWrite/Read must repeat the same slice, which it does (the item is unchanged)
+            chunk = item[:_CHUNK] if len(item) > _CHUNK else item
+            try:
+                sock.send(chunk)
+            except ssl.SSLWantWriteError:
+                self.wants = OUT
+                return False
+            except ssl.SSLWantReadError:
+                self.wants = IN
+                return False
+            except (BlockingIOError, InterruptedError):
+                self.wants = OUT
+                return False
+            if len(chunk) < len(item):
+                queue[0] = item[len(chunk):]
+            else:
+                queue.popleft()
+        self.wants = OUT
+        self.backlogged = False
+        return True
+
+
+def wrap(ctx: ssl.SSLContext, sock: socket.socket) -> ssl.SSLSocket:
+    """An accepted (non-blocking) socket as a server-side SSLSocket; the handshake is left to the loop."""
+    return ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+
+
+def contexts_for(listeners: Iterable[socket.socket], config: Config) -> dict[int, ssl.SSLContext]:
+    """listener fd -> the context its connections use (TCP listeners only; one context for all).
+
+    The context the monitor checked, inherited; built here only when there is none (then a file
+    that does not load ends this process with one logged line)."""
+    if not config.certfile:
+        return {}
+    ctx = _CONTEXTS.get(_settings(config))
+    if ctx is None:
+        try:
+            check(config)
+        except ConfigError as e:
+            log.error("%s; exiting", e)
+            raise SystemExit(1) from None
+        ctx = _CONTEXTS[_settings(config)]
+    return {sock.fileno(): ctx for sock in listeners if is_tls_listener(sock)}
