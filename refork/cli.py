@@ -19,15 +19,17 @@ SUBCOMMANDS = ("status", "refork", "reload", "ttin", "ttou")
 def check_config(config: Config) -> int:
     """--check-config: load and warm the app the way a mold does, then check what a fork would copy.
 
-    With --fork-safety strict a connection or thread left open is an error (exit 2): the guard
-    a CI job runs so that nobody adds a load-time connection unnoticed.
+    The TLS files are loaded too. With --fork-safety strict a connection or thread left open is
+    an error (exit 2): the guard a CI job runs so that nobody adds a load-time connection unnoticed.
     """
     from refork.loading import change_directory
     from refork.logs import setup_logging
     from refork.process.mold import load_checked
+    from refork.serving.tls import check as check_tls
 
     setup_logging(config)
     change_directory(config.chdir)
+    check_tls(config)  # the certificate and key load (one line and exit 2 if not)
     _, interface, hazards = load_checked(config, set(), "the loaded app")
     note = f"; fork safety: {len(hazards)} warning(s) above" if hazards else ""
     print(f"config ok: {config.app} ({interface}){note}")

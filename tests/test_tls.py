@@ -314,6 +314,15 @@ def test_bad_certificate_files_exit_2_with_one_line(tmp_path, certs):
         assert "Traceback" not in done.stderr
 
 
+def test_check_config_loads_the_certificate(tmp_path, certs):
+    other = Certs(tmp_path, "-other")
+    app = "tests.apps.tls_apps:wsgi"
+    good = run_cli("--check-config", *certs.args(), app)
+    assert good.returncode == 0 and "config ok" in good.stdout, good.stderr
+    bad = run_cli("--check-config", "--certfile", str(certs.cert), "--keyfile", str(other.key), app)
+    assert bad.returncode == 2 and "does not match" in bad.stderr and "Traceback" not in bad.stderr
+
+
 @pytest.mark.parametrize("mode", ["wsgi-1", "asgi-uvloop"])
 def test_hup_serves_new_certificate(start_server, tmp_path, certs, mode):
     first = Certs(tmp_path, "-first")
