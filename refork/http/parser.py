@@ -115,6 +115,7 @@ class RequestParser:
         "_slow",
         "_closed",
         "_error",
+        "_late",
     )
 
     def __init__(self, limits: Limits = Limits()) -> None:  # a frozen default is safe to share
@@ -155,6 +156,7 @@ class RequestParser:
         self._slow = False  # error, closed, upgrade body or pending: feed() takes _feed_slow()
         self._closed = False
         self._error: ParseError | None = None
+        self._late: ParseError | None = None  # a field over a limit, raised at the next field (see _over)
         self._p = _llhttp(self)
 
     @property
@@ -394,14 +396,16 @@ class RequestParser:
             raise self._fail(414, "request line too long")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._late is not None:
+            raise self._failed(self._late)
         if self._request is not None:
             self._trailer(name, value)
             return
         headers = self._headers
         if len(headers) >= self._max_count:
-            raise self._fail(431, "too many header fields")
-        if len(name) + len(value) > self._max_field:
-            raise self._fail(431, "header field too large")
+            self._over("too many header fields")
+        elif len(name) + len(value) > self._max_field:
+            self._over("header field too large")
         header = (name.lower(), value.rstrip(b" \t"))  # llhttp strips leading OWS only
         if header[0] in SPECIAL:
             self._specials.append(header)
@@ -415,13 +419,24 @@ class RequestParser:
         """
         self._ntrailers += 1
         if self._ntrailers > self._max_count:
-            raise self._fail(431, "too many trailer fields")
-        if len(name) + len(value) > self._max_field:
-            raise self._fail(431, "trailer field too large")
-        if name.lower() in FORBIDDEN_TRAILERS:
+            self._over("too many trailer fields")
+        elif len(name) + len(value) > self._max_field:
+            self._over("trailer field too large")
+        elif name.lower() in FORBIDDEN_TRAILERS:
             raise self._fail(400, f"{name.decode('latin-1')} is not allowed in a trailer section")
 
+    def _over(self, reason: str) -> None:
+        """A field over a limit: 431, raised at the next callback (the next field, or the end of
+        the section), not now. httptools reports a field only once the next field's name begins
+        to arrive, so whether a malformed name right after it is seen first depends on where the
+        reads were cut; deferring to the next field makes both orders give the same status: 400
+        when the bytes right after the field are malformed, else 431. Bounded all the same: the
+        section is counted as it arrives (feed())."""
+        self._late = ParseError(431, reason)
+
     def on_headers_complete(self) -> None:
+        if self._late is not None:
+            raise self._failed(self._late)
         p = self._p
         version = p.get_http_version()
         if version == "1.1":
@@ -549,6 +564,8 @@ class RequestParser:
         self._chunk_section(False)  # data follows (on_body ends the section), or trailers do
 
     def on_chunk_complete(self) -> None:
+        if self._late is not None:  # a trailer field over a limit (see _over)
+            raise self._failed(self._late)
         if self._in_head:  # no data since the chunk header: the last chunk and its trailers
             self._in_head = False
         else:
