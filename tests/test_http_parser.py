@@ -610,8 +610,74 @@ def test_known_llhttp_leniencies_are_pinned() -> None:
     """Documented in refork.http.parser: accepted, harmless. A change here means llhttp moved."""
     (request, _) = parse(b"GET  /x  HTTP/1.1\r\nHost: a\r\n\r\n")
     assert request.path == b"/x"
-    events = parse(b"POST / RTSP/1.0\r\nContent-Length: 2\r\n\r\nab")
-    assert events[0].http_version == "1.0" and events[1:] == [Body(b"ab"), EOM]
+
+
+# --- the protocol name (RFC 9112 2.3: HTTP-name is "HTTP") ------------------------------------
+
+OTHER_PROTOCOL = [
+    b"GET / RTSP/1.0\r\n\r\n",
+    b"POST / RTSP/1.0\r\nContent-Length: 2\r\n\r\nab",
+    b"OPTIONS * RTSP/1.0\r\n\r\n",
+    b"GET  /x  RTSP/1.0\r\n\r\n",
+    b"\r\nGET / RTSP/1.0\r\n\r\n",
+    b"DESCRIBE / RTSP/1.0\r\n\r\n",
+    b"SOURCE / ICE/1.0\r\n\r\n",
+    b"GET / RTSP/1.1\r\nHost: a\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "bytewise"])
+@pytest.mark.parametrize("raw", OTHER_PROTOCOL)
+def test_another_protocol_name_is_refused(raw: bytes, split: bool) -> None:
+    """llhttp frames RTSP/1.0 and ICE/1.0 as HTTP/1.0 without saying which name it saw."""
+    with pytest.raises(ParseError) as info:
+        parse(raw, split=split)
+    assert (info.value.status, info.value.reason, info.value.events) == (400, "protocol is not HTTP", [])
+
+
+@pytest.mark.parametrize("cut", [None, 1, 20, 30, 40, 45, 50])
+@pytest.mark.parametrize(
+    "first",
+    [H + b"\r\n", b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n", P + b"Content-Length: 16\r\n\r\nGET / RTSP/1.0\r\n"],
+    ids=["get", "unknown-method", "body-like-a-request-line"],
+)
+def test_another_protocol_name_pipelined_is_refused_after_the_first_is_answered(first: bytes, cut: int | None) -> None:
+    raw = first + b"GET / RTSP/1.0\r\n\r\n" + H + b"\r\n"
+    parser = RequestParser()
+    events: list[Event] = []
+    with pytest.raises(ParseError) as info:
+        for piece in (raw,) if cut is None else (raw[:cut], raw[cut:]):
+            events += parser.feed(piece)
+    events += info.value.events
+    assert info.value.status == 400
+    assert [type(e) for e in merge_bodies(events)] == [Request, *([Body] if b"RTSP" in first else []), EndOfMessage]
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "bytewise"])
+def test_http_requests_that_mention_rtsp_are_served(split: bool) -> None:
+    raw = (
+        b"GET /RTSP/1.0 HTTP/1.1\r\nHost: a\r\nX-A: GET / RTSP/1.0\r\n\r\n"
+        + b"SOURCE /ICE/1.0 HTTP/1.1\r\nHost: a\r\n\r\n"
+        + P + b"Content-Length: 16\r\n\r\nGET / RTSP/1.0\r\n"
+        + b"OPTIONS * HTTP/1.1\r\nHost: a\r\nX: ICE/\r\n\r\n"
+    )  # fmt: skip
+    events = parse(raw, split=split)
+    assert [e.method for e in events if isinstance(e, Request)] == ["GET", "SOURCE", "POST", "OPTIONS"]
+    assert Body(b"GET / RTSP/1.0\r\n") in events
+
+
+def test_another_protocol_name_behind_a_long_body_over_several_reads() -> None:
+    """More than _MAX_HELD bytes since the last boundary: no replay, the rough reading decides."""
+    body = b"RTSP/" + b"x" * 100_000
+    for second, refused in ((b"GET / RTSP/1.0\r\n\r\n", True), (H + b"X: RTSP/\r\n\r\n", False)):
+        parser = RequestParser()
+        parser.feed(P + b"Content-Length: %d\r\n\r\n" % len(body) + body[:70_000])
+        if refused:
+            with pytest.raises(ParseError) as info:
+                parser.feed(body[70_000:] + second)
+            assert info.value.status == 400 and [type(e) for e in info.value.events] == [Body, EndOfMessage]
+        else:
+            assert [type(e) for e in parser.feed(body[70_000:] + second)] == [Body, EndOfMessage, Request, EOM.__class__]
 
 
 # --- bounded chunked framing (issue 8) ------------------------------------------------------

@@ -64,3 +64,55 @@ def message_start(data: bytes | memoryview, completed: int, prefix: bytes = b"")
             return at + 1 if counter.done == completed else None
         lo = at
         piece //= 8
+
+
+# The protocol names llhttp accepts besides HTTP (RFC 9112 2.3 allows only HTTP). It parses
+# `RTSP/1.0` with GET, POST, OPTIONS and the RTSP methods, `ICE/1.0` with SOURCE, frames them
+# exactly like HTTP/1.x, and does not say which name it saw: the parser looks at the bytes, and
+# only when these patterns occur in them (see RequestParser._check_protocol).
+OTHER_PROTOCOLS = (b"RTSP/", b"ICE/")
+# A read that ends with one of these may hold the start of a protocol name the next read ends.
+_PARTIAL = (b"R", b"RT", b"RTS", b"RTSP", b"I", b"IC", b"ICE")
+# Methods llhttp accepts only with RTSP/: their request cannot be HTTP.
+RTSP_ONLY_METHODS = frozenset(
+    b"DESCRIBE ANNOUNCE SETUP PLAY PAUSE TEARDOWN GET_PARAMETER SET_PARAMETER REDIRECT RECORD FLUSH".split()
+)
+
+
+def may_name_other_protocol(data: bytes | bytearray | memoryview, partial: bool = False) -> bool:
+    """Whether data holds RTSP/ or ICE/ (with `partial`: or ends with the start of one)."""
+    if type(data) is memoryview:
+        data = bytes(data)
+    if b"RTSP/" in data or b"ICE/" in data:
+        return True
+    return partial and data.endswith(_PARTIAL)
+
+
+def request_protocol(stream: bytes | memoryview, completed: int, prefix: bytes = b"") -> bytes | None:
+    """The protocol (`HTTP/1.1`) in the request line of the message after the first `completed`
+    ones in `prefix + stream` (which starts at a message boundary); None if it cannot be found."""
+    view = memoryview(stream)
+    start = message_start(view, completed, prefix)
+    if start is None:
+        return None
+    while start < len(view) and view[start] in b"\r\n":  # empty lines first (RFC 9112 2.2)
+        start += 1
+    line = bytes(view[start : start + 65536])
+    end = line.find(b"\n")
+    if end < 0:
+        return None
+    return line[:end].rstrip(b"\r").rpartition(b" ")[2]
+
+
+def names_other_protocol(data: bytes | bytearray | memoryview, url: bytes) -> bool:
+    """A rougher reading, for when the bytes since the last message boundary are no longer kept:
+    whether data holds `SP url SP+` then RTSP/ or ICE/ (what such a request line looks like)."""
+    data = bytes(data)
+    needle = b" " + url + b" "
+    at = data.find(needle)
+    while at >= 0:
+        after = data[at + len(needle) : at + len(needle) + 64].lstrip(b" ")
+        if after.startswith(OTHER_PROTOCOLS):
+            return True
+        at = data.find(needle, at + 1)
+    return False

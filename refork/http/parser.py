@@ -58,8 +58,11 @@ from refork.http.head import (
     absolute_form,
     transfer_codings,
 )
+from refork.http.llhttp import RTSP_ONLY_METHODS, may_name_other_protocol
 from refork.http.llhttp import llhttp as _llhttp
 from refork.http.llhttp import message_start as _message_start
+from refork.http.llhttp import names_other_protocol as _names_other_protocol
+from refork.http.llhttp import request_protocol as _request_protocol
 
 __all__ = ["Limits", "RequestParser", "ParseError"]
 
@@ -116,6 +119,10 @@ class RequestParser:
         "_closed",
         "_error",
         "_late",
+        "_data",
+        "_scan",
+        "_carry",
+        "_rest",
     )
 
     def __init__(self, limits: Limits = Limits()) -> None:  # a frozen default is safe to share
@@ -157,6 +164,13 @@ class RequestParser:
         self._closed = False
         self._error: ParseError | None = None
         self._late: ParseError | None = None  # a field over a limit, raised at the next field (see _over)
+        # The protocol-name check (see _check_protocol): what llhttp is being fed, whether it may
+        # name another protocol than HTTP (0: not looked at yet, 1: no, 2: maybe), the same for
+        # the earlier reads of the head in progress, and where _feed_rest() is in its bytes.
+        self._data: bytes | bytearray | memoryview = b""
+        self._scan = 0
+        self._carry = 0
+        self._rest: tuple[memoryview, bytes, int] | None = None
         self._p = _llhttp(self)
 
     @property
@@ -173,6 +187,8 @@ class RequestParser:
         self._head_started = False
         in_head = self._in_head
         began_inside = self._in_message
+        self._data = data
+        self._scan = self._carry
         try:
             try:
                 self._p.feed_data(data)
@@ -210,6 +226,8 @@ class RequestParser:
         """A read ended inside a message: keep what llhttp was fed since the last boundary
         between reads (bounded: a replay is worth it for a head split across reads, not for a
         streamed body), for a later read that completes it and holds an unknown method."""
+        if self._request is None and not self._carry and may_name_other_protocol(data, partial=True):
+            self._carry = 2  # the head in progress may name another protocol (see _check_protocol)
         refed = self._refed
         held = self._held
         if refed is not None:  # a fresh llhttp began in this read with the placeholder
@@ -273,6 +291,7 @@ class RequestParser:
                 data = self._feed_upgrade_body(data, self._events)
                 continue
             done = len(self._events)
+            self._data, self._scan, self._rest = data, self._carry, (data, prefix, done)
             try:
                 self._p.feed_data(data)
             except HttpParserUpgrade as exc:
@@ -288,6 +307,8 @@ class RequestParser:
                 continue
             except HttpParserError as exc:
                 self._fail_from_llhttp(exc)
+            finally:
+                self._rest = None
             return
 
     def _unknown_method(
@@ -449,6 +470,8 @@ class RequestParser:
         else:
             raise self._fail(505, f"HTTP version {version} not supported")
         raw_method = p.get_method()
+        if self._scan != 1:  # the bytes may name RTSP/ or ICE/: look closer (rare)
+            self._check_protocol(raw_method)
         method = METHODS.get(raw_method) or self._other_method(raw_method)
         url = self._url
         if len(url) + len(method) + 10 > self._max_line:
@@ -544,6 +567,42 @@ class RequestParser:
         )
         self._in_head = chunked  # a chunk-size line is counted like a head (see feed())
         self._events.append(request)
+
+    def _check_protocol(self, raw_method: bytes) -> None:
+        """Refuse a request line whose protocol name is not HTTP (RFC 9112 2.3): llhttp also
+        accepts RTSP/ and ICE/ and frames them as HTTP/1.x without saying which it saw.
+
+        Cheap unless the bytes hold RTSP/ or ICE/ (looked for once per read, and across reads
+        for a head that spans them): then the request line is found by replaying the bytes since
+        the last message boundary (llhttp.request_protocol), or, when those are no longer kept
+        (more than _MAX_HELD since, or an upgrade), read roughly (llhttp.names_other_protocol).
+        """
+        carried = self._carry
+        self._carry = 0
+        if self._scan == 0 or carried:
+            self._scan = 2 if may_name_other_protocol(self._data) else 1
+        if not (self._scan == 2 or carried):
+            return
+        if raw_method in RTSP_ONLY_METHODS:
+            raise self._fail(400, "protocol is not HTTP")
+        if raw_method not in (b"GET", b"POST", b"OPTIONS", b"SOURCE"):
+            return  # llhttp takes RTSP/ and ICE/ with no other method
+        rest = self._rest
+        if rest is not None:
+            view, prefix, done = rest
+            completed = sum(1 for e in self._events[done:] if e is _EOM)
+            protocol = _request_protocol(view, completed, prefix)
+        elif self._held is not None:
+            completed = self._held_done + sum(1 for e in self._events if e is _EOM)
+            stream = bytes(self._held) + bytes(self._data) if self._held else self._data
+            protocol = _request_protocol(stream, completed)
+        else:
+            protocol = None
+        if protocol is None:
+            if _names_other_protocol(self._data, self._url):
+                raise self._fail(400, "protocol is not HTTP")
+        elif not protocol.startswith(b"HTTP/"):
+            raise self._fail(400, "protocol is not HTTP")
 
     def _other_method(self, raw: bytes) -> str:
         method = self._method

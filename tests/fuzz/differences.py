@@ -133,12 +133,11 @@ KNOWN_DIFFERENCES = [
     KnownDifference(
         "non-http-protocol",
         b"GET / RTSP/1.0\r\n\r\n",
-        'RFC 9112 2.3: HTTP-name is %s"HTTP"; llhttp reads RTSP/1.0 as HTTP/1.0 (open in refork)',
+        'RFC 9112 2.3: HTTP-name is %s"HTTP"; llhttp reads RTSP/1.0 as HTTP/1.0, refork refuses it',
         "both",
         refork_accepts=False,
         h11_accepts=False,
         applies=lambda prev, region: not request_line(region)[-1].startswith(b"HTTP/"),
-        pending=True,
     ),
     KnownDifference(
         "pri-method",
