@@ -54,16 +54,28 @@ LONG = settings(FAST, max_examples=4000)  # about a minute per test on one core
 # httptools reports a field only once the next field's name starts arriving. The parser now
 # answers 431 only once the bytes after the field are well-formed (RequestParser._over).
 BOUNDARY_DEPENDENT_STATUS = [
-    (b"POST / HTTP/1.0\r\nContent-Length: 1\r\nExpect; 100-continue\r\n\r\nx", Limits(max_header_size=12), 400),
-    (b"POST / HTTP/1.0\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\nx", Limits(max_header_size=12), 431),
+    (
+        b"POST / HTTP/1.0\r\nContent-Length: 1\r\nExpect; 100-continue\r\n\r\nx",
+        Limits(max_header_size=12),
+        400,
+    ),
+    (
+        b"POST / HTTP/1.0\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\nx",
+        Limits(max_header_size=12),
+        431,
+    ),
     (b"GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\nC;\r\n\r\n", Limits(max_header_count=2), 400),
     (
-        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: " + b"v" * 30 + b"\r\nX;y\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: "
+        + b"v" * 30
+        + b"\r\nX;y\r\n\r\n",
         Limits(max_header_size=25),
         400,
     ),
     (
-        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: " + b"v" * 30 + b"\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: "
+        + b"v" * 30
+        + b"\r\n\r\n",
         Limits(max_header_size=25),
         431,
     ),
@@ -223,9 +235,7 @@ def test_h11_reads_the_known_differences_as_recorded(known: KnownDifference) -> 
 @pytest.mark.parametrize(
     "known",
     [
-        pytest.param(
-            k, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="open in refork")
-        )
+        pytest.param(k, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="open in refork"))
         if k.pending
         else k
         for k in KNOWN_DIFFERENCES

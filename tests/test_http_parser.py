@@ -638,10 +638,16 @@ def test_another_protocol_name_is_refused(raw: bytes, split: bool) -> None:
 @pytest.mark.parametrize("cut", [None, 1, 20, 30, 40, 45, 50])
 @pytest.mark.parametrize(
     "first",
-    [H + b"\r\n", b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n", P + b"Content-Length: 16\r\n\r\nGET / RTSP/1.0\r\n"],
+    [
+        H + b"\r\n",
+        b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n",
+        P + b"Content-Length: 16\r\n\r\nGET / RTSP/1.0\r\n",
+    ],
     ids=["get", "unknown-method", "body-like-a-request-line"],
 )
-def test_another_protocol_name_pipelined_is_refused_after_the_first_is_answered(first: bytes, cut: int | None) -> None:
+def test_another_protocol_name_pipelined_is_refused_after_the_first_is_answered(
+    first: bytes, cut: int | None
+) -> None:
     raw = first + b"GET / RTSP/1.0\r\n\r\n" + H + b"\r\n"
     parser = RequestParser()
     events: list[Event] = []
@@ -650,7 +656,11 @@ def test_another_protocol_name_pipelined_is_refused_after_the_first_is_answered(
             events += parser.feed(piece)
     events += info.value.events
     assert info.value.status == 400
-    assert [type(e) for e in merge_bodies(events)] == [Request, *([Body] if b"RTSP" in first else []), EndOfMessage]
+    assert [type(e) for e in merge_bodies(events)] == [
+        Request,
+        *([Body] if b"RTSP" in first else []),
+        EndOfMessage,
+    ]
 
 
 @pytest.mark.parametrize("split", [False, True], ids=["whole", "bytewise"])
@@ -677,7 +687,12 @@ def test_another_protocol_name_behind_a_long_body_over_several_reads() -> None:
                 parser.feed(body[70_000:] + second)
             assert info.value.status == 400 and [type(e) for e in info.value.events] == [Body, EndOfMessage]
         else:
-            assert [type(e) for e in parser.feed(body[70_000:] + second)] == [Body, EndOfMessage, Request, EOM.__class__]
+            assert [type(e) for e in parser.feed(body[70_000:] + second)] == [
+                Body,
+                EndOfMessage,
+                Request,
+                EOM.__class__,
+            ]
 
 
 # --- bounded chunked framing (issue 8) ------------------------------------------------------
@@ -783,7 +798,9 @@ UNKNOWN_PIPELINES = {
     + TE
     + b"\r\n1\r\nz\r\n0\r\n\r\n"
     + b"\r\nX-SYNC /2 HTTP/1.1\r\nHost: a\r\n\r\n",
-    "unknown-known-unknown": b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n" + H + b"\r\n"
+    "unknown-known-unknown": b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n"
+    + H
+    + b"\r\n"
     + b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n",
 }
 THREE_WAY = ("unknown-then-http12", "unknown-known-unknown")  # every cut in three pieces, too
