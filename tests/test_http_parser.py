@@ -75,7 +75,27 @@ INVALID = [
     ("chunk-size-space", TE + b"\r\n5 \r\nhello\r\n0\r\n\r\n", 400),
     ("chunk-size-empty", TE + b"\r\n\r\n", 400),
     ("chunk-ext-ctl", TE + b"\r\n5;a=\x01\r\nhello\r\n0\r\n\r\n", 400),
-    ("chunk-ext-space-name", TE + b"\r\n5;x =y\r\nhello\r\n0\r\n\r\n", 400),
+    # The chunk-size lines refork.http.chunked reads (BWS around ; and =) stay as strict elsewhere.
+    ("chunk-bws-no-semicolon", TE + b"\r\n5 ; a=b\r\nhello\r\n3 \r\nabc\r\n0\r\n\r\n", 400),
+    ("chunk-bws-empty-ext", TE + b"\r\n5 ;\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-empty-value", TE + b"\r\n5 ; a =\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-bare-lf", TE + b"\r\n5 ; a=b\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-bare-cr", TE + b"\r\n5 ; a=b\rhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-cr-inside", TE + b"\r\n5 ; a=b\rc\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-obs-fold", TE + b"\r\n5 ; a=b\r\n c\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-unterminated-quote", TE + b'\r\n5 ; a="b\r\nhello\r\n0\r\n\r\n', 400),
+    ("chunk-bws-ctl-in-quote", TE + b'\r\n5 ; a="\x01"\r\nhello\r\n0\r\n\r\n', 400),
+    ("chunk-bws-space-in-name", TE + b"\r\n5 ; a b=c\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-space-in-value", TE + b"\r\n5 ; a=b c\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-overflow", TE + b"\r\n1ffffffffffffffff ; a\r\nx\r\n0\r\n\r\n", 400),
+    ("chunk-bws-negative", TE + b"\r\n-5 ; a\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-0x", TE + b"\r\n0x5 ; a\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-short-data", TE + b"\r\n5 ; a\r\nhell\r\n0\r\n\r\n", 400),
+    ("chunk-bws-long-data", TE + b"\r\n5 ; a\r\nhello!\r\n0\r\n\r\n", 400),
+    ("chunk-bws-data-bare-lf", TE + b"\r\n5 ; a\r\nhello\n0\r\n\r\n", 400),
+    ("chunk-bws-then-bad-trailer", TE + b"\r\n5 ; a\r\nhello\r\n0 ; b\r\nX T: 1\r\n\r\n", 400),
+    ("chunk-bws-then-forbidden-trailer", TE + b"\r\n0 ; b\r\nHost: x\r\n\r\n", 400),
+    ("chunk-bws-then-obs-fold-trailer", TE + b"\r\n0 ; b\r\nX-T: 1\r\n c\r\n\r\n", 400),
     ("chunk-ext-empty", TE + b"\r\n5;\r\nhello\r\n0\r\n\r\n", 400),
     ("chunk-size-bare-lf", TE + b"\r\n5\nhello\r\n0\r\n\r\n", 400),
     ("chunk-data-no-crlf", TE + b"\r\n5\r\nhelloXX0\r\n\r\n", 400),
@@ -905,3 +925,79 @@ def test_thousands_of_pipelined_unknown_methods_in_one_feed() -> None:
     assert len(requests) == 3001 and sum(1 for e in events if e == EOM) == 3001
     assert [r.method for r in requests[:3]] == ["X-SYNC"] * 3 and requests[-1].method == "POST"
     assert [r.path for r in requests[:3]] == [b"/0", b"/1", b"/2"] and events[-2] == Body(b"z")
+
+
+# --- chunk extensions with BWS (RFC 9112 7.1.1), read by refork.http.chunked ----------------
+
+BWS_LINES = [
+    b"5;x =y",
+    b"5 ; foo = bar",
+    b"5;a = b",
+    b'5;a="q v"',
+    b"5; a=b",
+    b'5\t;\ta\t=\t"x \\" y" ; b ; c=d',
+]
+
+
+@pytest.mark.parametrize("line", BWS_LINES)
+def test_chunk_extensions_with_bws_are_served(line: bytes) -> None:
+    raw = (
+        TE
+        + b"\r\n2\r\nhi\r\n"
+        + line
+        + b"\r\nhello\r\n3 ; x = y\r\nabc\r\n0 ; z = 1\r\nX-T: 1\r\n\r\n"
+        + H
+        + b"\r\n"
+    )
+    expected = [
+        req(method="POST", headers=[(b"host", b"a"), (b"transfer-encoding", b"chunked")], chunked=True),
+        Body(b"hihelloabc"),
+        EOM,
+        req(),
+        EOM,
+    ]
+    assert parse(raw) == expected
+    assert parse(raw, split=True) == expected
+    for cut in range(len(TE), len(raw)):  # every split into two reads
+        parser = RequestParser()
+        assert merge_bodies(parser.feed(raw[:cut]) + parser.feed(raw[cut:])) == expected, cut
+
+
+def test_chunk_extensions_with_bws_keep_the_bounds() -> None:
+    """The line limit (400), the body limit (413) and the trailer limits (431) all still hold."""
+    limits = Limits(max_header_size=50, max_body=8)
+    assert status_of(TE + b"\r\n5 ; a=" + b"b" * 60 + b"\r\nhello\r\n0\r\n\r\n", limits=limits) == 400
+    assert status_of(TE + b"\r\n5 ; a=b\r\nhello\r\n5\r\nhello\r\n0\r\n\r\n", limits=limits) == 413
+    assert status_of(TE + b"\r\n9 ; a=b\r\n", limits=limits) == 413
+    assert status_of(TE + b"\r\n0 ; a\r\nX-T: " + b"v" * 60 + b"\r\n\r\n", limits=limits) == 431
+    parser = RequestParser()
+    parser.feed(TE + b"\r\n5 ; e=")
+    with pytest.raises(ParseError) as info:
+        for _ in range(1000):
+            parser.feed(b"A" * 1000)
+    assert (info.value.status, info.value.reason) == (400, "chunk-size line too long")
+
+
+def test_chunk_extensions_with_bws_behind_other_requests_and_unknown_methods() -> None:
+    raw = (
+        H + b"\r\n"
+        + b"X-SYNC / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3 ; a = b\r\nabc\r\n0\r\n\r\n"
+        + b"PURGEX /2 HTTP/1.1\r\nHost: a\r\n\r\n"
+        + TE + b"\r\n1;q = \"r\"\r\nz\r\n0\r\n\r\n"
+        + b"GET /3 RTSP/1.0\r\n\r\n"
+    )  # fmt: skip
+    for split in (False, True):
+        parser = RequestParser()
+        events: list[Event] = []
+        with pytest.raises(ParseError) as info:
+            for piece in (raw,) if not split else [raw[i : i + 1] for i in range(len(raw))]:
+                events += parser.feed(piece)
+        events = merge_bodies(events + info.value.events)
+        assert info.value.status == 400
+        assert [(e.method, e.path) for e in events if isinstance(e, Request)] == [
+            ("GET", b"/"),
+            ("X-SYNC", b"/"),
+            ("PURGEX", b"/2"),
+            ("POST", b"/"),
+        ]
+        assert [e.data for e in events if isinstance(e, Body)] == [b"abc", b"z"]

@@ -116,3 +116,58 @@ def names_other_protocol(data: bytes | bytearray | memoryview, url: bytes) -> bo
             return True
         at = data.find(needle, at + 1)
     return False
+
+
+class _LineCounter(_Counter):
+    """Also counts, in the message after the first `completed`, the places where a chunk-size
+    line begins: the end of the head and the end of each chunk (see chunk_line_start)."""
+
+    __slots__ = ("marks",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.marks = 0
+
+    def on_message_complete(self) -> None:
+        self.done += 1
+        self.marks = 0
+
+    def on_headers_complete(self) -> None:
+        self.marks += 1
+
+    def on_chunk_complete(self) -> None:
+        self.marks += 1
+
+
+def chunk_line_start(data: bytes | memoryview, completed: int, lines: int, prefix: bytes = b"") -> int | None:
+    """Offset in `data` where the `lines`-th chunk-size line (1: the first) of the message after
+    the first `completed` ones begins; None if the bytes do not replay that way. `prefix + data`
+    starts at a message boundary. Replays like message_start."""
+
+    def reached(c: _LineCounter) -> bool:
+        return c.done > completed or (c.done == completed and c.marks >= lines)
+
+    lo = 0
+    piece = 512
+    while True:
+        counter = _LineCounter()
+        p = llhttp(counter)
+        at = lo
+        try:
+            if prefix:
+                p.feed_data(prefix)
+            if lo:
+                p.feed_data(data[:lo])
+            while at < len(data):
+                p.feed_data(data[at : at + piece])
+                if reached(counter):
+                    break
+                at += piece
+        except HttpParserError:
+            pass
+        if not reached(counter) or counter.done > completed:
+            return None
+        if piece == 1:
+            return at + 1
+        lo = at
+        piece //= 8

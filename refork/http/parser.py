@@ -58,7 +58,9 @@ from refork.http.head import (
     absolute_form,
     transfer_codings,
 )
+from refork.http.chunked import ChunkFraming
 from refork.http.llhttp import RTSP_ONLY_METHODS, may_name_other_protocol
+from refork.http.llhttp import chunk_line_start as _chunk_line_start
 from refork.http.llhttp import llhttp as _llhttp
 from refork.http.llhttp import message_start as _message_start
 from refork.http.llhttp import names_other_protocol as _names_other_protocol
@@ -73,6 +75,10 @@ _EOM = EndOfMessage()  # carries no data: one shared instance saves an allocatio
 # An unknown method (any RFC 9110 token) is fed to llhttp as this one: same framing, no CONNECT
 # or upgrade semantics, and put back on the Request event.
 _PLACEHOLDER = b"UNBIND"
+
+# What a fresh llhttp is fed to read the trailer section of a request whose chunk framing
+# refork.http.chunked read: a valid chunked head and a last chunk. Its Request is dropped.
+_RESUME = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n"
 
 # llhttp error reasons that deserve something more precise than 400.
 _LLHTTP_STATUS = {
@@ -123,6 +129,8 @@ class RequestParser:
         "_scan",
         "_carry",
         "_rest",
+        "_framing",
+        "_chunks",
     )
 
     def __init__(self, limits: Limits = Limits()) -> None:  # a frozen default is safe to share
@@ -159,7 +167,8 @@ class RequestParser:
         # still be replayed from a boundary to find a pipelined unknown method (see _hold()).
         self._held: bytearray | None = bytearray()  # appended to: one byte per read stays linear
         self._held_done = 0
-        self._refed: tuple[memoryview, int] | None = None  # fed to a fresh llhttp, events before
+        # fed to a fresh llhttp (after what it was fed first), and the events before
+        self._refed: tuple[bytes, memoryview, int] | None = None
         self._slow = False  # error, closed, upgrade body or pending: feed() takes _feed_slow()
         self._closed = False
         self._error: ParseError | None = None
@@ -171,6 +180,8 @@ class RequestParser:
         self._scan = 0
         self._carry = 0
         self._rest: tuple[memoryview, bytes, int] | None = None
+        self._framing: ChunkFraming | None = None  # reads chunk-size lines llhttp refuses
+        self._chunks = 0  # chunks completed in the current chunked body (see _chunk_error)
         self._p = _llhttp(self)
 
     @property
@@ -203,7 +214,10 @@ class RequestParser:
                     rest = self._unknown_method(data, began_inside, exc)
                 self._feed_rest(rest, _PLACEHOLDER)
             except HttpParserError as exc:
-                self._fail_from_llhttp(exc)
+                held = self._held
+                rest = self._chunk_error(exc, bytes(held) + data if held else data, held is not None,
+                                         self._held_done if held else 0, 0, b"")  # fmt: skip
+                self._feed_rest(rest, _RESUME)
             if in_head and self._in_head and not self._head_started:
                 # The whole chunk belonged to one unfinished head, chunk-size line or trailer section.
                 self._head_bytes += len(data)
@@ -232,8 +246,8 @@ class RequestParser:
         held = self._held
         if refed is not None:  # a fresh llhttp began in this read with the placeholder
             self._refed = None
-            view, at = refed
-            held = bytearray(_PLACEHOLDER)
+            first, view, at = refed
+            held = bytearray(first)
             held += view
             self._held_done = sum(1 for e in self._events[at:] if e is _EOM)
         elif held is None:
@@ -268,7 +282,11 @@ class RequestParser:
         return self._events
 
     def _feed_slow_rest(self, data: bytes) -> None:
-        if self._pending:
+        if self._framing is not None:
+            rest = self._feed_framing(memoryview(data))
+            if rest is not None:
+                self._feed_rest(rest, _RESUME)
+        elif self._pending:
             data = self._pending + data
             self._pending = b""
             self._set_slow()
@@ -277,7 +295,12 @@ class RequestParser:
             self._feed_rest(data)
 
     def _set_slow(self) -> None:
-        self._slow = self._error is not None or self._closed or bool(self._upgrade_body or self._pending)
+        self._slow = (
+            self._error is not None
+            or self._closed
+            or bool(self._upgrade_body or self._pending)
+            or self._framing is not None
+        )
 
     def _feed_rest(self, data: bytes | memoryview, prefix: bytes = b"") -> None:
         """Parse on from a message boundary (after an upgrade request's head, or an unknown method).
@@ -306,7 +329,10 @@ class RequestParser:
                 prefix = _PLACEHOLDER
                 continue
             except HttpParserError as exc:
-                self._fail_from_llhttp(exc)
+                self._rest = None
+                data = self._chunk_error(exc, data, True, 0, done, prefix)
+                prefix = _RESUME
+                continue
             finally:
                 self._rest = None
             return
@@ -360,8 +386,63 @@ class RequestParser:
         self._p = _llhttp(self)
         self._method = method.decode("ascii")
         self._p.feed_data(_PLACEHOLDER)  # a fresh parser: begins a message, cannot fail
-        self._refed = (view[space:], len(self._events))
+        self._refed = (_PLACEHOLDER, view[space:], len(self._events))
         return view[space:]
+
+    def _chunk_error(
+        self, exc: HttpParserError, stream: bytes | memoryview, kept: bool, extra: int, done: int, prefix: bytes
+    ) -> memoryview:
+        """llhttp failed; if inside a chunk-size line, hand the body from that line's start to a
+        ChunkFraming of our own (it allows the BWS llhttp refuses, see refork.http.chunked) and
+        return what follows the bytes it read, else raise the error. `stream` is what llhttp was
+        fed since a message boundary, after `prefix`, with `extra` messages completed in it before
+        this read's events from `done`; `kept`: the bytes since the boundary are all there (else
+        the line cannot be found: the error stands)."""
+        request = self._request
+        if (
+            request is None
+            or not request.chunked
+            or not (self._chunk_line and self._in_head)
+            or self._error is not None
+            or self._closed
+            or not kept
+        ):
+            self._fail_from_llhttp(exc)
+            return memoryview(b"")
+        completed = extra + sum(1 for e in self._events[done:] if e is _EOM)
+        start = _chunk_line_start(stream, completed, self._chunks + 1, prefix)
+        if start is None:
+            self._fail_from_llhttp(exc)
+            return memoryview(b"")
+        self._framing = ChunkFraming(self._max_chunk_line, self._body_left)
+        self._held = self._refed = None  # llhttp is not fed the framed bytes: no replay through them
+        self._slow = True
+        return self._feed_framing(memoryview(stream)[start:]) or memoryview(b"")
+
+    def _feed_framing(self, data: memoryview) -> memoryview | None:
+        """Feed the chunk framing; once it has read the last-chunk line, a fresh llhttp reads
+        the trailer section: it is fed _RESUME (a chunked head and a last chunk) as if it had
+        read this request, and the rest is returned to be fed to it."""
+        framing = self._framing
+        assert framing is not None
+        try:
+            end = framing.feed(data, self._events)
+        except ParseError as exc:
+            raise self._failed(exc) from None
+        if end is None:
+            return None
+        self._framing = None
+        request, keep_alive = self._request, self._keep_alive
+        self._request = None  # _RESUME's fields are no trailers
+        self._scan = 1  # nor is its protocol name to be checked
+        self._p = _llhttp(self)
+        self._p.feed_data(_RESUME)  # cannot fail: a valid head and last chunk
+        self._events.pop()  # its Request
+        self._request, self._keep_alive = request, keep_alive
+        self._set_slow()
+        rest = data[end:]
+        self._refed = (_RESUME, rest, len(self._events))
+        return rest
 
     def _feed_upgrade_body(self, data: memoryview, events: list[Event]) -> memoryview:
         """Hand out the Content-Length body of an upgrade request llhttp did not read."""
@@ -515,6 +596,7 @@ class RequestParser:
                 except ParseError as exc:
                     raise self._failed(exc) from None
             chunked = True
+            self._chunks = 0
             self._body_left = self._max_body
             self._ntrailers = 0
             self._chunk_line = self._head_started = True  # the first chunk-size line follows
@@ -628,6 +710,7 @@ class RequestParser:
         if self._in_head:  # no data since the chunk header: the last chunk and its trailers
             self._in_head = False
         else:
+            self._chunks += 1
             self._chunk_section(True)
 
     def on_body(self, data: bytes) -> None:
