@@ -9,7 +9,7 @@ rejects itself (what a valid request head is) is listed, with its tables, in
 :mod:`refork.http.head`.
 
 What llhttp refuses and this module serves: any token as a method (RFC 9110 9.1). llhttp knows a
-fixed list; an unknown token is fed to a fresh llhttp as _PLACEHOLDER (a plain method: same
+fixed list; an unknown token is fed to a fresh llhttp as PLACEHOLDER (a plain method: same
 framing, no CONNECT semantics) and put back on the Request. Found only on llhttp's error, so the
 common path pays nothing. Where it starts is found by replaying the bytes since the last read
 that ended between messages (kept up to _MAX_HELD while a read ends inside one), so where the
@@ -42,7 +42,8 @@ import sys
 
 from httptools import HttpParserError, HttpParserInvalidMethodError, HttpParserUpgrade
 
-from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
+from refork.http.chunked import ChunkFraming
+from refork.http.events import Body, Event, ParseError, Request
 from refork.http.head import (
     CONNECTION,
     CONTENT_LENGTH,
@@ -52,86 +53,29 @@ from refork.http.head import (
     HOST_CHARS,
     METHODS,
     SPECIAL,
-    TCHAR,
     TRANSFER_ENCODING,
     Limits,
     absolute_form,
     transfer_codings,
 )
-from refork.http.chunked import ChunkFraming
-from refork.http.llhttp import RTSP_ONLY_METHODS, may_name_other_protocol
-from refork.http.llhttp import chunk_line_start as _chunk_line_start
 from refork.http.llhttp import llhttp as _llhttp
-from refork.http.llhttp import message_start as _message_start
-from refork.http.llhttp import names_other_protocol as _names_other_protocol
-from refork.http.llhttp import request_protocol as _request_protocol
+from refork.http.llhttp import may_name_other_protocol
+from refork.http.rare import EOM, PLACEHOLDER, RESUME, RareRequests
 
 __all__ = ["Limits", "RequestParser", "ParseError"]
 
 _UNLIMITED = sys.maxsize
 _MAX_HELD = 1 << 16  # bytes kept across reads for a replay (see RequestParser._hold)
-_EOM = EndOfMessage()  # carries no data: one shared instance saves an allocation per request
-
-# An unknown method (any RFC 9110 token) is fed to llhttp as this one: same framing, no CONNECT
-# or upgrade semantics, and put back on the Request event.
-_PLACEHOLDER = b"UNBIND"
-
-# What a fresh llhttp is fed to read the trailer section of a request whose chunk framing
-# refork.http.chunked read: a valid chunked head and a last chunk. Its Request is dropped.
-_RESUME = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n"
-
-# llhttp error reasons that deserve something more precise than 400.
-_LLHTTP_STATUS = {
-    "Invalid HTTP version": 505,
-    "Pause on PRI/Upgrade": 505,
-}
 
 
-class RequestParser:
+class RequestParser(RareRequests):
     """Parse one connection's request stream (pipelining included) into events.
 
     The ``on_*`` methods are llhttp callbacks, bound once when httptools is created; they are not
     part of the API.
     """
 
-    __slots__ = (
-        "_p",
-        "_events",
-        "_max_line",
-        "_max_count",
-        "_max_field",
-        "_max_body",
-        "_max_head",
-        "_url",
-        "_headers",
-        "_specials",
-        "_ntrailers",
-        "_request",
-        "_keep_alive",
-        "_in_message",
-        "_in_head",
-        "_head_started",
-        "_head_bytes",
-        "_body_left",
-        "_upgrade_body",
-        "_max_chunk_line",
-        "_chunk_line",
-        "_method",
-        "_pending",
-        "_held",
-        "_held_done",
-        "_refed",
-        "_slow",
-        "_closed",
-        "_error",
-        "_late",
-        "_data",
-        "_scan",
-        "_carry",
-        "_rest",
-        "_framing",
-        "_chunks",
-    )
+    __slots__ = ()  # declared in RareRequests
 
     def __init__(self, limits: Limits = Limits()) -> None:  # a frozen default is safe to share
         self._max_line = limits.max_request_line or _UNLIMITED
@@ -160,7 +104,7 @@ class RequestParser:
         self._body_left = _UNLIMITED  # chunked body bytes still allowed by max_body
         self._upgrade_body = 0
         self._chunk_line = False  # in a chunk-size line (else, in a chunked body: data or trailers)
-        self._method: str | None = None  # an unknown method fed to llhttp as _PLACEHOLDER
+        self._method: str | None = None  # an unknown method fed to llhttp as PLACEHOLDER
         self._pending = b""  # the start of an unknown method, waiting for the rest of it
         # What llhttp was fed since the last read that ended between messages (None: not kept),
         # and how many messages completed in it: a read that begins inside a message can then
@@ -212,12 +156,12 @@ class RequestParser:
                     rest = self._unknown_method(bytes(held) + data, False, exc, extra=self._held_done)
                 else:
                     rest = self._unknown_method(data, began_inside, exc)
-                self._feed_rest(rest, _PLACEHOLDER)
+                self._feed_rest(rest, PLACEHOLDER)
             except HttpParserError as exc:
                 held = self._held
                 rest = self._chunk_error(exc, bytes(held) + data if held else data, held is not None,
                                          self._held_done if held else 0, 0, b"")  # fmt: skip
-                self._feed_rest(rest, _RESUME)
+                self._feed_rest(rest, RESUME)
             if in_head and self._in_head and not self._head_started:
                 # The whole chunk belonged to one unfinished head, chunk-size line or trailer section.
                 self._head_bytes += len(data)
@@ -249,12 +193,12 @@ class RequestParser:
             first, view, at = refed
             held = bytearray(first)
             held += view
-            self._held_done = sum(1 for e in self._events[at:] if e is _EOM)
+            self._held_done = sum(1 for e in self._events[at:] if e is EOM)
         elif held is None:
             return
         else:
             held += data
-            self._held_done += sum(1 for e in self._events if e is _EOM)
+            self._held_done += sum(1 for e in self._events if e is EOM)
         self._held = held if len(held) <= _MAX_HELD else None
 
     def _overflow(self) -> ParseError:
@@ -285,22 +229,14 @@ class RequestParser:
         if self._framing is not None:
             rest = self._feed_framing(memoryview(data))
             if rest is not None:
-                self._feed_rest(rest, _RESUME)
+                self._feed_rest(rest, RESUME)
         elif self._pending:
             data = self._pending + data
             self._pending = b""
             self._set_slow()
-            self._feed_rest(self._unknown_method(data, False, None), _PLACEHOLDER)
+            self._feed_rest(self._unknown_method(data, False, None), PLACEHOLDER)
         else:
             self._feed_rest(data)
-
-    def _set_slow(self) -> None:
-        self._slow = (
-            self._error is not None
-            or self._closed
-            or bool(self._upgrade_body or self._pending)
-            or self._framing is not None
-        )
 
     def _feed_rest(self, data: bytes | memoryview, prefix: bytes = b"") -> None:
         """Parse on from a message boundary (after an upgrade request's head, or an unknown method).
@@ -326,123 +262,16 @@ class RequestParser:
                 continue
             except HttpParserInvalidMethodError as exc:
                 data = self._unknown_method(data, False, exc, done, prefix)
-                prefix = _PLACEHOLDER
+                prefix = PLACEHOLDER
                 continue
             except HttpParserError as exc:
                 self._rest = None
                 data = self._chunk_error(exc, data, True, 0, done, prefix)
-                prefix = _RESUME
+                prefix = RESUME
                 continue
             finally:
                 self._rest = None
             return
-
-    def _unknown_method(
-        self,
-        data: bytes | memoryview,
-        began_inside: bool,
-        exc: HttpParserError | None,
-        done: int = 0,
-        prefix: bytes = b"",
-        extra: int = 0,
-    ) -> memoryview:
-        """llhttp knows a fixed list of methods; RFC 9110 9.1 allows any token.
-
-        Find where the refused request starts in `data` (replaying the bytes before it through a
-        scratch parser: llhttp does not tell offsets), then feed it on to a fresh parser with the
-        method replaced by _PLACEHOLDER; the rest is returned for _feed_rest to feed (a loop, not
-        recursion, however many such requests are pipelined). on_headers_complete puts the real
-        method back. The framing is llhttp's, unchanged. `began_inside`: the bytes began inside a
-        message, so they cannot be replayed from a boundary and the request is refused (400, as
-        llhttp would). `extra`: messages completed in `data` before this read (held bytes).
-        """
-        view = memoryview(data)
-        if exc is not None:
-            if began_inside or self._error is not None or self._closed:
-                self._fail_from_llhttp(exc)  # raises, or (after a closing request) ignores
-                return view[:0]
-            completed = extra + sum(1 for e in self._events[done:] if e is _EOM)
-            start = _message_start(view, completed, prefix)
-            if start is None:
-                self._fail_from_llhttp(exc)
-                return view[:0]
-            while start < len(view) and view[start] in b"\r\n":  # empty lines first (RFC 9112 2.2)
-                start += 1
-            view = view[start:]
-        head = bytes(view[:64])  # a method is short; look further only when it is not
-        space = head.find(b" ")
-        if space < 0 and len(view) > 64:
-            head = bytes(view[: self._max_line])
-            space = head.find(b" ")
-        method = head[:space] if space >= 0 else head
-        if method.translate(None, TCHAR) or space == 0:
-            raise self._fail(400, "Invalid method encountered")
-        if space < 0:
-            if len(view) >= self._max_line:
-                raise self._fail(414, "request line too long")
-            self._pending = bytes(view)  # the method is still arriving
-            self._slow = self._in_message = True
-            return view[:0]
-        self._p = _llhttp(self)
-        self._method = method.decode("ascii")
-        self._p.feed_data(_PLACEHOLDER)  # a fresh parser: begins a message, cannot fail
-        self._refed = (_PLACEHOLDER, view[space:], len(self._events))
-        return view[space:]
-
-    def _chunk_error(
-        self, exc: HttpParserError, stream: bytes | memoryview, kept: bool, extra: int, done: int, prefix: bytes
-    ) -> memoryview:
-        """llhttp failed; if inside a chunk-size line, hand the body from that line's start to a
-        ChunkFraming of our own (it allows the BWS llhttp refuses, see refork.http.chunked) and
-        return what follows the bytes it read, else raise the error. `stream` is what llhttp was
-        fed since a message boundary, after `prefix`, with `extra` messages completed in it before
-        this read's events from `done`; `kept`: the bytes since the boundary are all there (else
-        the line cannot be found: the error stands)."""
-        request = self._request
-        if (
-            request is None
-            or not request.chunked
-            or not (self._chunk_line and self._in_head)
-            or self._error is not None
-            or self._closed
-            or not kept
-        ):
-            self._fail_from_llhttp(exc)
-            return memoryview(b"")
-        completed = extra + sum(1 for e in self._events[done:] if e is _EOM)
-        start = _chunk_line_start(stream, completed, self._chunks + 1, prefix)
-        if start is None:
-            self._fail_from_llhttp(exc)
-            return memoryview(b"")
-        self._framing = ChunkFraming(self._max_chunk_line, self._body_left)
-        self._held = self._refed = None  # llhttp is not fed the framed bytes: no replay through them
-        self._slow = True
-        return self._feed_framing(memoryview(stream)[start:]) or memoryview(b"")
-
-    def _feed_framing(self, data: memoryview) -> memoryview | None:
-        """Feed the chunk framing; once it has read the last-chunk line, a fresh llhttp reads
-        the trailer section: it is fed _RESUME (a chunked head and a last chunk) as if it had
-        read this request, and the rest is returned to be fed to it."""
-        framing = self._framing
-        assert framing is not None
-        try:
-            end = framing.feed(data, self._events)
-        except ParseError as exc:
-            raise self._failed(exc) from None
-        if end is None:
-            return None
-        self._framing = None
-        request, keep_alive = self._request, self._keep_alive
-        self._request = None  # _RESUME's fields are no trailers
-        self._scan = 1  # nor is its protocol name to be checked
-        self._p = _llhttp(self)
-        self._p.feed_data(_RESUME)  # cannot fail: a valid head and last chunk
-        self._events.pop()  # its Request
-        self._request, self._keep_alive = request, keep_alive
-        self._set_slow()
-        rest = data[end:]
-        self._refed = (_RESUME, rest, len(self._events))
-        return rest
 
     def _feed_upgrade_body(self, data: memoryview, events: list[Event]) -> memoryview:
         """Hand out the Content-Length body of an upgrade request llhttp did not read."""
@@ -452,33 +281,13 @@ class RequestParser:
         self._upgrade_body = n - len(chunk)
         self._set_slow()
         if not self._upgrade_body:
-            self._events.append(_EOM)
+            self._events.append(EOM)
             self._in_message = False
             self._request = None
             if not self._keep_alive:
                 self._closed = True
                 self._slow = True
         return data[n:]
-
-    def _fail(self, status: int, reason: str) -> ParseError:
-        """Remember the error (the parser is unusable afterwards) and return it for raising."""
-        self._error = err = ParseError(status, reason)
-        self._slow = True
-        return err
-
-    def _failed(self, err: ParseError) -> ParseError:
-        """_fail() for an error raised by a rule of refork.http.head."""
-        self._error = err
-        self._slow = True
-        return err
-
-    def _fail_from_llhttp(self, exc: HttpParserError) -> None:
-        if self._error is not None:  # raised by one of our callbacks
-            raise self._error from None
-        if self._closed:  # data after a non-keep-alive request: ignored, not an error
-            return
-        reason = str(exc) or "bad request"
-        raise self._fail(_LLHTTP_STATUS.get(reason, 400), reason) from None
 
     # llhttp callbacks ------------------------------------------------------------------------
     # Hot path: every attribute access counts, so state is flat and per-message resets are few.
@@ -650,45 +459,9 @@ class RequestParser:
         self._in_head = chunked  # a chunk-size line is counted like a head (see feed())
         self._events.append(request)
 
-    def _check_protocol(self, raw_method: bytes) -> None:
-        """Refuse a request line whose protocol name is not HTTP (RFC 9112 2.3): llhttp also
-        accepts RTSP/ and ICE/ and frames them as HTTP/1.x without saying which it saw.
-
-        Cheap unless the bytes hold RTSP/ or ICE/ (looked for once per read, and across reads
-        for a head that spans them): then the request line is found by replaying the bytes since
-        the last message boundary (llhttp.request_protocol), or, when those are no longer kept
-        (more than _MAX_HELD since, or an upgrade), read roughly (llhttp.names_other_protocol).
-        """
-        carried = self._carry
-        self._carry = 0
-        if self._scan == 0 or carried:
-            self._scan = 2 if may_name_other_protocol(self._data) else 1
-        if not (self._scan == 2 or carried):
-            return
-        if raw_method in RTSP_ONLY_METHODS:
-            raise self._fail(400, "protocol is not HTTP")
-        if raw_method not in (b"GET", b"POST", b"OPTIONS", b"SOURCE"):
-            return  # llhttp takes RTSP/ and ICE/ with no other method
-        rest = self._rest
-        if rest is not None:
-            view, prefix, done = rest
-            completed = sum(1 for e in self._events[done:] if e is _EOM)
-            protocol = _request_protocol(view, completed, prefix)
-        elif self._held is not None:
-            completed = self._held_done + sum(1 for e in self._events if e is _EOM)
-            stream = bytes(self._held) + bytes(self._data) if self._held else self._data
-            protocol = _request_protocol(stream, completed)
-        else:
-            protocol = None
-        if protocol is None:
-            if _names_other_protocol(self._data, self._url):
-                raise self._fail(400, "protocol is not HTTP")
-        elif not protocol.startswith(b"HTTP/"):
-            raise self._fail(400, "protocol is not HTTP")
-
     def _other_method(self, raw: bytes) -> str:
         method = self._method
-        if method is not None and raw == _PLACEHOLDER:
+        if method is not None and raw == PLACEHOLDER:
             self._method = None
             return method
         return raw.decode("ascii")
@@ -724,7 +497,7 @@ class RequestParser:
     def on_message_complete(self) -> None:
         if self._upgrade_body:
             return  # llhttp skipped the body of an upgrade request: feed() reads it
-        self._events.append(_EOM)
+        self._events.append(EOM)
         self._in_message = False
         self._request = None
         if not self._keep_alive:
@@ -740,6 +513,6 @@ class _AfterClose(Exception):
 def _complete_messages(events: list[Event]) -> list[Event]:
     """The events of the requests that completed before an error (for ParseError.events)."""
     for i in range(len(events) - 1, -1, -1):
-        if events[i] is _EOM:
+        if events[i] is EOM:
             return events[: i + 1]
     return []
