@@ -208,5 +208,3 @@ def describe(config: Config) -> str:
         else:
             lines.append(f"{f.name} = {value!r}")
     return "\n".join(lines)
-
-

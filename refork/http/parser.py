@@ -360,7 +360,11 @@ class RequestParser(RareRequests):
         else:
             raise self._fail(505, f"HTTP version {version} not supported")
         raw_method = p.get_method()
-        if self._scan != 1:  # the bytes may name RTSP/ or ICE/: look closer (rare)
+        scan = self._scan  # do this read's bytes name RTSP/ or ICE/ anywhere (see _check_protocol)?
+        if scan == 0:
+            data = self._data
+            scan = self._scan = 2 if type(data) is not bytes or b"RTSP/" in data or b"ICE/" in data else 1
+        if scan == 2:  # maybe: look closer (rare)
             self._check_protocol(raw_method)
         method = METHODS.get(raw_method) or self._other_method(raw_method)
         url = self._url

@@ -267,11 +267,11 @@ class RareRequests:
         the last message boundary (llhttp.request_protocol), or, when those are no longer kept
         (more than _MAX_HELD since, or an upgrade), read roughly (llhttp.names_other_protocol).
         """
-        carried = self._carry
-        self._carry = 0
-        if self._scan == 0 or carried:
-            self._scan = 2 if may_name_other_protocol(self._data) else 1
-        if not (self._scan == 2 or carried):
+        if self._carry:  # the head began in an earlier read that may name one
+            self._carry = 0
+            self._scan = 0  # for the later requests of this read: look at the read itself
+        elif not may_name_other_protocol(self._data):  # not bytes: looked at only here
+            self._scan = 1
             return
         if raw_method in RTSP_ONLY_METHODS:
             raise self._fail(400, "protocol is not HTTP")

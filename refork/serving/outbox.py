@@ -130,4 +130,3 @@ class Outbox:
     def clear(self) -> None:
         self.queue.clear()
         self.backlogged = False
-
