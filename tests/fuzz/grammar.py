@@ -47,7 +47,10 @@ FORBIDDEN_TRAILERS = [
     *(b"Host", b"Content-Length", b"Transfer-Encoding", b"Connection", b"Te", b"Trailer"),
     *(b"Authorization", b"Content-Type", b"Range", b"Cache-Control", b"Set-Cookie"),
 ]
-CHUNK_EXTS = [b"", b";a=b", b';a="q s"', b";a", b" ; a = b", b";a= b", b";", b";a=\x01", b';a=";"']
+CHUNK_EXTS = [
+    *(b"", b";a=b", b';a="q s"', b";a", b" ; a = b", b";a= b", b";", b";a=\x01", b';a=";"'),
+    *(b'\t;\ta\t=\t"x\\" y"', b";a =b ; c", b" ", b" ;", b";a = b c"),  # BWS (RFC 9112 7.1.1) and not
+]
 OWS = [b"", b" ", b"\t", b"  "]
 SPECIAL_BYTES = b'\r\n\x00 \t:;,\x7f\x80"'
 
@@ -79,7 +82,7 @@ def chunked_body(draw: st.DrawFn) -> bytes:
         size = draw(st.sampled_from([b"%x", b"%X", b"0%x", b"%02x"])) % len(data)
         out.append(size + draw(st.sampled_from(CHUNK_EXTS)) + b"\r\n" + data + b"\r\n")
     last = draw(st.sampled_from([b"0", b"0", b"00"]))  # the last-chunk, its zeros padded at times
-    out.append(last + draw(st.sampled_from(CHUNK_EXTS[:3])) + b"\r\n")
+    out.append(last + draw(st.sampled_from(CHUNK_EXTS)) + b"\r\n")
     for _ in range(draw(st.integers(0, 2))):
         name = draw(st.one_of(st.sampled_from(FIELD_NAMES), st.sampled_from(FORBIDDEN_TRAILERS)))
         out.append(name + b":" + draw(st.sampled_from(OWS)) + draw(st.sampled_from(FIELD_VALUES)) + b"\r\n")
