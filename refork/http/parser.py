@@ -8,12 +8,12 @@ llhttp in its default (strict) mode checks most of the syntax; what it accepts a
 rejects itself (what a valid request head is) is listed, with its tables, in
 :mod:`refork.http.head`.
 
-What llhttp refuses and this module serves: any token as a method (RFC 9110 9.1). llhttp knows a
-fixed list; an unknown token is fed to a fresh llhttp as PLACEHOLDER (a plain method: same
-framing, no CONNECT semantics) and put back on the Request. Found only on llhttp's error, so the
-common path pays nothing. Where it starts is found by replaying the bytes since the last read
-that ended between messages (kept up to _MAX_HELD while a read ends inside one), so where the
-reads split a pipeline does not matter; past that bound (a long body) it is refused, 400.
+What llhttp gets wrong and refork gets right is in :mod:`refork.http.rare` (any token as a
+method, a protocol name other than HTTP, chunk extensions with BWS): found only on llhttp's error
+or, for the protocol name, on RTSP/ or ICE/ in a read, so the common path pays almost nothing.
+Where a request starts is found by replaying the bytes since the last read that ended between
+messages (kept up to _MAX_HELD while a read ends inside one), so where the reads split a pipeline
+does not matter.
 
 Other behaviour worth knowing:
 
@@ -30,10 +30,10 @@ Other behaviour worth knowing:
 - An error raises at once; ParseError.events holds the requests completed before it in the same
   feed(), for a loop to answer first (both loops do, then answer the error and close).
 - A limit of 0 means unlimited.
-- Known leniencies left as llhttp has them: several spaces between request-line parts, and an
-  ``RTSP/1.0`` / ``ICE/1.0`` protocol name (llhttp does not expose which one it saw; the request
-  is framed exactly as HTTP/1.0). Both are pinned by a test so an llhttp upgrade is noticed.
-  Whitespace around ``;``/``=`` in chunk extensions stays refused (llhttp de-chunks the body).
+- A field over a limit is answered 431 once the bytes after it are well-formed, else 400: the
+  status never depends on where the reads were cut (see _over).
+- Known leniency left as llhttp has it: several spaces between request-line parts (pinned by a
+  test so an llhttp upgrade is noticed).
 """
 
 from __future__ import annotations
