@@ -1001,3 +1001,21 @@ def test_chunk_extensions_with_bws_behind_other_requests_and_unknown_methods() -
             ("POST", b"/"),
         ]
         assert [e.data for e in events if isinstance(e, Body)] == [b"abc", b"z"]
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "bytewise"])
+def test_rtsp_methods_with_http_are_token_methods(split: bool) -> None:
+    """llhttp refuses DESCRIBE, PLAY, GET_PARAMETER... with HTTP/ (it knows them as RTSP's): to
+    RFC 9110 9.1 they are tokens like any other, re-fed with the placeholder method."""
+    raw = (
+        b"DESCRIBE /x HTTP/1.1\r\nHost: a\r\n\r\n"
+        + H
+        + b"\r\n"
+        + b"GET_PARAMETER /y HTTP/1.1\r\nHost: a\r\n\r\n"
+    )
+    events = parse(raw, split=split)
+    assert [(e.method, e.path) for e in events if isinstance(e, Request)] == [
+        ("DESCRIBE", b"/x"),
+        ("GET", b"/"),
+        ("GET_PARAMETER", b"/y"),
+    ]

@@ -60,7 +60,7 @@ from refork.http.head import (
 )
 from refork.http.llhttp import llhttp as _llhttp
 from refork.http.llhttp import may_name_other_protocol
-from refork.http.rare import EOM, PLACEHOLDER, RESUME, RareRequests
+from refork.http.rare import EOM, PLACEHOLDER, RESUME, RTSP_METHOD_WITH_HTTP, RareRequests
 
 __all__ = ["Limits", "RequestParser", "ParseError"]
 
@@ -150,18 +150,20 @@ class RequestParser(RareRequests):
             except HttpParserUpgrade as exc:
                 self._held = None  # the scratch replay stops at an upgrade
                 self._feed_rest(data[exc.args[0] :])
-            except HttpParserInvalidMethodError as exc:
-                held = self._held
-                if began_inside and held is not None:  # replay from the boundary before `held`
-                    rest = self._unknown_method(bytes(held) + data, False, exc, extra=self._held_done)
-                else:
-                    rest = self._unknown_method(data, began_inside, exc)
-                self._feed_rest(rest, PLACEHOLDER)
             except HttpParserError as exc:
                 held = self._held
-                rest = self._chunk_error(exc, bytes(held) + data if held else data, held is not None,
-                                         self._held_done if held else 0, 0, b"")  # fmt: skip
-                self._feed_rest(rest, RESUME)
+                if isinstance(exc, HttpParserInvalidMethodError) or str(exc) == RTSP_METHOD_WITH_HTTP:
+                    if began_inside and held is not None:  # replay from the boundary before `held`
+                        rest = self._unknown_method(bytes(held) + data, False, exc, extra=self._held_done)
+                    else:
+                        rest = self._unknown_method(data, began_inside, exc)
+                    self._feed_rest(rest, PLACEHOLDER)
+                else:  # in a chunk-size line with BWS? (else the error stands)
+                    stream = bytes(held) + data if held else data
+                    rest = self._chunk_error(
+                        exc, stream, held is not None, self._held_done if held else 0, 0, b""
+                    )
+                    self._feed_rest(rest, RESUME)
             if in_head and self._in_head and not self._head_started:
                 # The whole chunk belonged to one unfinished head, chunk-size line or trailer section.
                 self._head_bytes += len(data)
@@ -260,12 +262,12 @@ class RequestParser(RareRequests):
                 data = data[exc.args[0] :]
                 prefix = b""
                 continue
-            except HttpParserInvalidMethodError as exc:
-                data = self._unknown_method(data, False, exc, done, prefix)
-                prefix = PLACEHOLDER
-                continue
             except HttpParserError as exc:
                 self._rest = None
+                if isinstance(exc, HttpParserInvalidMethodError) or str(exc) == RTSP_METHOD_WITH_HTTP:
+                    data = self._unknown_method(data, False, exc, done, prefix)
+                    prefix = PLACEHOLDER
+                    continue
                 data = self._chunk_error(exc, data, True, 0, done, prefix)
                 prefix = RESUME
                 continue

@@ -37,6 +37,10 @@ PLACEHOLDER = b"UNBIND"
 # refork.http.chunked read: a valid chunked head and a last chunk. Its Request is dropped.
 RESUME = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n"
 
+# llhttp's error for an RTSP method (DESCRIBE, PLAY, ...) with HTTP/: to refork any token is a
+# method (RFC 9110 9.1), so it is re-fed with PLACEHOLDER like a method llhttp does not know.
+RTSP_METHOD_WITH_HTTP = "Invalid method for HTTP/x.x request"
+
 # llhttp error reasons that deserve something more precise than 400.
 _LLHTTP_STATUS = {
     "Invalid HTTP version": 505,

@@ -198,10 +198,10 @@ KNOWN_DIFFERENCES = [
         "refork",
         refork_accepts=False,
         h11_accepts=True,
-        applies=lambda prev, region: bool(
-            re.search(rb" HTTP/1\.[2-9]\r?\n", region.split(b"\n", 1)[0] + b"\n")
-        )
-        and not fields(head(region), b"host"),
+        applies=lambda prev, region: (
+            bool(re.search(rb" HTTP/1\.[2-9]\r?\n", region.split(b"\n", 1)[0] + b"\n"))
+            and not fields(head(region), b"host")
+        ),
     ),
     KnownDifference(
         "invalid-host",

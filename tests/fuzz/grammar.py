@@ -15,9 +15,29 @@ from test_http_parser import INVALID, VALID
 CORPUS: list[bytes] = [raw for _, raw, _ in INVALID] + [raw for _, raw, _ in VALID]
 
 METHODS = [b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE", b"PURGE"]
-ODD_METHODS = [b"CONNECT", b"X-SYNC", b"FOO", b"get", b"M-SEARCH", b"PRI", b"PUX", b"QUERY"]
+ODD_METHODS = [
+    b"CONNECT",
+    b"X-SYNC",
+    b"FOO",
+    b"get",
+    b"M-SEARCH",
+    b"PRI",
+    b"PUX",
+    b"QUERY",
+    b"DESCRIBE",
+    b"SOURCE",
+]
 VERSIONS = [b"HTTP/1.1", b"HTTP/1.0"]
-ODD_VERSIONS = [b"HTTP/1.2", b"HTTP/1.9", b"HTTP/2.0", b"HTTP/0.9", b"RTSP/1.0", b"http/1.1", b"HTTP/1.01"]
+ODD_VERSIONS = [
+    b"HTTP/1.2",
+    b"HTTP/1.9",
+    b"HTTP/2.0",
+    b"HTTP/0.9",
+    b"RTSP/1.0",
+    b"ICE/1.0",
+    b"http/1.1",
+    b"HTTP/1.01",
+]
 HOSTS = [b"a", b"example.com", b"example.com:8080", b"[::1]:8000", b"127.0.0.1", b""]
 ODD_HOSTS = [b"a b", b"a/b", b"user@a", b"a\x80"]
 FIELD_NAMES = [b"X-A", b"Accept", b"User-Agent", b"Cookie", b"X-Forwarded-For", b"Upgrade", b"Expect"]
