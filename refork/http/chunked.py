@@ -37,7 +37,7 @@ class ChunkFraming:
     __slots__ = ("_line", "_max_line", "_left", "_crlf", "_body_left")
 
     def __init__(self, max_line: int, body_left: int) -> None:
-        self._line = bytearray()  # the chunk-size line so far (None-like when empty and in data)
+        self._line = bytearray()  # the chunk-size line received so far
         self._max_line = max_line
         self._left = -1  # chunk data still to come; -1: in a chunk-size line
         self._crlf = b""  # the CRLF after chunk data received so far
