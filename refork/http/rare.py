@@ -281,19 +281,24 @@ class RareRequests:
             raise self._fail(400, "protocol is not HTTP")
         if raw_method not in (b"GET", b"POST", b"OPTIONS", b"SOURCE"):
             return  # llhttp takes RTSP/ and ICE/ with no other method
+        # Such a request line holds ` <target> RTSP/` (or ICE/): a search for that, in what llhttp
+        # was fed since the last boundary, rules most requests out before any replay.
         rest = self._rest
         if rest is not None:
             view, prefix, done = rest
+            if not _names_other_protocol(view, self._url):
+                return
             completed = sum(1 for e in self._events[done:] if e is EOM)
             protocol = _request_protocol(view, completed, prefix)
         elif self._held is not None:
-            completed = self._held_done + sum(1 for e in self._events if e is EOM)
             stream = bytes(self._held) + bytes(self._data) if self._held else bytes(self._data)
+            if not _names_other_protocol(stream, self._url):
+                return
+            completed = self._held_done + sum(1 for e in self._events if e is EOM)
             protocol = _request_protocol(stream, completed)
+        elif _names_other_protocol(self._data, self._url):
+            protocol = None  # the bytes to replay are gone: the rough reading decides
         else:
-            protocol = None
-        if protocol is None:
-            if _names_other_protocol(self._data, self._url):
-                raise self._fail(400, "protocol is not HTTP")
-        elif not protocol.startswith(b"HTTP/"):
+            return
+        if protocol is None or not protocol.startswith(b"HTTP/"):
             raise self._fail(400, "protocol is not HTTP")
