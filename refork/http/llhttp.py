@@ -83,7 +83,7 @@ def may_name_other_protocol(data: bytes | bytearray | memoryview, partial: bool 
     """Whether data holds RTSP/ or ICE/ (with `partial`: or ends with the start of one)."""
     if type(data) is memoryview:
         data = bytes(data)
-    if b"RTSP/" in data or b"ICE/" in data:
+    if data.find(b"RTSP/") >= 0 or data.find(b"ICE/") >= 0:  # not `in`: see on_headers_complete
         return True
     return partial and data.endswith(_PARTIAL)
 
