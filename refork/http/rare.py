@@ -266,10 +266,11 @@ class RareRequests:
         """Refuse a request line whose protocol name is not HTTP (RFC 9112 2.3): llhttp also
         accepts RTSP/ and ICE/ and frames them as HTTP/1.x without saying which it saw.
 
-        Cheap unless the bytes hold RTSP/ or ICE/ (looked for once per read, and across reads
-        for a head that spans them): then the request line is found by replaying the bytes since
-        the last message boundary (llhttp.request_protocol), or, when those are no longer kept
-        (more than _MAX_HELD since, or an upgrade), read roughly (llhttp.names_other_protocol).
+        Called only when the bytes hold RTSP/ (looked for once per read by on_headers_complete,
+        and across reads for a head that spans them), or for the SOURCE method (ICE/). Then the
+        request line is found by replaying the bytes since the last message boundary
+        (llhttp.request_protocol), or, when those are no longer kept (more than _MAX_HELD since,
+        or an upgrade), read roughly (llhttp.names_other_protocol).
         """
         if self._carry:  # the head began in an earlier read that may name one
             self._carry = 0
