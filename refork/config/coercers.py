@@ -243,10 +243,8 @@ def refork_after(value: Any, where: str) -> list[int] | None:
     # A trailing "off" (False in a config file) stops reforking after the last count, as in Pitchfork;
     # it is kept as a final 0.
     items = [v.strip() for v in value.split(",")] if isinstance(value, str) else value
-    stop = (
-        isinstance(items, list | tuple)
-        and len(items) > 1
-        and (items[-1] is False or (isinstance(items[-1], str) and items[-1].lower() == "off"))
+    stop = isinstance(items, list | tuple) and len(items) > 1 and (
+        items[-1] is False or (isinstance(items[-1], str) and items[-1].lower() == "off")
     )
     if stop:
         items = list(items[:-1])

@@ -43,3 +43,5 @@ def main(argv: list[str]) -> int:
         return 0
     print("usage: python -m refork.config --doc | --write-doc [docs/configuration.md]", file=sys.stderr)
     return 2
+
+

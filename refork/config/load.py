@@ -208,3 +208,5 @@ def describe(config: Config) -> str:
         else:
             lines.append(f"{f.name} = {value!r}")
     return "\n".join(lines)
+
+

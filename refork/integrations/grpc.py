@@ -36,4 +36,6 @@ def channel_warnings(objects: list[Any]) -> list[str]:
     ]
 
 
-INTEGRATION = Integration("grpc", ("grpc",), ("grpc:Channel", "grpc.aio:Channel"), warnings=channel_warnings)
+INTEGRATION = Integration(
+    "grpc", ("grpc",), ("grpc:Channel", "grpc.aio:Channel"), warnings=channel_warnings
+)

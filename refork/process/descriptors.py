@@ -65,7 +65,7 @@ def _socket_is_shared_stream(fd: int) -> bool:
 
 
 def needs_cleaning(fd: int, target: str) -> str | None:
-    """ "socket" or "other" when `fd` (pointing at `target`) must not be shared; None to keep it."""
+    """"socket" or "other" when `fd` (pointing at `target`) must not be shared; None to keep it."""
     if target.startswith("socket:"):
         return "socket" if _socket_is_shared_stream(fd) else None
     if target.startswith(SHARED_KINDS):

@@ -483,7 +483,9 @@ class Server:
             self._drained.set_result(None)
 
 
-def serve_asgi(listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl) -> None:
+def serve_asgi(
+    listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
+) -> None:
     """Serve ASGI http on the listeners until control says stop (see WorkerControl).
 
     Safe points are taken between two run_forever() calls, not inside a callback: when

@@ -130,3 +130,4 @@ class Outbox:
     def clear(self) -> None:
         self.queue.clear()
         self.backlogged = False
+
