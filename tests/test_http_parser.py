@@ -1019,3 +1019,16 @@ def test_rtsp_methods_with_http_are_token_methods(split: bool) -> None:
         ("GET", b"/"),
         ("GET_PARAMETER", b"/y"),
     ]
+
+
+@pytest.mark.parametrize("cut", [1, 2, 9, 30, 10_000, 20_030])
+def test_chunk_extensions_with_bws_and_a_big_chunk_across_reads(cut: int) -> None:
+    """Once ChunkFraming reads the body, its data is not counted like a chunk-size line."""
+    body = b"5 ; a=b\r\nhello\r\n4e20 ; x\r\n" + b"x" * 20_000 + b"\r\n0\r\n\r\n"
+    parser = RequestParser()
+    events = parser.feed(TE + b"\r\n" + body[:cut])
+    events += parser.feed(body[cut : cut + 10_000])
+    events += parser.feed(body[cut + 10_000 :])
+    events = merge_bodies(events)
+    assert [type(e) for e in events] == [Request, Body, EndOfMessage]
+    assert events[1] == Body(b"hello" + b"x" * 20_000)

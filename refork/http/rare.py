@@ -214,6 +214,7 @@ class RareRequests:
             return _EMPTY
         self._framing = ChunkFraming(self._max_chunk_line, self._body_left)
         self._held = self._refed = None  # llhttp is not fed the framed bytes: no replay through them
+        self._in_head = False  # ChunkFraming bounds its lines itself: feed() is not to count them
         self._slow = True
         return self._feed_framing(memoryview(stream)[start:]) or _EMPTY
 
