@@ -49,21 +49,44 @@ LONG = settings(FAST, max_examples=4000)  # about a minute per test on one core
 # --- refork's parser alone ------------------------------------------------------------------
 
 
-# Whether bytes are refused never depends on feed() boundaries; which status is answered can, in
-# one known case (pinned below): a field over --limit-request-field-size followed by a malformed
-# field name gives 431 or 400. httptools calls on_header for a field only once the next field's
-# name starts arriving; when that name is malformed within the same feed() llhttp fails first,
-# and the oversized field is never seen.
-STATUS_MAY_DEPEND_ON_BOUNDARIES = {400, 431}
-KNOWN_BOUNDARY_DEPENDENT_STATUS = b"POST / HTTP/1.0\r\nContent-Length: 1\r\nExpect; 100-continue\r\n\r\nx"
+# Neither whether bytes are refused nor the status depends on feed() boundaries. It once did: a
+# field over --limit-request-field-size followed by a malformed field name gave 431 or 400, since
+# httptools reports a field only once the next field's name starts arriving. The parser now
+# answers 431 only once the bytes after the field are well-formed (RequestParser._over).
+BOUNDARY_DEPENDENT_STATUS = [
+    (
+        b"POST / HTTP/1.0\r\nContent-Length: 1\r\nExpect; 100-continue\r\n\r\nx",
+        Limits(max_header_size=12),
+        400,
+    ),
+    (
+        b"POST / HTTP/1.0\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\nx",
+        Limits(max_header_size=12),
+        431,
+    ),
+    (b"GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\nC;\r\n\r\n", Limits(max_header_count=2), 400),
+    (
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: "
+        + b"v" * 30
+        + b"\r\nX;y\r\n\r\n",
+        Limits(max_header_size=25),
+        400,
+    ),
+    (
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: "
+        + b"v" * 30
+        + b"\r\n\r\n",
+        Limits(max_header_size=25),
+        431,
+    ),
+]
 
 
-@pytest.mark.xfail(strict=True, reason="for the parser owner: oversized field seen only on a feed() boundary")
-def test_error_status_is_independent_of_boundaries() -> None:
-    raw, limits = KNOWN_BOUNDARY_DEPENDENT_STATUS, Limits(max_header_size=12)
-    whole, bytewise = feed_refork(raw, [], limits)[1], feed_refork(raw, list(range(1, len(raw))), limits)[1]
-    assert whole is not None and bytewise is not None
-    assert whole.status == bytewise.status, (whole, bytewise)  # 400 whole, 431 bytewise
+@pytest.mark.parametrize(("raw", "limits", "status"), BOUNDARY_DEPENDENT_STATUS)
+def test_error_status_is_independent_of_boundaries(raw: bytes, limits: Limits, status: int) -> None:
+    for cuts in ([], list(range(1, len(raw))), [len(raw) // 2]):
+        error = feed_refork(raw, cuts, limits)[1]
+        assert error is not None and error.status == status, (cuts, error)
 
 
 def check_parser(raw: bytes, cuts: list[int], limits: Limits = Limits()) -> None:
@@ -76,9 +99,7 @@ def check_parser(raw: bytes, cuts: list[int], limits: Limits = Limits()) -> None
     for events, error in runs.values():
         check_event_grammar(events, error)
     statuses = {name: error and error.status for name, (_, error) in runs.items()}
-    seen = set(statuses.values())
-    if seen != STATUS_MAY_DEPEND_ON_BOUNDARIES:  # see test_error_status_is_independent_of_boundaries
-        assert len(seen) == 1, f"{raw!r} ({limits}) depends on feed() boundaries: {statuses}"
+    assert len(set(statuses.values())) == 1, f"{raw!r} ({limits}) depends on feed() boundaries: {statuses}"
     finest = merge_bodies(runs["bytewise"][0])
     for name in ("whole", "cut"):
         events, error = runs[name]
@@ -214,9 +235,7 @@ def test_h11_reads_the_known_differences_as_recorded(known: KnownDifference) -> 
 @pytest.mark.parametrize(
     "known",
     [
-        pytest.param(
-            k, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="open in refork")
-        )
+        pytest.param(k, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="open in refork"))
         if k.pending
         else k
         for k in KNOWN_DIFFERENCES

@@ -75,7 +75,27 @@ INVALID = [
     ("chunk-size-space", TE + b"\r\n5 \r\nhello\r\n0\r\n\r\n", 400),
     ("chunk-size-empty", TE + b"\r\n\r\n", 400),
     ("chunk-ext-ctl", TE + b"\r\n5;a=\x01\r\nhello\r\n0\r\n\r\n", 400),
-    ("chunk-ext-space-name", TE + b"\r\n5;x =y\r\nhello\r\n0\r\n\r\n", 400),
+    # The chunk-size lines refork.http.chunked reads (BWS around ; and =) stay as strict elsewhere.
+    ("chunk-bws-no-semicolon", TE + b"\r\n5 ; a=b\r\nhello\r\n3 \r\nabc\r\n0\r\n\r\n", 400),
+    ("chunk-bws-empty-ext", TE + b"\r\n5 ;\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-empty-value", TE + b"\r\n5 ; a =\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-bare-lf", TE + b"\r\n5 ; a=b\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-bare-cr", TE + b"\r\n5 ; a=b\rhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-cr-inside", TE + b"\r\n5 ; a=b\rc\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-obs-fold", TE + b"\r\n5 ; a=b\r\n c\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-unterminated-quote", TE + b'\r\n5 ; a="b\r\nhello\r\n0\r\n\r\n', 400),
+    ("chunk-bws-ctl-in-quote", TE + b'\r\n5 ; a="\x01"\r\nhello\r\n0\r\n\r\n', 400),
+    ("chunk-bws-space-in-name", TE + b"\r\n5 ; a b=c\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-space-in-value", TE + b"\r\n5 ; a=b c\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-overflow", TE + b"\r\n1ffffffffffffffff ; a\r\nx\r\n0\r\n\r\n", 400),
+    ("chunk-bws-negative", TE + b"\r\n-5 ; a\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-0x", TE + b"\r\n0x5 ; a\r\nhello\r\n0\r\n\r\n", 400),
+    ("chunk-bws-short-data", TE + b"\r\n5 ; a\r\nhell\r\n0\r\n\r\n", 400),
+    ("chunk-bws-long-data", TE + b"\r\n5 ; a\r\nhello!\r\n0\r\n\r\n", 400),
+    ("chunk-bws-data-bare-lf", TE + b"\r\n5 ; a\r\nhello\n0\r\n\r\n", 400),
+    ("chunk-bws-then-bad-trailer", TE + b"\r\n5 ; a\r\nhello\r\n0 ; b\r\nX T: 1\r\n\r\n", 400),
+    ("chunk-bws-then-forbidden-trailer", TE + b"\r\n0 ; b\r\nHost: x\r\n\r\n", 400),
+    ("chunk-bws-then-obs-fold-trailer", TE + b"\r\n0 ; b\r\nX-T: 1\r\n c\r\n\r\n", 400),
     ("chunk-ext-empty", TE + b"\r\n5;\r\nhello\r\n0\r\n\r\n", 400),
     ("chunk-size-bare-lf", TE + b"\r\n5\nhello\r\n0\r\n\r\n", 400),
     ("chunk-data-no-crlf", TE + b"\r\n5\r\nhelloXX0\r\n\r\n", 400),
@@ -610,8 +630,89 @@ def test_known_llhttp_leniencies_are_pinned() -> None:
     """Documented in refork.http.parser: accepted, harmless. A change here means llhttp moved."""
     (request, _) = parse(b"GET  /x  HTTP/1.1\r\nHost: a\r\n\r\n")
     assert request.path == b"/x"
-    events = parse(b"POST / RTSP/1.0\r\nContent-Length: 2\r\n\r\nab")
-    assert events[0].http_version == "1.0" and events[1:] == [Body(b"ab"), EOM]
+
+
+# --- the protocol name (RFC 9112 2.3: HTTP-name is "HTTP") ------------------------------------
+
+OTHER_PROTOCOL = [
+    b"GET / RTSP/1.0\r\n\r\n",
+    b"POST / RTSP/1.0\r\nContent-Length: 2\r\n\r\nab",
+    b"OPTIONS * RTSP/1.0\r\n\r\n",
+    b"GET  /x  RTSP/1.0\r\n\r\n",
+    b"\r\nGET / RTSP/1.0\r\n\r\n",
+    b"DESCRIBE / RTSP/1.0\r\n\r\n",
+    b"SOURCE / ICE/1.0\r\n\r\n",
+    b"GET / RTSP/1.1\r\nHost: a\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "bytewise"])
+@pytest.mark.parametrize("raw", OTHER_PROTOCOL)
+def test_another_protocol_name_is_refused(raw: bytes, split: bool) -> None:
+    """llhttp frames RTSP/1.0 and ICE/1.0 as HTTP/1.0 without saying which name it saw."""
+    with pytest.raises(ParseError) as info:
+        parse(raw, split=split)
+    assert (info.value.status, info.value.reason, info.value.events) == (400, "protocol is not HTTP", [])
+
+
+@pytest.mark.parametrize("cut", [None, 1, 20, 30, 40, 45, 50])
+@pytest.mark.parametrize(
+    "first",
+    [
+        H + b"\r\n",
+        b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n",
+        P + b"Content-Length: 16\r\n\r\nGET / RTSP/1.0\r\n",
+    ],
+    ids=["get", "unknown-method", "body-like-a-request-line"],
+)
+def test_another_protocol_name_pipelined_is_refused_after_the_first_is_answered(
+    first: bytes, cut: int | None
+) -> None:
+    raw = first + b"GET / RTSP/1.0\r\n\r\n" + H + b"\r\n"
+    parser = RequestParser()
+    events: list[Event] = []
+    with pytest.raises(ParseError) as info:
+        for piece in (raw,) if cut is None else (raw[:cut], raw[cut:]):
+            events += parser.feed(piece)
+    events += info.value.events
+    assert info.value.status == 400
+    assert [type(e) for e in merge_bodies(events)] == [
+        Request,
+        *([Body] if b"RTSP" in first else []),
+        EndOfMessage,
+    ]
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "bytewise"])
+def test_http_requests_that_mention_rtsp_are_served(split: bool) -> None:
+    raw = (
+        b"GET /RTSP/1.0 HTTP/1.1\r\nHost: a\r\nX-A: GET / RTSP/1.0\r\n\r\n"
+        + b"SOURCE /ICE/1.0 HTTP/1.1\r\nHost: a\r\n\r\n"
+        + P + b"Content-Length: 16\r\n\r\nGET / RTSP/1.0\r\n"
+        + b"OPTIONS * HTTP/1.1\r\nHost: a\r\nX: ICE/\r\n\r\n"
+    )  # fmt: skip
+    events = parse(raw, split=split)
+    assert [e.method for e in events if isinstance(e, Request)] == ["GET", "SOURCE", "POST", "OPTIONS"]
+    assert Body(b"GET / RTSP/1.0\r\n") in events
+
+
+def test_another_protocol_name_behind_a_long_body_over_several_reads() -> None:
+    """More than _MAX_HELD bytes since the last boundary: no replay, the rough reading decides."""
+    body = b"RTSP/" + b"x" * 100_000
+    for second, refused in ((b"GET / RTSP/1.0\r\n\r\n", True), (H + b"X: RTSP/\r\n\r\n", False)):
+        parser = RequestParser()
+        parser.feed(P + b"Content-Length: %d\r\n\r\n" % len(body) + body[:70_000])
+        if refused:
+            with pytest.raises(ParseError) as info:
+                parser.feed(body[70_000:] + second)
+            assert info.value.status == 400 and [type(e) for e in info.value.events] == [Body, EndOfMessage]
+        else:
+            assert [type(e) for e in parser.feed(body[70_000:] + second)] == [
+                Body,
+                EndOfMessage,
+                Request,
+                EOM.__class__,
+            ]
 
 
 # --- bounded chunked framing (issue 8) ------------------------------------------------------
@@ -717,7 +818,9 @@ UNKNOWN_PIPELINES = {
     + TE
     + b"\r\n1\r\nz\r\n0\r\n\r\n"
     + b"\r\nX-SYNC /2 HTTP/1.1\r\nHost: a\r\n\r\n",
-    "unknown-known-unknown": b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n" + H + b"\r\n"
+    "unknown-known-unknown": b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n"
+    + H
+    + b"\r\n"
     + b"X-SYNC / HTTP/1.1\r\nHost: a\r\n\r\n",
 }
 THREE_WAY = ("unknown-then-http12", "unknown-known-unknown")  # every cut in three pieces, too
@@ -822,3 +925,110 @@ def test_thousands_of_pipelined_unknown_methods_in_one_feed() -> None:
     assert len(requests) == 3001 and sum(1 for e in events if e == EOM) == 3001
     assert [r.method for r in requests[:3]] == ["X-SYNC"] * 3 and requests[-1].method == "POST"
     assert [r.path for r in requests[:3]] == [b"/0", b"/1", b"/2"] and events[-2] == Body(b"z")
+
+
+# --- chunk extensions with BWS (RFC 9112 7.1.1), read by refork.http.chunked ----------------
+
+BWS_LINES = [
+    b"5;x =y",
+    b"5 ; foo = bar",
+    b"5;a = b",
+    b'5;a="q v"',
+    b"5; a=b",
+    b'5\t;\ta\t=\t"x \\" y" ; b ; c=d',
+]
+
+
+@pytest.mark.parametrize("line", BWS_LINES)
+def test_chunk_extensions_with_bws_are_served(line: bytes) -> None:
+    raw = (
+        TE
+        + b"\r\n2\r\nhi\r\n"
+        + line
+        + b"\r\nhello\r\n3 ; x = y\r\nabc\r\n0 ; z = 1\r\nX-T: 1\r\n\r\n"
+        + H
+        + b"\r\n"
+    )
+    expected = [
+        req(method="POST", headers=[(b"host", b"a"), (b"transfer-encoding", b"chunked")], chunked=True),
+        Body(b"hihelloabc"),
+        EOM,
+        req(),
+        EOM,
+    ]
+    assert parse(raw) == expected
+    assert parse(raw, split=True) == expected
+    for cut in range(len(TE), len(raw)):  # every split into two reads
+        parser = RequestParser()
+        assert merge_bodies(parser.feed(raw[:cut]) + parser.feed(raw[cut:])) == expected, cut
+
+
+def test_chunk_extensions_with_bws_keep_the_bounds() -> None:
+    """The line limit (400), the body limit (413) and the trailer limits (431) all still hold."""
+    limits = Limits(max_header_size=50, max_body=8)
+    assert status_of(TE + b"\r\n5 ; a=" + b"b" * 60 + b"\r\nhello\r\n0\r\n\r\n", limits=limits) == 400
+    assert status_of(TE + b"\r\n5 ; a=b\r\nhello\r\n5\r\nhello\r\n0\r\n\r\n", limits=limits) == 413
+    assert status_of(TE + b"\r\n9 ; a=b\r\n", limits=limits) == 413
+    assert status_of(TE + b"\r\n0 ; a\r\nX-T: " + b"v" * 60 + b"\r\n\r\n", limits=limits) == 431
+    parser = RequestParser()
+    parser.feed(TE + b"\r\n5 ; e=")
+    with pytest.raises(ParseError) as info:
+        for _ in range(1000):
+            parser.feed(b"A" * 1000)
+    assert (info.value.status, info.value.reason) == (400, "chunk-size line too long")
+
+
+def test_chunk_extensions_with_bws_behind_other_requests_and_unknown_methods() -> None:
+    raw = (
+        H + b"\r\n"
+        + b"X-SYNC / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3 ; a = b\r\nabc\r\n0\r\n\r\n"
+        + b"PURGEX /2 HTTP/1.1\r\nHost: a\r\n\r\n"
+        + TE + b"\r\n1;q = \"r\"\r\nz\r\n0\r\n\r\n"
+        + b"GET /3 RTSP/1.0\r\n\r\n"
+    )  # fmt: skip
+    for split in (False, True):
+        parser = RequestParser()
+        events: list[Event] = []
+        with pytest.raises(ParseError) as info:
+            for piece in (raw,) if not split else [raw[i : i + 1] for i in range(len(raw))]:
+                events += parser.feed(piece)
+        events = merge_bodies(events + info.value.events)
+        assert info.value.status == 400
+        assert [(e.method, e.path) for e in events if isinstance(e, Request)] == [
+            ("GET", b"/"),
+            ("X-SYNC", b"/"),
+            ("PURGEX", b"/2"),
+            ("POST", b"/"),
+        ]
+        assert [e.data for e in events if isinstance(e, Body)] == [b"abc", b"z"]
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "bytewise"])
+def test_rtsp_methods_with_http_are_token_methods(split: bool) -> None:
+    """llhttp refuses DESCRIBE, PLAY, GET_PARAMETER... with HTTP/ (it knows them as RTSP's): to
+    RFC 9110 9.1 they are tokens like any other, re-fed with the placeholder method."""
+    raw = (
+        b"DESCRIBE /x HTTP/1.1\r\nHost: a\r\n\r\n"
+        + H
+        + b"\r\n"
+        + b"GET_PARAMETER /y HTTP/1.1\r\nHost: a\r\n\r\n"
+    )
+    events = parse(raw, split=split)
+    assert [(e.method, e.path) for e in events if isinstance(e, Request)] == [
+        ("DESCRIBE", b"/x"),
+        ("GET", b"/"),
+        ("GET_PARAMETER", b"/y"),
+    ]
+
+
+@pytest.mark.parametrize("cut", [1, 2, 9, 30, 10_000, 20_030])
+def test_chunk_extensions_with_bws_and_a_big_chunk_across_reads(cut: int) -> None:
+    """Once ChunkFraming reads the body, its data is not counted like a chunk-size line."""
+    body = b"5 ; a=b\r\nhello\r\n4e20 ; x\r\n" + b"x" * 20_000 + b"\r\n0\r\n\r\n"
+    parser = RequestParser()
+    events = parser.feed(TE + b"\r\n" + body[:cut])
+    events += parser.feed(body[cut : cut + 10_000])
+    events += parser.feed(body[cut + 10_000 :])
+    events = merge_bodies(events)
+    assert [type(e) for e in events] == [Request, Body, EndOfMessage]
+    assert events[1] == Body(b"hello" + b"x" * 20_000)

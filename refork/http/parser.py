@@ -8,12 +8,12 @@ llhttp in its default (strict) mode checks most of the syntax; what it accepts a
 rejects itself (what a valid request head is) is listed, with its tables, in
 :mod:`refork.http.head`.
 
-What llhttp refuses and this module serves: any token as a method (RFC 9110 9.1). llhttp knows a
-fixed list; an unknown token is fed to a fresh llhttp as _PLACEHOLDER (a plain method: same
-framing, no CONNECT semantics) and put back on the Request. Found only on llhttp's error, so the
-common path pays nothing. Where it starts is found by replaying the bytes since the last read
-that ended between messages (kept up to _MAX_HELD while a read ends inside one), so where the
-reads split a pipeline does not matter; past that bound (a long body) it is refused, 400.
+What llhttp gets wrong and refork gets right is in :mod:`refork.http.rare` (any token as a
+method, a protocol name other than HTTP, chunk extensions with BWS): found only on llhttp's error
+or, for the protocol name, on RTSP/ or ICE/ in a read, so the common path pays almost nothing.
+Where a request starts is found by replaying the bytes since the last read that ended between
+messages (kept up to _MAX_HELD while a read ends inside one), so where the reads split a pipeline
+does not matter.
 
 Other behaviour worth knowing:
 
@@ -30,10 +30,10 @@ Other behaviour worth knowing:
 - An error raises at once; ParseError.events holds the requests completed before it in the same
   feed(), for a loop to answer first (both loops do, then answer the error and close).
 - A limit of 0 means unlimited.
-- Known leniencies left as llhttp has them: several spaces between request-line parts, and an
-  ``RTSP/1.0`` / ``ICE/1.0`` protocol name (llhttp does not expose which one it saw; the request
-  is framed exactly as HTTP/1.0). Both are pinned by a test so an llhttp upgrade is noticed.
-  Whitespace around ``;``/``=`` in chunk extensions stays refused (llhttp de-chunks the body).
+- A field over a limit is answered 431 once the bytes after it are well-formed, else 400: the
+  status never depends on where the reads were cut (see _over).
+- Known leniency left as llhttp has it: several spaces between request-line parts (pinned by a
+  test so an llhttp upgrade is noticed).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ import sys
 
 from httptools import HttpParserError, HttpParserInvalidMethodError, HttpParserUpgrade
 
-from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
+from refork.http.chunked import ChunkFraming
+from refork.http.events import Body, Event, ParseError, Request
 from refork.http.head import (
     CONNECTION,
     CONTENT_LENGTH,
@@ -52,70 +53,29 @@ from refork.http.head import (
     HOST_CHARS,
     METHODS,
     SPECIAL,
-    TCHAR,
     TRANSFER_ENCODING,
     Limits,
     absolute_form,
     transfer_codings,
 )
 from refork.http.llhttp import llhttp as _llhttp
-from refork.http.llhttp import message_start as _message_start
+from refork.http.llhttp import may_name_other_protocol
+from refork.http.rare import EOM, PLACEHOLDER, RESUME, RTSP_METHOD_WITH_HTTP, RareRequests
 
 __all__ = ["Limits", "RequestParser", "ParseError"]
 
 _UNLIMITED = sys.maxsize
 _MAX_HELD = 1 << 16  # bytes kept across reads for a replay (see RequestParser._hold)
-_EOM = EndOfMessage()  # carries no data: one shared instance saves an allocation per request
-
-# An unknown method (any RFC 9110 token) is fed to llhttp as this one: same framing, no CONNECT
-# or upgrade semantics, and put back on the Request event.
-_PLACEHOLDER = b"UNBIND"
-
-# llhttp error reasons that deserve something more precise than 400.
-_LLHTTP_STATUS = {
-    "Invalid HTTP version": 505,
-    "Pause on PRI/Upgrade": 505,
-}
 
 
-class RequestParser:
+class RequestParser(RareRequests):
     """Parse one connection's request stream (pipelining included) into events.
 
     The ``on_*`` methods are llhttp callbacks, bound once when httptools is created; they are not
     part of the API.
     """
 
-    __slots__ = (
-        "_p",
-        "_events",
-        "_max_line",
-        "_max_count",
-        "_max_field",
-        "_max_body",
-        "_max_head",
-        "_url",
-        "_headers",
-        "_specials",
-        "_ntrailers",
-        "_request",
-        "_keep_alive",
-        "_in_message",
-        "_in_head",
-        "_head_started",
-        "_head_bytes",
-        "_body_left",
-        "_upgrade_body",
-        "_max_chunk_line",
-        "_chunk_line",
-        "_method",
-        "_pending",
-        "_held",
-        "_held_done",
-        "_refed",
-        "_slow",
-        "_closed",
-        "_error",
-    )
+    __slots__ = ()  # declared in RareRequests
 
     def __init__(self, limits: Limits = Limits()) -> None:  # a frozen default is safe to share
         self._max_line = limits.max_request_line or _UNLIMITED
@@ -144,17 +104,28 @@ class RequestParser:
         self._body_left = _UNLIMITED  # chunked body bytes still allowed by max_body
         self._upgrade_body = 0
         self._chunk_line = False  # in a chunk-size line (else, in a chunked body: data or trailers)
-        self._method: str | None = None  # an unknown method fed to llhttp as _PLACEHOLDER
+        self._method: str | None = None  # an unknown method fed to llhttp as PLACEHOLDER
         self._pending = b""  # the start of an unknown method, waiting for the rest of it
         # What llhttp was fed since the last read that ended between messages (None: not kept),
         # and how many messages completed in it: a read that begins inside a message can then
         # still be replayed from a boundary to find a pipelined unknown method (see _hold()).
         self._held: bytearray | None = bytearray()  # appended to: one byte per read stays linear
         self._held_done = 0
-        self._refed: tuple[memoryview, int] | None = None  # fed to a fresh llhttp, events before
+        # fed to a fresh llhttp (after what it was fed first), and the events before
+        self._refed: tuple[bytes, memoryview, int] | None = None
         self._slow = False  # error, closed, upgrade body or pending: feed() takes _feed_slow()
         self._closed = False
         self._error: ParseError | None = None
+        self._late: ParseError | None = None  # a field over a limit, raised at the next field (see _over)
+        # The protocol-name check (see _check_protocol): what llhttp is being fed, whether it may
+        # name another protocol than HTTP (0: not looked at yet, 1: no, 2: maybe), the same for
+        # the earlier reads of the head in progress, and where _feed_rest() is in its bytes.
+        self._data: bytes | bytearray | memoryview = b""
+        self._scan = 0
+        self._carry = 0
+        self._rest: tuple[memoryview, bytes, int] | None = None
+        self._framing: ChunkFraming | None = None  # reads chunk-size lines llhttp refuses
+        self._chunks = 0  # chunks completed in the current chunked body (see _chunk_error)
         self._p = _llhttp(self)
 
     @property
@@ -171,21 +142,28 @@ class RequestParser:
         self._head_started = False
         in_head = self._in_head
         began_inside = self._in_message
+        self._data = data
+        self._scan = self._carry
         try:
             try:
                 self._p.feed_data(data)
             except HttpParserUpgrade as exc:
                 self._held = None  # the scratch replay stops at an upgrade
                 self._feed_rest(data[exc.args[0] :])
-            except HttpParserInvalidMethodError as exc:
-                held = self._held
-                if began_inside and held is not None:  # replay from the boundary before `held`
-                    rest = self._unknown_method(bytes(held) + data, False, exc, extra=self._held_done)
-                else:
-                    rest = self._unknown_method(data, began_inside, exc)
-                self._feed_rest(rest, _PLACEHOLDER)
             except HttpParserError as exc:
-                self._fail_from_llhttp(exc)
+                held = self._held
+                if isinstance(exc, HttpParserInvalidMethodError) or str(exc) == RTSP_METHOD_WITH_HTTP:
+                    if began_inside and held is not None:  # replay from the boundary before `held`
+                        rest = self._unknown_method(bytes(held) + data, False, exc, extra=self._held_done)
+                    else:
+                        rest = self._unknown_method(data, began_inside, exc)
+                    self._feed_rest(rest, PLACEHOLDER)
+                else:  # in a chunk-size line with BWS? (else the error stands)
+                    stream = bytes(held) + data if held else data
+                    rest = self._chunk_error(
+                        exc, stream, held is not None, self._held_done if held else 0, 0, b""
+                    )
+                    self._feed_rest(rest, RESUME)
             if in_head and self._in_head and not self._head_started:
                 # The whole chunk belonged to one unfinished head, chunk-size line or trailer section.
                 self._head_bytes += len(data)
@@ -208,19 +186,21 @@ class RequestParser:
         """A read ended inside a message: keep what llhttp was fed since the last boundary
         between reads (bounded: a replay is worth it for a head split across reads, not for a
         streamed body), for a later read that completes it and holds an unknown method."""
+        if self._request is None and not self._carry and may_name_other_protocol(data, partial=True):
+            self._carry = 2  # the head in progress may name another protocol (see _check_protocol)
         refed = self._refed
         held = self._held
         if refed is not None:  # a fresh llhttp began in this read with the placeholder
             self._refed = None
-            view, at = refed
-            held = bytearray(_PLACEHOLDER)
+            first, view, at = refed
+            held = bytearray(first)
             held += view
-            self._held_done = sum(1 for e in self._events[at:] if e is _EOM)
+            self._held_done = sum(1 for e in self._events[at:] if e is EOM)
         elif held is None:
             return
         else:
             held += data
-            self._held_done += sum(1 for e in self._events if e is _EOM)
+            self._held_done += sum(1 for e in self._events if e is EOM)
         self._held = held if len(held) <= _MAX_HELD else None
 
     def _overflow(self) -> ParseError:
@@ -248,16 +228,17 @@ class RequestParser:
         return self._events
 
     def _feed_slow_rest(self, data: bytes) -> None:
-        if self._pending:
+        if self._framing is not None:
+            rest = self._feed_framing(memoryview(data))
+            if rest is not None:
+                self._feed_rest(rest, RESUME)
+        elif self._pending:
             data = self._pending + data
             self._pending = b""
             self._set_slow()
-            self._feed_rest(self._unknown_method(data, False, None), _PLACEHOLDER)
+            self._feed_rest(self._unknown_method(data, False, None), PLACEHOLDER)
         else:
             self._feed_rest(data)
-
-    def _set_slow(self) -> None:
-        self._slow = self._error is not None or self._closed or bool(self._upgrade_body or self._pending)
 
     def _feed_rest(self, data: bytes | memoryview, prefix: bytes = b"") -> None:
         """Parse on from a message boundary (after an upgrade request's head, or an unknown method).
@@ -271,6 +252,7 @@ class RequestParser:
                 data = self._feed_upgrade_body(data, self._events)
                 continue
             done = len(self._events)
+            self._data, self._scan, self._rest = data, self._carry, (data, prefix, done)
             try:
                 self._p.feed_data(data)
             except HttpParserUpgrade as exc:
@@ -280,65 +262,18 @@ class RequestParser:
                 data = data[exc.args[0] :]
                 prefix = b""
                 continue
-            except HttpParserInvalidMethodError as exc:
-                data = self._unknown_method(data, False, exc, done, prefix)
-                prefix = _PLACEHOLDER
-                continue
             except HttpParserError as exc:
-                self._fail_from_llhttp(exc)
+                self._rest = None
+                if isinstance(exc, HttpParserInvalidMethodError) or str(exc) == RTSP_METHOD_WITH_HTTP:
+                    data = self._unknown_method(data, False, exc, done, prefix)
+                    prefix = PLACEHOLDER
+                    continue
+                data = self._chunk_error(exc, data, True, 0, done, prefix)
+                prefix = RESUME
+                continue
+            finally:
+                self._rest = None
             return
-
-    def _unknown_method(
-        self,
-        data: bytes | memoryview,
-        began_inside: bool,
-        exc: HttpParserError | None,
-        done: int = 0,
-        prefix: bytes = b"",
-        extra: int = 0,
-    ) -> memoryview:
-        """llhttp knows a fixed list of methods; RFC 9110 9.1 allows any token.
-
-        Find where the refused request starts in `data` (replaying the bytes before it through a
-        scratch parser: llhttp does not tell offsets), then feed it on to a fresh parser with the
-        method replaced by _PLACEHOLDER; the rest is returned for _feed_rest to feed (a loop, not
-        recursion, however many such requests are pipelined). on_headers_complete puts the real
-        method back. The framing is llhttp's, unchanged. `began_inside`: the bytes began inside a
-        message, so they cannot be replayed from a boundary and the request is refused (400, as
-        llhttp would). `extra`: messages completed in `data` before this read (held bytes).
-        """
-        view = memoryview(data)
-        if exc is not None:
-            if began_inside or self._error is not None or self._closed:
-                self._fail_from_llhttp(exc)  # raises, or (after a closing request) ignores
-                return view[:0]
-            completed = extra + sum(1 for e in self._events[done:] if e is _EOM)
-            start = _message_start(view, completed, prefix)
-            if start is None:
-                self._fail_from_llhttp(exc)
-                return view[:0]
-            while start < len(view) and view[start] in b"\r\n":  # empty lines first (RFC 9112 2.2)
-                start += 1
-            view = view[start:]
-        head = bytes(view[:64])  # a method is short; look further only when it is not
-        space = head.find(b" ")
-        if space < 0 and len(view) > 64:
-            head = bytes(view[: self._max_line])
-            space = head.find(b" ")
-        method = head[:space] if space >= 0 else head
-        if method.translate(None, TCHAR) or space == 0:
-            raise self._fail(400, "Invalid method encountered")
-        if space < 0:
-            if len(view) >= self._max_line:
-                raise self._fail(414, "request line too long")
-            self._pending = bytes(view)  # the method is still arriving
-            self._slow = self._in_message = True
-            return view[:0]
-        self._p = _llhttp(self)
-        self._method = method.decode("ascii")
-        self._p.feed_data(_PLACEHOLDER)  # a fresh parser: begins a message, cannot fail
-        self._refed = (view[space:], len(self._events))
-        return view[space:]
 
     def _feed_upgrade_body(self, data: memoryview, events: list[Event]) -> memoryview:
         """Hand out the Content-Length body of an upgrade request llhttp did not read."""
@@ -348,33 +283,13 @@ class RequestParser:
         self._upgrade_body = n - len(chunk)
         self._set_slow()
         if not self._upgrade_body:
-            self._events.append(_EOM)
+            self._events.append(EOM)
             self._in_message = False
             self._request = None
             if not self._keep_alive:
                 self._closed = True
                 self._slow = True
         return data[n:]
-
-    def _fail(self, status: int, reason: str) -> ParseError:
-        """Remember the error (the parser is unusable afterwards) and return it for raising."""
-        self._error = err = ParseError(status, reason)
-        self._slow = True
-        return err
-
-    def _failed(self, err: ParseError) -> ParseError:
-        """_fail() for an error raised by a rule of refork.http.head."""
-        self._error = err
-        self._slow = True
-        return err
-
-    def _fail_from_llhttp(self, exc: HttpParserError) -> None:
-        if self._error is not None:  # raised by one of our callbacks
-            raise self._error from None
-        if self._closed:  # data after a non-keep-alive request: ignored, not an error
-            return
-        reason = str(exc) or "bad request"
-        raise self._fail(_LLHTTP_STATUS.get(reason, 400), reason) from None
 
     # llhttp callbacks ------------------------------------------------------------------------
     # Hot path: every attribute access counts, so state is flat and per-message resets are few.
@@ -399,9 +314,9 @@ class RequestParser:
             return
         headers = self._headers
         if len(headers) >= self._max_count:
-            raise self._fail(431, "too many header fields")
-        if len(name) + len(value) > self._max_field:
-            raise self._fail(431, "header field too large")
+            self._over("too many header fields")
+        elif len(name) + len(value) > self._max_field:
+            self._over("header field too large")
         header = (name.lower(), value.rstrip(b" \t"))  # llhttp strips leading OWS only
         if header[0] in SPECIAL:
             self._specials.append(header)
@@ -415,13 +330,28 @@ class RequestParser:
         """
         self._ntrailers += 1
         if self._ntrailers > self._max_count:
-            raise self._fail(431, "too many trailer fields")
-        if len(name) + len(value) > self._max_field:
-            raise self._fail(431, "trailer field too large")
-        if name.lower() in FORBIDDEN_TRAILERS:
+            self._over("too many trailer fields")
+        elif len(name) + len(value) > self._max_field:
+            self._over("trailer field too large")
+        elif name.lower() in FORBIDDEN_TRAILERS:
             raise self._fail(400, f"{name.decode('latin-1')} is not allowed in a trailer section")
 
+    def _over(self, reason: str) -> None:
+        """A field over a limit: 431, raised at the next callback (the next field, or the end of
+        the section), not now. httptools reports a field only once the next field's name begins
+        to arrive, so whether a malformed name right after it is seen first depends on where the
+        reads were cut; deferring to the next field makes both orders give the same status: 400
+        when the bytes right after the field are malformed, else 431. Bounded all the same: the
+        section is counted as it arrives (feed()). The next field comes back here through the
+        count check (the parser is done with either answer, so the limit is free to clobber)."""
+        if self._late is not None:
+            raise self._failed(self._late)
+        self._late = ParseError(431, reason)
+        self._max_count = -1
+
     def on_headers_complete(self) -> None:
+        if self._late is not None:
+            raise self._failed(self._late)
         p = self._p
         version = p.get_http_version()
         if version == "1.1":
@@ -434,6 +364,17 @@ class RequestParser:
         else:
             raise self._fail(505, f"HTTP version {version} not supported")
         raw_method = p.get_method()
+        scan = self._scan  # do this read's bytes hold RTSP/ (see _check_protocol; ICE/: SOURCE)?
+        if scan == 0:
+            data = self._data
+            # `82 in` (b"R", a memchr) first: most reads have no capital R and skip the find(); not
+            # `b"RTSP/" in data`, which first tries the needle as an int and raises and clears a
+            # TypeError doing so (about 2,500 instructions).
+            scan = self._scan = (
+                2 if type(data) is not bytes or (82 in data and data.find(b"RTSP/") >= 0) else 1
+            )
+        if scan == 2:  # maybe: look closer (rare)
+            self._check_protocol(raw_method)
         method = METHODS.get(raw_method) or self._other_method(raw_method)
         url = self._url
         if len(url) + len(method) + 10 > self._max_line:
@@ -477,6 +418,7 @@ class RequestParser:
                 except ParseError as exc:
                     raise self._failed(exc) from None
             chunked = True
+            self._chunks = 0
             self._body_left = self._max_body
             self._ntrailers = 0
             self._chunk_line = self._head_started = True  # the first chunk-size line follows
@@ -531,8 +473,10 @@ class RequestParser:
         self._events.append(request)
 
     def _other_method(self, raw: bytes) -> str:
+        if raw == b"SOURCE" and self._scan != 2:  # llhttp takes ICE/ with SOURCE only
+            self._check_protocol(raw)
         method = self._method
-        if method is not None and raw == _PLACEHOLDER:
+        if method is not None and raw == PLACEHOLDER:
             self._method = None
             return method
         return raw.decode("ascii")
@@ -549,9 +493,12 @@ class RequestParser:
         self._chunk_section(False)  # data follows (on_body ends the section), or trailers do
 
     def on_chunk_complete(self) -> None:
+        if self._late is not None:  # a trailer field over a limit (see _over)
+            raise self._failed(self._late)
         if self._in_head:  # no data since the chunk header: the last chunk and its trailers
             self._in_head = False
         else:
+            self._chunks += 1
             self._chunk_section(True)
 
     def on_body(self, data: bytes) -> None:
@@ -565,7 +512,7 @@ class RequestParser:
     def on_message_complete(self) -> None:
         if self._upgrade_body:
             return  # llhttp skipped the body of an upgrade request: feed() reads it
-        self._events.append(_EOM)
+        self._events.append(EOM)
         self._in_message = False
         self._request = None
         if not self._keep_alive:
@@ -581,6 +528,6 @@ class _AfterClose(Exception):
 def _complete_messages(events: list[Event]) -> list[Event]:
     """The events of the requests that completed before an error (for ParseError.events)."""
     for i in range(len(events) - 1, -1, -1):
-        if events[i] is _EOM:
+        if events[i] is EOM:
             return events[: i + 1]
     return []

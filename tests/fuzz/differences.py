@@ -133,12 +133,11 @@ KNOWN_DIFFERENCES = [
     KnownDifference(
         "non-http-protocol",
         b"GET / RTSP/1.0\r\n\r\n",
-        'RFC 9112 2.3: HTTP-name is %s"HTTP"; llhttp reads RTSP/1.0 as HTTP/1.0 (open in refork)',
+        'RFC 9112 2.3: HTTP-name is %s"HTTP"; llhttp reads RTSP/1.0 as HTTP/1.0, refork refuses it',
         "both",
         refork_accepts=False,
         h11_accepts=False,
         applies=lambda prev, region: not request_line(region)[-1].startswith(b"HTTP/"),
-        pending=True,
     ),
     KnownDifference(
         "pri-method",
@@ -199,10 +198,10 @@ KNOWN_DIFFERENCES = [
         "refork",
         refork_accepts=False,
         h11_accepts=True,
-        applies=lambda prev, region: bool(
-            re.search(rb" HTTP/1\.[2-9]\r?\n", region.split(b"\n", 1)[0] + b"\n")
-        )
-        and not fields(head(region), b"host"),
+        applies=lambda prev, region: (
+            bool(re.search(rb" HTTP/1\.[2-9]\r?\n", region.split(b"\n", 1)[0] + b"\n"))
+            and not fields(head(region), b"host")
+        ),
     ),
     KnownDifference(
         "invalid-host",
@@ -323,23 +322,21 @@ KNOWN_DIFFERENCES = [
     KnownDifference(
         "chunk-ext-bws-around-equals",
         TE + b"\r\n5;a = b\r\nhello\r\n0\r\n\r\n",
-        'RFC 9112 7.1.1: chunk-ext = *( BWS ";" BWS chunk-ext-name [ BWS "=" BWS chunk-ext-val ] )'
-        " (open in refork)",
+        'RFC 9112 7.1.1: chunk-ext = *( BWS ";" BWS chunk-ext-name [ BWS "=" BWS chunk-ext-val ] );'
+        " llhttp refuses the BWS, refork reads such lines itself (refork.http.chunked)",
         "both",
         refork_accepts=True,
         h11_accepts=True,
         applies=lambda prev, region: chunk_ext_lines(region),
-        pending=True,
     ),
     KnownDifference(
         "chunk-ext-bws-before-semicolon",
         TE + b"\r\n5 ; a = b\r\nhello\r\n0\r\n\r\n",
-        "RFC 9112 7.1.1: BWS is allowed before `;` (open in refork); h11 refuses it",
+        "RFC 9112 7.1.1: BWS is allowed before `;`; h11 refuses it",
         "refork",
         refork_accepts=True,
         h11_accepts=False,
         applies=lambda prev, region: chunk_ext_lines(region),
-        pending=True,
     ),
     KnownDifference(
         "content-length-trailer",
