@@ -10,16 +10,16 @@ on its writes, bounded by the write timeout) and handed back through a queue and
 socketpair.
 
 The deadlines and the drain are those of :mod:`refork.serving.connection`; a response write
-that makes no progress for the write timeout is cut and logged.
+that makes no progress for the write timeout is cut and logged. This module is the request path
+(read, parse, call the app, write, the pool's hand-over); accepting, closing, the deadline sweep,
+the drain, the safe point and the shutdown are :mod:`refork.serving.threaded_lifetime`.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import queue
 import socket
-import ssl
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -31,34 +31,26 @@ from refork.http.events import Body, EndOfMessage, ParseError, Request
 from refork.http.forwarded import TrustedProxies
 from refork.http.response import CONTINUE, simple_response
 from refork.logs import AccessLog
-from refork.serving.connection import (
-    TICK,
-    Expiry,
-    Phase,
-    Timeouts,
-    log_access,
-    log_write_timeout,
-    release_after_fork,
-    request_limits,
-)
+from refork.serving.connection import TICK, Phase, Timeouts, log_access, request_limits
 from refork.serving.contract import WorkerControl
 from refork.serving.health import health_paths, health_response
-from refork.serving.outbox import Outbox
 from refork.serving.poller import IN as _IN
 from refork.serving.poller import Poller
 from refork.serving.pool import AppThreads
 from refork.serving.threaded_conn import NO_EVENTS, Conn, Job, Step, Writing
-from refork.serving.tls import TlsConn, TlsOutbox, contexts_for, log_failure, wrap
+from refork.serving.threaded_lifetime import Lifetime
+from refork.serving.tls import TlsConn, contexts_for, log_failure
 from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
 
 log = logging.getLogger("refork")
 
 _IDLE, _HEAD, _BODY, _WRITING = Phase.IDLE, Phase.HEAD, Phase.BODY, Phase.WRITING
-_ACCEPT_BATCH = 8  # accepts per wake-up: more would starve sibling workers sharing the listener
 _RECV = 1 << 16
 
 
-class _Loop:
+class _Loop(Lifetime):
+    """The loop: its state, the run, and the request path (accept, sweep, drain: :class:`Lifetime`)."""
+
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
     ) -> None:
@@ -155,168 +147,7 @@ class _Loop:
         finally:
             self._shutdown()
 
-    def _shutdown(self) -> None:
-        """Release what this loop owns. No epoll unregister: in a forked child it is shared."""
-        if self.pool is not None and self.in_flight == 0:
-            self.pool.stop()  # idle threads: join them; busy ones (exit_now) are daemons
-        for conn in list(self.conns.values()):
-            if conn.busy:
-                continue  # a pool thread may still write to it (exit_now): process exit closes it
-            if conn.writing is not None:
-                self._settle(conn, conn.writing, conn.writing.streaming.abandon())
-            if conn.body is not None:
-                conn.body.discard()
-            try:
-                conn.sock.close()
-            except OSError:
-                pass
-        self.conns.clear()
-        for sock in (self.wake_r, self.wake_w):
-            if sock is not None:
-                sock.close()
-        self.poller.close()
-
-    def _begin_drain(self) -> None:
-        """Stop accepting; give open connections a short grace to deliver one more request.
-
-        Closing an idle keep-alive (or just-accepted) connection at once races with a client that
-        is sending on it right now: it would see a reset. Instead every request that arrives in
-        the grace period is served with "Connection: close", and what is still idle after it is
-        closed by the sweep.
-        """
-        self.draining = True
-        self.drain_until = self.timeouts.drain_until(time.monotonic())
-        for fd in self.listeners:
-            self.poller.unregister(fd)
-        if self.control.server_draining:  # take what waits in the backlog, then let go of the listeners
-            for entry in self.listeners.values():
-                self._accept(entry, batch=1 << 30)
-                entry[0].close()
-
-    def _safe_point(self) -> None:
-        """Single-threaded moment for the worker (it may fork); pool threads are joined first."""
-        if self.pool is not None:
-            self.pool.stop()
-        try:
-            self.control.at_safe_point()
-        except SystemExit:  # the forked child unwinding: the client connections are the parent's
-            release_after_fork(list(self.conns))
-            self.conns.clear()
-            raise
-        if self.pool is not None:
-            self.pool.start()
-            parked, self.parked = self.parked, []
-            for conn, request, stream, rest in parked:
-                self._dispatch(conn, request, stream, rest, force=True)
-
-    def _sweep(self, now: float) -> None:
-        if self.accept_paused_until and now >= self.accept_paused_until:
-            self.accept_paused_until = 0.0
-            if not self.draining:
-                for fd in self.listeners:
-                    self.poller.register(fd)
-        expiry = self.timeouts.expiry
-        drain_until = self.drain_until if self.draining else 0.0
-        write_stalled = self.timeouts.write_stalled
-        for conn in [c for c in self.conns.values() if not c.busy]:
-            if conn.tls is not None and conn.tls.handshaking:
-                if now - conn.since > self.handshake_timeout:
-                    log_failure(conn.client, TimeoutError("handshake timeout"), True)
-                    self._close(conn)
-                elif self.draining and now >= drain_until:
-                    self._close(conn)
-                continue
-            writing = conn.writing
-            if writing is not None:
-                if write_stalled(conn.since, now):
-                    log_write_timeout(self.timeouts.write, conn.client, writing.request)
-                    self._close(conn)
-                continue
-            verdict = expiry(conn.phase, conn.since, now, drain_until, conn.received)
-            if verdict is Expiry.NONE:
-                continue
-            if verdict is Expiry.REQUEST_TIMEOUT:
-                try:
-                    conn.sock.send(simple_response(408))
-                except OSError:
-                    pass
-            elif conn.has_input():
-                continue  # a request arrived while the loop was busy (threads == 1): serve it
-            self._close(conn)
-
-    # ---------------------------------------------------------------- connections
-
-    def _accept(self, entry: tuple[socket.socket, EnvironBuilder], batch: int = _ACCEPT_BATCH) -> None:
-        lsock, builder = entry
-        inet = lsock.family in (socket.AF_INET, socket.AF_INET6)
-        now = time.monotonic()
-        for _ in range(batch):
-            try:
-                sock, addr = lsock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:
-                if e.errno in (errno.ECONNABORTED, errno.EPROTO):
-                    continue
-                # out of fds or memory (or worse): back off instead of spinning on a ready listener
-                log.error("accept() failed: %s; pausing accepts for a second", e)
-                for fd in self.listeners:
-                    self.poller.unregister(fd)
-                self.accept_paused_until = now + 1.0
-                return
-            sock.setblocking(False)
-            if inet:
-                try:
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                except OSError:
-                    pass
-            client = (addr[0], addr[1]) if inet else None
-            ctx = self.tls.get(lsock.fileno()) if self.tls else None
-            if ctx is not None:
-                conn = self._tls_conn(ctx, sock, client, builder)
-                if conn is None:
-                    continue
-            else:
-                out = Outbox(sock, client, self.timeouts.write, self.control, buffering=self.pool is None)
-                conn = Conn(sock, client, builder, self.limits, out)
-            conn.since = now
-            self.conns[conn.fd] = conn
-            self.poller.register(conn.fd)
-            conn.registered = True
-
-    def _close(self, conn: Conn) -> None:
-        if conn.closed:
-            return
-        conn.closed = True
-        writing = conn.writing
-        if writing is not None:
-            self._settle(conn, writing, writing.streaming.abandon())
-        if conn.registered:
-            self.poller.unregister(conn.fd)
-            conn.registered = False
-        if self.conns.get(conn.fd) is conn:
-            del self.conns[conn.fd]
-        if conn.body is not None:
-            conn.body.discard()
-            conn.body = None
-        if conn.tls is not None:
-            conn.tls.close_notify()
-        try:
-            conn.sock.close()
-        except OSError:
-            pass
-
-    def _tls_conn(self, ctx: ssl.SSLContext, sock: socket.socket, client: Any, builder: EnvironBuilder
-                  ) -> Conn | None:  # fmt: skip
-        """A connection on a TLS listener: wrapped, its handshake left to _on_readable."""
-        try:
-            tsock = wrap(ctx, sock)
-        except OSError as e:  # the client is already gone
-            log_failure(client, e, True)
-            sock.close()
-            return None
-        out = TlsOutbox(tsock, client, self.timeouts.write, self.control, buffering=self.pool is None)
-        return Conn(tsock, client, builder, self.limits, out, TlsConn(tsock))
+    # ---------------------------------------------------------------- reading and answering
 
     def _tls_read(self, conn: Conn, tconn: TlsConn) -> bytes | None:
         """Handshake, then read, from this loop only; None: nothing yet, or the connection failed."""

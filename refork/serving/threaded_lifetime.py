@@ -1,0 +1,225 @@
+"""The WSGI loop's housekeeping: where connections begin and end, and where the loop itself does.
+
+Mixed into :class:`refork.serving.threaded._Loop` (split out by concern; its state is declared
+here, set there): accepting (a TLS listener's connections wrapped for the loop's own handshake),
+closing, the once-a-second sweep of the deadlines of :mod:`refork.serving.connection` (handshake,
+header, body, write, keep-alive), the drain when the worker stops (the listen backlog taken
+first), the safe point (pool threads joined around it; the fork clean-up) and the shutdown.
+The request path (read, parse, call the app, write) is in :mod:`refork.serving.threaded`.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import ssl
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from refork.http.body import InputStream
+from refork.http.events import Request
+from refork.http.parser import Limits
+from refork.http.response import simple_response
+from refork.serving.connection import Expiry, Timeouts, log_write_timeout, release_after_fork
+from refork.serving.contract import WorkerControl
+from refork.serving.outbox import Outbox
+from refork.serving.poller import Poller
+from refork.serving.pool import AppThreads
+from refork.serving.threaded_conn import Conn, Job, Step, Writing
+from refork.serving.tls import TlsConn, TlsOutbox, log_failure, wrap
+from refork.wsgi import EnvironBuilder, Outcome
+
+log = logging.getLogger("refork")
+
+_ACCEPT_BATCH = 8  # accepts per wake-up: more would starve sibling workers sharing the listener
+
+
+class Lifetime:
+    """The _Loop's accept, close, sweep, drain, safe point and shutdown."""
+
+    control: WorkerControl
+    limits: Limits
+    poller: Poller
+    conns: dict[int, Conn]
+    listeners: dict[int, tuple[socket.socket, EnvironBuilder]]
+    draining: bool
+    drain_until: float
+    in_flight: int
+    timeouts: Timeouts
+    accept_paused_until: float
+    tls: dict[int, ssl.SSLContext]
+    handshake_timeout: float
+    pool: AppThreads | None
+    parked: list[Job]
+    wake_r: socket.socket | None
+    wake_w: socket.socket | None
+
+    if TYPE_CHECKING:  # the request path's, in _Loop
+
+        def _settle(self, conn: Conn, writing: Writing, outcome: Outcome) -> bool: ...
+
+        def _dispatch(self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step],
+                      force: bool = False) -> None: ...  # fmt: skip
+
+    def _shutdown(self) -> None:
+        """Release what this loop owns. No epoll unregister: in a forked child it is shared."""
+        if self.pool is not None and self.in_flight == 0:
+            self.pool.stop()  # idle threads: join them; busy ones (exit_now) are daemons
+        for conn in list(self.conns.values()):
+            if conn.busy:
+                continue  # a pool thread may still write to it (exit_now): process exit closes it
+            if conn.writing is not None:
+                self._settle(conn, conn.writing, conn.writing.streaming.abandon())
+            if conn.body is not None:
+                conn.body.discard()
+            try:
+                conn.sock.close()
+            except OSError:
+                pass
+        self.conns.clear()
+        for sock in (self.wake_r, self.wake_w):
+            if sock is not None:
+                sock.close()
+        self.poller.close()
+
+    def _begin_drain(self) -> None:
+        """Stop accepting; give open connections a short grace to deliver one more request.
+
+        Closing an idle keep-alive (or just-accepted) connection at once races with a client that
+        is sending on it right now: it would see a reset. Instead every request that arrives in
+        the grace period is served with "Connection: close", and what is still idle after it is
+        closed by the sweep.
+        """
+        self.draining = True
+        self.drain_until = self.timeouts.drain_until(time.monotonic())
+        for fd in self.listeners:
+            self.poller.unregister(fd)
+        if self.control.server_draining:  # take what waits in the backlog, then let go of the listeners
+            for entry in self.listeners.values():
+                self._accept(entry, batch=1 << 30)
+                entry[0].close()
+
+    def _safe_point(self) -> None:
+        """Single-threaded moment for the worker (it may fork); pool threads are joined first."""
+        if self.pool is not None:
+            self.pool.stop()
+        try:
+            self.control.at_safe_point()
+        except SystemExit:  # the forked child unwinding: the client connections are the parent's
+            release_after_fork(list(self.conns))
+            self.conns.clear()
+            raise
+        if self.pool is not None:
+            self.pool.start()
+            parked, self.parked = self.parked, []
+            for conn, request, stream, rest in parked:
+                self._dispatch(conn, request, stream, rest, force=True)
+
+    def _sweep(self, now: float) -> None:
+        if self.accept_paused_until and now >= self.accept_paused_until:
+            self.accept_paused_until = 0.0
+            if not self.draining:
+                for fd in self.listeners:
+                    self.poller.register(fd)
+        expiry = self.timeouts.expiry
+        drain_until = self.drain_until if self.draining else 0.0
+        write_stalled = self.timeouts.write_stalled
+        for conn in [c for c in self.conns.values() if not c.busy]:
+            if conn.tls is not None and conn.tls.handshaking:
+                if now - conn.since > self.handshake_timeout:
+                    log_failure(conn.client, TimeoutError("handshake timeout"), True)
+                    self._close(conn)
+                elif self.draining and now >= drain_until:
+                    self._close(conn)
+                continue
+            writing = conn.writing
+            if writing is not None:
+                if write_stalled(conn.since, now):
+                    log_write_timeout(self.timeouts.write, conn.client, writing.request)
+                    self._close(conn)
+                continue
+            verdict = expiry(conn.phase, conn.since, now, drain_until, conn.received)
+            if verdict is Expiry.NONE:
+                continue
+            if verdict is Expiry.REQUEST_TIMEOUT:
+                try:
+                    conn.sock.send(simple_response(408))
+                except OSError:
+                    pass
+            elif conn.has_input():
+                continue  # a request arrived while the loop was busy (threads == 1): serve it
+            self._close(conn)
+
+    def _accept(self, entry: tuple[socket.socket, EnvironBuilder], batch: int = _ACCEPT_BATCH) -> None:
+        lsock, builder = entry
+        inet = lsock.family in (socket.AF_INET, socket.AF_INET6)
+        now = time.monotonic()
+        for _ in range(batch):
+            try:
+                sock, addr = lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                if e.errno in (errno.ECONNABORTED, errno.EPROTO):
+                    continue
+                # out of fds or memory (or worse): back off instead of spinning on a ready listener
+                log.error("accept() failed: %s; pausing accepts for a second", e)
+                for fd in self.listeners:
+                    self.poller.unregister(fd)
+                self.accept_paused_until = now + 1.0
+                return
+            sock.setblocking(False)
+            if inet:
+                try:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                except OSError:
+                    pass
+            client = (addr[0], addr[1]) if inet else None
+            ctx = self.tls.get(lsock.fileno()) if self.tls else None
+            if ctx is not None:
+                conn = self._tls_conn(ctx, sock, client, builder)
+                if conn is None:
+                    continue
+            else:
+                out = Outbox(sock, client, self.timeouts.write, self.control, buffering=self.pool is None)
+                conn = Conn(sock, client, builder, self.limits, out)
+            conn.since = now
+            self.conns[conn.fd] = conn
+            self.poller.register(conn.fd)
+            conn.registered = True
+
+    def _close(self, conn: Conn) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        writing = conn.writing
+        if writing is not None:
+            self._settle(conn, writing, writing.streaming.abandon())
+        if conn.registered:
+            self.poller.unregister(conn.fd)
+            conn.registered = False
+        if self.conns.get(conn.fd) is conn:
+            del self.conns[conn.fd]
+        if conn.body is not None:
+            conn.body.discard()
+            conn.body = None
+        if conn.tls is not None:
+            conn.tls.close_notify()
+        try:
+            conn.sock.close()
+        except OSError:
+            pass
+
+    def _tls_conn(self, ctx: ssl.SSLContext, sock: socket.socket, client: Any, builder: EnvironBuilder
+                  ) -> Conn | None:  # fmt: skip
+        """A connection on a TLS listener: wrapped, its handshake left to _on_readable."""
+        try:
+            tsock = wrap(ctx, sock)
+        except OSError as e:  # the client is already gone
+            log_failure(client, e, True)
+            sock.close()
+            return None
+        out = TlsOutbox(tsock, client, self.timeouts.write, self.control, buffering=self.pool is None)
+        return Conn(tsock, client, builder, self.limits, out, TlsConn(tsock))
