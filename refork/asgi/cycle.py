@@ -45,7 +45,7 @@ _DISCONNECTED = CycleState.DISCONNECTED
 
 
 class Channel(Protocol):
-    """The one way an :class:`HttpCycle` reaches its connection (refork.serving.aio.HttpProtocol).
+    """The one way an :class:`HttpCycle` reaches its connection (refork.serving.aio_protocol.HttpProtocol).
 
     The connection drives the cycle (body pieces, end of body, client gone, writable again); the
     cycle only ever answers through these five calls.
