@@ -22,6 +22,8 @@ accounting, re-read on demand) and records each worker's requests, RSS, PSS and 
 
     python benchmarks/memory_creep.py                       # quick: 50k requests per variant
     python benchmarks/memory_creep.py --requests 1000000    # the recorded run (docs/benchmarks.md)
+    python benchmarks/memory_creep.py --only jemalloc --jemalloc-conf notc=narenas:1,tcache:false \
+        --requests 200000 --warmup 0.25 --plot ''          # compare MALLOC_CONFs (docs/benchmarks.md)
 
 Writes benchmarks/results/memory-creep-STAMP.csv (every sample) and .json (summary), prints the
 table for docs/benchmarks.md, and with matplotlib installed (benchmarks/setup.sh) draws
@@ -306,12 +308,22 @@ def main() -> int:
     ap.add_argument("--wrk-threads", type=int, default=2)
     ap.add_argument("--interval", type=float, default=3.0, help="seconds between samples")
     ap.add_argument("--only", help="comma-separated variants (default: all three)")
+    ap.add_argument(
+        "--jemalloc-conf",
+        action="append",
+        default=[],
+        metavar="NAME=CONF",
+        help="add a variant NAME: --allocator jemalloc with MALLOC_CONF=CONF (repeatable; to compare confs)",
+    )
     ap.add_argument("--port", type=int, default=18700)
     ap.add_argument("--plot", default=str(ROOT / "docs" / "memory-creep.png"), help="PNG path ('' for none)")
     args = ap.parse_args()
 
     venv = venv_dir(args.python)
-    names = args.only.split(",") if args.only else list(VARIANTS)
+    confs = dict(c.split("=", 1) for c in args.jemalloc_conf)
+    for name in confs:
+        VARIANTS[name] = VARIANTS["jemalloc"]
+    names = args.only.split(",") if args.only else [*VARIANTS]
     warmup = int(args.requests * args.warmup)
     info = versions(venv)
     print(
@@ -351,7 +363,10 @@ def main() -> int:
         shown = ["refork", *argv[len(refork_cmd(venv)) :]]
         shown = [a for a in shown if not a.startswith(str(tmp)) and a != "--control-socket"]
         shown = [str(APPS.relative_to(ROOT)) if a == str(APPS) else a for a in shown]
-        servers[name] = (Server(name, "wsgi", argv, port, ROOT), sock, shown)
+        env = {"MALLOC_CONF": confs[name]} if name in confs else {}
+        if env:
+            shown = [f"MALLOC_CONF={confs[name]}", *shown]
+        servers[name] = (Server(name, "wsgi", argv, port, ROOT, env=env), sock, shown)
 
     RESULTS_DIR.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -97,19 +97,32 @@ def test_reexec_loads_jemalloc_and_restores_the_environment(tmp_path: Path) -> N
 
 @needs_jemalloc
 @linux_only
+def test_jemalloc_accepts_the_default_conf() -> None:
+    # abort_conf:true makes jemalloc abort on any option it does not know or cannot parse (an
+    # option renamed between versions would otherwise only print a warning and be ignored).
+    env = {**os.environ, "LD_PRELOAD": str(JEMALLOC), "MALLOC_CONF": JEMALLOC_CONF + ",abort_conf:true"}
+    code = "import ctypes; m = ctypes.CDLL(None).malloc; m.restype = ctypes.c_void_p; assert m(1 << 20)"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert "<jemalloc>" not in proc.stderr
+    assert "narenas:1" in JEMALLOC_CONF and "tcache:false" in JEMALLOC_CONF  # measured: memory_creep.py
+
+
+@needs_jemalloc
+@linux_only
 def test_reexec_keeps_user_settings(tmp_path: Path) -> None:
     import json
 
     libm = "/lib/x86_64-linux-gnu/libm.so.6"
-    extra = {"MALLOC_CONF": "narenas:1"}
+    extra = {"MALLOC_CONF": "narenas:3"}  # not refork's own
     if os.path.exists(libm):
         extra["LD_PRELOAD"] = libm
     proc = run_probe(tmp_path, extra)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["allocator"] == "jemalloc"
-    assert out["exec_malloc_conf"] == "narenas:1"
-    assert out["env_malloc_conf"] == "narenas:1"
+    assert out["exec_malloc_conf"] == "narenas:3"
+    assert out["env_malloc_conf"] == "narenas:3"
     if "LD_PRELOAD" in extra:
         assert out["exec_preload"] == f"{JEMALLOC}:{libm}"
         assert out["env_preload"] == libm

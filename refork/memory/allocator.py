@@ -16,12 +16,19 @@ from collections.abc import Callable
 
 from refork.errors import ConfigError
 
-# Few arenas: with few threads per process more arenas only add fragmentation and
-# half-empty pages. Dirty pages go back to the OS after 1 s, muzzy ones at once.
+# One arena, no thread caches: a worker runs Python code one thread at a time (the GIL), so
+# more arenas and per-thread caches only add memory that sits half-used in each of them, and the
+# lock they save is not contended. Measured with benchmarks/memory_creep.py (4 workers x 4
+# threads, docs/benchmarks.md section 4): over 1M requests worker RSS stayed at 40-41 MiB after
+# warm-up (+2.5%), where narenas:2 with tcache on (the previous default) drifted 43.7 -> 46.0 MiB
+# (+5.2%); side by side over 200k requests it was 4-5 MiB lower than that, at a throughput within
+# the noise. tcache_max:4096 or oversize_threshold:1M did not help; dirty_decay_ms:0 saved 2 MiB
+# more but was the slowest by far (a purge at almost every free).
+# Dirty pages go back to the OS after 1 s, muzzy ones at once.
 # background_thread stays OFF: it would start a native thread in the mold, and forking a
-# multi-threaded process is unsafe (3.12+ warns); the thread also does not exist in the
-# children, so purging would then only happen on allocation anyway.
-JEMALLOC_CONF = "narenas:2,dirty_decay_ms:1000,muzzy_decay_ms:0,background_thread:false"
+# multi-threaded process is unsafe (3.12+ warns); jemalloc also disables background threads in a
+# forked child, so the workers would not have them anyway and purge only as they allocate.
+JEMALLOC_CONF = "narenas:1,tcache:false,dirty_decay_ms:1000,muzzy_decay_ms:0,background_thread:false"
 
 SEARCH_PATH_ENV = "REFORK_JEMALLOC_PATH"  # os.pathsep-separated files or directories to search
 _REEXEC_MARK = "REFORK_ALLOCATOR_REEXEC"  # set across the exec so it cannot loop
