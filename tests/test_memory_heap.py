@@ -89,7 +89,8 @@ def test_failed_immortalization_still_freezes(monkeypatch: pytest.MonkeyPatch) -
     try:
         report = heap.prepare_heap_for_fork(immortalize=True)
         assert report.immortalize == "failed: MemoryError('walk stack')"
-        assert report.immortalized == 0 and report.frozen == gc.get_freeze_count() > 0
+        # frozen objects can be freed afterwards (by another thread of the test process), not added
+        assert report.immortalized == 0 and 0 < gc.get_freeze_count() <= report.frozen
     finally:
         gc.unfreeze()
 
