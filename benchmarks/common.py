@@ -236,13 +236,14 @@ def _ms(text: str) -> float:
 
 
 def run_wrk(port: int, duration: float, connections: int = 64, threads: int = 2,
-            path: str = "/", script: Path | None = None, timeout_s: int = 5) -> dict:
-    """Run wrk with keep-alive against 127.0.0.1:port. Returns req/s, p50/p99 ms, requests and errors."""
+            path: str = "/", script: Path | None = None, timeout_s: int = 5, scheme: str = "http") -> dict:
+    """Run wrk with keep-alive against 127.0.0.1:port (`scheme` https for TLS). Returns req/s,
+    p50/p99 ms, requests and errors."""
     cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration:g}s", f"--timeout={timeout_s}s"]
     cmd.append("--latency")
     if script is not None:
         cmd += ["-s", str(script)]
-    cmd.append(f"http://127.0.0.1:{port}{path}")
+    cmd.append(f"{scheme}://127.0.0.1:{port}{path}")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
     result: dict = {"rps": 0.0, "p50_ms": None, "p99_ms": None, "requests": 0, "errors": 0, "non2xx": 0}
     if m := re.search(r"Requests/sec:\s+([\d.]+)", out):

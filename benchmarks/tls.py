@@ -34,6 +34,7 @@ from common import (
     fmt,
     median,
     print_table,
+    run_wrk,
     tree,
     venv_dir,
     versions,
@@ -130,37 +131,14 @@ def servers(venv: Path, port: int, cert: Path, key: Path) -> list[TlsServer]:
     ]
 
 
-def run_wrk_tls(
-    port: int, duration: float, connections: int = 64, threads: int = 2, tls: bool = True
-) -> dict:
-    import re
-
-    from common import _ms
-
-    cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration:g}s", "--timeout=5s", "--latency",
-           f"{'https' if tls else 'http'}://127.0.0.1:{port}/"]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30).stdout
-    result: dict = {"rps": 0.0, "p99_ms": None, "requests": 0, "errors": 0, "non2xx": 0}
-    if m := re.search(r"Requests/sec:\s+([\d.]+)", out):
-        result["rps"] = float(m.group(1))
-    if m := re.search(r"^\s+99%\s+(\S+)", out, re.M):
-        result["p99_ms"] = _ms(m.group(1))
-    if m := re.search(r"(\d+) requests in", out):
-        result["requests"] = int(m.group(1))
-    if m := re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out):
-        result["errors"] = sum(int(x) for x in m.groups())
-    if m := re.search(r"Non-2xx or 3xx responses: (\d+)", out):
-        result["non2xx"] = int(m.group(1))
-    return result
-
-
 def bench_one(server: TlsServer, duration: float) -> dict:
     error = server.start()
     if error:
         server.stop()
         return {"error": error}
-    run_wrk_tls(server.port, 2, tls=server.tls)
-    result = run_wrk_tls(server.port, duration, tls=server.tls)
+    scheme = "https" if server.tls else "http"
+    run_wrk(server.port, 2, scheme=scheme)
+    result = run_wrk(server.port, duration, scheme=scheme)
     leaked = server.stop()
     if leaked:
         result["leaked_pids"] = leaked
