@@ -47,6 +47,14 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "control_socket": ("/tmp/web.ctl", "/tmp/web.ctl"),
     "pidfile": ("/tmp/web.pid", "/tmp/web.pid"),
     "loop": ("asyncio", "asyncio"),
+    "wsgi_loop": ("python", "python"),
+    "ws": ("none", "none"),
+    "ws_max_size": ("1M", 1 << 20),
+    "ws_per_message_deflate": ("false", False),
+    "ws_ping_interval": ("off", None),
+    "ws_ping_timeout": ("5", 5.0),
+    "ws_max_queue": ("8", 8),
+    "ws_write_limit": ("16K", 16384),
     "certfile": ("cert.pem", "cert.pem"),
     "keyfile": ("key.pem", "key.pem"),
     "keyfile_password": ("secret", "secret"),
@@ -145,7 +153,7 @@ def test_choices_come_from_the_literal_types():
     literal_fields = {name for name, hint in hints.items() if typing.get_origin(hint) is typing.Literal}
     assert literal_fields == {
         "interface", "loop", "access_log_format", "log_level", "fork_safety", "memory_metric", "allocator",
-        "ready_when",
+        "ready_when", "wsgi_loop", "ws",
     }  # fmt: skip
     for s in SETTINGS:
         if s.name in literal_fields:

@@ -98,3 +98,35 @@ def test_a_second_term_during_the_delay_stops_at_once(start_server):
     server.signal(signal.SIGTERM)
     assert server.wait_exit(timeout=20) == 0
     assert "graceful stop requested during --shutdown-delay: stopping now" in server.log()
+
+
+def test_a_sealed_listener_keeps_its_queue_and_takes_no_new_connection():
+    """What the monitor does to the listeners it bound at a graceful stop: the queued connection
+    (its request already sent) is still accepted; a new one never completes its handshake."""
+    from refork.process.listeners import bind, seal
+
+    [listener] = bind(["127.0.0.1:0"], 16)
+    address = listener.getsockname()
+    queued = socket.create_connection(address)
+    queued.sendall(b"GET / HTTP/1.1\r\n\r\n")
+    assert seal(listener)
+    late = socket.socket()
+    late.settimeout(0.3)
+    with pytest.raises(TimeoutError):  # the SYN was dropped (the client would retry, then be refused)
+        late.connect(address)
+    conn, _ = listener.accept()
+    assert conn.recv(100) == b"GET / HTTP/1.1\r\n\r\n"
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+    for sock in (conn, queued, late, listener):
+        sock.close()
+
+
+def test_only_listeners_bound_by_the_server_are_sealed():
+    """An fd:// socket belongs to whoever passed it (it may outlive us): never sealed."""
+    from refork.process.listeners import owned
+
+    a, b = socket.socket(), socket.socket()
+    assert owned(["127.0.0.1:8000", "fd://3"], [a, b]) == [a]
+    a.close()
+    b.close()

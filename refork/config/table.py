@@ -18,6 +18,8 @@ from refork.integrations import NAMES
 
 Interface = Literal["auto", "wsgi", "asgi"]
 Loop = Literal["auto", "asyncio", "uvloop"]
+WsgiLoop = Literal["auto", "native", "python"]
+WebSockets = Literal["auto", "wsproto", "none"]
 AccessLogFormat = Literal["common", "combined", "json"]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 ForkSafety = Literal["warn", "strict", "off"]
@@ -303,6 +305,82 @@ class Config:
         restart_only=True,
     )
     loop: Loop = setting("auto", "--loop", coerce=c.Choice(Loop), help="ASGI event loop", group="server")
+    wsgi_loop: WsgiLoop = setting(
+        "auto",
+        "--wsgi-loop",
+        coerce=c.Choice(WsgiLoop),
+        help="WSGI connection loop",
+        doc="`native` is the Rust loop (refork._native), `python` the pure-Python one; `auto` picks "
+        "native where the extension is built",
+        group="server",
+    )
+
+    # WebSockets (ASGI apps; refork.serving.aio_websocket; docs/websockets.md)
+    ws: WebSockets = setting(
+        "auto",
+        "--ws",
+        coerce=c.Choice(WebSockets),
+        help="WebSocket protocol for ASGI apps",
+        doc="`auto` and `wsproto` serve WebSockets with wsproto; `none` answers an upgrade like any "
+        "HTTP request",
+        group="websockets",
+    )
+    ws_max_size: int = setting(
+        16 << 20,
+        "--ws-max-size",
+        coerce=c.size,
+        metavar="SIZE",
+        help="largest incoming WebSocket message, e.g. 1M",
+        doc="largest incoming WebSocket message (after decompression); bigger closes with 1009",
+        shown_default="`16M`",
+        group="websockets",
+    )
+    ws_per_message_deflate: bool = setting(
+        True,
+        "--ws-per-message-deflate",
+        coerce=c.boolean,
+        action="boolean_optional",
+        help="offer permessage-deflate compression",
+        doc="accept the permessage-deflate extension (RFC 7692) when the client offers it",
+        group="websockets",
+    )
+    ws_ping_interval: float | None = setting(
+        20.0,
+        "--ws-ping-interval",
+        coerce=c.off_or_seconds,
+        metavar="S",
+        help='seconds between keep-alive pings ("off": none)',
+        group="websockets",
+    )
+    ws_ping_timeout: float | None = setting(
+        20.0,
+        "--ws-ping-timeout",
+        coerce=c.off_or_seconds,
+        metavar="S",
+        help='close (1011) when a ping is not answered within S ("off": never)',
+        group="websockets",
+    )
+    ws_max_queue: int = setting(
+        32,
+        "--ws-max-queue",
+        coerce=c.integer(1),
+        metavar="N",
+        help="incoming messages buffered before reading pauses",
+        doc="incoming messages waiting for the app's `receive()`; past it, refork stops reading the "
+        "socket (TCP backpressure on the client)",
+        group="websockets",
+    )
+    ws_write_limit: int = setting(
+        64 << 10,
+        "--ws-write-limit",
+        coerce=c.size,
+        metavar="SIZE",
+        help="unsent outgoing bytes before the app's send() waits",
+        doc="outgoing bytes a slow client may leave unread; past it the app's `send()` waits until "
+        "the client reads (the write timeout still applies)",
+        shown_default="`64K`",
+        group="websockets",
+    )
 
     # TLS (refork.serving.tls; docs/tls.md): HUP re-reads the files, a new generation serves them
     certfile: str | None = setting(

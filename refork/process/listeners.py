@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import socket
 import stat
+import struct
 from typing import Any
 
 from refork.addresses import BIND_SYNTAX, FdAddress, TcpAddress, UnixAddress, parse_bind
 from refork.errors import ConfigError
+
+_SO_ATTACH_FILTER = 26  # <asm-generic/socket.h>; the socket module does not export it
+_DROP_ALL = ctypes.create_string_buffer(struct.pack("HBBI", 0x06, 0, 0, 0))  # cBPF: ret #0
 
 
 def bind(addresses: list[str], backlog: int) -> list[socket.socket]:
@@ -24,6 +29,30 @@ def bind(addresses: list[str], backlog: int) -> list[socket.socket]:
             sock.close()
         raise
     return listeners
+
+
+def owned(addresses: list[str], listeners: list[socket.socket]) -> list[socket.socket]:
+    """The listeners :func:`bind` made itself (not ``fd://``): closing the last copy ends them."""
+    pairs = zip(listeners, addresses, strict=True)
+    return [sock for sock, text in pairs if not isinstance(parse_bind(text), FdAddress)]
+
+
+def seal(sock: socket.socket) -> bool:
+    """Drop every packet a listener gets from now on (a classic BPF "return 0" filter).
+
+    At a graceful stop the workers take the backlog and close; a connection queued between the
+    last ``accept()`` and the last ``close()`` would be reset, its request sent and lost. Sealed,
+    a new SYN (and the last ACK of a half-done handshake) is dropped, so what is queued is all
+    there will be. A client whose SYN was dropped retries and then sees "connection refused",
+    which, unlike a reset, tells it nothing was served. The filter is on the socket, shared by
+    every process holding it; only for listeners we own (a systemd socket outlives us).
+    """
+    prog = struct.pack("@HP", 1, ctypes.addressof(_DROP_ALL))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, prog)
+    except OSError:
+        return False
+    return True
 
 
 def activated(fds: list[tuple[int, str]], backlog: int) -> list[socket.socket]:

@@ -31,7 +31,7 @@ from refork.process.context import ProcessContext, set_title
 from refork.process.control import ControlServer
 from refork.process.forking import MONITOR_SIGNALS, make_subreaper, reset_signals_in_child, run_child
 from refork.process.listen_queue import listen_queue
-from refork.process.listeners import activated, bind, describe
+from refork.process.listeners import activated, bind, describe, owned, seal
 from refork.process.metrics import ListenerSample, Snapshot, Totals, WorkerSample, render
 from refork.process.metrics_server import MetricsServer
 from refork.process.pidfile import remove_pidfile, write_pidfile
@@ -64,6 +64,7 @@ class Monitor:
         self.exit_code: int | None = None  # set by the supervisor's Exit
         self.notifier: systemd.Notifier | None = None  # Type=notify: $NOTIFY_SOCKET
         self.unix_paths: list[str] = []  # unix listeners to unlink at exit
+        self.owned_listeners: list[socket.socket] = []  # bound by us: sealed at a graceful stop
         self.metrics: MetricsServer | None = None  # --metrics-bind
         self.totals = Totals(len(config.metrics_buckets))  # the counts of exited workers (metrics)
 
@@ -88,6 +89,7 @@ class Monitor:
             log.info("socket activation: %d socket(s) from systemd; --bind is not used", len(passed))
         else:
             listeners = bind(config.bind, config.backlog)
+        self.owned_listeners = [] if passed else owned(config.bind, listeners)
         self.notifier = systemd.Notifier.from_environ(os.environ, os.getpid())
         self.unix_paths = [s.getsockname() for s in listeners if s.family == socket.AF_UNIX and not passed]
         self.report_in, report_out = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -266,6 +268,8 @@ class Monitor:
         elif isinstance(action, ev.Announce):
             self._announce(action.milestone)
         elif isinstance(action, ev.CloseListeners):
+            for sock in self.owned_listeners:
+                seal(sock)  # no connection can queue after the workers' last accept()
             for sock in self.ctx.listeners:
                 sock.close()  # workers take the backlog; the last to close is one of them
         elif isinstance(action, ev.Exit):
