@@ -8,6 +8,8 @@ and protocol as ws_fastapi.py (see ws_shared.py):
   process's memory: a broadcast reaches the clients connected to the same worker process only (a
   broadcast across workers needs a shared layer such as channels_redis);
 - ``/ws/deny``: closes before accepting (the server must answer 403);
+- ``/ws/deny-body``: refuses with its own HTTP response (401 "custom denial", the ASGI denial
+  response extension);
 - everything else is HTTP, routed by ``ProtocolTypeRouter`` to Django views: ``/`` (the browser
   page), ``/report``, ``/closes``.
 
@@ -51,13 +53,18 @@ ROOM = "room"
 class Echo(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         self.tag = _query(self.scope).get("tag")
-        await self.accept(subprotocol=ws_shared.pick_subprotocol(self.scope.get("subprotocols", [])))
+        await self.accept(
+            subprotocol=ws_shared.pick_subprotocol(self.scope.get("subprotocols", [])),
+            headers=[ws_shared.ACCEPT_HEADER],
+        )
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if text_data is not None:
             command = ws_shared.parse_close_command(text_data)
             if command is not None:
                 await self.close(code=command[0], reason=command[1])
+            elif text_data == "!scope":
+                await self.send(text_data=json.dumps(ws_shared.scope_summary(self.scope)))
             else:
                 await self.send(text_data=text_data)
         else:
@@ -85,6 +92,16 @@ class Room(AsyncWebsocketConsumer):
 class Deny(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         await self.close(code=1008)
+
+
+class DenyWithBody(AsyncWebsocketConsumer):
+    """The denial response extension: Channels has no helper, the consumer sends the messages."""
+
+    async def connect(self) -> None:
+        status, body = ws_shared.DENIAL
+        start = {"type": "websocket.http.response.start", "status": status}
+        await self.base_send({**start, "headers": [(b"content-type", b"text/plain")]})
+        await self.base_send({"type": "websocket.http.response.body", "body": body})
 
 
 def _query(scope: dict[str, Any]) -> dict[str, str]:
@@ -118,6 +135,7 @@ application = ProtocolTypeRouter(
                 path("ws/echo", Echo.as_asgi()),
                 path("ws/room", Room.as_asgi()),
                 path("ws/deny", Deny.as_asgi()),
+                path("ws/deny-body", DenyWithBody.as_asgi()),
             ]
         ),
     }

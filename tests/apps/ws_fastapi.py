@@ -10,6 +10,8 @@ Serve it with refork (``refork --chdir tests apps.ws_fastapi:app``) or uvicorn
   the process's memory: with several workers, clients on different workers are in different rooms
   (a broadcast across workers needs a channel layer such as Redis);
 - ``/ws/deny``: closes before accepting (the server must answer the upgrade with 403);
+- ``/ws/deny-body``: refuses with its own HTTP response (401 "custom denial", the ASGI denial
+  response extension);
 - ``/``: the browser page (ws_shared.PAGE), ``/report``: where the page reports, ``/closes?tag=``.
 """
 
@@ -47,7 +49,10 @@ async def closes(tag: str) -> JSONResponse:
 
 @app.websocket("/ws/echo")
 async def echo(websocket: WebSocket) -> None:
-    await websocket.accept(subprotocol=ws_shared.pick_subprotocol(websocket.scope.get("subprotocols", [])))
+    await websocket.accept(
+        subprotocol=ws_shared.pick_subprotocol(websocket.scope.get("subprotocols", [])),
+        headers=[ws_shared.ACCEPT_HEADER],
+    )
     tag = websocket.query_params.get("tag")
     while True:
         message = await websocket.receive()
@@ -60,6 +65,8 @@ async def echo(websocket: WebSocket) -> None:
             if command is not None:
                 await websocket.close(code=command[0], reason=command[1])
                 return
+            if text == "!scope":
+                text = json.dumps(ws_shared.scope_summary(websocket.scope))
             await websocket.send_text(text)
         else:
             await websocket.send_bytes(message.get("bytes") or b"")
@@ -88,3 +95,9 @@ async def chat_room(websocket: WebSocket) -> None:
 @app.websocket("/ws/deny")
 async def deny(websocket: WebSocket) -> None:
     await websocket.close(code=1008)
+
+
+@app.websocket("/ws/deny-body")
+async def deny_with_body(websocket: WebSocket) -> None:
+    status, body = ws_shared.DENIAL
+    await websocket.send_denial_response(PlainTextResponse(body, status_code=status))

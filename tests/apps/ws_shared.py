@@ -7,9 +7,11 @@ the server may run several worker processes and the test process reads the files
 variable the apps use a directory of their own, made at import (before a pre-fork server forks).
 
 The echo protocol of ``/ws/echo`` (both apps):
-- text is echoed as text and bytes as bytes, except the text ``close CODE REASON``: the app closes
-  the connection with that code and reason;
-- the app picks the first subprotocol the client offers among ``SUBPROTOCOLS``;
+- text is echoed as text and bytes as bytes, except two commands: ``close CODE REASON`` (the app
+  closes the connection with that code and reason) and ``!scope`` (the app answers the JSON of
+  ``scope_summary``: the parts of its ASGI scope two servers should agree on);
+- the app picks the first subprotocol the client offers among ``SUBPROTOCOLS`` and accepts with the
+  extra header ``ACCEPT_HEADER``;
 - ``?tag=T``: when the connection ends, the app writes ``close-T.json`` with the code and reason of
   the ``websocket.disconnect`` it received; ``GET /closes?tag=T`` answers it (404 until then).
 """
@@ -24,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 SUBPROTOCOLS = ("chat.v2", "chat.v1")
+ACCEPT_HEADER = (b"x-ws-app", b"echo")
+DENIAL = (401, b"custom denial")  # /ws/deny-body: the denial response extension
 
 STATE_DIR = Path(os.environ.get("WS_STATE_DIR") or tempfile.mkdtemp(prefix="ws-apps-"))
 
@@ -43,6 +47,33 @@ def parse_close_command(text: str) -> tuple[int, str] | None:
         return None
     _, code, *reason = text.split(" ", 2)
     return int(code), (reason[0] if reason else "")
+
+
+def scope_summary(scope: dict[str, Any]) -> dict[str, Any]:
+    """What of a websocket scope the tests compare between servers (the client being the same)."""
+
+    def text(value: Any) -> Any:
+        return value.decode("latin-1") if isinstance(value, bytes) else value
+
+    def address(value: Any) -> bool:
+        return isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[1], int)
+
+    return {
+        "type": scope["type"],
+        "asgi_version": scope.get("asgi", {}).get("version"),
+        "spec_version": scope.get("asgi", {}).get("spec_version"),
+        "scheme": scope.get("scheme"),
+        "http_version": scope.get("http_version"),
+        "path": scope.get("path"),
+        "raw_path": text(scope.get("raw_path")),
+        "query_string": text(scope.get("query_string")),
+        "root_path": scope.get("root_path"),
+        "subprotocols": list(scope.get("subprotocols", [])),
+        "header_names": sorted(text(name) for name, _ in scope.get("headers", [])),
+        "client_is_address": address(scope.get("client")),
+        "server_is_address": address(scope.get("server")),
+        "extensions": sorted(scope.get("extensions") or {}),
+    }
 
 
 def _write(name: str, data: dict[str, Any]) -> None:

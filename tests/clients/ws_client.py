@@ -6,14 +6,19 @@ app must print the same summary (tests/test_websocket_clients.py runs it against
 
 What it does (any failure goes to "errors", the script still prints the summary and exits 1):
 - echo: N text messages (non-ASCII among them) and N binary ones, sent while reading the echoes;
-  then a 1 MB text message (multi-byte UTF-8), a 1 MB binary one, an empty text and an empty binary;
+  then a 1 MB text message (multi-byte UTF-8), a 1 MB binary one, an empty text and an empty binary,
+  fragmented text and binary messages; a ping from the client (the pong must come back);
 - the handshake: the extensions the server accepted (names only: permessage-deflate's parameters
-  are the server's choice) and subprotocol negotiation for several offers;
+  are the server's choice), the app's extra accept header, subprotocol negotiation for several
+  offers, and the parts of the ASGI scope the app saw that servers should agree on (``!scope``);
 - broadcast: 3 clients join /ws/room, each sends one message, every client must get all three;
 - closes: the app closes with 4000 "server bye" (the client sees that code and reason); the client
   closes with 4001 "client bye" (the app records the code and reason of its websocket.disconnect,
   read back over HTTP at /closes);
-- /ws/deny closes before accepting: the HTTP status of the refused upgrade (403 expected).
+- /ws/deny closes before accepting: the HTTP status of the refused upgrade (403 expected);
+  /ws/deny-body refuses with its own response (the denial response extension: 401 and its body);
+- too_big: a message over the server's --ws-max-size (run the server with 2 MB: the test does) is
+  refused with a close, 1009.
 Needs the rooms of one worker process: run the server with one worker (see ws_fastapi.py).
 """
 
@@ -71,6 +76,7 @@ class Client:
             result: dict[str, Any] = {
                 "extensions": sorted({e.split(";")[0].strip() for e in extensions.split(",") if e.strip()}),
                 "subprotocol": ws.subprotocol,
+                "accept_header": ws.response.headers.get("X-WS-App"),
             }
             result["text_ok"] = await self.pipelined(ws, [text_payload(i) for i in range(self.n)])
             result["binary_ok"] = await self.pipelined(ws, [binary_payload(i) for i in range(self.n)])
@@ -79,7 +85,19 @@ class Client:
             result["big_text_ok"] = await self.pipelined(ws, [big])
             result["big_binary_ok"] = await self.pipelined(ws, [os.urandom(BIG)])
             result["empty_ok"] = await self.pipelined(ws, ["", b""])
+            await ws.send(["frag", "ment", "ed ☃"])
+            result["fragmented_text"] = await asyncio.wait_for(ws.recv(), 10)
+            await ws.send([b"\x00\x01", b"", b"\xff"])
+            result["fragmented_binary"] = list(await asyncio.wait_for(ws.recv(), 10))
+            pong = await ws.ping(b"refork")
+            await asyncio.wait_for(pong, 10)
+            result["pong"] = True
         return result
+
+    async def scope(self) -> dict[str, Any]:
+        async with self.open("/ws/echo?x=1&y=%C3%A9", subprotocols=["chat.v1", "other"]) as ws:
+            await ws.send("!scope")
+            return json.loads(await asyncio.wait_for(ws.recv(), 10))
 
     async def pipelined(self, ws: ClientConnection, messages: list[str] | list[bytes] | list[Any]) -> int:
         """Send every message while reading the echoes; the number echoed back identical, in order."""
@@ -156,16 +174,42 @@ class Client:
         return None
 
     async def deny(self) -> dict[str, Any]:
-        try:
-            async with self.open("/ws/deny"):
-                self.check(False, "/ws/deny accepted")
-                return {"status": 101}
-        except InvalidStatus as e:
-            return {"status": e.response.status_code}
+        result = {}
+        for path in ("/ws/deny", "/ws/deny-body"):
+            try:
+                async with self.open(path):
+                    self.check(False, f"{path} accepted")
+                    result[path] = {"status": 101}
+            except InvalidStatus as e:
+                result[path] = {"status": e.response.status_code}
+                if path == "/ws/deny-body":  # the app's body (a server's own 403 body is its choice)
+                    result[path]["body"] = (e.response.body or b"").decode()
+        return result
+
+    async def too_big(self) -> dict[str, Any]:
+        async with self.open("/ws/echo") as ws:
+            try:
+                await ws.send(os.urandom(3 * BIG))  # random: deflate cannot shrink it
+                got = await asyncio.wait_for(ws.recv(), 10)
+                self.check(False, f"a {len(got)}-byte echo of a message over --ws-max-size")
+            except ConnectionClosed:
+                pass
+            await ws.wait_closed()
+            return {"code": ws.close_code}
 
     async def run(self) -> dict[str, Any]:
         summary: dict[str, Any] = {"n": self.n}
-        for name in ("echo", "subprotocols", "broadcast", "server_close", "client_close", "deny"):
+        steps = (
+            "echo",
+            "scope",
+            "subprotocols",
+            "broadcast",
+            "server_close",
+            "client_close",
+            "deny",
+            "too_big",
+        )
+        for name in steps:
             try:
                 summary[name] = await asyncio.wait_for(getattr(self, name)(), 60)
             except Exception as e:  # noqa: BLE001 - reported in the summary
@@ -178,7 +222,7 @@ class Client:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("url", help="the server, e.g. http://127.0.0.1:8000")
-    parser.add_argument("--n", type=int, default=200, help="text and binary messages to echo (each)")
+    parser.add_argument("--n", type=int, default=1000, help="text and binary messages to echo (each)")
     args = parser.parse_args()
     summary = asyncio.run(Client(args.url, args.n).run())
     print(json.dumps(summary, sort_keys=True, ensure_ascii=False))

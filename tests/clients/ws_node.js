@@ -11,7 +11,9 @@
 //   of the 101 response and what ws negotiated;
 // - closes: the app closes with 4000 "node bye" (the code and reason ws reports), the client closes
 //   with 4002 "node client bye" (what the app's websocket.disconnect said, read over HTTP /closes);
-// - /ws/deny: the HTTP status of the refused upgrade.
+// - /ws/deny: the HTTP status of the refused upgrade;
+// - pings: how many of the server's keep-alive pings ws saw (and answered: ws does) on the echo
+//   connection; it waits up to 10 s for one (run the server with a short --ws-ping-interval).
 "use strict";
 
 const path = require("path");
@@ -21,6 +23,7 @@ const base = (process.argv[2] || "http://127.0.0.1:8000").replace(/\/$/, "");
 const wsBase = "ws" + base.slice("http".length);
 const n = Number(process.argv[3] || 1000);
 const errors = [];
+let pings = 0;
 
 function open(urlPath, options) {
   return new Promise((resolve, reject) => {
@@ -65,6 +68,7 @@ const UNICODE = ["héllo wörld", "☃ snowman", "🚀 rocket", "中文字符", 
 
 async function echo() {
   const { ws, headers } = await open("/ws/echo", { perMessageDeflate: true });
+  ws.on("ping", () => { pings++; });
   const result = {
     extensions_header: headers["sec-websocket-extensions"] || null,
     negotiated: ws.extensions,
@@ -77,6 +81,7 @@ async function echo() {
   binaries.push(Buffer.alloc(256 * 1024, "refork "));
   result.binary_ok = await pipelined(ws, binaries);
   result.binary_sent = binaries.length;
+  for (let waited = 0; pings === 0 && waited < 10000; waited += 50) await new Promise((r) => setTimeout(r, 50));
   const done = closed(ws);
   ws.send("close 4000 node bye");
   result.server_close = await done;
@@ -120,6 +125,7 @@ async function main() {
       errors.push(name + ": " + e);
     }
   }
+  summary.pings = pings;
   summary.errors = errors;
   console.log(JSON.stringify(summary));
   process.exit(errors.length ? 1 : 0);
