@@ -38,7 +38,7 @@ APPS = {"fastapi": "apps.ws_fastapi:app", "channels": "apps.ws_channels:applicat
 SERVERS = ("refork", "uvicorn")
 PAIRS = [(server, app) for app in APPS for server in SERVERS]
 PAIR_IDS = [f"{server}-{app}" for server, app in PAIRS]
-N_PYTHON = 1000  # text and binary echoes each, plus 1 MB ones (ws_client.py)
+N_PYTHON = 500  # text and binary echoes each, plus 1 MB ones (ws_client.py)
 N_BROWSER = 1000  # the issue's 1,000 messages (Chromium, Node)
 # both servers: 2 MB messages at most (ws_client.py's too_big step sends 3 MB, its echoes 1 MB), and
 # keep-alive pings every half second (Node's ws counts the pings it answers)
@@ -344,3 +344,73 @@ def test_chromium(served):
     assert (result["ok"], result["bad"], result["binary"]) == (str(N_BROWSER), "0", str(N_BROWSER // 10))
     assert (result["close"], result["clean"]) == ("1000", "true")
     assert result["extensions"].split(";")[0] == "permessage-deflate"
+
+
+# --- graceful reload and stop with open WebSockets, real frameworks (refork only) ---
+
+
+def _open_ws(port: int, path: str):
+    from websockets.sync.client import connect
+
+    return connect(f"ws://127.0.0.1:{port}{path}", open_timeout=10, close_timeout=10)
+
+
+def _closed_with(ws, what: str, timeout: float = 30.0) -> int | None:
+    """Wait for the server's close of an idle connection; the code it sent."""
+    from websockets.exceptions import ConnectionClosed
+
+    try:
+        message = ws.recv(timeout=timeout)
+    except ConnectionClosed:
+        return ws.close_code
+    except TimeoutError:
+        raise AssertionError(f"{what}: still open after {timeout}s") from None
+    raise AssertionError(f"{what}: got {message!r} instead of a close")
+
+
+@pytest.mark.parametrize("app", list(APPS))
+def test_reload_and_stop_close_open_websockets(app, start_server, tmp_path):
+    """HUP: the retiring worker's open WebSockets get 1012 (service restart) and the app's handlers
+    see that disconnect; a new connection then works on the new worker. SIGTERM: 1001 (going away),
+    and the server exits well within --graceful-timeout instead of waiting on the open sockets."""
+    state = tmp_path / "state"
+    state.mkdir()
+    server = start_server(
+        "--graceful-timeout", "60", app=APPS[app], workers=1, env={"WS_STATE_DIR": str(state)}
+    )
+    _wait_http(server.port, server.proc, server.log_path)
+    old = {w["pid"] for w in server.workers()}
+    tag = f"r{os.getpid()}"
+    with (
+        _open_ws(server.port, f"/ws/echo?tag={tag}-reload") as echo,
+        _open_ws(server.port, "/ws/room") as room,
+    ):
+        echo.send("hello ☃")
+        assert echo.recv(timeout=10) == "hello ☃"
+        assert json.loads(room.recv(timeout=10)) == {"event": "joined"}
+        server.signal(signal.SIGHUP)
+        assert _closed_with(echo, "echo at reload") == 1012, server.log()
+        assert _closed_with(room, "room at reload") == 1012, server.log()
+    assert ws_close_seen(state, f"{tag}-reload") == 1012  # what the app's receive() returned
+    server.wait_for(
+        lambda: (pids := {w["pid"] for w in server.workers()}) and not pids & old,
+        60,
+        "a new worker replacing the old one",
+    )
+
+    with _open_ws(server.port, f"/ws/echo?tag={tag}-stop") as echo:
+        echo.send("again")
+        assert echo.recv(timeout=10) == "again"
+        server.signal(signal.SIGTERM)
+        assert _closed_with(echo, "echo at stop") == 1001, server.log()
+    assert server.wait_exit(30) == 0, server.log()  # 30 s: half the graceful timeout
+    assert ws_close_seen(state, f"{tag}-stop") == 1001
+
+
+def ws_close_seen(state: Path, tag: str, timeout: float = 10.0) -> int | None:
+    deadline = time.monotonic() + timeout
+    path = state / f"close-{tag}.json"
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.exists(), f"the app never recorded the close of {tag}"
+    return json.loads(path.read_text())["code"]
