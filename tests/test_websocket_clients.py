@@ -177,7 +177,15 @@ def _check(summary: dict, served: Served) -> dict:
     assert not summary["errors"], (
         f"{served.kind} serving {served.app}: {summary['errors']}\nserver log:\n{served.log()[-5000:]}"
     )
+    _log_is_clean(served)
     return summary
+
+
+def _log_is_clean(served: Served) -> None:
+    """Everything a client did here is ordinary: refork logs no error and no traceback for it."""
+    if served.kind == "refork":
+        bad = [line for line in served.log().splitlines() if "[ERROR]" in line or "Traceback" in line]
+        assert not bad, f"refork logged errors:\n{served.log()[-5000:]}"
 
 
 # --- the `websockets` client: the expected summary, and the same under refork as under uvicorn ---
@@ -339,6 +347,7 @@ def test_chromium(served):
             f"{log_path.read_text(errors='replace')[-3000:]}\nserver log:\n{served.log()}"
         )
     result = json.loads(report.read_text())
+    _log_is_clean(served)
     assert "error" not in result, result
     assert result["n"] == str(N_BROWSER)
     assert (result["ok"], result["bad"], result["binary"]) == (str(N_BROWSER), "0", str(N_BROWSER // 10))
