@@ -10,6 +10,18 @@ from refork.http.forwarded import TrustedProxies, resolve_forwarded
 
 ASGI_INFO = {"version": "3.0", "spec_version": "2.4"}
 
+# The ASGI extensions of every http scope (see docs/asgi.md); a fresh dict per scope.
+HTTP_EXTENSIONS = ("http.response.pathsend", "http.response.zerocopysend", "http.response.trailers")
+
+
+def request_state(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What a request (http or websocket) scope gets as ``state``: a shallow copy of the lifespan's.
+
+    The copy keeps one request from leaking attributes into the next (ASGI lifespan spec, which
+    Starlette's ``request.state`` relies on); the objects in it are shared.
+    """
+    return None if state is None else state.copy()
+
 
 def decode_path(raw: bytes) -> str:
     """Percent-decode a raw path as UTF-8; undecodable bytes become U+FFFD, never an error."""
@@ -64,6 +76,7 @@ def build_scope(
         "raw_path": raw_path,
         "query_string": request.query,
         "headers": request.headers,
+        "extensions": {name: {} for name in HTTP_EXTENSIONS},
     }
     if state is not None:
         scope["state"] = state.copy()
