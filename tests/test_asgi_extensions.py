@@ -18,6 +18,9 @@ import pytest
 from conftest import read_to_end
 from test_tls import Certs
 
+from refork.asgi import ResponseState
+from refork.http.events import Request
+
 APP = "apps.asgi_ext_apps:app"
 STARLETTE = "apps.asgi_ext_apps:starlette_app"
 LOOPS = ["asyncio", "uvloop"]
@@ -189,7 +192,7 @@ def blob(tmp_path) -> Path:
     return path
 
 
-def fetch(port: int, target: str, *, ctx: ssl.SSLContext | None = None, method: str = "GET") -> tuple[int, dict, bytes]:
+def fetch(port: int, target: str, *, ctx: ssl.SSLContext | None = None, method: str = "GET") -> tuple:
     if ctx is None:
         conn: http.client.HTTPConnection = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
     else:
@@ -280,7 +283,8 @@ def _raw(port: int, request: bytes) -> tuple[bytes, bytes, socket.socket]:
 @pytest.mark.parametrize("length", ["", "&length=1"])
 def test_trailers_sent_when_the_client_asks(start_server, tmp_path, length):
     server, mport, events = start(start_server, tmp_path)
-    head, rest, sock = _raw(server.port, f"GET /trailers?x{length} HTTP/1.1\r\nHost: a\r\nTE: trailers\r\n\r\n".encode())
+    request = f"GET /trailers?x{length} HTTP/1.1\r\nHost: a\r\nTE: trailers\r\n\r\n"
+    head, rest, sock = _raw(server.port, request.encode())
     with sock:
         headers = headers_of(head)
         assert headers["transfer-encoding"] == "chunked" and "content-length" not in headers
@@ -321,3 +325,134 @@ def test_lifespan_state_reaches_each_request_as_a_copy(start_server, tmp_path):
     assert first == (200, f"hello from lifespan in {pid} 1".encode())
     assert second == (200, f"hello from lifespan in {pid} 2".encode())  # shared objects, one dict each
     assert server.get("/leak") == (200, b"False")  # request.state.mine did not leak
+
+
+def test_failing_lifespan_startup_exits_the_worker_without_a_traceback(start_server, tmp_path):
+    server = start_server(app="apps.asgi_apps:failing_startup", workers=1, wait=False)
+    server.wait_for(lambda: server.log().count("worker exiting") >= 2, what="two failed starts")
+    log = server.log()
+    assert "ASGI lifespan startup failed: database unreachable; worker exiting" in log
+    assert "Traceback" not in log and "crash loop" in log, log
+
+
+# ---------------------------------------------------------------------------------------------
+# Units: the response state machine's new messages, and send_file on a real socket in-process
+
+
+def _state(method: str = "GET", te: bytes | None = None, version: str = "1.1") -> ResponseState:
+    headers = [(b"host", b"a")] + ([(b"te", te)] if te is not None else [])
+    return ResponseState(Request(method, b"/", b"/", b"", version, headers))
+
+
+def test_response_state_message_order_errors():
+    state = _state(te=b"trailers")
+    state.feed({"type": "http.response.start", "status": 200, "trailers": True})
+    with pytest.raises(RuntimeError, match="before the last"):
+        state.feed({"type": "http.response.trailers", "headers": []})
+    state.feed({"type": "http.response.body", "body": b"x"})
+    assert not state.complete and state.body_ended
+    with pytest.raises(RuntimeError, match="Expected ASGI message 'http.response.trailers'"):
+        state.feed({"type": "http.response.body", "body": b"y"})
+    with pytest.raises(RuntimeError, match="Invalid trailer field"):
+        state.feed({"type": "http.response.trailers", "headers": [(b"bad name", b"v")]})
+    last = state.feed({"type": "http.response.trailers", "headers": [(b"x-a", b"1")]})
+    assert last == b"0\r\nx-a: 1\r\n\r\n"
+    assert state.complete
+    with pytest.raises(RuntimeError, match="after the response completed"):
+        state.feed({"type": "http.response.body", "body": b""})
+
+    state = _state()
+    state.feed({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]})
+    with pytest.raises(RuntimeError, match="longer than Content-Length"):
+        state.file_frame("http.response.zerocopysend", 6, False)
+    assert state.head_pending  # nothing left: the error can still become a 500
+    before, after, send = state.file_frame("http.response.pathsend", 5, True)
+    assert before.startswith(b"HTTP/1.1 200 OK\r\n") and after == b"" and send and state.complete
+    with pytest.raises(RuntimeError):
+        state.feed({"type": "http.response.body", "body": b""})
+
+    head = _state("HEAD")
+    head.feed({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]})
+    assert head.file_frame("http.response.pathsend", 5, False)[2] is False  # HEAD: no bytes
+
+
+@pytest.mark.parametrize("loop_name", LOOPS)
+def test_send_file_uses_sendfile_and_keeps_order(loop_name, tmp_path, monkeypatch):
+    """A real transport on a socketpair; the reader is slow, so the kernel's buffer fills up."""
+    import asyncio
+
+    import uvloop
+
+    from refork.serving import aio_sendfile
+
+    calls = []
+    real_sendfile = os.sendfile
+
+    def counting(*args):
+        n = real_sendfile(*args)
+        calls.append(n)
+        return n
+
+    monkeypatch.setattr(aio_sendfile.os, "sendfile", counting)
+    data = os.urandom(3 * 1024 * 1024)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    loop = uvloop.new_event_loop() if loop_name == "uvloop" else asyncio.new_event_loop()
+    ours, theirs = socket.socketpair()
+    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+
+    class Conn(asyncio.Protocol):
+        closing = False
+        write_blocked_since = 0.0
+        waiter: asyncio.Future | None = None
+
+        def connection_made(self, transport):
+            self.transport = transport
+
+        def pause_writing(self):
+            self.write_blocked_since = 1.0
+
+        def resume_writing(self):
+            self.write_blocked_since = 0.0
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_result(None)
+
+        async def wait_writable(self):
+            self.waiter = loop.create_future()
+            await self.waiter
+
+    received = bytearray()
+
+    def reader():
+        while len(received) < len(data) + 10:
+            time.sleep(0.001)
+            chunk = theirs.recv(65536)
+            if not chunk:
+                break
+            received.extend(chunk)
+
+    async def main():
+        transport, conn = await loop.create_connection(Conn, sock=ours)
+        transport.write(b"head")
+        limits = transport.get_write_buffer_limits()
+        with open(path, "rb") as f:
+            sent = await aio_sendfile.send_file(conn, f.fileno(), 0, len(data))
+        transport.write(b"tail!!")
+        assert sent == len(data)
+        assert transport.get_write_buffer_limits() == limits  # restored
+        while transport.get_write_buffer_size():
+            await asyncio.sleep(0.01)
+        transport.close()
+
+    import threading
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        thread.join(10)
+        loop.close()
+        theirs.close()
+    assert bytes(received) == b"head" + data + b"tail!!"
+    assert sum(n for n in calls if n > 0) > len(data) // 2  # mostly zero-copy

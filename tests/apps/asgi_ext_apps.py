@@ -26,7 +26,7 @@ def log_event(line: str) -> None:
             f.write(line + "\n")
 
 
-async def _start(send: Any, status: int = 200, headers: list[tuple[bytes, bytes]] | None = None, **kw: Any) -> None:
+async def _start(send: Any, status: int, headers: list[tuple[bytes, bytes]] | None = None, **kw: Any) -> None:
     await send({"type": "http.response.start", "status": status, "headers": headers or [], **kw})
 
 
@@ -137,11 +137,14 @@ async def trailers(scope: dict[str, Any], receive: Any, send: Any, query: dict[s
     await _start(send, 200, headers, trailers=True)
     await send({"type": "http.response.body", "body": b"hello ", "more_body": True})
     await send({"type": "http.response.body", "body": b"world"})
-    await send({"type": "http.response.trailers", "headers": [(b"x-checksum", b"abc123")], "more_trailers": True})
+    first = [(b"x-checksum", b"abc123")]
+    await send({"type": "http.response.trailers", "headers": first, "more_trailers": True})
     await send({"type": "http.response.trailers", "headers": [(b"x-count", b"2"), (b"content-length", b"9")]})
 
 
-ROUTES = {"/sse": sse, "/longpoll": longpoll, "/pathsend": pathsend, "/zerocopy": zerocopy, "/trailers": trailers}
+ROUTES = {
+    "/sse": sse, "/longpoll": longpoll, "/pathsend": pathsend, "/zerocopy": zerocopy, "/trailers": trailers,
+}  # fmt: skip
 
 
 # A Starlette app: lifespan state into request.state, FileResponse (pathsend), StreamingResponse.
