@@ -456,3 +456,74 @@ def test_send_file_uses_sendfile_and_keeps_order(loop_name, tmp_path, monkeypatc
         theirs.close()
     assert bytes(received) == b"head" + data + b"tail!!"
     assert sum(n for n in calls if n > 0) > len(data) // 2  # mostly zero-copy
+
+
+# ---------------------------------------------------------------------------------------------
+# Review of the http cycle against the spec and uvicorn
+
+
+def _run_cycle(app, request: Request | None = None):
+    import asyncio
+
+    from test_asgi_cycle import Channel
+
+    from refork.asgi import HttpCycle, build_scope
+
+    loop = asyncio.new_event_loop()
+    try:
+        channel = Channel()
+        request = request or Request("GET", b"/", b"/", b"", "1.1", [(b"host", b"a")])
+        cycle = HttpCycle(channel, loop, request)
+        cycle.end_received()
+        scope = build_scope(request, server=None, client=None, state={})
+        loop.run_until_complete(cycle.run(app, scope))
+        return channel, cycle, scope
+    finally:
+        loop.close()
+
+
+def test_cycle_review_gaps(caplog):
+    async def returns_value(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200})
+        await send({"type": "http.response.body", "body": b"ok"})
+        return 42
+
+    channel, cycle, scope = _run_cycle(returns_value)
+    assert channel.done == [True] and "should return None, but returned 42" in caplog.text
+    assert scope["asgi"] == {"version": "3.0", "spec_version": "2.4"}
+    assert set(scope["extensions"]) == {"http.response.pathsend", "http.response.zerocopysend",
+                                        "http.response.trailers"}  # fmt: skip
+
+    async def short(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"10")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    caplog.clear()
+    channel, cycle, scope = _run_cycle(short)
+    assert channel.done == [False] and "8 bytes less than its Content-Length" in caplog.text
+
+    async def after_end(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200})
+        await send({"type": "http.response.body", "body": b"ok"})
+        try:
+            await send({"type": "http.response.body", "body": b"more"})
+        except RuntimeError as exc:
+            scope["error"] = str(exc)
+        assert (await receive())["type"] == "http.disconnect"  # the response is done
+
+    channel, cycle, scope = _run_cycle(after_end)
+    assert "after the response completed" in scope["error"] and channel.done == [True]
+
+    async def start_then_fail(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200})
+        raise ValueError("boom")
+
+    channel, cycle, scope = _run_cycle(start_then_fail)
+    assert channel.written[0].startswith(b"HTTP/1.1 500 ")  # the held head was dropped
+    assert channel.done == [False]
+
+    from refork.asgi import build_scope
+
+    request = Request("GET", b"/", b"/", b"", "1.1", [])
+    build_scope(request, server=None, client=None)["asgi"]["spec_version"] = "x"
+    assert build_scope(request, server=None, client=None)["asgi"]["spec_version"] == "2.4"

@@ -187,12 +187,14 @@ class HttpCycle:
     async def run(self, app: Any, scope: dict[str, Any]) -> None:
         """Call the app; whatever happens, the connection hears of the end exactly once."""
         try:
-            await app(scope, self.receive, self.send)
+            result = await app(scope, self.receive, self.send)
         except BaseException as exc:
             if isinstance(exc, (SystemExit, KeyboardInterrupt)):
                 raise
             self.failed(exc)
         else:
+            if result is not None:
+                log.error("ASGI callable should return None, but returned %r", result)
             if not self.response.complete:
                 self.incomplete()
 
@@ -299,6 +301,9 @@ class HttpCycle:
     # Endings ---------------------------------------------------------------------------------
 
     def _finish(self, keep_alive: bool) -> None:
+        short = self.response.short_by
+        if short:
+            log.error("ASGI app sent %d bytes less than its Content-Length: connection closed", short)
         self.state = _RESPONSE_DONE
         self.unread = None
         if self.receive_waiter is not None:

@@ -220,6 +220,14 @@ class ResponseState:
         return self.framer is not None and bool(self.framer.keep_alive)
 
     @property
+    def short_by(self) -> int:
+        """After completion: how much body the app's Content-Length promised and it did not send."""
+        framer = self.framer
+        if not self.complete or framer is None or framer.content_length is None or framer.no_body:
+            return 0
+        return max(0, int(framer.content_length) - int(framer.body_bytes))
+
+    @property
     def body_bytes(self) -> int:
         return int(self.framer.body_bytes) if self.framer is not None else 0
 

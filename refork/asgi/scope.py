@@ -65,7 +65,7 @@ def build_scope(
         raw_path = root_path.encode("utf-8") + raw_path
     scope: dict[str, Any] = {
         "type": "http",
-        "asgi": ASGI_INFO,
+        "asgi": ASGI_INFO.copy(),  # each its own: an app may write to its scope
         "http_version": request.http_version,
         "server": server,
         "client": client,
