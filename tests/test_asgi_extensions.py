@@ -248,6 +248,31 @@ def test_pathsend_keep_alive_and_slow_reader(start_server, tmp_path, blob, loop)
 
 
 @pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize("tls", [False, True])
+def test_client_gone_in_the_middle_of_a_file(start_server, tmp_path, blob, loop, tls):
+    certs = Certs(tmp_path) if tls else None
+    server, mport, events = start(start_server, tmp_path, *(certs.args() if certs else ()), loop=loop)
+    for how in ("eof", "rst"):
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+        if certs:
+            sock = certs.client_context().wrap_socket(sock, server_hostname="127.0.0.1")
+        sock.sendall(f"GET /pathsend?path={blob} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+        head, rest = read_head(sock)
+        sock.recv(10000)
+        time.sleep(0.3)  # the server is stuck on a full socket buffer
+        if how == "rst":
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        sock.close()
+        server.wait_for(lambda: in_flight(mport) == 0, timeout=10, what="no request in flight")
+    ctx = certs.client_context() if certs else None
+    status, headers, body = fetch(server.port, f"/pathsend?path={blob}", ctx=ctx)
+    assert status == 200 and body == blob.read_bytes()
+    log = server.log()
+    assert "Traceback" not in log and "ERROR" not in log, log
+
+
+@pytest.mark.parametrize("loop", LOOPS)
 def test_zerocopysend_offset_count_and_position(start_server, tmp_path, blob, loop):
     server, mport, events = start(start_server, tmp_path, loop=loop)
     data = blob.read_bytes()
