@@ -76,7 +76,9 @@ def build_scope(
         "raw_path": raw_path,
         "query_string": request.query,
         "headers": request.headers,
-        "extensions": {name: {} for name in HTTP_EXTENSIONS},
+        "extensions": {  # HTTP_EXTENSIONS, spelled out: a literal is built faster
+            "http.response.pathsend": {}, "http.response.zerocopysend": {}, "http.response.trailers": {},
+        },  # fmt: skip
     }
     if state is not None:
         scope["state"] = state.copy()
