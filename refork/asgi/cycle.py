@@ -49,7 +49,7 @@ class Channel(Protocol):
     """The one way an :class:`HttpCycle` reaches its connection (refork.serving.aio_protocol.HttpProtocol).
 
     The connection drives the cycle (body pieces, end of body, client gone, writable again); the
-    cycle only ever answers through these five calls.
+    cycle only ever answers through these six calls.
     """
 
     def write(self, data: bytes) -> bool:

@@ -38,7 +38,7 @@ class HttpProtocol(asyncio.Protocol):
     """One client connection: parse, queue pipelined requests, run them in order.
 
     It drives each request's :class:`HttpCycle` (body pieces, end of body, client gone, writable
-    again) and is the cycle's :class:`refork.asgi.Channel`: the four calls it answers through.
+    again) and is the cycle's :class:`refork.asgi.Channel`: the calls it answers through.
     """
 
     __slots__ = (
