@@ -104,6 +104,7 @@ class Server:
                 )
                 self.servers.append(server)
             self.serving = True
+            self.control.ready_for_requests()
             self.check_control()
         await self._drained
         try:
