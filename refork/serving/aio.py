@@ -28,6 +28,7 @@ from refork.config import Config
 from refork.http.forwarded import TrustedProxies
 from refork.logs import AccessLog
 from refork.serving.aio_protocol import HttpProtocol
+from refork.serving.aio_websocket import WebSocketProtocol
 from refork.serving.connection import TICK, Timeouts, release_after_fork, request_limits
 from refork.serving.contract import WorkerControl
 from refork.serving.health import health_paths
@@ -74,7 +75,8 @@ class Server:
         self.access_log = AccessLog.from_config(config)
         self.health = health_paths(config.health_path)
         self.timeouts = Timeouts.from_config(config)
-        self.connections: set[HttpProtocol] = set()
+        self.connections: set[HttpProtocol | WebSocketProtocol] = set()
+        self.websockets = config.ws != "none"  # hand WebSocket handshakes to aio_websocket
         self.servers: list[asyncio.AbstractServer] = []
         self.in_flight = 0
         self.stopping = False
