@@ -204,7 +204,9 @@ def format_status(status: dict[str, Any]) -> str:
     def size(value: int | None) -> str:
         return "-" if value is None else format_bytes(value)
 
-    header = ("PID", "ROLE", "GEN", "STATE", "REQS", "WS", "RSS", "PSS", "USS", "PRIV_DIRTY", "MINFLT", "NOTE")
+    header = (
+        "PID", "ROLE", "GEN", "STATE", "REQS", "WS", "RSS", "PSS", "USS", "PRIV_DIRTY", "MINFLT", "NOTE"
+    )  # fmt: skip
     rows: list[tuple[str, ...]] = [header]
     for p in status["processes"]:
         role = p["role"] if p["role"] == "mold" else f"worker {p['nr']}"

@@ -107,7 +107,13 @@ def build_websocket_scope(
     """The ``websocket`` scope of a handshake request (the http scope's rules for path, root_path,
     trusted proxies and state; ``ws``/``wss`` for the scheme; the denial extension advertised)."""
     scope = build_scope(
-        request, server=server, client=client, scheme=scheme, root_path=root_path, proxies=proxies, state=state
+        request,
+        server=server,
+        client=client,
+        scheme=scheme,
+        root_path=root_path,
+        proxies=proxies,
+        state=state,
     )
     scope["type"] = "websocket"
     scope["asgi"] = WEBSOCKET_ASGI
@@ -227,7 +233,9 @@ class WebSocketSession:
                 self.state = _CLOSED
                 self.channel.close(code, reason)
             else:
-                raise RuntimeError(f"Expected ASGI message 'websocket.send' or 'websocket.close', but got {kind!r}")
+                raise RuntimeError(
+                    f"Expected ASGI message 'websocket.send' or 'websocket.close', but got {kind!r}"
+                )
         elif state is _CONNECTING:
             if kind == "websocket.accept":
                 self._accept(message)
@@ -342,7 +350,13 @@ _ALL = frozenset(
      "websocket.http.response.body")
 )  # fmt: skip
 _HANDSHAKE_HEADERS = frozenset(
-    (b"sec-websocket-accept", b"sec-websocket-protocol", b"sec-websocket-extensions", b"upgrade", b"connection")
+    (
+        b"sec-websocket-accept",
+        b"sec-websocket-protocol",
+        b"sec-websocket-extensions",
+        b"upgrade",
+        b"connection",
+    )
 )
 
 

@@ -4,8 +4,8 @@ Allocated by the monitor before any fork (MAP_SHARED, anonymous), so every desce
 same physical page. Each slot is SLOT_WORDS 8-byte words: deadline (monotonic seconds, 0 = none),
 requests served, the pid that owns it (so a stale slot is never misread), and the worker's
 metrics: requests started, requests waiting on their client, its thread count, when it started,
-requests past --request-timeout, the duration sum, its open WebSockets, and a table of counts by (status class,
-histogram bucket), not cumulative, so that a request costs one increment there. In flight
+requests past --request-timeout, the duration sum, its open WebSockets, and a table of counts by
+(status class, histogram bucket), not cumulative, so that a request costs one increment there. In flight
 (started - served), busy (in flight - waiting), responses by class and the histogram are derived
 from those words by the monitor. Only the worker writes its slot, under its AppClock's lock; the
 monitor reads it lock-free, so a reading may be one request apart between two words.

@@ -21,8 +21,8 @@ from refork.asgi import HttpCycle, build_scope
 from refork.http.events import Body, Event, ParseError, Request
 from refork.http.parser import RequestParser
 from refork.http.response import simple_response
-from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
 from refork.serving.aio_websocket import WebSocketProtocol
+from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
 from refork.serving.health import health_response
 
 if TYPE_CHECKING:
@@ -226,8 +226,9 @@ class HttpProtocol(asyncio.Protocol):
         if srv.stopping:
             self.send_error(503)
             return
+        proxies = srv.proxies if self.trusted else None
         scope_args = {"server": self.server_addr, "client": self.client_addr, "scheme": self.scheme,
-                      "root_path": srv.root_path, "proxies": srv.proxies if self.trusted else None}  # fmt: skip
+                      "root_path": srv.root_path, "proxies": proxies}  # fmt: skip
         ws = WebSocketProtocol(srv, self.transport, request, self.parser.upgraded or b"", scope_args,
                                self.read_paused)  # fmt: skip
         self.closing = True  # this protocol is done with the connection

@@ -50,7 +50,9 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     path = scope["path"]
     if scope["type"] == "http":
         body = f"http {path} upgrade={dict(scope['headers']).get(b'upgrade', b'').decode()}".encode()
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]}
+        )
         await send({"type": "http.response.body", "body": body})
         return
     assert scope["type"] == "websocket"
@@ -98,7 +100,9 @@ async def echo_loop(scope: dict[str, Any], receive: Any, send: Any) -> None:
 async def scope_(scope: dict[str, Any], receive: Any, send: Any, query: dict[str, str]) -> None:
     await send({"type": "websocket.accept"})
     shown = {
-        k: v for k, v in scope.items() if k not in ("headers", "raw_path", "query_string", "state", "extensions")
+        k: v
+        for k, v in scope.items()
+        if k not in ("headers", "raw_path", "query_string", "state", "extensions")
     }
     shown["extensions"] = sorted(scope.get("extensions") or {})
     shown["has_state"] = "state" in scope
@@ -128,7 +132,9 @@ async def raise_(scope: dict[str, Any], receive: Any, send: Any, query: dict[str
 
 async def close(scope: dict[str, Any], receive: Any, send: Any, query: dict[str, str]) -> None:
     await send({"type": "websocket.accept"})
-    await send({"type": "websocket.close", "code": int(query.get("code", 1000)), "reason": query.get("reason", "")})
+    await send(
+        {"type": "websocket.close", "code": int(query.get("code", 1000)), "reason": query.get("reason", "")}
+    )
     message = await receive()
     _record(scope["path"], message)
 
@@ -168,7 +174,9 @@ async def broadcast(scope: dict[str, Any], receive: Any, send: Any, query: dict[
     async def fan_out(message: dict[str, Any]) -> None:
         for peer in list(ROOMS):
             try:
-                await peer({"type": "websocket.send", "text": message.get("text"), "bytes": message.get("bytes")})
+                await peer(
+                    {"type": "websocket.send", "text": message.get("text"), "bytes": message.get("bytes")}
+                )
             except OSError:
                 ROOMS.discard(peer)
 
