@@ -346,6 +346,31 @@ def test_echo_subprotocol_headers_and_scope(start_server):
     assert scope["has_state"] and scope["client"][0] == "127.0.0.1"
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("tls", [False, True], ids=["ws", "wss"])
+def test_loops_and_tls(start_server, tmp_path, loop, tls):
+    """The hand-over (transport.set_protocol) on both loops, plain and over TLS."""
+    args = ["--loop", loop]
+    ssl_context = None
+    if tls:
+        from test_tls import Certs
+
+        certs = Certs(tmp_path)
+        args += certs.args()
+        ssl_context = certs.client_context()
+        ssl_context.set_alpn_protocols(["http/1.1"])
+    server = start_server(*args, app=APP, workers=1)
+    scheme = "wss" if tls else "ws"
+    with connect(f"{scheme}://127.0.0.1:{server.port}/scope", ssl=ssl_context, ping_interval=None) as ws:
+        assert json.loads(ws.recv())["scheme"] == scheme
+    with connect(
+        f"{scheme}://127.0.0.1:{server.port}/echo", ssl=ssl_context, ping_interval=None, max_size=None
+    ) as ws:
+        for size in (10, 100_000, 3_000_000):
+            ws.send(b"z" * size)
+            assert ws.recv() == b"z" * size
+
+
 def test_no_per_message_deflate(start_server):
     server = start_server("--no-ws-per-message-deflate", app=APP, workers=1)
     with connect(url(server), ping_interval=None) as ws:
