@@ -440,6 +440,19 @@ def test_max_size_closes_1009(start_server):
         assert info.value.rcvd.code == 1009
 
 
+def test_deflate_bomb_closes_1009_without_inflating_it(start_server):
+    server = start_server(app=APP, workers=1)  # --ws-max-size 16M
+    before = server.workers()[0]["rss"]
+    with connect(url(server), ping_interval=None, max_size=None) as ws:
+        ws.send(b"\x00" * (64 << 20))  # 64 MB of zeros: about 64 KB on the wire
+        with pytest.raises(ConnectionClosed) as info:
+            ws.recv()
+        assert info.value.rcvd.code == 1009
+    time.sleep(1.1)  # status re-reads memory older than a second
+    after = server.workers()[0]["rss"]
+    assert after - before < 32 << 20  # the 64 MB were never inflated
+
+
 def test_pings_keep_alive_and_a_silent_peer_is_closed_1011(start_server):
     server = start_server("--ws-ping-interval", "1", "--ws-ping-timeout", "1", app=APP, workers=1)
     with connect(url(server), ping_interval=None) as ws:  # the library answers pings itself

@@ -38,6 +38,7 @@ import asyncio
 import base64
 import binascii
 import logging
+import zlib
 from typing import TYPE_CHECKING, Any
 
 from wsproto.connection import Connection, ConnectionState, ConnectionType
@@ -50,6 +51,7 @@ from wsproto.events import (
     TextMessage,
 )
 from wsproto.extensions import Extension, PerMessageDeflate
+from wsproto.frame_protocol import CloseReason, FrameDecoder, FrameProtocol
 from wsproto.handshake import server_extensions_handshake
 from wsproto.utilities import LocalProtocolError, generate_accept_token
 
@@ -161,7 +163,7 @@ class WebSocketProtocol(asyncio.Protocol):
         extensions: list[Extension] = []
         offers = _header_list(request, b"sec-websocket-extensions")
         if offers and srv.config.ws_per_message_deflate:
-            deflate = PerMessageDeflate()
+            deflate = BoundedDeflate(srv.config.ws_max_size)
             agreed = server_extensions_handshake(offers, [deflate])
             if agreed:
                 lines.append(b"Sec-WebSocket-Extensions: " + agreed + b"\r\n")
@@ -238,6 +240,7 @@ class WebSocketProtocol(asyncio.Protocol):
                 piece = event.data  # type: ignore[attr-defined]
                 self.size += len(piece)
                 if self.size > self.srv.config.ws_max_size:
+                    self.parts = []
                     self.close_server(1009, "message too big")
                     continue
                 if not event.message_finished:  # type: ignore[attr-defined]
@@ -377,6 +380,31 @@ class WebSocketProtocol(asyncio.Protocol):
                        self.loop.time() - self.started_at)  # fmt: skip
         if srv.in_flight == 0:
             srv.idle()
+
+
+class BoundedDeflate(PerMessageDeflate):
+    """permessage-deflate that inflates no piece of a frame past --ws-max-size: wsproto's own
+    inflates whatever a piece holds, and a few kilobytes of deflate can hold gigabytes (a zip
+    bomb). Past the limit the message is too big (1009) before the memory is spent."""
+
+    def __init__(self, max_size: int) -> None:
+        super().__init__()
+        self.max_size = max_size
+
+    def frame_inbound_payload_data(
+        self, proto: FrameDecoder | FrameProtocol, data: bytes
+    ) -> bytes | CloseReason:
+        if not self._inbound_compressed or not self._inbound_is_compressible:
+            return data
+        decompressor = self._decompressor
+        assert decompressor is not None
+        try:
+            out = decompressor.decompress(bytes(data), self.max_size + 1)
+        except zlib.error:
+            return CloseReason.INVALID_FRAME_PAYLOAD_DATA
+        if decompressor.unconsumed_tail:
+            return CloseReason.MESSAGE_TOO_BIG
+        return out
 
 
 def _header(request: Request, name: bytes) -> bytes | None:
