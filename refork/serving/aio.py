@@ -76,7 +76,8 @@ class Server:
         self.health = health_paths(config.health_path)
         self.timeouts = Timeouts.from_config(config)
         self.connections: set[HttpProtocol | WebSocketProtocol] = set()
-        self.websockets = config.ws != "none"  # hand WebSocket handshakes to aio_websocket
+        self.ws_enabled = config.ws != "none"  # hand WebSocket handshakes to aio_websocket
+        self.open_websockets = 0  # accepted and not finished: not in in_flight (see aio_websocket)
         self.servers: list[asyncio.AbstractServer] = []
         self.in_flight = 0
         self.stopping = False
@@ -197,7 +198,7 @@ class Server:
 
     def check_drained(self) -> None:
         drained = self._drained
-        idle = self.in_flight == 0 and not self.adopting and not self.connections
+        idle = self.in_flight == 0 and not self.open_websockets and not self.adopting and not self.connections
         if idle and drained is not None and not drained.done():
             drained.set_result(None)
 

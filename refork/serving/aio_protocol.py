@@ -50,7 +50,7 @@ class HttpProtocol(asyncio.Protocol):
     def __init__(self, srv: Server) -> None:
         self.srv = srv
         self.loop = srv.loop
-        self.parser = RequestParser(srv.limits, hand_off_websocket=srv.websockets)
+        self.parser = RequestParser(srv.limits, hand_off_websocket=srv.ws_enabled)
         self.transport: Any = None
         self.server_addr: tuple[str, int | None] | None = None
         self.client_addr: tuple[str, int] | None = None
@@ -109,7 +109,7 @@ class HttpProtocol(asyncio.Protocol):
                 if self.reading.body_received(event.data):  # type: ignore[union-attr]
                     self.pause_reading()
             elif kind is Request:
-                if event.websocket and self.srv.websockets:  # type: ignore[union-attr]
+                if event.websocket and self.srv.ws_enabled:  # type: ignore[union-attr]
                     self.upgrade(event)  # type: ignore[arg-type]
                     return  # the parser stopped after it: the rest is the WebSocket's
                 self.request_received(event)  # type: ignore[arg-type]

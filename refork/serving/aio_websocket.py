@@ -30,6 +30,13 @@ its close frame and closes at once.
 Accounting (see refork.process.slots.AppClock): the handshake is a request started; once accepted
 it is an open WebSocket (request_upgraded: in flight, holding no deadline); it finishes, with one
 access-log line (status 101 and its duration), when its socket is closed and its app returned.
+In the worker, an open WebSocket moves from Server.in_flight to Server.open_websockets: the drain
+on a graceful stop waits for both, but a safe point (a fork, to promote this worker to a mold)
+does not wait for open WebSockets, or a worker holding a long-lived one could never be promoted.
+That is safe for the same reason an idle keep-alive connection is: the app's task is suspended
+between two messages, and the forked child never runs it (it keeps every task of the loop
+referenced and unrun, and turns its copies of the client sockets into /dev/null: see
+refork.serving.aio._abandon_after_fork); the parent serves the WebSocket on.
 """
 
 from __future__ import annotations
@@ -80,7 +87,7 @@ class WebSocketProtocol(asyncio.Protocol):
         "srv", "loop", "transport", "request", "session", "conn", "token", "task", "early",
         "read_paused", "write_blocked_since", "closed", "app_done", "close_deadline", "parts", "size",
         "next_ping", "ping_sent", "started_at", "remote", "stop_code", "scope_args", "finished",
-        "pings",
+        "pings", "counted_open",
     )  # fmt: skip
 
     def __init__(
@@ -116,6 +123,7 @@ class WebSocketProtocol(asyncio.Protocol):
         self.remote: str | None = None
         self.stop_code = 0  # a graceful stop came before the app accepted
         self.scope_args = scope_args
+        self.counted_open = False  # moved from Server.in_flight to Server.open_websockets
 
     # The hand-over ---------------------------------------------------------------------------
 
@@ -178,6 +186,9 @@ class WebSocketProtocol(asyncio.Protocol):
         transport.set_write_buffer_limits(high=srv.config.ws_write_limit)
         transport.write(b"".join(lines))
         srv.control.request_upgraded(self.token)
+        srv.in_flight -= 1  # an open WebSocket does not hold a safe point (see the module docstring)
+        srv.open_websockets += 1
+        self.counted_open = True
         interval = srv.config.ws_ping_interval
         self.next_ping = self.loop.time() + interval if interval else 0.0
         if self.stop_code:  # a graceful stop began while the app was deciding
@@ -187,6 +198,8 @@ class WebSocketProtocol(asyncio.Protocol):
         if self.early:
             early, self.early = bytes(self.early), bytearray()
             self.data_received(early)
+        if srv.in_flight == 0:
+            srv.idle()  # a safe point may be waiting for this
 
     def respond(self, data: bytes, done: bool) -> None:
         if not self.closed:
@@ -373,7 +386,10 @@ class WebSocketProtocol(asyncio.Protocol):
             return  # closing: connection_lost comes next
         self.finished = True
         srv, session = self.srv, self.session
-        srv.in_flight -= 1
+        if self.counted_open:
+            srv.open_websockets -= 1
+        else:
+            srv.in_flight -= 1
         srv.control.request_finished(self.token, session.status)
         if srv.access_log is not None:
             log_access(srv.access_log, self.request, self.remote, session.status, session.sent,
