@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import free_port, pids_alive, run_cli
-from test_websocket_rfc6455 import CLOSE, PING, PONG, TEXT, RawWebSocket
+from test_websocket_rfc6455 import BINARY, CLOSE, PING, PONG, TEXT, RawWebSocket
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
@@ -438,6 +438,22 @@ def test_max_size_closes_1009(start_server):
         with pytest.raises(ConnectionClosed) as info:
             ws.recv()
         assert info.value.rcvd.code == 1009
+
+
+def test_max_queue_pauses_reading_then_nothing_is_lost(start_server):
+    """--ws-max-queue: an app that does not receive stops the server reading (the client's sends
+    block on TCP), not a queue in the worker that grows with what the client sends."""
+    server = start_server("--ws-max-queue", "2", app=APP, workers=1)
+    ws = RawWebSocket(server.port, "/sleepy?sleep=2&expect=64")
+    assert ws.accepted()
+    ws.sock.settimeout(1.0)
+    piece = b"q" * (512 << 10)
+    with pytest.raises(TimeoutError):
+        for _ in range(64):  # 32 MB: more than the loopback socket buffers hold
+            ws.send_frame(BINARY, piece)
+    ws.sock.settimeout(30)
+    ws.sock.setblocking(True)
+    ws.close()
 
 
 def test_deflate_bomb_closes_1009_without_inflating_it(start_server):

@@ -50,8 +50,8 @@ _RECV = 1 << 16
 # 4xx: the request asks what this endpoint cannot do, nothing failed on the server (no 5xx alert);
 # not 403, which an ASGI app's refusal answers (the two stay distinguishable); not 426, which asks
 # the client to upgrade. gunicorn hands the request to the app, which then answers it as plain HTTP.
-_WEBSOCKET_REFUSED = simple_response(
-    400, b"WebSocket upgrade refused: this server runs a WSGI app, which cannot accept WebSockets\n"
+_WEBSOCKET_REFUSED = (
+    b"WebSocket upgrade refused: this server runs a WSGI app, which cannot accept WebSockets\n"
 )
 
 
@@ -345,8 +345,9 @@ class _Loop(Lifetime):
 
     def _refuse_websocket(self, conn: Conn, request: Request) -> bool:
         """A WebSocket handshake (see _WEBSOCKET_REFUSED): answered here, logged, then closed."""
+        response = simple_response(400, _WEBSOCKET_REFUSED)
         try:
-            conn.sock.send(_WEBSOCKET_REFUSED)
+            conn.sock.send(response)
         except OSError:
             pass
         if self.access_log is not None:

@@ -16,6 +16,7 @@
 - /linger          accept; on websocket.disconnect keep running 60 s (a stop must not wait for it)
 - /broadcast       every message to every open /broadcast connection
 - /pid             accept, send os.getpid(), then echo
+- /sleepy?sleep=   accept, receive nothing for `sleep` seconds, then report how many it received
 
 Each disconnect the app sees is appended to $WS_APP_LOG as "PATH CODE REASON" (if set).
 Any http request gets 200 "http PATH" (for --ws none and plain requests).
@@ -192,7 +193,18 @@ async def pid(scope: dict[str, Any], receive: Any, send: Any, query: dict[str, s
     await echo_loop(scope, receive, send)
 
 
+async def sleepy(scope: dict[str, Any], receive: Any, send: Any, query: dict[str, str]) -> None:
+    await send({"type": "websocket.accept"})
+    await asyncio.sleep(float(query.get("sleep", 3)))
+    received = 0
+    while (await receive())["type"] == "websocket.receive":
+        received += 1
+        if received == int(query.get("expect", 0)):
+            await send({"type": "websocket.send", "text": f"received {received}"})
+
+
 ROUTES = {
+    "/sleepy": sleepy,
     "/echo": echo,
     "/proto": proto,
     "/scope": scope_,
