@@ -440,7 +440,16 @@ def test_max_size_closes_1009(start_server):
         assert info.value.rcvd.code == 1009
 
 
-def test_max_queue_pauses_reading_then_nothing_is_lost(start_server):
+def test_write_timeout_cuts_a_client_that_reads_nothing(start_server):
+    server = start_server("--write-timeout", "1", app=APP, workers=1)
+    reader = RawWebSocket(server.port, "/flood?size=65536")
+    assert reader.accepted()
+    server.wait_for(lambda: "write timeout:" in server.log() and "GET /flood" in server.log(), what="the cut")
+    server.wait_for(lambda: server.workers()[0]["websockets"] == 0, what="the WebSocket to be gone")
+    reader.close()
+
+
+def test_max_queue_pauses_reading(start_server):
     """--ws-max-queue: an app that does not receive stops the server reading (the client's sends
     block on TCP), not a queue in the worker that grows with what the client sends."""
     server = start_server("--ws-max-queue", "2", app=APP, workers=1)
