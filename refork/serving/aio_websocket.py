@@ -87,7 +87,7 @@ class WebSocketProtocol(asyncio.Protocol):
         "srv", "loop", "transport", "request", "session", "conn", "token", "task", "early",
         "read_paused", "write_blocked_since", "closed", "app_done", "close_deadline", "parts", "size",
         "next_ping", "ping_sent", "started_at", "remote", "stop_code", "scope_args", "finished",
-        "pings", "counted_open",
+        "pings", "counted_open", "max_size", "max_queue",
     )  # fmt: skip
 
     def __init__(
@@ -124,6 +124,8 @@ class WebSocketProtocol(asyncio.Protocol):
         self.stop_code = 0  # a graceful stop came before the app accepted
         self.scope_args = scope_args
         self.counted_open = False  # moved from Server.in_flight to Server.open_websockets
+        self.max_size = srv.config.ws_max_size
+        self.max_queue = srv.config.ws_max_queue
 
     # The hand-over ---------------------------------------------------------------------------
 
@@ -230,7 +232,7 @@ class WebSocketProtocol(asyncio.Protocol):
             self.close_deadline = self.loop.time() + CLOSE_TIMEOUT
 
     def message_taken(self, queued: int) -> None:
-        if self.read_paused and queued < self.srv.config.ws_max_queue and self.conn is not None:
+        if self.read_paused and queued < self.max_queue and self.conn is not None:
             self.resume_reading()
 
     # asyncio.Protocol ------------------------------------------------------------------------
@@ -252,7 +254,7 @@ class WebSocketProtocol(asyncio.Protocol):
                     continue  # closing: data is dropped (RFC 6455 1.4)
                 piece = event.data  # type: ignore[attr-defined]
                 self.size += len(piece)
-                if self.size > self.srv.config.ws_max_size:
+                if self.size > self.max_size:
                     self.parts = []
                     self.close_server(1009, "message too big")
                     continue
@@ -264,7 +266,7 @@ class WebSocketProtocol(asyncio.Protocol):
                     piece = ("" if kind is TextMessage else b"").join(self.parts)
                     self.parts = []
                 self.size = 0
-                if session.message_received(piece) >= self.srv.config.ws_max_queue:
+                if session.message_received(piece) >= self.max_queue:
                     self.pause_reading()
             elif kind is Ping:
                 if conn.state is _OPEN:
