@@ -61,6 +61,9 @@ class HarnessControl:
     def safe_point_wanted(self) -> bool:
         return False
 
+    def ready_for_requests(self) -> None:
+        pass
+
     def at_safe_point(self) -> None:
         pass
 

@@ -116,7 +116,7 @@ def build_websocket_scope(
         state=state,
     )
     scope["type"] = "websocket"
-    scope["asgi"] = WEBSOCKET_ASGI
+    scope["asgi"] = WEBSOCKET_ASGI.copy()  # each its own: an app may write to its scope
     del scope["method"]
     scope["scheme"] = "wss" if scope["scheme"] in ("https", "wss") else "ws"
     scope["subprotocols"] = subprotocols(request.headers)

@@ -113,6 +113,10 @@ class Worker:
         """Requests served by this worker."""
         return self.clock.served
 
+    def ready_for_requests(self) -> None:
+        """Counted as started (readiness, rollouts) only once the loop can serve."""
+        self.ctx.tell(messages.Ready(os.getpid()))
+
     def info(self) -> dict[str, int]:
         return {"pid": os.getpid(), "nr": self.nr, "generation": self.generation}
 
@@ -129,7 +133,6 @@ class Worker:
         self.slots.claim(self.slot, os.getpid(), time.monotonic() + self.timeout, threads, time.time())
         if not fork_safety.is_fork_safe():  # marked while starting (a hook, --memray): say so now
             self._report_unsafe()
-        self.ctx.tell(messages.Ready(os.getpid()))
         serve(self.ctx.listeners, self.app, self.interface, self.config, self)
         hook = self.config.hooks.get("worker_exit")
         if hook is not None:

@@ -107,6 +107,7 @@ class Server:
                 )
                 self.servers.append(server)
             self.serving = True
+            self.control.ready_for_requests()
             self.check_control()
         await self._drained
         try:
@@ -243,6 +244,7 @@ def serve_asgi(
             exc = main.exception()
             if isinstance(exc, LifespanFailure):
                 log.error("%s; worker exiting", exc)
+                raise SystemExit(1) from None  # reported above: no traceback for the monitor's log
             main.result()
     finally:
         if not forked:

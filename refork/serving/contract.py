@@ -30,6 +30,10 @@ class WorkerControl(Protocol):
     def safe_point_wanted(self) -> bool:
         """The worker wants at_safe_point() called when no request is in flight."""
 
+    def ready_for_requests(self) -> None:
+        """The loop can serve now: for ASGI after lifespan startup succeeded (an app whose
+        startup opens its database pool is not ready before), for WSGI at once. Called once."""
+
     def at_safe_point(self) -> None:
         """Called on the loop thread with no request in flight and no other thread alive.
 
