@@ -635,7 +635,7 @@ def test_wsgi_with_threads_answers_400(start_server):
     ws.close()
 
 
-def test_upgrade_during_drain_and_pipelined_upgrade(start_server):
+def test_a_pipelined_upgrade_is_refused_in_order(start_server):
     server = start_server(app=APP, workers=1)
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
     key = "dGhlIHNhbXBsZSBub25jZQ=="
