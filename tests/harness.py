@@ -78,6 +78,9 @@ class HarnessControl:
     def request_resumed(self, token: object) -> None:
         pass
 
+    def request_upgraded(self, token: object) -> None:
+        pass
+
     def request_finished(self, token: object, status: int) -> None:
         with self._lock:
             self.in_flight -= 1

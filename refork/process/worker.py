@@ -86,6 +86,7 @@ class Worker:
         self.request_started: Callable[[str, bytes], object] = clock.started
         self.request_waiting: Callable[[object], None] = clock.waiting
         self.request_resumed: Callable[[object], None] = clock.resumed
+        self.request_upgraded: Callable[[object], None] = clock.upgraded
         self.request_timeout = config.request_timeout
         self._timed_out = False  # a request passed --request-timeout: retirement asked
         self._hung_shown = 0  # the OVERDUE count last written to the slot

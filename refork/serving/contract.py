@@ -52,6 +52,10 @@ class WorkerControl(Protocol):
         hold it; the connection's body and write timeouts bound the wait instead.
         """
 
+    def request_upgraded(self, token: object) -> None:
+        """That request is now an open WebSocket (accepted): in flight until request_finished, it
+        holds no deadline (like request_waiting) and is counted as an open WebSocket. Loop thread."""
+
     def request_resumed(self, token: object) -> None:
         """That request is back in the app (after request_waiting). Thread-safe."""
 
