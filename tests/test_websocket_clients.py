@@ -11,7 +11,8 @@ endpoints (tests/apps/ws_shared.py). Clients:
   WebSocket and reports the result in a new request (/report) that the test waits for.
 
 One server per (server, app) pair, module-scoped, one worker: the broadcast room of the apps is per
-worker process (the in-memory room and channel layer).
+worker process (the in-memory room and channel layer). Last, refork alone: a reload (1012) and a
+stop (1001) with WebSockets open on both frameworks.
 """
 
 from __future__ import annotations
