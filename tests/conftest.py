@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -184,13 +185,18 @@ def pids_alive(pids) -> list[int]:
 
 
 def run_cli(*args: str, timeout: float = 30.0, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "refork", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd or ROOT,
-    )
+    """`python -m refork ARGS`; a server it starts gets a control socket of its own (another refork
+    on this machine may hold the default one and make it print a warning)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "REFORK_CONTROL_SOCKET": os.path.join(tmp, "ctl")}
+        return subprocess.run(
+            [sys.executable, "-m", "refork", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd or ROOT,
+            env=env,
+        )
 
 
 __all__ = ["Server", "free_port", "pids_alive", "run_cli", "json"]
