@@ -10,13 +10,16 @@ written once, in :mod:`refork.serving.connection`.
 
 from __future__ import annotations
 
+import logging
 import socket
 from typing import Any
 
 from refork.config import Config
 from refork.serving.contract import WorkerControl
 
-__all__ = ["WorkerControl", "serve"]
+__all__ = ["WorkerControl", "check_wsgi_loop", "serve", "wsgi_loop"]
+
+log = logging.getLogger("refork")
 
 
 def serve(
@@ -30,7 +33,35 @@ def serve(
         from refork.serving.aio import serve_asgi
 
         serve_asgi(listeners, app, config, control)
+    elif wsgi_loop(config) == "native":
+        from refork.serving.native import serve_wsgi_native
+
+        serve_wsgi_native(listeners, app, config, control)
     else:
         from refork.serving.threaded import serve_wsgi
 
         serve_wsgi(listeners, app, config, control)
+
+
+_chosen: dict[str, str] = {}
+
+
+def wsgi_loop(config: Config) -> str:
+    """The WSGI loop for this config, "native" or "python" (--wsgi-loop; auto: native when
+    refork._native is built); logged once per process. ConfigError: native asked, not built."""
+    from refork.serving.native import choose
+
+    setting = str(config.wsgi_loop)
+    loop = _chosen.get(setting)
+    if loop is None:
+        loop = _chosen[setting] = choose(setting)
+        why = " (auto)" if setting == "auto" else ""
+        log.info("WSGI loop: %s%s", loop, why)
+    return loop
+
+
+def check_wsgi_loop(config: Config) -> None:
+    """At start-up: --wsgi-loop native without the extension is a config error (one line, exit 2)."""
+    from refork.serving.native import check
+
+    check(str(config.wsgi_loop))

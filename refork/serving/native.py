@@ -1,0 +1,94 @@
+"""The native WSGI loop (``--wsgi-loop native``): the WSGI loop with refork._native's request path.
+
+refork._native (Rust: PyO3 + httparse, built from native/ by ``pip install``) reads request heads:
+the common shape is parsed with httparse and its Request event built in one native call; any other
+message (an unusual method or target, chunked, Expect, Upgrade, a head split across reads, an
+error) is handed from its first byte to the Python parser (:mod:`refork.http.parser`), so every
+rejection, limit and status code is the Python parser's, by construction. Everything else (accept,
+timeouts, the drain, safe points, the pool of ``--threads``, TLS, the access log) is the Python
+loop's (:mod:`refork.serving.threaded`), unchanged: both loops pass the same tests. The extension
+starts no thread, so nothing native exists in a mold or across a fork.
+
+Choosing (:func:`choose`): ``python``; ``native`` (a config error when the extension is not built);
+``auto`` = native when the extension imports. See docs/native.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import socket
+from typing import Any
+
+from refork.config import Config
+from refork.errors import ConfigError
+from refork.http.events import Body, ParseError, Request
+from refork.http.parser import Limits, RequestParser
+from refork.http.rare import EOM
+from refork.serving.contract import WorkerControl
+from refork.serving.outbox import Outbox
+from refork.serving.threaded import _Loop
+from refork.serving.threaded_conn import Conn
+from refork.serving.tls import TlsConn
+from refork.wsgi import EnvironBuilder
+
+log = logging.getLogger("refork")
+
+NATIVE_MODULE = "refork._native"
+
+
+def available() -> bool:
+    """The extension is built and imports."""
+    try:
+        importlib.import_module(NATIVE_MODULE)
+    except ImportError:
+        return False
+    return True
+
+
+def check(setting: str) -> None:
+    """``--wsgi-loop native`` without the extension: one readable config error (exit 2)."""
+    if setting == "native" and not available():
+        raise ConfigError(
+            "--wsgi-loop native: the native extension refork._native is not built "
+            "(reinstall with `pip install -e .` where cargo is on PATH, or use --wsgi-loop python)"
+        )
+
+
+def choose(setting: str) -> str:
+    """The loop that runs for this setting: "native" or "python" (see the module docstring)."""
+    if setting == "python":
+        return "python"
+    if available():
+        return "native"
+    check(setting)
+    return "python"
+
+
+def native_parser(limits: Limits) -> Any:
+    """A refork._native.Parser: RequestParser's contract, httparse on the common path."""
+    from refork import _native  # type: ignore[attr-defined]
+
+    return _native.Parser(limits, RequestParser, Request, Body, EOM, ParseError)
+
+
+class NativeConn(Conn):
+    """A Conn whose parser is refork._native.Parser."""
+
+    __slots__ = ()
+
+    def __init__(self, sock: socket.socket, client: Any, builder: EnvironBuilder, limits: Limits,
+                 out: Outbox, tls: TlsConn | None = None) -> None:  # fmt: skip
+        super().__init__(sock, client, builder, limits, out, tls)
+        self.parser = native_parser(limits)
+
+
+class _NativeLoop(_Loop):
+    conn_type = NativeConn
+
+
+def serve_wsgi_native(
+    listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
+) -> None:
+    """Serve WSGI with the native request path until the control says stop (see WorkerControl)."""
+    _NativeLoop(listeners, app, config, control).run()
