@@ -19,6 +19,7 @@ setup(
             binding=Binding.PyO3,
             py_limited_api="cp310",
             debug=False,
+            optional=True,  # no cargo: installed without it, and --wsgi-loop auto serves with Python
         )
     ],
 )

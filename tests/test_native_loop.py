@@ -30,11 +30,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_http_parser import merge_bodies
 
-from refork.http.events import Event, ParseError
+from refork.http.body import BodyBuffer, Spool
+from refork.http.events import Event, ParseError, Request
+from refork.http.forwarded import TrustedProxies
 from refork.http.parser import Limits, RequestParser
-from refork.serving.native import available, choose, native_parser
+from refork.serving.native import NativeEnvironBuilder, available, choose, native_parser
+from refork.wsgi import EnvironBuilder
 
-pytestmark = pytest.mark.skipif(not available(), reason="unreachable: the test install builds refork._native")
+
+def test_the_extension_is_built() -> None:
+    """The test install builds it (cargo is required here): never skip the native tests."""
+    assert available()
 
 LIMITS = [
     Limits(),
@@ -96,6 +102,39 @@ def test_the_fast_path_builds_what_the_python_parser_builds() -> None:
     assert [type(e).__name__ for e in events] == [
         "Request", "EndOfMessage", "Request", "Body", "EndOfMessage", "Request", "EndOfMessage",
     ]  # fmt: skip
+
+
+BUILDERS = [
+    dict(server=("127.0.0.1", 8000)),
+    dict(server="/tmp/x.sock", url_scheme="https", root_path="/app/"),
+    dict(server=("::1", 443), url_scheme="https", proxies=TrustedProxies(["127.0.0.1"])),
+]
+EXTRA = [
+    b"GET /app/x%41%zz%?a=%20 HTTP/1.1\r\nHost: [::1]:99\r\nCookie: a\r\nCookie: b\r\nA: 1\r\nA: 2\r\n\r\n",
+    b"GET /app HTTP/1.1\r\nHost: h\xe9:x\r\nX_Y: 1\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n",
+    b"POST /x HTTP/1.0\r\nContent-Type: a/b\r\nContent-Length: 2\r\n\r\nab",
+    b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("spec", BUILDERS, ids=["tcp", "unix-root", "proxied"])
+def test_the_native_environ_is_the_python_environ(spec: dict) -> None:
+    for raw in CORPUS + EXTRA:
+        try:
+            events = RequestParser().feed(raw)
+        except ParseError:
+            continue
+        for request in (e for e in events if isinstance(e, Request)):
+            for client in (("127.0.0.1", 4321), None):
+                body = BodyBuffer(1 << 20, Spool(1 << 20, None), request.content_length).finish()
+                python = EnvironBuilder(**spec)
+                native = NativeEnvironBuilder.like(EnvironBuilder(**spec))
+                assert type(native) is NativeEnvironBuilder
+                expected = python.build(request, body, client)
+                got = native.build(request, body, client)
+                for env in (expected, got):
+                    env.pop("wsgi.errors")
+                assert got == expected, (raw, spec, client)
 
 
 def test_auto_picks_native_and_native_without_the_extension_is_a_config_error() -> None:

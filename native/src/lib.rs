@@ -13,7 +13,8 @@
 //! the connection comes back to the fast path.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use std::collections::HashMap;
 
 const MAX_FAST_HEADERS: usize = 64;
 
@@ -378,8 +379,234 @@ impl Parser {
     }
 }
 
+
+/// latin-1 bytes as a str (what `bytes.decode("latin-1")` gives).
+fn latin1<'py>(py: Python<'py>, b: &[u8]) -> Bound<'py, PyString> {
+    if b.is_ascii() {
+        PyString::new(py, std::str::from_utf8(b).expect("ascii"))
+    } else {
+        PyString::new(py, &b.iter().map(|&c| c as char).collect::<String>())
+    }
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// urllib.parse.unquote_to_bytes: %XX decoded, any other % kept.
+fn unquote(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] == b'%' && i + 2 < raw.len() {
+            if let (Some(h), Some(l)) = (hex(raw[i + 1]), hex(raw[i + 2])) {
+                out.push(h * 16 + l);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(raw[i]);
+        i += 1;
+    }
+    out
+}
+
+/// refork.wsgi.environ._split_host: (name, port) of a Host value.
+fn split_host<'a>(host: &'a [u8], default_port: &'a [u8]) -> (&'a [u8], &'a [u8]) {
+    if host.first() == Some(&b'[') {
+        if let Some(end) = host.iter().position(|&b| b == b']') {
+            if end > 0 {
+                let rest = &host[end + 1..];
+                let port = if rest.first() == Some(&b':') && rest.len() > 1 { &rest[1..] } else { default_port };
+                return (&host[1..end], port);
+            }
+        }
+    }
+    if let Some(colon) = host.iter().rposition(|&b| b == b':') {
+        let port = &host[colon + 1..];
+        if !port.is_empty() && port.iter().all(|b| b.is_ascii_digit()) {
+            return (&host[..colon], port);
+        }
+    }
+    (host, default_port)
+}
+
+/// The environ of one request, as refork.wsgi.EnvironBuilder.build makes it, for requests
+/// without X-Forwarded-* fields (None: the Python builder decides, proxies and all).
+#[pyclass(module = "refork._native")]
+pub struct Environ {
+    base: Py<PyDict>,
+    root: Vec<u8>,
+    scheme: Vec<u8>,
+    server_name: Py<PyString>,
+    server_port: Py<PyString>,
+    names: HashMap<Vec<u8>, Option<Py<PyString>>>,
+    hosts: HashMap<Vec<u8>, (Py<PyString>, Py<PyString>)>,
+}
+
+#[pymethods]
+impl Environ {
+    /// Environ(base, root_path, url_scheme, server_name, server_port): root_path latin-1 encodable.
+    #[new]
+    fn new(
+        base: Bound<'_, PyDict>,
+        root_path: &str,
+        url_scheme: &str,
+        server_name: Bound<'_, PyString>,
+        server_port: Bound<'_, PyString>,
+    ) -> PyResult<Self> {
+        let root: Vec<u8> = root_path
+            .chars()
+            .map(|c| u8::try_from(c as u32).map_err(|_| pyo3::exceptions::PyValueError::new_err("root_path")))
+            .collect::<PyResult<_>>()?;
+        Ok(Environ {
+            base: base.unbind(),
+            root,
+            scheme: url_scheme.as_bytes().to_vec(),
+            server_name: server_name.unbind(),
+            server_port: server_port.unbind(),
+            names: HashMap::new(),
+            hosts: HashMap::new(),
+        })
+    }
+
+    /// build(request, body, client) -> the environ dict, or None when a forwarded field is present.
+    fn build<'py>(
+        &mut self,
+        py: Python<'py>,
+        request: &Bound<'py, PyAny>,
+        body: &Bound<'py, PyAny>,
+        client: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let headers = request.getattr(pyo3::intern!(py, "headers"))?;
+        let headers = headers.downcast::<PyList>()?;
+        let env = self.base.bind(py).copy()?;
+        let mut host: Option<Vec<u8>> = None;
+        for item in headers.iter() {
+            let pair = item.downcast::<PyTuple>()?;
+            let name_obj = pair.get_item(0)?;
+            let name = name_obj.downcast::<PyBytes>()?.as_bytes();
+            if name.starts_with(b"x-forwarded-") {
+                return Ok(None);
+            }
+            let key = match self.names.get(name) {
+                Some(k) => k.as_ref().map(|k| k.clone_ref(py)),
+                None => {
+                    let k = if name.contains(&b'_') {
+                        None
+                    } else {
+                        let cgi = match name {
+                            b"content-type" => "CONTENT_TYPE".to_string(),
+                            b"content-length" => "CONTENT_LENGTH".to_string(),
+                            _ => {
+                                let mut k = String::from("HTTP_");
+                                for &b in name {
+                                    k.push(if b == b'-' { '_' } else { (b as char).to_ascii_uppercase() });
+                                }
+                                k
+                            }
+                        };
+                        Some(PyString::intern(py, &cgi).unbind())
+                    };
+                    if self.names.len() < 512 {
+                        self.names.insert(name.to_vec(), k.as_ref().map(|k| k.clone_ref(py)));
+                    }
+                    k
+                }
+            };
+            let Some(key) = key else { continue };
+            let key = key.bind(py);
+            let value_obj = pair.get_item(1)?;
+            let value = value_obj.downcast::<PyBytes>()?.as_bytes();
+            if name == b"host" {
+                host = Some(value.to_vec());
+            }
+            match env.get_item(key)? {
+                Some(old) => {
+                    let sep = if key.to_str()? == "HTTP_COOKIE" { "; " } else { "," };
+                    let joined = format!("{}{}{}", old.downcast::<PyString>()?.to_str()?, sep, latin1(py, value).to_str()?);
+                    env.set_item(key, joined)?;
+                }
+                None => env.set_item(key, latin1(py, value))?,
+            }
+        }
+        env.set_item(pyo3::intern!(py, "REQUEST_METHOD"), request.getattr(pyo3::intern!(py, "method"))?)?;
+        let path_obj = request.getattr(pyo3::intern!(py, "path"))?;
+        let raw = path_obj.downcast::<PyBytes>()?.as_bytes();
+        let decoded;
+        let mut path: &[u8] = if raw.contains(&b'%') {
+            decoded = unquote(raw);
+            &decoded
+        } else {
+            raw
+        };
+        let root = &self.root;
+        if !root.is_empty() && path.starts_with(root) && (path.len() == root.len() || path[root.len()] == b'/') {
+            path = &path[root.len()..];
+        }
+        env.set_item(pyo3::intern!(py, "PATH_INFO"), latin1(py, path))?;
+        let query = request.getattr(pyo3::intern!(py, "query"))?;
+        env.set_item(pyo3::intern!(py, "QUERY_STRING"), latin1(py, query.downcast::<PyBytes>()?.as_bytes()))?;
+        let target = request.getattr(pyo3::intern!(py, "target"))?;
+        let target = latin1(py, target.downcast::<PyBytes>()?.as_bytes());
+        env.set_item(pyo3::intern!(py, "RAW_URI"), &target)?;
+        env.set_item(pyo3::intern!(py, "REQUEST_URI"), &target)?;
+        let version = request.getattr(pyo3::intern!(py, "http_version"))?;
+        let version = version.downcast::<PyString>()?.to_str()?;
+        match version {
+            "1.1" => env.set_item(pyo3::intern!(py, "SERVER_PROTOCOL"), pyo3::intern!(py, "HTTP/1.1"))?,
+            "1.0" => env.set_item(pyo3::intern!(py, "SERVER_PROTOCOL"), pyo3::intern!(py, "HTTP/1.0"))?,
+            v => env.set_item(pyo3::intern!(py, "SERVER_PROTOCOL"), format!("HTTP/{v}"))?,
+        }
+        if !request.getattr(pyo3::intern!(py, "content_length"))?.is_none()
+            || request.getattr(pyo3::intern!(py, "chunked"))?.is_truthy()?
+        {
+            let length = body.getattr(pyo3::intern!(py, "length"))?;
+            env.set_item(pyo3::intern!(py, "CONTENT_LENGTH"), length.str()?)?;
+        }
+        env.set_item(pyo3::intern!(py, "wsgi.input"), body)?;
+        if !client.is_none() {
+            env.set_item(pyo3::intern!(py, "REMOTE_ADDR"), client.get_item(0)?)?;
+            env.set_item(pyo3::intern!(py, "REMOTE_PORT"), client.get_item(1)?.str()?)?;
+        }
+        let (name, port) = match host {
+            None => {
+                let port = self.server_port.bind(py);
+                let port = if port.to_str()?.is_empty() {
+                    let default = if self.scheme == b"https" || self.scheme == b"wss" { "443" } else { "80" };
+                    PyString::new(py, default)
+                } else {
+                    port.clone()
+                };
+                (self.server_name.bind(py).clone(), port)
+            }
+            Some(h) => match self.hosts.get(&h) {
+                Some((n, p)) => (n.bind(py).clone(), p.bind(py).clone()),
+                None => {
+                    let default: &[u8] = if self.scheme == b"https" || self.scheme == b"wss" { b"443" } else { b"80" };
+                    let (n, p) = split_host(&h, default);
+                    let (n, p) = (latin1(py, n), latin1(py, p));
+                    if self.hosts.len() < 256 {
+                        self.hosts.insert(h.clone(), (n.clone().unbind(), p.clone().unbind()));
+                    }
+                    (n, p)
+                }
+            },
+        };
+        env.set_item(pyo3::intern!(py, "SERVER_NAME"), name)?;
+        env.set_item(pyo3::intern!(py, "SERVER_PORT"), port)?;
+        Ok(Some(env))
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Parser>()?;
+    m.add_class::<Environ>()?;
     Ok(())
 }

@@ -22,6 +22,7 @@ from typing import Any
 
 from refork.config import Config
 from refork.errors import ConfigError
+from refork.http.body import InputStream
 from refork.http.events import Body, ParseError, Request
 from refork.http.parser import Limits, RequestParser
 from refork.http.rare import EOM
@@ -72,6 +73,42 @@ def native_parser(limits: Limits) -> Any:
     return _native.Parser(limits, RequestParser, Request, Body, EOM, ParseError)
 
 
+def native_environ(builder: EnvironBuilder) -> Any:
+    """A refork._native.Environ for this builder's settings; None where it cannot stand in (a
+    root path beyond latin-1)."""
+    from refork import _native  # type: ignore[attr-defined]
+
+    try:
+        return _native.Environ(builder.base, builder.root_path, builder.url_scheme, builder.server_name,
+                               builder.server_port)  # fmt: skip
+    except ValueError:
+        return None
+
+
+class NativeEnvironBuilder(EnvironBuilder):
+    """EnvironBuilder whose build() is refork._native.Environ for every request without an
+    X-Forwarded-* field (those take the Python builder: the trusted-proxy rules)."""
+
+    native: Any
+
+    @classmethod
+    def like(cls, builder: EnvironBuilder) -> EnvironBuilder:
+        """The same builder (same base dict, caches, proxies) with the native build()."""
+        native = native_environ(builder)
+        if native is None:
+            return builder
+        new = cls.__new__(cls)
+        new.__dict__.update(builder.__dict__)
+        new.native = native
+        return new
+
+    def build(self, request: Request, body: InputStream, client: tuple[str, int] | None) -> dict[str, Any]:
+        env: dict[str, Any] | None = self.native.build(request, body, client)
+        if env is None:
+            return super().build(request, body, client)
+        return env
+
+
 class NativeConn(Conn):
     """A Conn whose parser is refork._native.Parser."""
 
@@ -85,6 +122,13 @@ class NativeConn(Conn):
 
 class _NativeLoop(_Loop):
     conn_type = NativeConn
+
+    def __init__(
+        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
+    ) -> None:
+        super().__init__(listeners, app, config, control)
+        for fd, (lsock, builder) in list(self.listeners.items()):
+            self.listeners[fd] = (lsock, NativeEnvironBuilder.like(builder))
 
 
 def serve_wsgi_native(
