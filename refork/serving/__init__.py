@@ -43,20 +43,14 @@ def serve(
         serve_wsgi(listeners, app, config, control)
 
 
-_chosen: dict[str, str] = {}
-
-
 def wsgi_loop(config: Config) -> str:
     """The WSGI loop for this config, "native" or "python" (--wsgi-loop; auto: native when
-    refork._native is built); logged once per process. ConfigError: native asked, not built."""
+    refork._native is built), logged at each worker start. ConfigError: native asked, not built."""
     from refork.serving.native import choose
 
     setting = str(config.wsgi_loop)
-    loop = _chosen.get(setting)
-    if loop is None:
-        loop = _chosen[setting] = choose(setting)
-        why = " (auto)" if setting == "auto" else ""
-        log.info("WSGI loop: %s%s", loop, why)
+    loop = choose(setting)
+    log.info("WSGI loop: %s%s", loop, " (auto)" if setting == "auto" else "")
     return loop
 
 
