@@ -16,6 +16,7 @@ process suites a second time on the other loop (./scripts/test; REFORK_WSGI_LOOP
 from __future__ import annotations
 
 import http.client
+import re
 import signal
 import subprocess
 import sys
@@ -30,12 +31,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_http_parser import merge_bodies
 
-from refork.http.body import BodyBuffer, Spool
+from refork.http.body import EMPTY_INPUT, BodyBuffer, Spool
 from refork.http.events import Event, ParseError, Request
 from refork.http.forwarded import TrustedProxies
 from refork.http.parser import Limits, RequestParser
-from refork.serving.native import NativeEnvironBuilder, available, choose, native_parser
-from refork.wsgi import EnvironBuilder
+from refork.http.response import simple_response
+from refork.serving.native import (
+    NativeEnvironBuilder,
+    available,
+    choose,
+    native_parser,
+    start_wsgi_native,
+)
+from refork.wsgi import EnvironBuilder, start_wsgi
 
 
 def test_the_extension_is_built() -> None:
@@ -135,6 +143,103 @@ def test_the_native_environ_is_the_python_environ(spec: dict) -> None:
                 for env in (expected, got):
                     env.pop("wsgi.errors")
                 assert got == expected, (raw, spec, client)
+
+
+class Recorder:
+    """An Output that records what a response writes (never backlogged)."""
+
+    zero_copy = False
+    backlogged = False
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def send(self, data: bytes) -> None:
+        self.data += data
+
+    def sendfile(self, fd: int, offset: int, count: int | None) -> int:  # pragma: no cover
+        raise AssertionError("not used")
+
+    def flush(self) -> None:
+        pass
+
+
+def _app(status: str, headers: list, body: object, write: bytes | None = None):
+    def app(environ, start_response):
+        w = start_response(status, list(headers))
+        if write is not None:
+            w(write)
+        return body() if callable(body) else body
+
+    return app
+
+
+class ListBody(list):
+    pass
+
+
+APPS = [
+    _app("200 OK", [("Content-Type", "text/plain")], [b"hello"]),
+    _app("200 OK", [], (b"a", b"b", b"")),
+    _app("200 OK", [], []),
+    _app("201 ", [("X-A", "1"), ("x-a", "2")], [b"x"]),
+    _app("200 OK", [("Content-Length", "5")], [b"hello"]),
+    _app("200 OK", [("Content-Length", "9")], [b"hello"]),  # shorter than its length: close after it
+    _app("200 OK", [("Content-Length", "2")], [b"hello"]),  # longer: a 500
+    _app("200 OK", [("Content-Length", "5"), ("content-length", "5")], [b"hello"]),
+    _app("200 OK", [("Content-Length", "5"), ("content-length", "6")], [b"hello"]),
+    _app("200 OK", [("Content-Length", "+5")], [b"hello"]),
+    _app("200 OK", [("Connection", "Close")], [b"bye"]),
+    _app("200 OK", [("Connection", "keep-alive, x")], [b"hi"]),
+    _app("200 OK", [("Date", "yesterday"), ("Server", "other")], [b"hi"]),
+    _app("204 No Content", [], []),
+    _app("304 Not Modified", [("Content-Length", "10")], []),
+    _app("199 Early", [], [b"x"]),
+    _app("404 Not Found", [], [b"no"] * 3),
+    _app("200 OK", [], [b"x" * 70000]),
+    _app("200 OK", [], [b"a", "not bytes"]),
+    _app("200 OK", [], [bytearray(b"ba")]),
+    _app("200 OK", [], lambda: iter([b"gen", b"erator"])),
+    _app("200 OK", [], ListBody([b"sub"])),
+    _app("200 OK", [], [b"after write"], write=b"written "),
+    _app("bad", [], [b"x"]),
+    _app("200 OK", [("Transfer-Encoding", "chunked")], [b"x"]),
+]
+HEADS = [
+    b"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    b"GET / HTTP/1.0\r\n\r\n",
+    b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+    b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"HEAD / HTTP/1.0\r\n\r\n",
+]
+DATE = re.compile(rb"Date: [^\r]*\r\n")
+
+
+@pytest.mark.parametrize("keep_alive", [True, False])
+def test_the_native_response_is_the_python_response(keep_alive: bool) -> None:
+    for raw in HEADS:
+        request = RequestParser().feed(raw)[0]
+        for app in APPS:
+            seen = []
+            for start in (start_wsgi, start_wsgi_native):
+                out = Recorder()
+                environ = EnvironBuilder(server=("127.0.0.1", 80)).build(request, EMPTY_INPUT, None)
+                outcome = start(app, environ, request, out, keep_alive)
+                seen.append((DATE.sub(b"Date: -\r\n", out.data), outcome))
+            assert seen[1] == seen[0], (raw, app)
+
+
+def test_the_native_date_line_is_the_python_one() -> None:
+    out = Recorder()
+    request = RequestParser().feed(HEADS[0])[0]
+    environ = EnvironBuilder(server=("127.0.0.1", 80)).build(request, EMPTY_INPUT, None)
+    for _ in range(3):  # a second may turn between the two: one of three tries is enough
+        start_wsgi_native(APPS[0], environ, request, out, True)
+        python = simple_response(200)
+        if DATE.findall(out.data)[-1] == DATE.findall(python)[0]:
+            return
+    raise AssertionError((out.data, python))
 
 
 def test_auto_picks_native_and_native_without_the_extension_is_a_config_error() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import logging
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from refork.config import Config
@@ -26,25 +27,27 @@ from refork.http.body import InputStream
 from refork.http.events import Body, ParseError, Request
 from refork.http.parser import Limits, RequestParser
 from refork.http.rare import EOM
+from refork.http.response import ResponseFramer
 from refork.serving.contract import WorkerControl
 from refork.serving.outbox import Outbox
 from refork.serving.threaded import _Loop
 from refork.serving.threaded_conn import Conn
 from refork.serving.tls import TlsConn
-from refork.wsgi import EnvironBuilder
-
-log = logging.getLogger("refork")
+from refork.wsgi import EnvironBuilder, Outcome, Output, Streaming
+from refork.wsgi.response import _close, _Exchange, _finish, _send_result  # the response path's steps
 
 NATIVE_MODULE = "refork._native"
+try:
+    _native: Any = importlib.import_module(NATIVE_MODULE)
+except ImportError:  # not built: --wsgi-loop auto serves with the Python loop
+    _native = None
+
+log = logging.getLogger("refork")
 
 
 def available() -> bool:
     """The extension is built and imports."""
-    try:
-        importlib.import_module(NATIVE_MODULE)
-    except ImportError:
-        return False
-    return True
+    return _native is not None
 
 
 def check(setting: str) -> None:
@@ -68,16 +71,12 @@ def choose(setting: str) -> str:
 
 def native_parser(limits: Limits) -> Any:
     """A refork._native.Parser: RequestParser's contract, httparse on the common path."""
-    from refork import _native  # type: ignore[attr-defined]
-
     return _native.Parser(limits, RequestParser, Request, Body, EOM, ParseError)
 
 
 def native_environ(builder: EnvironBuilder) -> Any:
     """A refork._native.Environ for this builder's settings; None where it cannot stand in (a
     root path beyond latin-1)."""
-    from refork import _native  # type: ignore[attr-defined]
-
     try:
         return _native.Environ(builder.base, builder.root_path, builder.url_scheme, builder.server_name,
                                builder.server_port)  # fmt: skip
@@ -109,6 +108,42 @@ class NativeEnvironBuilder(EnvironBuilder):
         return env
 
 
+def start_wsgi_native(
+    app: Callable[..., Any], environ: dict[str, Any], request: Request, out: Output, keep_alive: bool = True
+) -> Outcome | Streaming:
+    """refork.wsgi.start_wsgi, with a list/tuple body of bytes up to 64 KiB framed natively
+    (refork._native.frame_list: the head, the Date line cached per second, the body, one write).
+    Everything else, and any case frame_list declines, is start_wsgi's own path: nothing is sent
+    before that decision, so the bytes on the wire are the same either way."""
+    framer = ResponseFramer(request, server_keep_alive=keep_alive)
+    ex = _Exchange(framer, out)
+    result = None
+    try:
+        result = app(environ, ex.start_response)
+        kind = type(result)
+        framed = None
+        if (kind is list or kind is tuple) and ex.code and not ex.head_sent:
+            framed = _native.frame_list(ex.code, ex.reason, ex.headers, ex.has_length, result, framer.no_body,
+                                 request.http_version != "1.0", framer.keep_alive)  # fmt: skip
+        if framed is not None:
+            data, framer.body_bytes, framer.keep_alive = framed
+            ex.head_sent = True
+            ex.send(data)
+            items = None
+        else:
+            items = _send_result(ex, result)
+    except Exception as exc:
+        return _finish(ex, environ, result, exc)
+    except BaseException:
+        _close(result)
+        raise
+    if items is not None or out.backlogged:
+        return Streaming(ex, items, result, environ)
+    if getattr(result, "close", None) is None:  # the common list body: nothing to close
+        return ex.code, framer.body_bytes, framer.keep_alive
+    return _finish(ex, environ, result)
+
+
 class NativeConn(Conn):
     """A Conn whose parser is refork._native.Parser."""
 
@@ -122,6 +157,7 @@ class NativeConn(Conn):
 
 class _NativeLoop(_Loop):
     conn_type = NativeConn
+    start_wsgi = staticmethod(start_wsgi_native)
 
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
