@@ -351,6 +351,9 @@ class Control:
     def tick(self) -> None:
         self.ticks += 1
 
+    def ready_for_requests(self) -> None:
+        pass
+
 
 def serve_in_thread(listeners, threads=1, **config):
     from apps.wsgi_apps import app

@@ -36,6 +36,7 @@ def serve(
     elif wsgi_loop(config) == "native":
         from refork.serving.native import serve_wsgi_native
 
+        control.ready_for_requests()  # no start-up work in the loop (the app was loaded and warmed)
         serve_wsgi_native(listeners, app, config, control)
     else:
         from refork.serving.threaded import serve_wsgi
