@@ -145,6 +145,32 @@ def test_the_native_environ_is_the_python_environ(spec: dict) -> None:
                 assert got == expected, (raw, spec, client)
 
 
+def test_one_native_environ_serves_many_threads() -> None:
+    """--threads: the app threads of a listener share its builder (and its caches)."""
+    builder = NativeEnvironBuilder.like(EnvironBuilder(server=("127.0.0.1", 80)))
+    parser = RequestParser()
+    requests = [
+        parser.feed(b"GET /%d HTTP/1.1\r\nHost: h%d:%d\r\nX-H%d: v\r\n\r\n" % (i, i % 300, i, i))[0]
+        for i in range(600)
+    ]
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for request in requests:
+                env = builder.build(request, EMPTY_INPUT, ("127.0.0.1", 1))
+                assert env["PATH_INFO"] == request.path.decode()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    workers = [threading.Thread(target=work) for _ in range(8)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert not failures, failures
+
+
 class Recorder:
     """An Output that records what a response writes (never backlogged)."""
 

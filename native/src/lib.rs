@@ -15,6 +15,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 const MAX_FAST_HEADERS: usize = 64;
 
@@ -438,15 +439,22 @@ fn split_host<'a>(host: &'a [u8], default_port: &'a [u8]) -> (&'a [u8], &'a [u8]
 
 /// The environ of one request, as refork.wsgi.EnvironBuilder.build makes it, for requests
 /// without X-Forwarded-* fields (None: the Python builder decides, proxies and all).
-#[pyclass(module = "refork._native")]
+///
+/// Shared by the app threads of a listener (--threads): frozen, its two caches behind mutexes
+/// that are never held across a call into Python (which may switch threads).
+#[pyclass(module = "refork._native", frozen)]
 pub struct Environ {
     base: Py<PyDict>,
     root: Vec<u8>,
     scheme: Vec<u8>,
     server_name: Py<PyString>,
     server_port: Py<PyString>,
-    names: HashMap<Vec<u8>, Option<Py<PyString>>>,
-    hosts: HashMap<Vec<u8>, (Py<PyString>, Py<PyString>)>,
+    names: Mutex<HashMap<Vec<u8>, Option<Py<PyString>>>>,
+    hosts: Mutex<HashMap<Vec<u8>, (Py<PyString>, Py<PyString>)>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[pymethods]
@@ -470,14 +478,14 @@ impl Environ {
             scheme: url_scheme.as_bytes().to_vec(),
             server_name: server_name.unbind(),
             server_port: server_port.unbind(),
-            names: HashMap::new(),
-            hosts: HashMap::new(),
+            names: Mutex::new(HashMap::new()),
+            hosts: Mutex::new(HashMap::new()),
         })
     }
 
     /// build(request, body, client) -> the environ dict, or None when a forwarded field is present.
     fn build<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         request: &Bound<'py, PyAny>,
         body: &Bound<'py, PyAny>,
@@ -494,8 +502,9 @@ impl Environ {
             if name.starts_with(b"x-forwarded-") {
                 return Ok(None);
             }
-            let key = match self.names.get(name) {
-                Some(k) => k.as_ref().map(|k| k.clone_ref(py)),
+            let cached = locked(&self.names).get(name).map(|k| k.as_ref().map(|k| k.clone_ref(py)));
+            let key = match cached {
+                Some(k) => k,
                 None => {
                     let k = if name.contains(&b'_') {
                         None
@@ -513,8 +522,9 @@ impl Environ {
                         };
                         Some(PyString::intern(py, &cgi).unbind())
                     };
-                    if self.names.len() < 512 {
-                        self.names.insert(name.to_vec(), k.as_ref().map(|k| k.clone_ref(py)));
+                    let mut names = locked(&self.names);
+                    if names.len() < 512 {
+                        names.insert(name.to_vec(), k.as_ref().map(|k| k.clone_ref(py)));
                     }
                     k
                 }
@@ -585,14 +595,19 @@ impl Environ {
                 };
                 (self.server_name.bind(py).clone(), port)
             }
-            Some(h) => match self.hosts.get(&h) {
-                Some((n, p)) => (n.bind(py).clone(), p.bind(py).clone()),
+            Some(h) => match {
+                // (a statement of its own: the guard is dropped before the arms run)
+                let hit = locked(&self.hosts).get(&h).map(|(n, p)| (n.clone_ref(py), p.clone_ref(py)));
+                hit
+            } {
+                Some((n, p)) => (n.into_bound(py), p.into_bound(py)),
                 None => {
                     let default: &[u8] = if self.scheme == b"https" || self.scheme == b"wss" { b"443" } else { b"80" };
                     let (n, p) = split_host(&h, default);
                     let (n, p) = (latin1(py, n), latin1(py, p));
-                    if self.hosts.len() < 256 {
-                        self.hosts.insert(h.clone(), (n.clone().unbind(), p.clone().unbind()));
+                    let mut hosts = locked(&self.hosts);
+                    if hosts.len() < 256 {
+                        hosts.insert(h.clone(), (n.clone().unbind(), p.clone().unbind()));
                     }
                     (n, p)
                 }
