@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if config.check_config:
             return check_config(config)
+        from refork.serving import check_wsgi_loop
+
+        check_wsgi_loop(config)  # --wsgi-loop native without the extension: exit 2, one line
         from refork.process.monitor import run
 
         return run(config, partial(load_config, argv, os.environ, os.getcwd()))

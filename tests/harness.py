@@ -107,7 +107,8 @@ def main() -> None:
     sock.bind(("127.0.0.1", port))
     sock.listen(1024)
     sock.setblocking(False)
-    config = Config(app=spec, threads=threads, keepalive=2.0, header_timeout=2.0)
+    loop = os.environ.get("REFORK_WSGI_LOOP", "auto")  # the suites run once per WSGI loop
+    config = Config(app=spec, threads=threads, keepalive=2.0, header_timeout=2.0, wsgi_loop=loop)
     control = HarnessControl()
     signal.signal(signal.SIGTERM, lambda *_: control.signal(b"T"))
     signal.signal(signal.SIGINT, lambda *_: control.signal(b"I"))

@@ -351,19 +351,23 @@ class Control:
     def tick(self) -> None:
         self.ticks += 1
 
+    def ready_for_requests(self) -> None:
+        pass
+
 
 def serve_in_thread(listeners, threads=1, **config):
     from apps.wsgi_apps import app
 
     from refork.config import Config
-    from refork.serving.threaded import serve_wsgi
+    from refork.serving import serve
 
     control = Control()
+    config.setdefault("wsgi_loop", os.environ.get("REFORK_WSGI_LOOP", "auto"))  # once per WSGI loop
     outcome: list[BaseException | None] = []
 
     def run():
         try:
-            serve_wsgi(listeners, app, Config(threads=threads, keepalive=5.0, **config), control)
+            serve(listeners, app, "wsgi", Config(threads=threads, keepalive=5.0, **config), control)
             outcome.append(None)
         except BaseException as e:  # noqa: BLE001 - the test inspects it
             outcome.append(e)

@@ -10,13 +10,16 @@ written once, in :mod:`refork.serving.connection`.
 
 from __future__ import annotations
 
+import logging
 import socket
 from typing import Any
 
 from refork.config import Config
 from refork.serving.contract import WorkerControl
 
-__all__ = ["WorkerControl", "serve"]
+__all__ = ["WorkerControl", "check_wsgi_loop", "serve", "wsgi_loop"]
+
+log = logging.getLogger("refork")
 
 
 def serve(
@@ -30,8 +33,31 @@ def serve(
         from refork.serving.aio import serve_asgi
 
         serve_asgi(listeners, app, config, control)
+    elif wsgi_loop(config) == "native":
+        from refork.serving.native import serve_wsgi_native
+
+        control.ready_for_requests()  # no start-up work in the loop (the app was loaded and warmed)
+        serve_wsgi_native(listeners, app, config, control)
     else:
         from refork.serving.threaded import serve_wsgi
 
         control.ready_for_requests()  # no start-up work in the loop (the app was loaded and warmed)
         serve_wsgi(listeners, app, config, control)
+
+
+def wsgi_loop(config: Config) -> str:
+    """The WSGI loop for this config, "native" or "python" (--wsgi-loop; auto: native when
+    refork._native is built), logged at each worker start. ConfigError: native asked, not built."""
+    from refork.serving.native import choose
+
+    setting = str(config.wsgi_loop)
+    loop = choose(setting)
+    log.info("WSGI loop: %s%s", loop, " (auto)" if setting == "auto" else "")
+    return loop
+
+
+def check_wsgi_loop(config: Config) -> None:
+    """At start-up: --wsgi-loop native without the extension is a config error (one line, exit 2)."""
+    from refork.serving.native import check
+
+    check(str(config.wsgi_loop))

@@ -58,6 +58,8 @@ _WEBSOCKET_REFUSED = (
 class _Loop(Lifetime):
     """The loop: its state, the run, and the request path (accept, sweep, drain: :class:`Lifetime`)."""
 
+    start_wsgi = staticmethod(start_wsgi)  # the native loop's: refork.serving.native.start_wsgi_native
+
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
     ) -> None:
@@ -319,7 +321,7 @@ class _Loop(Lifetime):
         try:
             environ = conn.builder.build(request, stream, conn.client)
             keep_alive = not (self.draining or control.stopping)
-            outcome = start_wsgi(self.app, environ, request, out, keep_alive)
+            outcome = self.start_wsgi(self.app, environ, request, out, keep_alive)
             if type(outcome) is Streaming:
                 writing = True
                 control.request_waiting(token)  # the client's time now, not the app's

@@ -55,6 +55,7 @@ class Lifetime:
     parked: list[Job]
     wake_r: socket.socket | None
     wake_w: socket.socket | None
+    conn_type: type[Conn] = Conn  # the native loop's connections parse with refork._native
 
     if TYPE_CHECKING:  # the request path's, in _Loop
 
@@ -184,7 +185,7 @@ class Lifetime:
                     continue
             else:
                 out = Outbox(sock, client, self.timeouts.write, self.control, buffering=self.pool is None)
-                conn = Conn(sock, client, builder, self.limits, out)
+                conn = self.conn_type(sock, client, builder, self.limits, out)
             conn.since = now
             self.conns[conn.fd] = conn
             self.poller.register(conn.fd)
@@ -222,4 +223,4 @@ class Lifetime:
             sock.close()
             return None
         out = TlsOutbox(tsock, client, self.timeouts.write, self.control, buffering=self.pool is None)
-        return Conn(tsock, client, builder, self.limits, out, TlsConn(tsock))
+        return self.conn_type(tsock, client, builder, self.limits, out, TlsConn(tsock))

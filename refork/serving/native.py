@@ -1,0 +1,174 @@
+"""The native WSGI loop (``--wsgi-loop native``): the WSGI loop with refork._native's request path.
+
+refork._native (Rust: PyO3 + httparse, built from native/ by ``pip install``) reads request heads:
+the common shape is parsed with httparse and its Request event built in one native call; any other
+message (an unusual method or target, chunked, Expect, Upgrade, a head split across reads, an
+error) is handed from its first byte to the Python parser (:mod:`refork.http.parser`), so every
+rejection, limit and status code is the Python parser's, by construction. Everything else (accept,
+timeouts, the drain, safe points, the pool of ``--threads``, TLS, the access log) is the Python
+loop's (:mod:`refork.serving.threaded`), unchanged: both loops pass the same tests. The extension
+starts no thread, so nothing native exists in a mold or across a fork.
+
+Choosing (:func:`choose`): ``python``; ``native`` (a config error when the extension is not built);
+``auto`` = native when the extension imports. See docs/native.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from refork.config import Config
+from refork.errors import ConfigError
+from refork.http.body import InputStream
+from refork.http.events import Body, ParseError, Request
+from refork.http.parser import Limits, RequestParser
+from refork.http.rare import EOM
+from refork.http.response import ResponseFramer
+from refork.serving.contract import WorkerControl
+from refork.serving.outbox import Outbox
+from refork.serving.threaded import _Loop
+from refork.serving.threaded_conn import Conn
+from refork.serving.tls import TlsConn
+from refork.wsgi import EnvironBuilder, Outcome, Output, Streaming
+from refork.wsgi.response import _close, _Exchange, _finish, _send_result  # the response path's steps
+
+NATIVE_MODULE = "refork._native"
+try:
+    _native: Any = importlib.import_module(NATIVE_MODULE)
+except ImportError:  # not built: --wsgi-loop auto serves with the Python loop
+    _native = None
+
+log = logging.getLogger("refork")
+
+
+def available() -> bool:
+    """The extension is built and imports."""
+    return _native is not None
+
+
+def check(setting: str) -> None:
+    """``--wsgi-loop native`` without the extension: one readable config error (exit 2)."""
+    if setting == "native" and not available():
+        raise ConfigError(
+            "--wsgi-loop native: the native extension refork._native is not built "
+            "(reinstall with `pip install -e .` where cargo is on PATH, or use --wsgi-loop python)"
+        )
+
+
+def choose(setting: str) -> str:
+    """The loop that runs for this setting: "native" or "python" (see the module docstring)."""
+    if setting == "python":
+        return "python"
+    if available():
+        return "native"
+    check(setting)
+    return "python"
+
+
+def native_parser(limits: Limits) -> Any:
+    """A refork._native.Parser: RequestParser's contract, httparse on the common path."""
+    return _native.Parser(limits, RequestParser, Request, Body, EOM, ParseError)
+
+
+def native_environ(builder: EnvironBuilder) -> Any:
+    """A refork._native.Environ for this builder's settings; None where it cannot stand in (a
+    root path beyond latin-1)."""
+    try:
+        return _native.Environ(builder.base, builder.root_path, builder.url_scheme, builder.server_name,
+                               builder.server_port)  # fmt: skip
+    except ValueError:
+        return None
+
+
+class NativeEnvironBuilder(EnvironBuilder):
+    """EnvironBuilder whose build() is refork._native.Environ for every request without an
+    X-Forwarded-* field (those take the Python builder: the trusted-proxy rules)."""
+
+    native: Any
+
+    @classmethod
+    def like(cls, builder: EnvironBuilder) -> EnvironBuilder:
+        """The same builder (same base dict, caches, proxies) with the native build()."""
+        native = native_environ(builder)
+        if native is None:
+            return builder
+        new = cls.__new__(cls)
+        new.__dict__.update(builder.__dict__)
+        new.native = native
+        return new
+
+    def build(self, request: Request, body: InputStream, client: tuple[str, int] | None) -> dict[str, Any]:
+        env: dict[str, Any] | None = self.native.build(request, body, client)
+        if env is None:
+            return super().build(request, body, client)
+        return env
+
+
+def start_wsgi_native(
+    app: Callable[..., Any], environ: dict[str, Any], request: Request, out: Output, keep_alive: bool = True
+) -> Outcome | Streaming:
+    """refork.wsgi.start_wsgi, with a list/tuple body of bytes up to 64 KiB framed natively
+    (refork._native.frame_list: the head, the Date line cached per second, the body, one write).
+    Everything else, and any case frame_list declines, is start_wsgi's own path: nothing is sent
+    before that decision, so the bytes on the wire are the same either way."""
+    framer = ResponseFramer(request, server_keep_alive=keep_alive)
+    ex = _Exchange(framer, out)
+    result = None
+    try:
+        result = app(environ, ex.start_response)
+        kind = type(result)
+        framed = None
+        if (kind is list or kind is tuple) and ex.code and not ex.head_sent:
+            framed = _native.frame_list(ex.code, ex.reason, ex.headers, ex.has_length, result, framer.no_body,
+                                 request.http_version != "1.0", framer.keep_alive)  # fmt: skip
+        if framed is not None:
+            data, framer.body_bytes, framer.keep_alive = framed
+            ex.head_sent = True
+            ex.send(data)
+            items = None
+        else:
+            items = _send_result(ex, result)
+    except Exception as exc:
+        return _finish(ex, environ, result, exc)
+    except BaseException:
+        _close(result)
+        raise
+    if items is not None or out.backlogged:
+        return Streaming(ex, items, result, environ)
+    if getattr(result, "close", None) is None:  # the common list body: nothing to close
+        return ex.code, framer.body_bytes, framer.keep_alive
+    return _finish(ex, environ, result)
+
+
+class NativeConn(Conn):
+    """A Conn whose parser is refork._native.Parser."""
+
+    __slots__ = ()
+
+    def __init__(self, sock: socket.socket, client: Any, builder: EnvironBuilder, limits: Limits,
+                 out: Outbox, tls: TlsConn | None = None) -> None:  # fmt: skip
+        super().__init__(sock, client, builder, limits, out, tls)
+        self.parser = native_parser(limits)
+
+
+class _NativeLoop(_Loop):
+    conn_type = NativeConn
+    start_wsgi = staticmethod(start_wsgi_native)
+
+    def __init__(
+        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
+    ) -> None:
+        super().__init__(listeners, app, config, control)
+        for fd, (lsock, builder) in list(self.listeners.items()):
+            self.listeners[fd] = (lsock, NativeEnvironBuilder.like(builder))
+
+
+def serve_wsgi_native(
+    listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
+) -> None:
+    """Serve WSGI with the native request path until the control says stop (see WorkerControl)."""
+    _NativeLoop(listeners, app, config, control).run()
