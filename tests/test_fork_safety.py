@@ -123,7 +123,7 @@ def test_a_worker_promoted_under_load_holds_no_connection_but_its_clients(start_
             timeout=30,
             what="gen 1 everywhere",
         )
-    assert load.failures == []
+    assert load.failures == [], server.log()
     assert "fork safety" not in server.log()
 
 

@@ -311,8 +311,9 @@ class Config:
         "--wsgi-loop",
         coerce=c.Choice(WsgiLoop),
         help="WSGI connection loop",
-        doc="`native` is the Rust loop (refork._native), `python` the pure-Python one; `auto` picks "
-        "native where the extension is built",
+        doc="`native` does the per-request work in Rust (refork._native: head parsing, environ, "
+        "response framing), `python` is pure Python; `auto` picks native where the extension is built "
+        "(docs/native.md)",
         group="server",
     )
 

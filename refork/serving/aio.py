@@ -21,6 +21,7 @@ import logging
 import os
 import select
 import socket
+import weakref
 from typing import Any
 
 from refork.asgi import HttpCycle, Lifespan, LifespanFailure
@@ -76,6 +77,9 @@ class Server:
         self.health = health_paths(config.health_path)
         self.timeouts = Timeouts.from_config(config)
         self.connections: set[HttpProtocol | WebSocketProtocol] = set()
+        # accepted, protocol made, connection_made not called yet (a TLS handshake, or the loop
+        # iteration in between): weak, as a failed handshake never calls the protocol again
+        self.arriving: weakref.WeakSet[HttpProtocol] = weakref.WeakSet()
         self.ws_enabled = config.ws != "none"  # hand WebSocket handshakes to aio_websocket
         self.open_websockets = 0  # accepted and not finished: not in in_flight (see aio_websocket)
         self.servers: list[asyncio.AbstractServer] = []
@@ -87,6 +91,7 @@ class Server:
         self.safe_point_requested = False
         self.serving = False  # lifespan startup done and listening: safe points allowed
         self._drained: asyncio.Future[None] | None = None
+        self._drain_confirming = False
         self._tick_handle: asyncio.TimerHandle | None = None
         self._held_heads: list[HttpCycle] = []
 
@@ -198,10 +203,31 @@ class Server:
         self.check_drained()
 
     def check_drained(self) -> None:
+        """Resolve the drain once nothing is left, confirmed one loop iteration later.
+
+        asyncio accepts in one iteration and makes the connection's protocol in the next (a task);
+        a connection accepted just before the listeners closed is invisible until then, and ending
+        the loop now would close it unanswered.
+        """
+        if self._drain_confirming or not self._idle():
+            return
+        self._drain_confirming = True
+        self.loop.call_soon(self._confirm_drained)
+
+    def _confirm_drained(self) -> None:
+        self._drain_confirming = False
         drained = self._drained
-        idle = self.in_flight == 0 and not self.open_websockets and not self.adopting and not self.connections
-        if idle and drained is not None and not drained.done():
+        if self._idle() and drained is not None and not drained.done():
             drained.set_result(None)
+
+    def _idle(self) -> bool:
+        return (
+            self.in_flight == 0
+            and not self.open_websockets
+            and not self.adopting
+            and not self.connections
+            and not self.arriving
+        )
 
     def _graceful_timeout(self) -> None:
         if self._drained is not None and not self._drained.done():

@@ -45,7 +45,7 @@ class HttpProtocol(asyncio.Protocol):
     __slots__ = (
         "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
         "queue", "read_paused", "write_blocked_since", "closing", "since", "pending_error", "eof",
-        "trusted", "body_bytes", "scheme", "drain_waiter",
+        "trusted", "body_bytes", "scheme", "drain_waiter", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, srv: Server) -> None:
@@ -68,6 +68,7 @@ class HttpProtocol(asyncio.Protocol):
         self.body_bytes = 0  # of the request being received: each --body-min-rate extends its deadline
         self.scheme = "http"  # "https" on a TLS listener (asyncio / uvloop did the handshake)
         self.drain_waiter: asyncio.Future[None] | None = None  # send_file() waits for resume_writing
+        srv.arriving.add(self)  # until connection_made: the drain must wait for it too (weakly)
 
     # asyncio.Protocol ------------------------------------------------------------------------
 
@@ -86,6 +87,7 @@ class HttpProtocol(asyncio.Protocol):
         self.trusted = proxies is not None and proxies.trusts(self.client_addr and self.client_addr[0])
         if transport.get_extra_info("ssl_object") is not None:
             self.scheme = "https"
+        self.srv.arriving.discard(self)
         self.srv.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
