@@ -56,7 +56,7 @@ PEERS = ("uvicorn-websockets", "uvicorn-wsproto", "uvicorn-sansio", "granian")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def servers(venv: Path, refork_python: Path, port: int) -> list[Server]:
+def servers(venv: Path, refork_python: Path, port: int, refork_path: Path | None = None) -> list[Server]:
     """All contenders, in run order, on ports port, port+1, ..."""
     bin_ = venv / "bin"
     bind = "127.0.0.1"
@@ -74,8 +74,10 @@ def servers(venv: Path, refork_python: Path, port: int) -> list[Server]:
         ("uvicorn-sansio", [*uvicorn, "--ws", "websockets-sansio", "echo_asgi:app"]),
         ("granian", [*granian, "echo_asgi:app"]),
     ]
+    mine = {"PYTHONPATH": str(refork_path)} if refork_path else {}
     return [
-        Server(name, "asgi", [a.replace("{port}", str(port + i)) for a in argv], port + i, APPS)
+        Server(name, "asgi", [a.replace("{port}", str(port + i)) for a in argv], port + i, APPS,
+               env=mine if name == "refork" else {})  # fmt: skip
         for i, (name, argv) in enumerate(specs)
     ]
 
@@ -83,16 +85,16 @@ def servers(venv: Path, refork_python: Path, port: int) -> list[Server]:
 # --------------------------------------------------------------------------- measurements
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """utime + stime of the given processes (what they used so far, children not included)."""
-    total = 0
+def cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """utime + stime of each process so far (its own threads, not its children), in seconds."""
+    out = {}
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])  # fields 14 and 15 of stat(5)
-    return total / CLK_TCK
+        out[pid] = (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
+    return out
 
 
 def tree_memory(pids: list[int]) -> dict[str, int]:
@@ -133,23 +135,37 @@ def bench_echo(server: Server, duration: float, clients: int) -> dict:
     if error := start(server):
         return {"error": error}
     pids = server.pids()
-    cpu0 = cpu_seconds(pids)
-    t0 = time.monotonic()
+    warmup = 2.0
     argv = wsload("echo", server.port, "--clients", str(clients), "--duration", f"{duration:g}",
-                  "--warmup", "2")  # fmt: skip
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60)
-    wall = time.monotonic() - t0
-    server_cpu = cpu_seconds(server.pids()) - cpu0
+                  "--warmup", f"{warmup:g}")  # fmt: skip
+    client = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # wsload measures from 2 s (connecting) + warm-up after its start to `duration` later: read the
+    # server's CPU over the same window.
+    t0 = time.monotonic()
+    time.sleep(2.0 + warmup)
+    cpu0 = cpu_seconds(pids)
+    time.sleep(max(0.0, t0 + 2.0 + warmup + duration - time.monotonic()))
+    cpu1 = cpu_seconds(pids)
     try:
-        result = json.loads(out.stdout.strip().splitlines()[-1])
+        out, err = client.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        client.kill()
+        out, err = client.communicate()
+    try:
+        result = json.loads(out.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
-        return finish(server, {"error": f"wsload failed: {out.stderr.strip()[-300:] or out.stdout[-300:]}"})
+        return finish(server, {"error": f"wsload failed: {err.strip()[-300:] or out[-300:]}"})
     if not result["messages"]:
         return finish(server, {"error": f"no echo: {result.get('first_error')}"})
-    # The client's whole run (connect + warm-up + measure + close) against the server's over the same span.
-    result["server_cpu_s"] = server_cpu
-    result["server_cpu_pct"] = 100 * server_cpu / wall
-    result["client_cpu_pct"] = 100 * result["cpu_total_s"] / wall
+    by_pid = {pid: cpu1[pid] - cpu0.get(pid, 0.0) for pid in cpu1}
+    result["server_cpu_by_pid_s"] = by_pid
+    result["server_cpu_pct"] = 100 * sum(by_pid.values()) / duration
+    # CPU per echoed message: what a message costs the server, less sensitive to a loaded machine
+    # than msg/s (a server starved of CPU does the same work per message, only later).
+    result["server_cpu_us_per_msg"] = 1e6 * sum(by_pid.values()) / result["messages"]
+    # the busiest process's share: 50% = the load is even over 2 workers, 100% = all on one
+    result["busiest_share_pct"] = 100 * max(by_pid.values()) / (sum(by_pid.values()) or 1)
+    result["client_cpu_pct"] = 100 * (result["cpu_user_s"] + result["cpu_sys_s"]) / duration
     result["server_processes"] = len(pids)
     return finish(server, result)
 
@@ -216,8 +232,10 @@ def bench_idle(server: Server, connections: int, ping_interval: float) -> dict:
 
 def echo_line(r: dict) -> str:
     rtt = f"p50 {r['p50_us'] / 1000:.2f} ms, p99 {r['p99_us'] / 1000:.2f} ms"
-    cpu = f"server CPU {r['server_cpu_pct']:.0f}%, client CPU {r['client_cpu_pct']:.0f}%"
-    return f"{r['mps']:.0f} msg/s, {rtt}, errors {r['errors']}, {cpu}"
+    cpu = (f"server CPU {r['server_cpu_pct']:.0f}% (busiest process {r['busiest_share_pct']:.0f}% of it), "
+           f"client CPU {r['client_cpu_pct']:.0f}%")  # fmt: skip
+    per = f"{r['server_cpu_us_per_msg']:.1f} CPU us/msg"
+    return f"{r['mps']:.0f} msg/s, {rtt}, errors {r['errors']}, {cpu}, {per}"
 
 
 def idle_line(r: dict) -> str:
@@ -230,7 +248,8 @@ def run_rounds(case: str, args: argparse.Namespace, venv: Path, wanted: list[str
     runs: dict[str, list[dict]] = {n: [] for n in wanted}
     failed: dict[str, str] = {}
     for rnd in range(args.rounds):
-        order = [s for s in servers(venv, args.refork_python, port + 10 * rnd) if s.name in wanted]
+        everyone = servers(venv, args.refork_python, port + 10 * rnd, args.refork_path)
+        order = [s for s in everyone if s.name in wanted]
         if rnd % 2:  # alternate the order so no server always runs first
             order.reverse()
         for server in order:
@@ -281,6 +300,7 @@ def report_echo(data: dict, args: argparse.Namespace, wanted: list[str]) -> dict
             "p99_ms": median([r["p99_us"] / 1000 for r in rs]),
             "errors": sum(r["errors"] + r["mismatches"] for r in rs),
             "server_cpu_pct": median([r["server_cpu_pct"] for r in rs]),
+            "cpu_us_per_msg": median([r["server_cpu_us_per_msg"] for r in rs]),
             "client_cpu_pct": median([r["client_cpu_pct"] for r in rs]),
         }
     print(f"\nA. echo: {args.clients} clients, 32-byte text messages, median of {args.rounds} rounds, "
@@ -288,15 +308,17 @@ def report_echo(data: dict, args: argparse.Namespace, wanted: list[str]) -> dict
     rows = []
     for name, s in summary.items():
         if "error" in s:
-            rows.append([name, "-", "-", "-", "-", "-", "-", "-", s["error"]])
+            rows.append([name, "-", "-", "-", "-", "-", "-", "-", "-", "-", s["error"]])
             continue
-        ratio = ratio_cells(summary, "mps", [name], True)[0] if name != "refork" else "-"
+        mine = name == "refork"
+        ratio = "-" if mine else ratio_cells(summary, "mps", [name], True)[0]
+        cpu_ratio = "-" if mine else ratio_cells(summary, "cpu_us_per_msg", [name], False)[0]
         rounds = ", ".join(str(x) for x in s["mps_rounds"])
         rows.append([name, f"{s['mps']:.0f}", rounds, fmt(s["p50_ms"], ".2f"), fmt(s["p99_ms"], ".2f"),
-                     str(s["errors"]), f"{s['server_cpu_pct']:.0f}%",
-                     f"{s['client_cpu_pct']:.0f}%", ratio])  # fmt: skip
+                     str(s["errors"]), f"{s['server_cpu_pct']:.0f}%", f"{s['client_cpu_pct']:.0f}%",
+                     f"{s['cpu_us_per_msg']:.1f}", ratio, cpu_ratio])  # fmt: skip
     print_table(["server", "msg/s", "rounds", "p50 ms", "p99 ms", "errors", "server CPU", "client CPU",
-                 "refork / this"], rows)  # fmt: skip
+                 "CPU us/msg", "refork msg/s / this", "this CPU/msg / refork"], rows)  # fmt: skip
     return summary
 
 
@@ -346,6 +368,8 @@ def main() -> None:
         default=ROOT / ".venv-3.11" / "bin" / "python",
         help="the interpreter that runs refork (default: this checkout's .venv-3.11)",
     )
+    parser.add_argument("--refork-path", type=Path,
+                        help="run refork from this checkout (PYTHONPATH), not the installed one")  # fmt: skip
     parser.add_argument("--duration", type=float, default=10.0, help="measured seconds of echo per server")
     parser.add_argument("--clients", type=int, default=32, help="echo clients (case A)")
     parser.add_argument("--connections", type=int, default=1000, help="idle connections (case B)")
@@ -373,11 +397,15 @@ def main() -> None:
     out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True)
     if out.returncode == 0:
         info["websockets"], info["wsproto"] = out.stdout.split()
-    out = subprocess.run([str(args.refork_python), "-c", "import sys, refork; print(sys.version.split()[0])"],
-                         capture_output=True, text=True)  # fmt: skip
-    info["refork_python"] = out.stdout.strip() or out.stderr.strip()[-200:]
-    info["refork_commit"] = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %s"],
-                                           capture_output=True, text=True).stdout.strip()[:80]  # fmt: skip
+    code = ("import os, sys, refork; print("
+            "sys.version.split()[0], os.path.dirname(os.path.dirname(refork.__file__)))")
+    env = {**os.environ, "PYTHONPATH": str(args.refork_path)} if args.refork_path else None
+    out = subprocess.run([str(args.refork_python), "-c", code], capture_output=True, text=True, env=env)
+    said = out.stdout.strip() or out.stderr.strip()[-200:]
+    info["refork_python"], _, info["refork_from"] = said.partition(" ")
+    commit = subprocess.run(["git", "-C", info["refork_from"] or str(ROOT), "log", "-1", "--format=%h"],
+                            capture_output=True, text=True)  # fmt: skip
+    info["refork_commit"] = commit.stdout.strip() or "(not a git checkout)"
     print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()))
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
 
@@ -391,7 +419,7 @@ def main() -> None:
     results: dict = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "versions": info,
-        "args": vars(args) | {"refork_python": str(args.refork_python)},
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
     }
     data = {}
     for i, case in enumerate(("echo", "idle")):
