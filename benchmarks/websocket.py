@@ -5,8 +5,12 @@ Every server runs the same plain ASGI echo app (benchmarks/apps/echo_asgi.py) wi
 tokio-tungstenite, one thread) built by benchmarks/setup.sh, so the client costs a fraction of the
 server's CPU (printed).
 
-Case A, echo: 32 clients, each sends a 32-byte text message and waits for its echo, in a loop, for
---duration seconds after a 2 s warm-up: messages per second, round-trip p50/p99.
+Case A, echo: 32 clients, each sends a 32-byte text message and waits for its echo, in a loop:
+messages per second, round-trip p50/p99, and the server's CPU time per message. In each round every
+server is started (fresh) and warmed up, then each gets --bursts bursts of --duration seconds,
+interleaved (the order reverses every burst), so that a busy minute of a shared machine falls on all
+of them; refork's ratio to a peer is the median over bursts of the ratio between bursts of the same
+slot.
 
 Case B, idle: after a warm-up (64 clients echoing for 1 s) and with the server's memory settled,
 the PSS and RSS of the server's whole process tree (/proc/PID/smaps_rollup of the monitor, mold and
@@ -15,10 +19,11 @@ are opened and held idle (one client ping per connection every 5 s), the memory 
 again: (open - 0) / connections open = memory per open connection.
 
 Servers are interleaved within each round (a fresh start per case), the order reverses every other
-round, and the median over rounds is reported with refork's ratio to each peer.
+round, and medians are reported with refork's ratio to each peer.
 
-    python3 benchmarks/websocket.py [--python 3.11] [--duration 10] [--rounds 3] [--connections 1000]
-                                    [--only refork,uvicorn-websockets] [--cases echo,idle]
+    python3 benchmarks/websocket.py [--python 3.11] [--rounds 3] [--bursts 5] [--duration 3]
+                                    [--connections 1000] [--only refork,uvicorn-websockets]
+                                    [--cases echo,idle] [--refork-path CHECKOUT]
 
 The peers run from benchmarks/.venv-X.Y (benchmarks/setup.sh); refork from this checkout's own
 .venv-3.11 (--refork-python to change it).
@@ -130,21 +135,18 @@ def finish(server: Server, result: dict) -> dict:
     return result
 
 
-def bench_echo(server: Server, duration: float, clients: int) -> dict:
-    """Case A: clients in lock-step echo loops; msgs/s, RTT, and the CPU of the server vs the client."""
-    if error := start(server):
-        return {"error": error}
+def echo_burst(server: Server, duration: float, clients: int, warmup: float = 0.5) -> dict:
+    """One echo burst against a running server: msg/s, RTT, and the server's and the client's CPU."""
     pids = server.pids()
-    warmup = 2.0
+    setup = 0.5  # wsload connects its clients, then warms up, then measures `duration` seconds
     argv = wsload("echo", server.port, "--clients", str(clients), "--duration", f"{duration:g}",
-                  "--warmup", f"{warmup:g}")  # fmt: skip
+                  "--setup", f"{setup:g}", "--warmup", f"{warmup:g}")  # fmt: skip
     client = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # wsload measures from 2 s (connecting) + warm-up after its start to `duration` later: read the
-    # server's CPU over the same window.
+    # Read the server's CPU over wsload's measured window.
     t0 = time.monotonic()
-    time.sleep(2.0 + warmup)
+    time.sleep(setup + warmup)
     cpu0 = cpu_seconds(pids)
-    time.sleep(max(0.0, t0 + 2.0 + warmup + duration - time.monotonic()))
+    time.sleep(max(0.0, t0 + setup + warmup + duration - time.monotonic()))
     cpu1 = cpu_seconds(pids)
     try:
         out, err = client.communicate(timeout=60)
@@ -154,9 +156,9 @@ def bench_echo(server: Server, duration: float, clients: int) -> dict:
     try:
         result = json.loads(out.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
-        return finish(server, {"error": f"wsload failed: {err.strip()[-300:] or out[-300:]}"})
+        return {"error": f"wsload failed: {err.strip()[-300:] or out[-300:]}"}
     if not result["messages"]:
-        return finish(server, {"error": f"no echo: {result.get('first_error')}"})
+        return {"error": f"no echo: {result.get('first_error')}"}
     by_pid = {pid: cpu1[pid] - cpu0.get(pid, 0.0) for pid in cpu1}
     result["server_cpu_by_pid_s"] = by_pid
     result["server_cpu_pct"] = 100 * sum(by_pid.values()) / duration
@@ -167,7 +169,46 @@ def bench_echo(server: Server, duration: float, clients: int) -> dict:
     result["busiest_share_pct"] = 100 * max(by_pid.values()) / (sum(by_pid.values()) or 1)
     result["client_cpu_pct"] = 100 * (result["cpu_user_s"] + result["cpu_sys_s"]) / duration
     result["server_processes"] = len(pids)
-    return finish(server, result)
+    return result
+
+
+def echo_round(everyone: list[Server], rnd: int, args: argparse.Namespace, runs: dict, failed: dict) -> None:
+    """Case A, one round: start every server (fresh), warm each up, then --bursts short echo bursts
+    per server, interleaved (the order reverses every burst), so that the machine's noise falls on
+    every server alike; stop them all."""
+    live = []
+    for server in everyone:
+        if server.name not in failed:
+            if error := start(server):
+                failed[server.name] = error
+                print(f"echo round {rnd + 1}: {server.name}: {error}")
+            else:
+                live.append(server)
+    try:
+        for server in live:  # warm-up: every worker has served WebSockets before the first burst
+            warm = wsload("echo", server.port, "--clients", str(args.clients), "--duration", "1",
+                          "--setup", "0.3", "--warmup", "0")  # fmt: skip
+            subprocess.run(warm, capture_output=True, timeout=60)
+        for burst in range(args.bursts):
+            order = live[::-1] if (rnd * args.bursts + burst) % 2 else live
+            for server in order:
+                if server.name in failed:
+                    continue
+                tag = f"echo round {rnd + 1}/{args.rounds} burst {burst + 1}/{args.bursts}: {server.name}"
+                print(f"{tag} ...", end=" ", flush=True)
+                res = echo_burst(server, args.duration, args.clients)
+                if "error" in res:
+                    failed[server.name] = res["error"]
+                    print(res["error"])
+                    continue
+                res["round"], res["burst"] = rnd, burst
+                runs[server.name].append(res)
+                print(echo_line(res))
+    finally:
+        for server in live:
+            leaked = server.stop()
+            if leaked:
+                failed.setdefault(server.name, f"left processes behind: {leaked}")
 
 
 def bench_idle(server: Server, connections: int, ping_interval: float) -> dict:
@@ -252,23 +293,20 @@ def run_rounds(case: str, args: argparse.Namespace, venv: Path, wanted: list[str
         order = [s for s in everyone if s.name in wanted]
         if rnd % 2:  # alternate the order so no server always runs first
             order.reverse()
+        if case == "echo":
+            echo_round(order, rnd, args, runs, failed)
+            continue
         for server in order:
             if server.name in failed:
                 continue
             print(f"{case} round {rnd + 1}/{args.rounds}: {server.name} ...", end=" ", flush=True)
-            if case == "echo":
-                res = bench_echo(server, args.duration, args.clients)
-            else:
-                res = bench_idle(server, args.connections, args.ping_interval)
+            res = bench_idle(server, args.connections, args.ping_interval)
             if "error" in res:
                 failed[server.name] = res["error"]
                 print(res["error"])
                 continue
             runs[server.name].append(res)
-            if case == "echo":
-                print(echo_line(res))
-            else:
-                print(idle_line(res))
+            print(idle_line(res))
     return {"runs": runs, "failed": failed}
 
 
@@ -285,6 +323,19 @@ def ratio_cells(summary: dict, key: str, names: list[str], higher_is_better: boo
     return cells
 
 
+def paired_ratio(runs: dict, name: str, key: str, higher_is_better: bool) -> float | None:
+    """Median over bursts of refork's ratio to `name` in the same burst slot (round, burst): the
+    two ran seconds apart, so a slow minute of the machine hits both."""
+    mine, theirs = runs.get("refork", []), runs.get(name, [])
+    slots = {(r["round"], r["burst"]): r[key] for r in theirs}
+    ratios = [
+        (r[key] / slots[slot] if higher_is_better else slots[slot] / r[key])
+        for r in mine
+        if (slot := (r["round"], r["burst"])) in slots and r[key] and slots[slot]
+    ]
+    return median(ratios)
+
+
 def report_echo(data: dict, args: argparse.Namespace, wanted: list[str]) -> dict:
     runs, failed = data["runs"], data["failed"]
     summary: dict[str, dict] = {}
@@ -293,32 +344,42 @@ def report_echo(data: dict, args: argparse.Namespace, wanted: list[str]) -> dict
             summary[name] = {"error": failed[name]}
             continue
         rs = runs[name]
+        per_round = [median([r["mps"] for r in rs if r["round"] == rnd]) for rnd in range(args.rounds)]
         summary[name] = {
             "mps": median([r["mps"] for r in rs]),
-            "mps_rounds": [round(r["mps"]) for r in rs],
+            "mps_rounds": [round(x) for x in per_round if x is not None],
             "p50_ms": median([r["p50_us"] / 1000 for r in rs]),
             "p99_ms": median([r["p99_us"] / 1000 for r in rs]),
             "errors": sum(r["errors"] + r["mismatches"] for r in rs),
             "server_cpu_pct": median([r["server_cpu_pct"] for r in rs]),
             "cpu_us_per_msg": median([r["server_cpu_us_per_msg"] for r in rs]),
             "client_cpu_pct": median([r["client_cpu_pct"] for r in rs]),
+            "bursts": len(rs),
+            # bursts in which one process did over 90% of the server's work (all clients on one worker)
+            "one_worker_bursts": sum(1 for r in rs if r["busiest_share_pct"] > 90),
         }
-    print(f"\nA. echo: {args.clients} clients, 32-byte text messages, median of {args.rounds} rounds, "
-          f"{args.duration:g}s each, 2 workers")  # fmt: skip
+        if name != "refork" and "refork" in runs:
+            summary[name]["paired_mps_ratio"] = paired_ratio(runs, name, "mps", True)
+            summary[name]["paired_cpu_ratio"] = paired_ratio(runs, name, "server_cpu_us_per_msg", False)
+    print(f"\nA. echo: {args.clients} clients, 32-byte text messages, 2 workers; median of {args.rounds} "
+          f"rounds x {args.bursts} interleaved bursts of {args.duration:g}s")  # fmt: skip
     rows = []
     for name, s in summary.items():
         if "error" in s:
-            rows.append([name, "-", "-", "-", "-", "-", "-", "-", "-", "-", s["error"]])
+            rows.append([name, *["-"] * 11, s["error"]])
             continue
         mine = name == "refork"
-        ratio = "-" if mine else ratio_cells(summary, "mps", [name], True)[0]
-        cpu_ratio = "-" if mine else ratio_cells(summary, "cpu_us_per_msg", [name], False)[0]
+        ratio = "-" if mine else fmt(s.get("paired_mps_ratio"), ".2f", "x")
+        cpu_ratio = "-" if mine else fmt(s.get("paired_cpu_ratio"), ".2f", "x")
         rounds = ", ".join(str(x) for x in s["mps_rounds"])
         rows.append([name, f"{s['mps']:.0f}", rounds, fmt(s["p50_ms"], ".2f"), fmt(s["p99_ms"], ".2f"),
                      str(s["errors"]), f"{s['server_cpu_pct']:.0f}%", f"{s['client_cpu_pct']:.0f}%",
-                     f"{s['cpu_us_per_msg']:.1f}", ratio, cpu_ratio])  # fmt: skip
-    print_table(["server", "msg/s", "rounds", "p50 ms", "p99 ms", "errors", "server CPU", "client CPU",
-                 "CPU us/msg", "refork msg/s / this", "this CPU/msg / refork"], rows)  # fmt: skip
+                     f"{s['cpu_us_per_msg']:.1f}", f"{s['one_worker_bursts']}/{s['bursts']}", ratio, cpu_ratio,
+                     ""])  # fmt: skip
+    print_table(["server", "msg/s", "per round", "p50 ms", "p99 ms", "errors", "server CPU", "client CPU",
+                 "CPU us/msg", "1-worker bursts", "refork msg/s / this", "this CPU/msg / refork", "note"],
+                rows)  # fmt: skip
+    print("(ratios: the median over bursts of refork's burst against this server's burst of the same slot)")
     return summary
 
 
@@ -370,7 +431,8 @@ def main() -> None:
     )
     parser.add_argument("--refork-path", type=Path,
                         help="run refork from this checkout (PYTHONPATH), not the installed one")  # fmt: skip
-    parser.add_argument("--duration", type=float, default=10.0, help="measured seconds of echo per server")
+    parser.add_argument("--duration", type=float, default=3.0, help="measured seconds of one echo burst")
+    parser.add_argument("--bursts", type=int, default=5, help="echo bursts per server per round")
     parser.add_argument("--clients", type=int, default=32, help="echo clients (case A)")
     parser.add_argument("--connections", type=int, default=1000, help="idle connections (case B)")
     parser.add_argument("--ping-interval", type=float, default=5.0, help="client ping per idle connection")
@@ -433,21 +495,24 @@ def main() -> None:
         results["idle"] = {**data["idle"], "summary": report_idle(data["idle"], args, wanted)}
     if "refork" in wanted:
         print()
-        for case, key, better, unit in (
-            ("echo", "mps", True, "msg/s"),
-            ("idle", "pss_per_conn_kib", False, "KiB/conn"),
-        ):
-            if case not in results:
+        for peer in PEERS:
+            if peer not in wanted:
                 continue
-            summ = results[case]["summary"]
-            for peer in PEERS:
-                if peer in wanted:
-                    cell = ratio_cells(summ, key, [peer], better)[0]
-                    target = peer.startswith("uvicorn")
-                    verdict = ""
-                    if target and cell != "-":
-                        verdict = " [PASS]" if float(cell[:-1]) > 1 else " [FAIL]"
-                    print(f"{case}: refork vs {peer} ({unit}): {cell}{verdict}")
+            target = peer.startswith("uvicorn")  # the issue's target: ahead of uvicorn on both
+            if "echo" in results:
+                s = results["echo"]["summary"]
+                paired, cpu = s[peer].get("paired_mps_ratio"), s[peer].get("paired_cpu_ratio")
+                of_medians = ratio_cells(s, "mps", [peer], True)[0]
+                verdict = f" [{'PASS' if paired > 1 else 'FAIL'}]" if target and paired else ""
+                cpu_cell = fmt(cpu, ".2f", "x")
+                print(f"echo: refork / {peer}: {fmt(paired, '.2f', 'x')} msg/s{verdict} (ratio of medians "
+                      f"{of_medians}); {peer} CPU per message / refork's: {cpu_cell}")  # fmt: skip
+            if "idle" in results:
+                cell = ratio_cells(results["idle"]["summary"], "pss_per_conn_kib", [peer], False)[0]
+                verdict = ""
+                if target and cell != "-":
+                    verdict = f" [{'PASS' if float(cell[:-1]) > 1 else 'FAIL'}]"
+                print(f"idle: {peer} PSS per connection / refork's: {cell}{verdict}")
     path = write_results("websocket", results)
     print(f"\nresults: {path}")
 

@@ -4,11 +4,11 @@
 //! connections are open):
 //!
 //!   wsload echo --url ws://127.0.0.1:PORT/ [--clients 32] [--duration 10] [--warmup 2]
-//!               [--size 32] [--threads 1]
+//!               [--setup 2] [--size 32] [--threads 1]
 //!       Each client sends a text message and waits for its echo, in a loop. Reports messages per
-//!       second over the measured window (after the warm-up), round-trip p50/p99/max and the
-//!       client's own CPU time over that window (getrusage), so the caller can check that the
-//!       client is not the bottleneck.
+//!       second over the measured window (it begins --setup + --warmup seconds after the start),
+//!       round-trip p50/p99/max and the client's own CPU time over that window (getrusage), so the
+//!       caller can check that the client is not the bottleneck.
 //!
 //!   wsload idle --url ws://127.0.0.1:PORT/ [--connections 1000] [--concurrency 50]
 //!               [--ping-interval 5] [--hold 300]
@@ -37,6 +37,7 @@ struct Args {
     clients: usize,
     duration: f64,
     warmup: f64,
+    setup: f64,
     size: usize,
     threads: usize,
     connections: usize,
@@ -63,6 +64,7 @@ fn parse_args() -> Args {
         clients: 32,
         duration: 10.0,
         warmup: 2.0,
+        setup: 2.0,
         size: 32,
         threads: 1,
         connections: 1000,
@@ -78,6 +80,7 @@ fn parse_args() -> Args {
             "--clients" => a.clients = num() as usize,
             "--duration" => a.duration = num(),
             "--warmup" => a.warmup = num(),
+            "--setup" => a.setup = num(),
             "--size" => a.size = num() as usize,
             "--threads" => a.threads = num() as usize,
             "--connections" => a.connections = num() as usize,
@@ -209,8 +212,8 @@ async fn echo_client(url: String, id: usize, size: usize, start: Instant, end: I
 }
 
 async fn run_echo(a: &Args) {
-    let setup = Duration::from_secs(2); // time to connect every client before the warm-up counts
-    let start = Instant::now() + setup + Duration::from_secs_f64(a.warmup);
+    // --setup: time to connect every client before the warm-up begins.
+    let start = Instant::now() + Duration::from_secs_f64(a.setup + a.warmup);
     let end = start + Duration::from_secs_f64(a.duration);
     let mut handles = Vec::new();
     for id in 0..a.clients {
