@@ -374,8 +374,8 @@ def report_echo(data: dict, args: argparse.Namespace, wanted: list[str]) -> dict
         rounds = ", ".join(str(x) for x in s["mps_rounds"])
         rows.append([name, f"{s['mps']:.0f}", rounds, fmt(s["p50_ms"], ".2f"), fmt(s["p99_ms"], ".2f"),
                      str(s["errors"]), f"{s['server_cpu_pct']:.0f}%", f"{s['client_cpu_pct']:.0f}%",
-                     f"{s['cpu_us_per_msg']:.1f}", f"{s['one_worker_bursts']}/{s['bursts']}", ratio, cpu_ratio,
-                     ""])  # fmt: skip
+                     f"{s['cpu_us_per_msg']:.1f}", f"{s['one_worker_bursts']}/{s['bursts']}", ratio,
+                     cpu_ratio, ""])  # fmt: skip
     print_table(["server", "msg/s", "per round", "p50 ms", "p99 ms", "errors", "server CPU", "client CPU",
                  "CPU us/msg", "1-worker bursts", "refork msg/s / this", "this CPU/msg / refork", "note"],
                 rows)  # fmt: skip
