@@ -18,12 +18,15 @@ workers; uvicorn's and granian's parent and workers) with 0 WebSockets open; the
 are opened and held idle (one client ping per connection every 5 s), the memory settles and is read
 again: (open - 0) / connections open = memory per open connection.
 
+Case C, libs: the per-message cost of wsproto and websockets alone (parse one masked frame, build
+the echo; no sockets), which explains most of the CPU-per-message differences in case A.
+
 Servers are interleaved within each round (a fresh start per case), the order reverses every other
 round, and medians are reported with refork's ratio to each peer.
 
     python3 benchmarks/websocket.py [--python 3.11] [--rounds 3] [--bursts 5] [--duration 3]
                                     [--connections 1000] [--only refork,uvicorn-websockets]
-                                    [--cases echo,idle] [--refork-path CHECKOUT]
+                                    [--cases echo,idle,libs] [--refork-path CHECKOUT]
 
 The peers run from benchmarks/.venv-X.Y (benchmarks/setup.sh); refork from this checkout's own
 .venv-3.11 (--refork-python to change it).
@@ -268,6 +271,59 @@ def bench_idle(server: Server, connections: int, ping_interval: float) -> dict:
     return finish(server, result)
 
 
+# --------------------------------------------------------------------------- C. the libraries alone
+
+# Run by the benchmark venv's python: the per-message cost of the two sans-IO protocol libraries the
+# servers build on, without sockets or event loop: take one masked 32-byte client text frame, parse
+# it, build the echo frame. wsproto (refork, uvicorn --ws wsproto) is pure Python; websockets
+# (uvicorn --ws websockets-sansio) parses with generators and unmasks in its C speedups module.
+LIBS_CODE = """
+import json, timeit
+import websockets, wsproto
+from websockets.frames import Frame, Opcode
+from websockets.protocol import Protocol, Side, State
+from wsproto import ConnectionType
+from wsproto.connection import Connection
+from wsproto.events import TextMessage
+
+frame = Frame(Opcode.TEXT, b"client 0001 says hello xxxxxxxxx").serialize(mask=True, extensions=[])
+w = Connection(ConnectionType.SERVER)
+p = Protocol(Side.SERVER, state=State.OPEN)  # uvicorn's ServerProtocol after the handshake
+
+def wsproto_echo():
+    w.receive_data(frame)
+    out = b""
+    for event in w.events():
+        out = w.send(TextMessage(data=event.data))
+    return out
+
+def websockets_echo():
+    p.receive_data(frame)
+    for event in p.events_received():
+        p.send_text(event.data)
+    return p.data_to_send()
+
+out = {}
+for name, fn in (("wsproto " + wsproto.__version__, wsproto_echo),
+                 ("websockets " + websockets.__version__, websockets_echo)):
+    assert fn(), name
+    out[name] = min(timeit.repeat(fn, number=20000, repeat=7)) / 20000 * 1e6
+print(json.dumps(out))
+"""
+
+
+def bench_libs(venv: Path) -> dict:
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", LIBS_CODE], capture_output=True, text=True)
+    if out.returncode:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed"}
+    us = json.loads(out.stdout)
+    print("\nC. the protocol libraries alone: parse one masked 32-byte text frame + build the echo, "
+          "best of 7 x 20,000")  # fmt: skip
+    for name, value in us.items():
+        print(f"  {name}: {value:.2f} us per message")
+    return us
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -438,7 +494,7 @@ def main() -> None:
     parser.add_argument("--ping-interval", type=float, default=5.0, help="client ping per idle connection")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", help="comma-separated server names")
-    parser.add_argument("--cases", default="echo,idle", help="echo, idle or both")
+    parser.add_argument("--cases", default="echo,idle,libs", help="any of echo, idle, libs")
     parser.add_argument("--port", type=int, default=19600, help="first port; each round uses a fresh range")
     args = parser.parse_args()
 
@@ -493,6 +549,8 @@ def main() -> None:
         results["echo"] = {**data["echo"], "summary": report_echo(data["echo"], args, wanted)}
     if "idle" in data:
         results["idle"] = {**data["idle"], "summary": report_idle(data["idle"], args, wanted)}
+    if "libs" in cases:
+        results["libs_us_per_msg"] = bench_libs(venv)
     if "refork" in wanted:
         print()
         for peer in PEERS:
