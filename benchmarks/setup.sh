@@ -27,6 +27,8 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 
 "${PIP[@]}" --upgrade pip wheel setuptools
 "${PIP[@]}" gunicorn "uvicorn[standard]" granian psutil
+# WebSocket peers (benchmarks/websocket.py): uvicorn --ws websockets and --ws wsproto.
+"${PIP[@]}" websockets wsproto
 # Plots (benchmarks/memory_creep.py draws docs/memory-creep.png); never a test dependency.
 "${PIP[@]}" matplotlib
 # bjoern builds a C extension against libev.
@@ -35,12 +37,22 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 # compat mode: a plain path entry, so modules added to the tree later are picked up.
 "${PIP[@]}" -e "$ROOT[uvloop]" --config-settings editable_mode=compat || echo "warning: refork failed to install; it will be reported as failed" >&2
 
+# The WebSocket load client (benchmarks/wsload, Rust: tokio + tokio-tungstenite). cargo builds
+# incrementally, so a re-run with nothing changed is a no-op.
+if command -v cargo >/dev/null 2>&1; then
+    (cd "$HERE/wsload" && cargo build --release --locked -q) ||
+        echo "warning: benchmarks/wsload failed to build; benchmarks/websocket.py needs it" >&2
+else
+    echo "warning: cargo not found; benchmarks/websocket.py needs benchmarks/wsload (cargo build --release)" >&2
+fi
+
 "$VENV/bin/python" - <<'PY'
 import importlib.metadata as md
 import sys
 
 print("python", sys.version.split()[0])
-for name in ("refork", "gunicorn", "uvicorn", "httptools", "uvloop", "granian", "bjoern", "psutil", "matplotlib"):
+for name in ("refork", "gunicorn", "uvicorn", "httptools", "uvloop", "granian", "bjoern", "psutil", "matplotlib",
+             "websockets", "wsproto"):
     try:
         print(f"{name} {md.version(name)}")
     except md.PackageNotFoundError:
