@@ -1,0 +1,321 @@
+"""Hello world WSGI, refork's native loop against its Python loop and the fastest peers (issue 12).
+
+Every server runs 2 workers on 127.0.0.1 and serves benchmarks/apps/hello_wsgi.py. In each round
+every server is started, warmed up for 2 s, measured with `wrk -t2 -c64 -d<D>s --latency`
+(keep-alive) and stopped; the order alternates between rounds and the medians over rounds are
+printed, with ratios against bjoern (the issue's target: refork-native >= 1.3x bjoern, p99 no
+worse) and against refork's Python loop.
+
+CPU per request: utime and stime of every live process of the server's tree (all its threads;
+/proc/PID/stat), read right before and right after the measured wrk run, the difference divided
+by the requests wrk counted. A process that exits during the run would lose its share; the
+script warns if the tree changed.
+
+    python3 benchmarks/native_hello.py [--python 3.11] [--duration 10] [--rounds 3] [--only a,b]
+
+refork runs from benchmarks/.venv-X.Y (benchmarks/setup.sh installs this checkout editable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from common import (
+    BENCH_DIR,
+    Server,
+    fmt,
+    median,
+    print_table,
+    refork_cmd,
+    run_wrk,
+    venv_dir,
+    versions,
+    write_results,
+)
+
+APPS = BENCH_DIR / "apps"
+BASELINE = "bjoern"
+TARGET = ("refork-native", BASELINE, 1.3)
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> dict[int, tuple[float, float]]:
+    """{pid: (user s, system s)} for each live pid, all its threads included (utime, stime)."""
+    out: dict[int, tuple[float, float]] = {}
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()
+        # fields[0] is field 3 (state); utime is field 14, stime field 15.
+        out[pid] = (int(fields[11]) / TICK, int(fields[12]) / TICK)
+    return out
+
+
+def cpu_delta(
+    before: dict[int, tuple[float, float]], after: dict[int, tuple[float, float]]
+) -> tuple[float, float]:
+    """User and system seconds spent between the two readings by the pids alive at the second one
+    (a pid new since the first counts from zero)."""
+    user = sum(u - before.get(pid, (0.0, 0.0))[0] for pid, (u, _) in after.items())
+    system = sum(s - before.get(pid, (0.0, 0.0))[1] for pid, (_, s) in after.items())
+    return user, system
+
+
+def native_loaded(pids: list[int]) -> bool:
+    """True if a process among pids has refork's Rust extension (refork/_native*.so) mapped: a
+    `refork-native` row must measure the native loop, not a silent fall-back to the Python one."""
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        if "/refork/_native" in maps:
+            return True
+    return False
+
+
+def check_loop(server: Server) -> str | None:
+    """None, or why this refork row does not run the loop it names."""
+    if not server.name.startswith("refork-"):
+        return None
+    native = native_loaded(server.pids())
+    if server.name.startswith("refork-native") and not native:
+        return "native loop not loaded (refork/_native*.so is in no process of the tree)"
+    if server.name.startswith("refork-python") and native:
+        return "refork/_native*.so is loaded in a --wsgi-loop python tree"
+    return None
+
+
+def servers(venv: Path, port: int) -> list[Server]:
+    """All contenders, in run order. Ports are port, port+1, ..."""
+    bin_ = venv / "bin"
+    bind = "127.0.0.1"
+    refork = [*refork_cmd(venv), "-w", "2", "--chdir", str(APPS), "-b", f"{bind}:{{port}}"]
+    specs = [
+        ("refork-native", [*refork, "--wsgi-loop", "native", "hello_wsgi:app"]),
+        ("refork-python", [*refork, "--wsgi-loop", "python", "hello_wsgi:app"]),
+        (
+            "bjoern",
+            [str(bin_ / "python"), str(APPS / "bjoern_run.py"), "hello_wsgi:app", bind, "{port}", "2"],
+        ),
+        (
+            "granian-wsgi",
+            [
+                str(bin_ / "granian"),
+                "--interface",
+                "wsgi",
+                "--workers",
+                "2",
+                "--host",
+                bind,
+                "--port",
+                "{port}",
+                "--no-ws",
+                "--log-level",
+                "warning",
+                "hello_wsgi:app",
+            ],
+        ),
+        (
+            "gunicorn-gthread",
+            [
+                str(bin_ / "gunicorn"),
+                "-w",
+                "2",
+                "-k",
+                "gthread",
+                "--threads",
+                "4",
+                "-b",
+                f"{bind}:{{port}}",
+                "--log-level",
+                "warning",
+                "hello_wsgi:app",
+            ],
+        ),
+    ]
+    return [
+        Server(name, "wsgi", [a.replace("{port}", str(port + i)) for a in argv], port + i, APPS)
+        for i, (name, argv) in enumerate(specs)
+    ]
+
+
+def bench_one(server: Server, duration: float, connections: int) -> dict:
+    """Start, warm up 2 s, measure (wrk + CPU of the tree), stop, check for leftovers."""
+    error = server.start()
+    if error:
+        server.stop()
+        return {"error": error}
+    if error := check_loop(server):
+        server.stop()
+        return {"error": error}
+    run_wrk(server.port, 2, connections=connections)
+    pids = server.pids()
+    before = cpu_seconds(pids)
+    result = run_wrk(server.port, duration, connections=connections)
+    after = cpu_seconds(server.pids())
+    user, system = cpu_delta(before, after)
+    served = max(result["requests"], 1)
+    result.update(
+        processes=len(pids),
+        cpu_user_s=user,
+        cpu_sys_s=system,
+        user_us=user / served * 1e6,
+        sys_us=system / served * 1e6,
+    )
+    if set(after) != set(before):
+        result["tree_changed"] = sorted(set(before) ^ set(after))
+        print(f"  WARNING: {server.name}'s process tree changed during the run", file=sys.stderr)
+    leaked = server.stop()
+    if leaked:
+        result["leaked_pids"] = leaked
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--python", help="interpreter version or path; selects benchmarks/.venv-X.Y")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds of measured load per server")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--only", help="comma-separated server names")
+    parser.add_argument("--port", type=int, default=19400, help="first port; each round uses a fresh range")
+    args = parser.parse_args()
+
+    venv = venv_dir(args.python)
+    info = versions(venv)
+    print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()))
+    print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
+    names = [s.name for s in servers(venv, args.port)]
+    wanted = args.only.split(",") if args.only else names
+    unknown = set(wanted) - set(names)
+    if unknown:
+        sys.exit(f"unknown server(s): {', '.join(sorted(unknown))}; choose from {', '.join(names)}")
+
+    runs: dict[str, list[dict]] = {n: [] for n in wanted}
+    failed: dict[str, str] = {}
+    loads: list[float] = [os.getloadavg()[0]]
+    for rnd in range(args.rounds):
+        order = [s for s in servers(venv, args.port + 10 * rnd) if s.name in wanted]
+        if rnd % 2:  # alternate the order so no server always runs first
+            order.reverse()
+        for server in order:
+            if server.name in failed:
+                continue
+            print(f"round {rnd + 1}/{args.rounds}: {server.name} ...", end=" ", flush=True)
+            res = bench_one(server, args.duration, args.connections)
+            if "error" in res:
+                failed[server.name] = res["error"]
+                print(res["error"])
+                continue
+            runs[server.name].append(res)
+            print(
+                f"{res['rps']:.0f} req/s, p50 {fmt(res['p50_ms'], '.2f')} ms, "
+                f"p99 {fmt(res['p99_ms'], '.2f')} ms, "
+                f"cpu {res['user_us']:.1f}+{res['sys_us']:.1f} us/req, errors {res['errors'] + res['non2xx']}"
+            )
+        loads.append(os.getloadavg()[0])
+
+    summary: dict[str, dict] = {}
+    for name in wanted:
+        if name in failed:
+            summary[name] = {"error": failed[name]}
+            continue
+        rs = runs[name]
+        summary[name] = {
+            "rps": median([r["rps"] for r in rs]),
+            "rounds": [round(r["rps"]) for r in rs],
+            "p50_ms": median([r["p50_ms"] for r in rs]),
+            "p99_ms": median([r["p99_ms"] for r in rs]),
+            "user_us": median([r["user_us"] for r in rs]),
+            "sys_us": median([r["sys_us"] for r in rs]),
+            "errors": sum(r["errors"] + r["non2xx"] for r in rs),
+        }
+
+    def ratio(name: str, ref: str) -> float | None:
+        mine, theirs = summary.get(name, {}).get("rps"), summary.get(ref, {}).get("rps")
+        return mine / theirs if mine and theirs else None
+
+    print(
+        f"\nmedian of {args.rounds} rounds, {args.duration:g}s each, "
+        f"wrk -t2 -c{args.connections} keep-alive, "
+        f"2 workers, Python {info.get('python')}; load average {', '.join(f'{x:.1f}' for x in loads)}"
+    )
+    rows = []
+    for name, s in summary.items():
+        if "error" in s:
+            rows.append([name, "-", "-", "-", "-", "-", "-", "-", "-", s["error"]])
+            continue
+        rows.append(
+            [
+                name,
+                f"{s['rps']:.0f}",
+                " ".join(str(x) for x in s["rounds"]),
+                fmt(s["p50_ms"], ".2f"),
+                fmt(s["p99_ms"], ".2f"),
+                fmt(s["user_us"], ".1f"),
+                fmt(s["sys_us"], ".1f"),
+                fmt(ratio(name, BASELINE), ".2f", "x"),
+                fmt(ratio(name, "refork-python"), ".2f", "x"),
+                str(s["errors"]),
+            ]
+        )
+    print_table(
+        [
+            "server",
+            "req/s",
+            "rounds",
+            "p50 ms",
+            "p99 ms",
+            "user us/req",
+            "sys us/req",
+            f"vs {BASELINE}",
+            "vs refork-python",
+            "errors",
+        ],
+        rows,
+    )
+
+    checks: dict[str, dict] = {}
+    name, ref, target = TARGET
+    if name in summary and ref in summary and "error" not in summary[name] and "error" not in summary[ref]:
+        r = ratio(name, ref)
+        ok = r is not None and r >= target
+        checks["rps"] = {"ratio": r, "target": target, "pass": ok}
+        mine_p99, ref_p99 = summary[name]["p99_ms"], summary[ref]["p99_ms"]
+        ok99 = mine_p99 is not None and ref_p99 is not None and mine_p99 <= ref_p99
+        checks["p99"] = {"mine": mine_p99, "ref": ref_p99, "pass": ok99}
+        print()
+        print(f"[{'PASS' if ok else 'FAIL'}] {name} >= {target:.1f}x {ref}: {fmt(r, '.2f', 'x')}")
+        print(
+            f"[{'PASS' if ok99 else 'FAIL'}] {name} p99 <= {ref}'s: {fmt(mine_p99, '.2f')} ms vs "
+            f"{fmt(ref_p99, '.2f')} ms"
+        )
+
+    path = write_results(
+        "native-hello",
+        {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "argv": sys.argv,
+            "versions": info,
+            "loads": loads,
+            "duration": args.duration,
+            "rounds": args.rounds,
+            "runs": runs,
+            "summary": summary,
+            "checks": checks,
+        },
+    )
+    print(f"\nresults: {path}")
+
+
+if __name__ == "__main__":
+    main()
