@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 from common import BENCH_DIR, Server, fmt, median, print_table, refork_cmd, venv_dir, versions, write_results
-from native_hello import check_loop, cpu_delta, cpu_seconds
+from native_hello import check_loop, cpu_delta, cpu_seconds, profile
 
 APP = "django_pg_app.app:application"
 BASELINE = "granian-wsgi"
@@ -387,6 +387,14 @@ def main() -> None:
         help="Django's connections: one per thread (CONN_MAX_AGE) or psycopg's pool",
     )
     parser.add_argument("--only", help="comma-separated server names")
+    parser.add_argument(
+        "--profile",
+        type=float,
+        default=0,
+        metavar="S",
+        help="after the rounds, profile each server for S seconds under the same load "
+        "(py-spy + perf; not counted in the results)",
+    )
     parser.add_argument("--port", type=int, default=19500, help="first port; each round uses a fresh range")
     args = parser.parse_args()
 
@@ -431,6 +439,20 @@ def main() -> None:
                 if res["slow_samples"]:
                     print(f"  slow errors: {res['slow_samples']}")
             loads.append(os.getloadavg()[0])
+        if args.profile:
+            for server in servers(venv, args.port + 10 * args.rounds, env, args.threads):
+                if server.name not in wanted or server.name in failed or server.start(timeout=90):
+                    server.stop()
+                    continue
+                wrk(server.port, 3, args.connections)
+
+                def load(duration: float, port: int = server.port) -> None:
+                    with SlowHolders(port, args.slow):
+                        wrk(port, duration, args.connections)
+
+                print()
+                print("\n".join(profile(server, venv, args.profile, load)))
+                server.stop(grace=15)
     finally:
         pg.stop()
 

@@ -20,13 +20,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from common import (
     BENCH_DIR,
+    RESULTS_DIR,
     Server,
+    cmdline,
     fmt,
     median,
     print_table,
@@ -90,6 +96,146 @@ def check_loop(server: Server) -> str | None:
     if server.name.startswith("refork-python") and native:
         return "refork/_native*.so is loaded in a --wsgi-loop python tree"
     return None
+
+
+def busiest(pids: list[int], window: float = 1.0) -> int:
+    """The pid among pids that used the most CPU over the next `window` seconds."""
+    before = cpu_seconds(pids)
+    time.sleep(window)
+    after = cpu_seconds(pids)
+    return max(after, key=lambda p: sum(after[p]) - sum(before.get(p, (0.0, 0.0))))
+
+
+def py_spy_summary(raw: Path, top: int = 25) -> list[str]:
+    """Lines: share of the samples per leaf function (self) and per function anywhere on the stack
+    (inclusive), from py-spy's raw (collapsed) output."""
+    self_: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [
+            f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1] + ")"
+            for f in stack.split(";")
+            if not f.startswith("process ") and not f.startswith("thread ")
+        ]
+        if not frames:
+            continue
+        self_[frames[-1]] = self_.get(frames[-1], 0) + n
+        for f in set(frames):
+            incl[f] = incl.get(f, 0) + n
+    if not total:
+        return ["(no samples)"]
+    out = [f"py-spy: {total} samples of the threads holding the GIL; self (leaf) shares:"]
+    out += [f"  {n / total:6.1%}  {f}" for f, n in sorted(self_.items(), key=lambda x: -x[1])[:top]]
+    out.append("inclusive shares (the function or anything it called):")
+    out += [f"  {n / total:6.1%}  {f}" for f, n in sorted(incl.items(), key=lambda x: -x[1])[:top]]
+    return out
+
+
+def perf_summary(data: Path, top: int = 25) -> list[str]:
+    """Lines: perf's shares by shared object, then by symbol (self time, all threads)."""
+    out: list[str] = []
+    for sort in ("dso", "dso,sym"):
+        rep = subprocess.run(
+            [
+                "perf",
+                "report",
+                "-i",
+                str(data),
+                "--stdio",
+                "--no-children",
+                "-g",
+                "none",
+                "--sort",
+                sort,
+                "--percent-limit",
+                "0.5",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        lines = [ln for ln in rep.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
+        out.append(f"perf report --no-children --sort {sort}:")
+        out += ["  " + ln.strip() for ln in lines[:top]]
+    return out
+
+
+def profile(server: Server, venv: Path, seconds: float, load: Callable[[float], object]) -> list[str]:
+    """Under `load` (called with a duration, in a thread), py-spy (--gil, non-blocking) on the
+    busiest process of the tree and perf (-g, 499 Hz) on the whole tree, for `seconds`. Returns
+    the summary lines; the raw files stay in benchmarks/results/."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    RESULTS_DIR.mkdir(exist_ok=True)
+    raw = RESULTS_DIR / f"profile-{server.name}-{stamp}.pyspy.txt"
+    data = RESULTS_DIR / f"profile-{server.name}-{stamp}.perf.data"
+    thread = threading.Thread(target=load, args=(seconds + 4,), daemon=True)
+    thread.start()
+    time.sleep(1.5)
+    pids = server.pids()
+    target = busiest(pids)
+    tools = [
+        subprocess.Popen(
+            [
+                str(venv / "bin" / "py-spy"),
+                "record",
+                "--nonblocking",
+                "--gil",
+                "--format",
+                "raw",
+                "-r",
+                "200",
+                "-d",
+                str(int(seconds)),
+                "-p",
+                str(target),
+                "-o",
+                str(raw),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    ]
+    if shutil.which("perf"):
+        tools.append(
+            subprocess.Popen(
+                [
+                    "perf",
+                    "record",
+                    "-F",
+                    "499",
+                    "-g",
+                    "-o",
+                    str(data),
+                    "-p",
+                    ",".join(map(str, pids)),
+                    "--",
+                    "sleep",
+                    str(int(seconds)),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    for tool in tools:
+        _, err = tool.communicate(timeout=seconds + 120)
+        if tool.returncode != 0:
+            print(f"  {tool.args[0]} failed: {err.strip().splitlines()[-1:] or '?'}", file=sys.stderr)
+    thread.join()
+    lines = [f"profile of {server.name}: py-spy on pid {target} ({cmdline(target)[:80]}), perf on {pids}"]
+    if raw.exists():
+        lines += py_spy_summary(raw)
+    if data.exists():
+        lines += perf_summary(data)
+    (RESULTS_DIR / f"profile-{server.name}-{stamp}.txt").write_text("\n".join(lines) + "\n")
+    return lines
 
 
 def servers(venv: Path, port: int) -> list[Server]:
@@ -187,6 +333,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--only", help="comma-separated server names")
+    parser.add_argument(
+        "--profile",
+        type=float,
+        default=0,
+        metavar="S",
+        help="after the rounds, profile each server for S seconds under the same load "
+        "(py-spy + perf; not counted in the results)",
+    )
     parser.add_argument("--port", type=int, default=19400, help="first port; each round uses a fresh range")
     args = parser.parse_args()
 
@@ -299,6 +453,26 @@ def main() -> None:
             f"[{'PASS' if ok99 else 'FAIL'}] {name} p99 <= {ref}'s: {fmt(mine_p99, '.2f')} ms vs "
             f"{fmt(ref_p99, '.2f')} ms"
         )
+
+    if args.profile:
+        for server in servers(venv, args.port + 10 * args.rounds):
+            if server.name not in wanted or server.name in failed or server.start():
+                server.stop()
+                continue
+            run_wrk(server.port, 2, connections=args.connections)
+            port = server.port
+            print()
+            print(
+                "\n".join(
+                    profile(
+                        server,
+                        venv,
+                        args.profile,
+                        lambda d, port=port: run_wrk(port, d, connections=args.connections),
+                    )
+                )
+            )
+            server.stop()
 
     path = write_results(
         "native-hello",
