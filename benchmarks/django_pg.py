@@ -273,7 +273,9 @@ class SlowHolders:
 # --------------------------------------------------------------------------- servers
 
 
-def servers(venv: Path, port: int, env: dict[str, str], threads: int) -> list[Server]:
+def servers(
+    venv: Path, port: int, env: dict[str, str], threads: int, refork_path: Path | None = None
+) -> list[Server]:
     bin_ = venv / "bin"
     bind = "127.0.0.1"
     refork = [
@@ -329,7 +331,14 @@ def servers(venv: Path, port: int, env: dict[str, str], threads: int) -> list[Se
         ),
     ]
     return [
-        Server(name, "wsgi", [a.replace("{port}", str(port + i)) for a in argv], port + i, BENCH_DIR, env=env)
+        Server(
+            name,
+            "wsgi",
+            [a.replace("{port}", str(port + i)) for a in argv],
+            port + i,
+            BENCH_DIR,
+            env={**env, "PYTHONPATH": str(refork_path)} if refork_path and name.startswith("refork") else env,
+        )
         for i, (name, argv) in enumerate(specs)
     ]
 
@@ -395,6 +404,9 @@ def main() -> None:
         help="after the rounds, profile each server for S seconds under the same load "
         "(py-spy + perf; not counted in the results)",
     )
+    parser.add_argument(
+        "--refork-path", type=Path, help="run refork from this checkout (PYTHONPATH) instead of the venv's"
+    )
     parser.add_argument("--port", type=int, default=19500, help="first port; each round uses a fresh range")
     args = parser.parse_args()
 
@@ -416,7 +428,11 @@ def main() -> None:
         pg.start()
         env = {**pg.env(), "BENCH_PG_CONN": args.conn, "BENCH_PG_POOL": str(args.threads)}
         for rnd in range(args.rounds):
-            order = [s for s in servers(venv, args.port + 10 * rnd, env, args.threads) if s.name in wanted]
+            order = [
+                s
+                for s in servers(venv, args.port + 10 * rnd, env, args.threads, args.refork_path)
+                if s.name in wanted
+            ]
             if rnd % 2:
                 order.reverse()
             for server in order:
@@ -440,7 +456,7 @@ def main() -> None:
                     print(f"  slow errors: {res['slow_samples']}")
             loads.append(os.getloadavg()[0])
         if args.profile:
-            for server in servers(venv, args.port + 10 * args.rounds, env, args.threads):
+            for server in servers(venv, args.port + 10 * args.rounds, env, args.threads, args.refork_path):
                 if server.name not in wanted or server.name in failed or server.start(timeout=90):
                     server.stop()
                     continue

@@ -238,8 +238,9 @@ def profile(server: Server, venv: Path, seconds: float, load: Callable[[float], 
     return lines
 
 
-def servers(venv: Path, port: int) -> list[Server]:
-    """All contenders, in run order. Ports are port, port+1, ..."""
+def servers(venv: Path, port: int, refork_path: Path | None = None) -> list[Server]:
+    """All contenders, in run order. Ports are port, port+1, ...; refork_path: a checkout whose
+    refork the refork rows run (PYTHONPATH; its extensions built in place)."""
     bin_ = venv / "bin"
     bind = "127.0.0.1"
     refork = [*refork_cmd(venv), "-w", "2", "--chdir", str(APPS), "-b", f"{bind}:{{port}}"]
@@ -287,7 +288,14 @@ def servers(venv: Path, port: int) -> list[Server]:
         ),
     ]
     return [
-        Server(name, "wsgi", [a.replace("{port}", str(port + i)) for a in argv], port + i, APPS)
+        Server(
+            name,
+            "wsgi",
+            [a.replace("{port}", str(port + i)) for a in argv],
+            port + i,
+            APPS,
+            env={"PYTHONPATH": str(refork_path)} if refork_path and name.startswith("refork") else {},
+        )
         for i, (name, argv) in enumerate(specs)
     ]
 
@@ -341,6 +349,9 @@ def main() -> None:
         help="after the rounds, profile each server for S seconds under the same load "
         "(py-spy + perf; not counted in the results)",
     )
+    parser.add_argument(
+        "--refork-path", type=Path, help="run refork from this checkout (PYTHONPATH) instead of the venv's"
+    )
     parser.add_argument("--port", type=int, default=19400, help="first port; each round uses a fresh range")
     args = parser.parse_args()
 
@@ -348,7 +359,7 @@ def main() -> None:
     info = versions(venv)
     print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()))
     print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
-    names = [s.name for s in servers(venv, args.port)]
+    names = [s.name for s in servers(venv, args.port, args.refork_path)]
     wanted = args.only.split(",") if args.only else names
     unknown = set(wanted) - set(names)
     if unknown:
@@ -358,7 +369,7 @@ def main() -> None:
     failed: dict[str, str] = {}
     loads: list[float] = [os.getloadavg()[0]]
     for rnd in range(args.rounds):
-        order = [s for s in servers(venv, args.port + 10 * rnd) if s.name in wanted]
+        order = [s for s in servers(venv, args.port + 10 * rnd, args.refork_path) if s.name in wanted]
         if rnd % 2:  # alternate the order so no server always runs first
             order.reverse()
         for server in order:
@@ -455,7 +466,7 @@ def main() -> None:
         )
 
     if args.profile:
-        for server in servers(venv, args.port + 10 * args.rounds):
+        for server in servers(venv, args.port + 10 * args.rounds, args.refork_path):
             if server.name not in wanted or server.name in failed or server.start():
                 server.stop()
                 continue
