@@ -467,7 +467,7 @@ def main() -> None:
                         wrk(port, duration, args.connections)
 
                 print()
-                print("\n".join(profile(server, venv, args.profile, load)))
+                print("\n".join(profile(server, venv, args.profile, load, app_frame="WSGIHandler.__call__")))
                 server.stop(grace=15)
     finally:
         pg.stop()

@@ -106,18 +106,20 @@ def busiest(pids: list[int], window: float = 1.0) -> int:
     return max(after, key=lambda p: sum(after[p]) - sum(before.get(p, (0.0, 0.0))))
 
 
-def py_spy_summary(raw: Path, top: int = 25) -> list[str]:
+def py_spy_summary(raw: Path, top: int = 25, app_frame: str | None = None) -> list[str]:
     """Lines: share of the samples per leaf function (self) and per function anywhere on the stack
     (inclusive), from py-spy's raw (collapsed) output."""
     self_: dict[str, int] = {}
     incl: dict[str, int] = {}
-    total = 0
+    total = in_app = 0
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
         n = int(count)
         total += n
+        if app_frame and app_frame in stack:
+            in_app += n
         frames = [
             f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1] + ")"
             for f in stack.split(";")
@@ -130,7 +132,14 @@ def py_spy_summary(raw: Path, top: int = 25) -> list[str]:
             incl[f] = incl.get(f, 0) + n
     if not total:
         return ["(no samples)"]
-    out = [f"py-spy: {total} samples of the threads holding the GIL; self (leaf) shares:"]
+    out = [f"py-spy: {total} samples of the threads holding the GIL"]
+    if app_frame:
+        out.append(
+            f"  {in_app / total:6.1%}  inside the app call ({app_frame}), "
+            f"{1 - in_app / total:6.1%} outside it "
+            "(the server, and stacks py-spy could not walk to the root)"
+        )
+    out.append("self (leaf) shares:")
     out += [f"  {n / total:6.1%}  {f}" for f, n in sorted(self_.items(), key=lambda x: -x[1])[:top]]
     out.append("inclusive shares (the function or anything it called):")
     out += [f"  {n / total:6.1%}  {f}" for f, n in sorted(incl.items(), key=lambda x: -x[1])[:top]]
@@ -166,7 +175,9 @@ def perf_summary(data: Path, top: int = 25) -> list[str]:
     return out
 
 
-def profile(server: Server, venv: Path, seconds: float, load: Callable[[float], object]) -> list[str]:
+def profile(
+    server: Server, venv: Path, seconds: float, load: Callable[[float], object], app_frame: str | None = None
+) -> list[str]:
     """Under `load` (called with a duration, in a thread), py-spy (--gil, non-blocking) on the
     busiest process of the tree and perf (-g, 499 Hz) on the whole tree, for `seconds`. Returns
     the summary lines; the raw files stay in benchmarks/results/."""
@@ -231,7 +242,7 @@ def profile(server: Server, venv: Path, seconds: float, load: Callable[[float], 
     thread.join()
     lines = [f"profile of {server.name}: py-spy on pid {target} ({cmdline(target)[:80]}), perf on {pids}"]
     if raw.exists():
-        lines += py_spy_summary(raw)
+        lines += py_spy_summary(raw, app_frame=app_frame)
     if data.exists():
         lines += perf_summary(data)
     (RESULTS_DIR / f"profile-{server.name}-{stamp}.txt").write_text("\n".join(lines) + "\n")
@@ -480,6 +491,7 @@ def main() -> None:
                         venv,
                         args.profile,
                         lambda d, port=port: run_wrk(port, d, connections=args.connections),
+                        app_frame="app (hello_wsgi.py",
                     )
                 )
             )
