@@ -12,11 +12,12 @@ which only re-exports.
 from refork.asgi.cycle import HIGH_WATER, Channel, ClientDisconnected, CycleState, HttpCycle
 from refork.asgi.lifespan import Lifespan, LifespanFailure
 from refork.asgi.response import ResponseState
-from refork.asgi.scope import ASGI_INFO, build_scope, decode_path
+from refork.asgi.scope import ASGI_INFO, HTTP_EXTENSIONS, build_scope, decode_path, request_state
 from refork.asgi.warmup import warmup_asgi
 
 __all__ = [
     "ASGI_INFO",
+    "HTTP_EXTENSIONS",
     "HIGH_WATER",
     "Channel",
     "ClientDisconnected",
@@ -27,5 +28,6 @@ __all__ = [
     "ResponseState",
     "build_scope",
     "decode_path",
+    "request_state",
     "warmup_asgi",
 ]

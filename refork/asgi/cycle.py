@@ -11,7 +11,8 @@ import enum
 import logging
 from typing import Any, Protocol
 
-from refork.asgi.response import ResponseState
+from refork.asgi.files import file_source
+from refork.asgi.response import FILE_MESSAGES, ResponseState
 from refork.http.events import Request
 from refork.http.response import CONTINUE, simple_response
 
@@ -48,7 +49,7 @@ class Channel(Protocol):
     """The one way an :class:`HttpCycle` reaches its connection (refork.serving.aio_protocol.HttpProtocol).
 
     The connection drives the cycle (body pieces, end of body, client gone, writable again); the
-    cycle only ever answers through these five calls.
+    cycle only ever answers through these six calls.
     """
 
     def write(self, data: bytes) -> bool:
@@ -69,6 +70,11 @@ class Channel(Protocol):
         Time spent waiting is not the app's: it does not count against the worker's --timeout.
         """
 
+    async def send_file(self, fd: int, offset: int, count: int) -> int:
+        """Write `count` bytes of the file `fd` from `offset` (os.sendfile where the transport allows,
+        else read and write); returns the bytes sent (fewer: the file was shorter). Raises
+        ClientDisconnected when the connection is lost on the way."""
+
 
 class HttpCycle:
     """One request/response: the receive() and send() the app sees, and the unread request body.
@@ -78,7 +84,7 @@ class HttpCycle:
 
     __slots__ = (
         "channel", "loop", "request", "response", "state", "unread", "buffered", "continue_owed",
-        "receive_waiter", "send_waiter", "token", "task", "started_at", "remote",
+        "receive_waiter", "send_waiter", "token", "task", "started_at", "remote", "eof",
     )  # fmt: skip
 
     def __init__(
@@ -98,6 +104,7 @@ class HttpCycle:
         self.task: asyncio.Task[None] | None = None
         self.started_at = 0.0
         self.remote: str | None = None
+        self.eof = False  # the client half-closed after the whole request: see peer_closed()
 
     # Driven by the connection ----------------------------------------------------------------
 
@@ -129,6 +136,18 @@ class HttpCycle:
         self.state = _DISCONNECTED
         self._wake_receive()
         self.resume_sending()
+
+    def peer_closed(self) -> None:
+        """The client sent EOF after the whole request: it can send nothing more.
+
+        To receive() that is a disconnect (the cue a long poll or an event stream waits for),
+        delivered at once, and once the app has had it send() raises ClientDisconnected. An app
+        that does not ask still writes: a client that only half-closed may still read, and one
+        that closed for good answers the next write with a reset (connection_lost, then send()
+        raises).
+        """
+        self.eof = True
+        self._wake_receive()
 
     def resume_sending(self) -> None:
         """The transport's buffer drained (or the client is gone): a waiting send() goes on."""
@@ -168,12 +187,14 @@ class HttpCycle:
     async def run(self, app: Any, scope: dict[str, Any]) -> None:
         """Call the app; whatever happens, the connection hears of the end exactly once."""
         try:
-            await app(scope, self.receive, self.send)
+            result = await app(scope, self.receive, self.send)
         except BaseException as exc:
             if isinstance(exc, (SystemExit, KeyboardInterrupt)):
                 raise
             self.failed(exc)
         else:
+            if result is not None:
+                log.error("ASGI callable should return None, but returned %r", result)
             if not self.response.complete:
                 self.incomplete()
 
@@ -197,6 +218,9 @@ class HttpCycle:
                 return {"type": "http.request", "body": b"", "more_body": False}
             if state is _RESPONSE_DONE or state is _DISCONNECTED:
                 return {"type": "http.disconnect"}
+            if self.eof:  # told the client is gone: from now on send() raises, as the spec has it
+                self.state = _DISCONNECTED
+                return {"type": "http.disconnect"}
             if self.continue_owed and state is _RECEIVING_BODY:
                 self.continue_owed = False
                 self.channel.write(CONTINUE)
@@ -214,11 +238,11 @@ class HttpCycle:
         if state is _RECEIVING_BODY and self.continue_owed:
             # The client is still waiting for our go-ahead: it may or may not send the body.
             response.keep_alive = False
+        if message.__class__ is dict and message.get("type") in FILE_MESSAGES:
+            await self._send_file(message)
+            return
         data = response.feed(message)
-        if state is _RECEIVING_BODY:
-            self.state = _STREAMING
-        elif state is _BODY_DONE:
-            self.state = _RESPONSE_STARTED
+        self._started()
         writable = True
         if data:
             writable = self.channel.write(data)
@@ -234,6 +258,38 @@ class HttpCycle:
             if self.state is _DISCONNECTED:
                 raise ClientDisconnected("client disconnected")
 
+    def _started(self) -> None:
+        state = self.state
+        if state is _RECEIVING_BODY:
+            self.state = _STREAMING
+        elif state is _BODY_DONE:
+            self.state = _RESPONSE_STARTED
+
+    async def _send_file(self, message: dict[str, Any]) -> None:
+        """http.response.pathsend / http.response.zerocopysend (ASGI extensions): see asgi/files.py."""
+        source = file_source(message)  # raises before anything is written (a missing path, ...)
+        try:
+            before, after, send = self.response.file_frame(message["type"], source.count, source.more_body)
+            self._started()
+            channel = self.channel
+            if before:
+                channel.write(before)
+            if send:
+                channel.client_wait(self, True)
+                try:
+                    sent = await channel.send_file(source.fd, source.offset, source.count)
+                finally:
+                    channel.client_wait(self, False)
+                if sent < source.count:
+                    raise RuntimeError(f"the file ended {source.count - sent} bytes early")
+            source.done()
+            if after:
+                channel.write(after)
+        finally:
+            source.close()
+        if self.response.complete:
+            self._finish(self.response.will_keep_alive)
+
     async def _wait_on_client(self, waiter: asyncio.Future[None]) -> None:
         channel = self.channel
         channel.client_wait(self, True)
@@ -245,6 +301,9 @@ class HttpCycle:
     # Endings ---------------------------------------------------------------------------------
 
     def _finish(self, keep_alive: bool) -> None:
+        short = self.response.short_by
+        if short:
+            log.error("ASGI app sent %d bytes less than its Content-Length: connection closed", short)
         self.state = _RESPONSE_DONE
         self.unread = None
         if self.receive_waiter is not None:
@@ -255,14 +314,15 @@ class HttpCycle:
         if self.state is _RESPONSE_DONE:
             log.error("Exception in ASGI application after the response was sent", exc_info=exc)
             return
-        if self.state is _DISCONNECTED or isinstance(exc, (ClientDisconnected, asyncio.CancelledError)):
+        gone = self.state is _DISCONNECTED or self.eof
+        if gone or isinstance(exc, (ClientDisconnected, asyncio.CancelledError)):
             log.debug("ASGI app ended after the client disconnected: %r", exc)
         else:
             log.error("Exception in ASGI application", exc_info=exc)
         self.abort_response()
 
     def incomplete(self) -> None:
-        if self.state is not _DISCONNECTED:
+        if self.state is not _DISCONNECTED and not self.eof:
             if self.response.started:
                 log.error("ASGI app returned without completing the response")
             else:
@@ -270,10 +330,13 @@ class HttpCycle:
         self.abort_response()
 
     def abort_response(self) -> None:
-        """500 if nothing was sent yet, else cut the connection (the client sees a short body)."""
+        """500 if no byte was sent yet (a held head is dropped), else cut the connection (the client
+        sees a short body). Nothing for a client that went away or half-closed."""
         if self.state is _RESPONSE_DONE:
             return
-        if self.state is not _DISCONNECTED and not self.response.started:
+        response = self.response
+        if self.state is not _DISCONNECTED and not self.eof and not response.head_sent:
+            response.take_head()
             self.channel.write(simple_response(500, b"Internal Server Error"))
-            self.response.status = 500
+            response.status = 500
         self._finish(False)

@@ -37,7 +37,7 @@ class Lifespan:
     async def startup(self) -> None:
         """Run lifespan.startup; raise LifespanFailure if the app reports or raises a failure."""
         loop = asyncio.get_running_loop()
-        scope = {"type": "lifespan", "asgi": ASGI_INFO, "state": self.state}
+        scope = {"type": "lifespan", "asgi": ASGI_INFO.copy(), "state": self.state}
         self._task = loop.create_task(self._run(scope))
         message = await self._exchange("startup")
         if message is None:

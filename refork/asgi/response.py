@@ -1,12 +1,43 @@
-"""The ``send()`` messages of one ASGI response, validated and framed into bytes (sans-IO)."""
+"""The ``send()`` messages of one ASGI response, validated and framed into bytes (sans-IO).
+
+Besides ``http.response.start`` / ``http.response.body`` it frames the two file extensions
+(``http.response.pathsend`` and ``http.response.zerocopysend``: :meth:`ResponseState.file_frame`
+gives the bytes around a file's contents, which the connection sends itself) and
+``http.response.trailers`` (RFC 9112 7.1.2: sent as the last chunk's trailer section, only to a
+request whose ``TE`` lists ``trailers``; otherwise dropped).
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
 from refork.http.events import Request
-from refork.http.response import ResponseFramer
+from refork.http.response import ResponseFramer, has_control_char
+
+log = logging.getLogger("refork")
+
+FILE_MESSAGES = frozenset({"http.response.pathsend", "http.response.zerocopysend"})
+
+# RFC 9110 6.5.1: fields a trailer section must not carry (framing, routing, the ones that would
+# change how the message is handled); dropped with a debug line rather than failing the response.
+_NOT_IN_TRAILERS = frozenset({
+    b"content-length", b"transfer-encoding", b"content-encoding", b"content-type", b"content-range",
+    b"trailer", b"host", b"connection", b"keep-alive", b"te", b"upgrade", b"set-cookie",
+    b"authorization", b"cache-control", b"expires", b"date", b"location", b"retry-after", b"vary",
+})  # fmt: skip
+_TOKEN = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def wants_trailers(request: Request) -> bool:
+    """The request's ``TE`` header lists ``trailers`` and it is HTTP/1.1 (chunked is possible)."""
+    if request.http_version != "1.1":
+        return False
+    for name, value in request.headers:
+        if name == b"te" and b"trailers" in [v.split(b";")[0].strip() for v in value.lower().split(b",")]:
+            return True
+    return False
 
 
 class ResponseState:
@@ -16,7 +47,10 @@ class ResponseState:
     write. ``keep_alive`` may be turned off until ``http.response.start`` arrives (graceful stop).
     """
 
-    __slots__ = ("request", "keep_alive", "framer", "started", "complete", "status", "_head")
+    __slots__ = (
+        "request", "keep_alive", "framer", "started", "complete", "status", "_head", "trailers",
+        "send_trailers", "body_ended", "file_sent", "trailer_fields",
+    )  # fmt: skip
 
     def __init__(self, request: Request, *, keep_alive: bool = True) -> None:
         self.request = request
@@ -26,6 +60,11 @@ class ResponseState:
         self.complete = False
         self.status = 0
         self._head: bytes | None = None
+        self.trailers = False  # the app announced http.response.trailers ("trailers": True)
+        self.send_trailers = False  # ... and they go on the wire (TE: trailers, chunked)
+        self.body_ended = False  # the last body message came; only trailers may follow
+        self.file_sent = False  # an http.response.pathsend came (it cannot be mixed with body)
+        self.trailer_fields: list[bytes] = []  # from messages with "more_trailers": True
 
     def feed(self, message: dict[str, Any]) -> bytes:
         """Bytes to write for this message (possibly empty); RuntimeError when it is out of order."""
@@ -39,8 +78,16 @@ class ResponseState:
             return self._start(message)
         if self.complete:
             raise RuntimeError(f"Unexpected ASGI message {kind!r} sent after the response completed")
+        if self.body_ended:
+            if kind != "http.response.trailers":
+                raise RuntimeError(f"Expected ASGI message 'http.response.trailers', but got {kind!r}")
+            return self._trailers(message)
         if kind != "http.response.body":
+            if kind == "http.response.trailers":
+                raise RuntimeError("'http.response.trailers' before the last 'http.response.body'")
             raise RuntimeError(f"Expected ASGI message 'http.response.body', but got {kind!r}")
+        if self.file_sent:
+            raise RuntimeError("'http.response.body' after 'http.response.pathsend'")
         body = message.get("body", b"")
         framer = self.framer
         out: bytes
@@ -54,11 +101,7 @@ class ResponseState:
         else:
             out = b""
         if not message.get("more_body", False):
-            try:
-                out += framer.end()
-            except ValueError as exc:
-                raise RuntimeError(f"Invalid response: {exc}") from None
-            self.complete = True
+            out += self._end_body()
         head = self._head
         if head is not None:
             self._head = None
@@ -72,6 +115,11 @@ class ResponseState:
         if 100 <= status < 200:
             raise RuntimeError(f"Informational status {status} cannot be sent as the final response")
         headers = _check_headers(message.get("headers", ()))
+        if message.get("trailers", False):
+            self.trailers = True
+            if wants_trailers(self.request):
+                self.send_trailers = True  # chunked: a Content-Length would leave no room for them
+                headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
         framer = ResponseFramer(self.request, server_keep_alive=self.keep_alive)
         try:
             self._head = framer.head(status, headers)
@@ -81,6 +129,75 @@ class ResponseState:
         self.status = status
         self.started = True
         return b""
+
+    def _end_body(self) -> bytes:
+        """The last body message: finish the response, unless trailers are still to come."""
+        if self.trailers:
+            self.body_ended = True
+            return b""
+        try:
+            out: bytes = self.framer.end()
+        except ValueError as exc:
+            raise RuntimeError(f"Invalid response: {exc}") from None
+        self.complete = True
+        return out
+
+    def _trailers(self, message: dict[str, Any]) -> bytes:
+        fields = []
+        for name, value in _check_headers(message.get("headers", ())):
+            if not name or name.translate(None, _TOKEN) or has_control_char(value):
+                raise RuntimeError(f"Invalid trailer field {(name, value)!r}")
+            if name.lower() in _NOT_IN_TRAILERS:
+                log.debug("dropped trailer field %r: not allowed in a trailer section", name)
+                continue
+            fields.append(b"%s: %s\r\n" % (name, value))
+        collected = self.trailer_fields
+        collected.extend(fields)
+        if message.get("more_trailers", False):
+            return b""
+        framer = self.framer
+        try:
+            last: bytes = framer.end()
+        except ValueError as exc:
+            raise RuntimeError(f"Invalid response: {exc}") from None
+        self.complete = True
+        if not (self.send_trailers and framer.chunked and not framer.no_body):
+            if collected:
+                log.debug("dropped response trailers: the request did not send 'TE: trailers'")
+            return last
+        return b"0\r\n" + b"".join(collected) + b"\r\n"
+
+    def file_frame(self, kind: str, size: int, more_body: bool) -> tuple[bytes, bytes, bool]:
+        """Frame `size` bytes of a file the connection sends itself (pathsend / zerocopysend).
+
+        Returns (bytes before the file: the held head, a chunk header; bytes after it: the chunk's
+        end and the end of the response; whether the file's bytes go out at all: not for HEAD,
+        204, 304). RuntimeError when out of order or longer than the Content-Length.
+        """
+        if not self.started:
+            raise RuntimeError(f"Expected ASGI message 'http.response.start', but got {kind!r}")
+        if self.complete or self.body_ended:
+            raise RuntimeError(f"Unexpected ASGI message {kind!r} sent after the response body ended")
+        if self.file_sent:
+            raise RuntimeError(f"Unexpected ASGI message {kind!r} after 'http.response.pathsend'")
+        if kind == "http.response.pathsend":
+            self.file_sent = True
+            more_body = False  # path-send is the whole body
+        framer = self.framer
+        send = size > 0 and not framer.no_body
+        limit = framer.content_length
+        if send and not framer.chunked and limit is not None and framer.body_bytes + size > limit:
+            framer.keep_alive = False
+            raise RuntimeError(f"Invalid response body: longer than Content-Length {limit}")
+        framer.body_bytes += size
+        before = self.take_head()
+        after = b""
+        if send and framer.chunked:
+            before += b"%x\r\n" % size
+            after = b"\r\n"
+        if not more_body:
+            after += self._end_body()
+        return before, after, send
 
     def take_head(self) -> bytes:
         """The held-back head, if no body message came to carry it; empty afterwards."""
@@ -93,9 +210,22 @@ class ResponseState:
         return self._head is not None
 
     @property
+    def head_sent(self) -> bool:
+        """The head left (or was handed out to be written): an error can no longer replace it."""
+        return self.started and self._head is None
+
+    @property
     def will_keep_alive(self) -> bool:
         """After completion: may the connection serve another request?"""
         return self.framer is not None and bool(self.framer.keep_alive)
+
+    @property
+    def short_by(self) -> int:
+        """After completion: how much body the app's Content-Length promised and it did not send."""
+        framer = self.framer
+        if not self.complete or framer is None or framer.content_length is None or framer.no_body:
+            return 0
+        return max(0, int(framer.content_length) - int(framer.body_bytes))
 
     @property
     def body_bytes(self) -> int:

@@ -10,6 +10,18 @@ from refork.http.forwarded import TrustedProxies, resolve_forwarded
 
 ASGI_INFO = {"version": "3.0", "spec_version": "2.4"}
 
+# The ASGI extensions of every http scope (see docs/asgi.md); a fresh dict per scope.
+HTTP_EXTENSIONS = ("http.response.pathsend", "http.response.zerocopysend", "http.response.trailers")
+
+
+def request_state(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What a request (http or websocket) scope gets as ``state``: a shallow copy of the lifespan's.
+
+    The copy keeps one request from leaking attributes into the next (ASGI lifespan spec, which
+    Starlette's ``request.state`` relies on); the objects in it are shared.
+    """
+    return None if state is None else state.copy()
+
 
 def decode_path(raw: bytes) -> str:
     """Percent-decode a raw path as UTF-8; undecodable bytes become U+FFFD, never an error."""
@@ -53,7 +65,7 @@ def build_scope(
         raw_path = root_path.encode("utf-8") + raw_path
     scope: dict[str, Any] = {
         "type": "http",
-        "asgi": ASGI_INFO,
+        "asgi": ASGI_INFO.copy(),  # each its own: an app may write to its scope
         "http_version": request.http_version,
         "server": server,
         "client": client,
@@ -64,6 +76,9 @@ def build_scope(
         "raw_path": raw_path,
         "query_string": request.query,
         "headers": request.headers,
+        "extensions": {  # HTTP_EXTENSIONS, spelled out: a literal is built faster
+            "http.response.pathsend": {}, "http.response.zerocopysend": {}, "http.response.trailers": {},
+        },  # fmt: skip
     }
     if state is not None:
         scope["state"] = state.copy()

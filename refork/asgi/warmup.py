@@ -35,6 +35,7 @@ async def _warm_one(app: Any, request: Request, config: Config) -> int:
     scope = build_scope(
         request, server=("localhost", 80), client=("127.0.0.1", 0), root_path=config.root_path, state={}
     )
+    del scope["extensions"]  # no socket to send a file or trailers to: the app falls back to body
     response = ResponseState(request, keep_alive=False)
     sent_request = False
 

@@ -20,6 +20,7 @@ Interface = Literal["auto", "wsgi", "asgi"]
 Loop = Literal["auto", "asyncio", "uvloop"]
 WsgiLoop = Literal["auto", "native", "python"]
 WebSockets = Literal["auto", "wsproto", "none"]
+_TWENTY_SECONDS: float | None = 20.0  # typed so setting() infers the optional type of its coercer
 AccessLogFormat = Literal["common", "combined", "json"]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 ForkSafety = Literal["warn", "strict", "off"]
@@ -345,7 +346,7 @@ class Config:
         group="websockets",
     )
     ws_ping_interval: float | None = setting(
-        20.0,
+        _TWENTY_SECONDS,
         "--ws-ping-interval",
         coerce=c.off_or_seconds,
         metavar="S",
@@ -353,7 +354,7 @@ class Config:
         group="websockets",
     )
     ws_ping_timeout: float | None = setting(
-        20.0,
+        _TWENTY_SECONDS,
         "--ws-ping-timeout",
         coerce=c.off_or_seconds,
         metavar="S",

@@ -240,6 +240,7 @@ def serve_asgi(
             exc = main.exception()
             if isinstance(exc, LifespanFailure):
                 log.error("%s; worker exiting", exc)
+                raise SystemExit(1) from None  # reported above: no traceback for the monitor's log
             main.result()
     finally:
         if not forked:

@@ -21,6 +21,7 @@ from refork.asgi import HttpCycle, build_scope
 from refork.http.events import Body, Event, ParseError, Request
 from refork.http.parser import RequestParser
 from refork.http.response import simple_response
+from refork.serving.aio_sendfile import send_file
 from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
 from refork.serving.health import health_response
 
@@ -37,13 +38,13 @@ class HttpProtocol(asyncio.Protocol):
     """One client connection: parse, queue pipelined requests, run them in order.
 
     It drives each request's :class:`HttpCycle` (body pieces, end of body, client gone, writable
-    again) and is the cycle's :class:`refork.asgi.Channel`: the four calls it answers through.
+    again) and is the cycle's :class:`refork.asgi.Channel`: the calls it answers through.
     """
 
     __slots__ = (
         "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
         "queue", "read_paused", "write_blocked_since", "closing", "since", "pending_error", "eof",
-        "trusted", "body_bytes", "scheme",
+        "trusted", "body_bytes", "scheme", "drain_waiter",
     )  # fmt: skip
 
     def __init__(self, srv: Server) -> None:
@@ -65,6 +66,7 @@ class HttpProtocol(asyncio.Protocol):
         self.trusted = False
         self.body_bytes = 0  # of the request being received: each --body-min-rate extends its deadline
         self.scheme = "http"  # "https" on a TLS listener (asyncio / uvloop did the handshake)
+        self.drain_waiter: asyncio.Future[None] | None = None  # send_file() waits for resume_writing
 
     # asyncio.Protocol ------------------------------------------------------------------------
 
@@ -122,6 +124,7 @@ class HttpProtocol(asyncio.Protocol):
         self.queue.clear()
         self.reading = None
         self.write_blocked_since = 0.0
+        self._wake_drain()
         if srv.stopping and not srv.connections:
             srv.check_drained()
 
@@ -130,6 +133,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.write_blocked_since = 0.0
+        self._wake_drain()
         if self.cycle is not None:
             self.cycle.resume_sending()
         elif self.queue and not self.closing:
@@ -146,6 +150,11 @@ class HttpProtocol(asyncio.Protocol):
             # The body can never complete: to the app this is a disconnect.
             reading.client_gone()
             self.queue.clear()
+        else:  # whole requests: their receive() says http.disconnect now (long polls end at once)
+            if self.cycle is not None:
+                self.cycle.peer_closed()
+            for queued in self.queue:
+                queued.peer_closed()
         return True
 
     # The Channel of the running cycle --------------------------------------------------------
@@ -162,6 +171,21 @@ class HttpProtocol(asyncio.Protocol):
 
     def hold_head(self, cycle: HttpCycle) -> None:
         self.srv.hold_head(cycle)
+
+    async def send_file(self, fd: int, offset: int, count: int) -> int:
+        return await send_file(self, fd, offset, count)
+
+    async def wait_writable(self) -> None:
+        """Until resume_writing() (or the connection is lost)."""
+        waiter = self.drain_waiter = self.loop.create_future()
+        await waiter
+
+    def _wake_drain(self) -> None:
+        waiter = self.drain_waiter
+        if waiter is not None:
+            self.drain_waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def cycle_done(self, cycle: HttpCycle, keep_alive: bool) -> None:
         """The response is written (or abandoned): account for it and move on to the next one."""
