@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 from common import BENCH_DIR, Server, fmt, median, print_table, refork_cmd, venv_dir, versions, write_results
-from native_hello import check_loop, cpu_delta, cpu_seconds, profile
+from native_hello import SyscallCounter, check_loop, cpu_delta, cpu_seconds, per_request, profile
 
 APP = "django_pg_app.app:application"
 BASELINE = "granian-wsgi"
@@ -355,12 +355,15 @@ def bench_one(server: Server, pg: Postgres, duration: float, connections: int, s
     pids = server.pids()
     with SlowHolders(server.port, slow) as holders:
         time.sleep(0.5)  # the slow requests are in the app before the measured run starts
+        counter = SyscallCounter(pids)
         before = cpu_seconds(pids)
         res = wrk(server.port, duration, connections)
         after = cpu_seconds(server.pids())
+        counts = counter.stop()
         res["pg_backends"] = pg.backends()
     user, system = cpu_delta(before, after)
     served = max(res["requests"], 1)
+    res.update(per_request(counts, served))
     res.update(
         slow_done=holders.done,
         slow_failed=holders.failed,
@@ -450,7 +453,8 @@ def main() -> None:
                     f"{fmt(res['p90_ms'], '.0f')}/"
                     f"{fmt(res['p99_ms'], '.0f')} ms, errors {res['errors']}+{res['non2xx']} non-2xx, "
                     f"slow {res['slow_done']} ok {res['slow_failed']} failed, "
-                    f"cpu {res['user_us']:.0f}+{res['sys_us']:.0f} us/req, pg {res['pg_backends']}"
+                    f"cpu {res['user_us']:.0f}+{res['sys_us']:.0f} us/req, "
+                    f"cswitch {fmt(res.get('cswitch_per_req'), '.1f')}/req, pg {res['pg_backends']}"
                 )
                 if res["slow_samples"]:
                     print(f"  slow errors: {res['slow_samples']}")
@@ -485,6 +489,8 @@ def main() -> None:
             "errors": sum(r["errors"] + r["non2xx"] for r in rs),
             "slow_done": sum(r["slow_done"] for r in rs),
             "slow_failed": sum(r["slow_failed"] for r in rs),
+            "cswitch_per_req": median([r.get("cswitch_per_req") for r in rs]),
+            "syscalls_per_req": median([r.get("syscalls_per_req") for r in rs]),
             "pg_backends": max(r["pg_backends"] for r in rs),
         }
 
@@ -501,7 +507,7 @@ def main() -> None:
     rows = []
     for name, s in summary.items():
         if "error" in s:
-            rows.append([name] + ["-"] * 10 + [s["error"]])
+            rows.append([name] + ["-"] * 12 + [s["error"]])
             continue
         rows.append(
             [
@@ -514,6 +520,8 @@ def main() -> None:
                 str(s["errors"]),
                 f"{s['slow_done']}/{s['slow_failed']}",
                 f"{s['user_us']:.0f}+{s['sys_us']:.0f}",
+                fmt(s["syscalls_per_req"], ".1f"),
+                fmt(s["cswitch_per_req"], ".1f"),
                 str(s["pg_backends"]),
                 fmt(ratio(name), ".2f", "x"),
                 "",
@@ -530,6 +538,8 @@ def main() -> None:
             "errors",
             "slow ok/failed",
             "cpu us/req (u+s)",
+            "syscalls/req",
+            "cswitch/req",
             "pg conns",
             f"vs {BASELINE}",
             "note",

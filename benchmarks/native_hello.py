@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -63,6 +64,16 @@ def cpu_seconds(pids: list[int]) -> dict[int, tuple[float, float]]:
     return out
 
 
+def per_request(counts: dict[str, int], served: int) -> dict[str, float]:
+    """Syscalls and context switches per request from a SyscallCounter's counts."""
+    out: dict[str, float] = {}
+    if "raw_syscalls:sys_enter" in counts:
+        out["syscalls_per_req"] = counts["raw_syscalls:sys_enter"] / served
+    if "context-switches" in counts:
+        out["cswitch_per_req"] = counts["context-switches"] / served
+    return out
+
+
 def cpu_delta(
     before: dict[int, tuple[float, float]], after: dict[int, tuple[float, float]]
 ) -> tuple[float, float]:
@@ -96,6 +107,38 @@ def check_loop(server: Server) -> str | None:
     if server.name.startswith("refork-python") and native:
         return "refork/_native*.so is loaded in a --wsgi-loop python tree"
     return None
+
+
+class SyscallCounter:
+    """`perf stat` counting syscalls (raw_syscalls:sys_enter) and context switches of the given
+    processes (all their threads) between start and stop; a no-op where perf is missing."""
+
+    EVENTS = ("raw_syscalls:sys_enter", "context-switches")
+
+    def __init__(self, pids: list[int], enabled: bool = True) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        if enabled and shutil.which("perf"):
+            self.proc = subprocess.Popen(
+                ["perf", "stat", "-x,", "-e", ",".join(self.EVENTS), "-p", ",".join(map(str, pids))],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            time.sleep(0.2)  # attached before the load starts
+
+    def stop(self) -> dict[str, int]:
+        if self.proc is None:
+            return {}
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            _, err = self.proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return {}
+        counts: dict[str, int] = {}
+        for line in err.splitlines():
+            fields = line.split(",")
+            if len(fields) > 2 and fields[2] in self.EVENTS and fields[0].isdigit():
+                counts[fields[2]] = int(fields[0])
+        return counts
 
 
 def busiest(pids: list[int], window: float = 1.0) -> int:
@@ -175,6 +218,46 @@ def perf_summary(data: Path, top: int = 25) -> list[str]:
     return out
 
 
+SYSCALLS = (
+    "futex",
+    "read",
+    "write",
+    "writev",
+    "recvfrom",
+    "sendto",
+    "recvmsg",
+    "sendmsg",
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_ctl",
+    "poll",
+    "ppoll",
+    "select",
+    "clock_nanosleep",
+    "accept4",
+    "sched_yield",
+)
+
+
+def syscall_summary(perf_stat_stderr: str, seconds: float) -> list[str]:
+    """Lines: syscalls per second of the tree, by name (perf stat's csv output)."""
+    counts: dict[str, int] = {}
+    for line in perf_stat_stderr.splitlines():
+        fields = line.split(",")
+        if len(fields) > 2 and fields[0].isdigit():
+            counts[fields[2].removeprefix("syscalls:sys_enter_")] = int(fields[0])
+    total = counts.pop("raw_syscalls:sys_enter", 0)
+    if not total:
+        return ["perf stat: no syscall counts"]
+    out = [f"syscalls of the tree: {total / seconds:,.0f}/s; by name:"]
+    named = sorted(((n, c) for n, c in counts.items() if c), key=lambda x: -x[1])
+    out += [f"  {c / total:6.1%}  {n} ({c / seconds:,.0f}/s)" for n, c in named]
+    others = total - sum(counts.values())
+    if others > 0:  # perf scales multiplexed counters: the named ones can add up to a little over the total
+        out.append(f"  {others / total:6.1%}  others")
+    return out
+
+
 def profile(
     server: Server, venv: Path, seconds: float, load: Callable[[float], object], app_frame: str | None = None
 ) -> list[str]:
@@ -235,16 +318,30 @@ def profile(
                 text=True,
             )
         )
+    stat = None
+    if shutil.which("perf"):
+        events = ",".join(f"syscalls:sys_enter_{name}" for name in SYSCALLS) + ",raw_syscalls:sys_enter"
+        stat = subprocess.Popen(
+            ["perf", "stat", "-x,", "-e", events, "-p", ",".join(map(str, pids)),
+             "--", "sleep", str(int(seconds))],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        tools.append(stat)
+    errors: dict[subprocess.Popen[str], str] = {}
     for tool in tools:
-        _, err = tool.communicate(timeout=seconds + 120)
+        _, errors[tool] = tool.communicate(timeout=seconds + 120)
         if tool.returncode != 0:
-            print(f"  {tool.args[0]} failed: {err.strip().splitlines()[-1:] or '?'}", file=sys.stderr)
+            print(
+                f"  {tool.args[0]} failed: {errors[tool].strip().splitlines()[-1:] or '?'}", file=sys.stderr
+            )
     thread.join()
     lines = [f"profile of {server.name}: py-spy on pid {target} ({cmdline(target)[:80]}), perf on {pids}"]
     if raw.exists():
         lines += py_spy_summary(raw, app_frame=app_frame)
     if data.exists():
         lines += perf_summary(data)
+    if stat is not None:
+        lines += syscall_summary(errors.get(stat, ""), seconds)
     (RESULTS_DIR / f"profile-{server.name}-{stamp}.txt").write_text("\n".join(lines) + "\n")
     return lines
 
@@ -311,7 +408,7 @@ def servers(venv: Path, port: int, refork_path: Path | None = None) -> list[Serv
     ]
 
 
-def bench_one(server: Server, duration: float, connections: int) -> dict:
+def bench_one(server: Server, duration: float, connections: int, syscalls: bool = True) -> dict:
     """Start, warm up 2 s, measure (wrk + CPU of the tree), stop, check for leftovers."""
     error = server.start()
     if error:
@@ -322,11 +419,14 @@ def bench_one(server: Server, duration: float, connections: int) -> dict:
         return {"error": error}
     run_wrk(server.port, 2, connections=connections)
     pids = server.pids()
+    counter = SyscallCounter(pids, syscalls)
     before = cpu_seconds(pids)
     result = run_wrk(server.port, duration, connections=connections)
     after = cpu_seconds(server.pids())
+    counts = counter.stop()
     user, system = cpu_delta(before, after)
     served = max(result["requests"], 1)
+    result.update(per_request(counts, served))
     result.update(
         processes=len(pids),
         cpu_user_s=user,
@@ -351,6 +451,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of measured load per server")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--no-syscalls", action="store_true", help="do not count syscalls with perf stat")
     parser.add_argument("--only", help="comma-separated server names")
     parser.add_argument(
         "--profile",
@@ -387,7 +488,7 @@ def main() -> None:
             if server.name in failed:
                 continue
             print(f"round {rnd + 1}/{args.rounds}: {server.name} ...", end=" ", flush=True)
-            res = bench_one(server, args.duration, args.connections)
+            res = bench_one(server, args.duration, args.connections, not args.no_syscalls)
             if "error" in res:
                 failed[server.name] = res["error"]
                 print(res["error"])
@@ -396,7 +497,10 @@ def main() -> None:
             print(
                 f"{res['rps']:.0f} req/s, p50 {fmt(res['p50_ms'], '.2f')} ms, "
                 f"p99 {fmt(res['p99_ms'], '.2f')} ms, "
-                f"cpu {res['user_us']:.1f}+{res['sys_us']:.1f} us/req, errors {res['errors'] + res['non2xx']}"
+                f"cpu {res['user_us']:.1f}+{res['sys_us']:.1f} us/req, "
+                f"syscalls {fmt(res.get('syscalls_per_req'), '.2f')}/req, "
+                f"cswitch {fmt(res.get('cswitch_per_req'), '.3f')}/req, "
+                f"errors {res['errors'] + res['non2xx']}"
             )
         loads.append(os.getloadavg()[0])
 
@@ -413,6 +517,8 @@ def main() -> None:
             "p99_ms": median([r["p99_ms"] for r in rs]),
             "user_us": median([r["user_us"] for r in rs]),
             "sys_us": median([r["sys_us"] for r in rs]),
+            "syscalls_per_req": median([r.get("syscalls_per_req") for r in rs]),
+            "cswitch_per_req": median([r.get("cswitch_per_req") for r in rs]),
             "errors": sum(r["errors"] + r["non2xx"] for r in rs),
         }
 
@@ -428,7 +534,7 @@ def main() -> None:
     rows = []
     for name, s in summary.items():
         if "error" in s:
-            rows.append([name, "-", "-", "-", "-", "-", "-", "-", "-", s["error"]])
+            rows.append([name, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", s["error"]])
             continue
         rows.append(
             [
@@ -439,6 +545,8 @@ def main() -> None:
                 fmt(s["p99_ms"], ".2f"),
                 fmt(s["user_us"], ".1f"),
                 fmt(s["sys_us"], ".1f"),
+                fmt(s["syscalls_per_req"], ".2f"),
+                fmt(s["cswitch_per_req"], ".3f"),
                 fmt(ratio(name, BASELINE), ".2f", "x"),
                 fmt(ratio(name, "refork-python"), ".2f", "x"),
                 str(s["errors"]),
@@ -453,6 +561,8 @@ def main() -> None:
             "p99 ms",
             "user us/req",
             "sys us/req",
+            "syscalls/req",
+            "cswitch/req",
             f"vs {BASELINE}",
             "vs refork-python",
             "errors",
