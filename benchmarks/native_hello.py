@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -98,14 +99,26 @@ def native_loaded(pids: list[int]) -> bool:
 
 
 def check_loop(server: Server) -> str | None:
-    """None, or why this refork row does not run the loop it names."""
+    """None, or why this refork row does not run the loop it names: each worker logs "WSGI loop:
+    native|python"; without that line, `refork-native` must at least have the extension mapped."""
     if not server.name.startswith("refork-"):
         return None
-    native = native_loaded(server.pids())
-    if server.name.startswith("refork-native") and not native:
+    wanted = "native" if server.name.startswith("refork-native") else "python"
+    deadline = time.monotonic() + 5
+    said: set[str] = set()
+    while time.monotonic() < deadline:
+        said = set(re.findall(r"WSGI loop: (\w+)", server.stderr_text()))
+        if said:
+            break
+        time.sleep(0.2)
+    if said:
+        return (
+            None
+            if said == {wanted}
+            else f"the workers logged WSGI loop {', '.join(sorted(said))}, not {wanted}"
+        )
+    if wanted == "native" and not native_loaded(server.pids()):
         return "native loop not loaded (refork/_native*.so is in no process of the tree)"
-    if server.name.startswith("refork-python") and native:
-        return "refork/_native*.so is loaded in a --wsgi-loop python tree"
     return None
 
 
