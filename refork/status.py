@@ -182,6 +182,7 @@ def format_totals(status: dict[str, Any], before: tuple[float, dict[str, Any]] |
     procs = status["processes"]
     workers = [p for p in procs if p["role"] != "mold"]
     requests = sum(int(p["requests"]) for p in workers)
+    websockets = sum(int(p.get("websockets", 0)) for p in workers)
 
     def total(key: str) -> str:
         return format_bytes(sum(int(p[key] or 0) for p in procs))
@@ -194,7 +195,8 @@ def format_totals(status: dict[str, Any], before: tuple[float, dict[str, Any]] |
         rate = f" ({served / before[0]:.1f} req/s)"
     return printable(
         f"total: {len(workers)} workers  requests {requests}{rate}  "
-        f"RSS {total('rss')}  PSS {total('pss')}  USS {total('uss')}"
+        + (f"websockets {websockets}  " if websockets else "")
+        + f"RSS {total('rss')}  PSS {total('pss')}  USS {total('uss')}"
     )
 
 
@@ -202,7 +204,9 @@ def format_status(status: dict[str, Any]) -> str:
     def size(value: int | None) -> str:
         return "-" if value is None else format_bytes(value)
 
-    header = ("PID", "ROLE", "GEN", "STATE", "REQS", "RSS", "PSS", "USS", "PRIV_DIRTY", "MINFLT", "NOTE")
+    header = (
+        "PID", "ROLE", "GEN", "STATE", "REQS", "WS", "RSS", "PSS", "USS", "PRIV_DIRTY", "MINFLT", "NOTE"
+    )  # fmt: skip
     rows: list[tuple[str, ...]] = [header]
     for p in status["processes"]:
         role = p["role"] if p["role"] == "mold" else f"worker {p['nr']}"
@@ -216,6 +220,7 @@ def format_status(status: dict[str, Any]) -> str:
                 str(p["generation"]),
                 p["state"],
                 str(p["requests"]),
+                str(p.get("websockets", 0)) if p["role"] != "mold" else "-",
                 size(p["rss"]),
                 size(p["pss"]),
                 size(p["uss"]),

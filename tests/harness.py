@@ -61,6 +61,9 @@ class HarnessControl:
     def safe_point_wanted(self) -> bool:
         return False
 
+    def ready_for_requests(self) -> None:
+        pass
+
     def at_safe_point(self) -> None:
         pass
 
@@ -73,6 +76,9 @@ class HarnessControl:
         pass
 
     def request_resumed(self, token: object) -> None:
+        pass
+
+    def request_upgraded(self, token: object) -> None:
         pass
 
     def request_finished(self, token: object, status: int) -> None:

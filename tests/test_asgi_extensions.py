@@ -552,3 +552,13 @@ def test_cycle_review_gaps(caplog):
     request = Request("GET", b"/", b"/", b"", "1.1", [])
     build_scope(request, server=None, client=None)["asgi"]["spec_version"] = "x"
     assert build_scope(request, server=None, client=None)["asgi"]["spec_version"] == "2.4"
+
+
+def test_a_worker_is_ready_only_once_its_lifespan_startup_is_done(start_server, tmp_path):
+    """Readiness (and rollouts) count a worker as started only after lifespan startup succeeded:
+    before, its app may not have its database pool yet."""
+    mark = str(tmp_path / "started-")
+    server = start_server(app="apps.slow_lifespan:app", workers=2, env={"REFORK_TEST_MARK": mark})
+    for worker in server.workers():
+        assert os.path.exists(f"{mark}{worker['pid']}"), server.log()
+    assert server.get("/")[0] == 200

@@ -203,14 +203,17 @@ def test_bad_app_path_is_one_line_and_exit_2():
     assert "Traceback" not in result.stderr
 
 
-def test_unbindable_address_is_one_line_and_exit_2():
+def test_unbindable_address_is_one_line_and_exit_2(tmp_path):
     import socket
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = run_cli("-b", f"127.0.0.1:{port}", "--chdir", "tests", "apps.procs:app")
+        ctl = str(tmp_path / "ctl")  # not the default one: another refork on this machine may hold it
+        result = run_cli(
+            "-b", f"127.0.0.1:{port}", "--control-socket", ctl, "--chdir", "tests", "apps.procs:app"
+        )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert "cannot bind" in result.stderr and "Traceback" not in result.stderr

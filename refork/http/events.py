@@ -19,6 +19,10 @@ class Request:
     expect_continue: bool = False  # "Expect: 100-continue" and a body is coming
     chunked: bool = False
     content_length: int | None = None
+    # A WebSocket opening handshake (RFC 6455 4.1): GET, "Connection: upgrade", "Upgrade: websocket",
+    # no body. Only a parser made with hand_off_websocket=True stops after it (RequestParser.upgraded).
+    # (Not compared: a flag derived from the headers, not part of what the request says.)
+    websocket: bool = field(default=False, compare=False)
 
 
 @dataclass(slots=True)

@@ -18,7 +18,11 @@ does not matter.
 Other behaviour worth knowing:
 
 - Upgrade requests (``Connection: upgrade``) are served as ordinary requests; the server ignores
-  the upgrade (RFC 9110 7.8) and keeps parsing HTTP after them.
+  the upgrade (RFC 9110 7.8) and keeps parsing HTTP after them. The one exception is the hand-off
+  of a WebSocket opening handshake (``Request.websocket``) to a parser made with
+  ``hand_off_websocket=True`` (the ASGI loop's): it returns that request and its EndOfMessage, then
+  parses nothing more, and :attr:`RequestParser.upgraded` holds the bytes that followed the head
+  (the start of the WebSocket stream) for the caller.
 - Chunked trailers are validated, bounded, then dropped: never in Request.headers.
 - Errors in a chunked body necessarily come after the Request event; EndOfMessage never follows,
   and loops only call the app on EndOfMessage.
@@ -77,7 +81,8 @@ class RequestParser(RareRequests):
 
     __slots__ = ()  # declared in RareRequests
 
-    def __init__(self, limits: Limits = Limits()) -> None:  # a frozen default is safe to share
+    def __init__(self, limits: Limits = Limits(), *, hand_off_websocket: bool = False) -> None:
+        # (a frozen default Limits is safe to share)
         self._max_line = limits.max_request_line or _UNLIMITED
         self._max_count = limits.max_header_count or _UNLIMITED
         self._max_field = limits.max_header_size or _UNLIMITED
@@ -125,6 +130,9 @@ class RequestParser(RareRequests):
         self._carry = 0
         self._rest: tuple[memoryview, bytes, int] | None = None
         self._framing: ChunkFraming | None = None  # reads chunk-size lines llhttp refuses
+        self._hand_off = hand_off_websocket  # stop after a WebSocket handshake (see `upgraded`)
+        self._ws_pending = False  # a WebSocket handshake's head was parsed: stop at llhttp's upgrade
+        self._upgraded: bytes | None = None
         self._chunks = 0  # chunks completed in the current chunked body (see _chunk_error)
         self._p = _llhttp(self)
 
@@ -132,6 +140,13 @@ class RequestParser(RareRequests):
     def in_message(self) -> bool:
         """True from the first byte of a request until its EndOfMessage."""
         return self._in_message
+
+    @property
+    def upgraded(self) -> bytes | None:
+        """After a WebSocket handshake request (hand-off mode): the bytes that followed its head in
+        what was fed, for the WebSocket protocol; None before. The parser is done then: feed()
+        returns nothing more."""
+        return self._upgraded
 
     def feed(self, data: bytes) -> list[Event]:
         """Parse more bytes; return the events they complete, in order."""
@@ -149,7 +164,10 @@ class RequestParser(RareRequests):
                 self._p.feed_data(data)
             except HttpParserUpgrade as exc:
                 self._held = None  # the scratch replay stops at an upgrade
-                self._feed_rest(data[exc.args[0] :])
+                if self._ws_pending:
+                    self._hand_over(data[exc.args[0] :])
+                else:
+                    self._feed_rest(data[exc.args[0] :])
             except HttpParserError as exc:
                 held = self._held
                 if isinstance(exc, HttpParserInvalidMethodError) or str(exc) == RTSP_METHOD_WITH_HTTP:
@@ -256,10 +274,14 @@ class RequestParser(RareRequests):
             try:
                 self._p.feed_data(data)
             except HttpParserUpgrade as exc:
-                # llhttp stops after an upgrade request's head; we ignore the upgrade and go on.
+                # llhttp stops after an upgrade request's head; we ignore the upgrade and go on
+                # (unless it is a WebSocket handshake to hand over).
                 self._held = None  # the scratch replay stops at an upgrade
                 self._refed = None
                 data = data[exc.args[0] :]
+                if self._ws_pending:
+                    self._hand_over(data)
+                    return
                 prefix = b""
                 continue
             except HttpParserError as exc:
@@ -274,6 +296,12 @@ class RequestParser(RareRequests):
             finally:
                 self._rest = None
             return
+
+    def _hand_over(self, rest: bytes | memoryview) -> None:
+        """A WebSocket handshake was parsed (its EndOfMessage too): keep what follows, parse no more."""
+        self._ws_pending = False
+        self._upgraded = bytes(rest)
+        self._closed = self._slow = True
 
     def _feed_upgrade_body(self, data: memoryview, events: list[Event]) -> memoryview:
         """Hand out the Content-Length body of an upgrade request llhttp did not read."""
@@ -438,12 +466,16 @@ class RequestParser(RareRequests):
             keep_alive = False
         self._keep_alive = keep_alive
 
+        websocket = False
         if p.should_upgrade():
             if chunked:
                 raise self._fail(400, "upgrade request with a chunked body")
             if cl:
                 self._upgrade_body = cl
                 self._slow = True
+            elif method == "GET" and _wants_websocket(self._headers):
+                websocket = True
+                self._ws_pending = self._hand_off
 
         headers = self._headers
         if (url and url[0] == 47) or url == b"*":  # origin-form (b"/...", the common case), asterisk
@@ -468,6 +500,7 @@ class RequestParser(RareRequests):
             expect and http11 and (chunked or bool(cl)),
             chunked,
             cl,
+            websocket,
         )
         self._in_head = chunked  # a chunk-size line is counted like a head (see feed())
         self._events.append(request)
@@ -523,6 +556,14 @@ class _AfterClose(Exception):
     """Raised into llhttp to stop it at a message that begins after a closing request: llhttp may
     judge keep-alive otherwise (HTTP/1.0 with `keep-alive, close`), and what follows a close is
     never a request, valid or not (RFC 9112 9.3)."""
+
+
+def _wants_websocket(headers: list[tuple[bytes, bytes]]) -> bool:
+    """An ``Upgrade`` header naming websocket (llhttp checked ``Connection: upgrade``)."""
+    for name, value in headers:
+        if name == b"upgrade" and b"websocket" in value.lower().replace(b" ", b"").split(b","):
+            return True
+    return False
 
 
 def _complete_messages(events: list[Event]) -> list[Event]:

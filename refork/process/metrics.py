@@ -165,6 +165,8 @@ def _server(out: _Text, snap: Snapshot, live: list[WorkerSample]) -> None:
     )
     out.histogram("refork_request_duration_seconds", snap.bounds, histogram, duration)
 
+    out.family("refork_websockets", "gauge", "Open WebSockets, every live worker.")
+    out.sample("refork_websockets", sum(w.counters.websockets for w in live if w.counters is not None))
     out.family("refork_workers", "gauge", "Worker processes by state.")
     for state in WORKER_STATES:
         out.sample("refork_workers", snap.worker_states.get(state, 0), (("state", state),))
@@ -232,6 +234,12 @@ def _workers(out: _Text, snap: Snapshot, live: list[WorkerSample]) -> None:
         "gauge",
         "Requests started and not yet answered (in the app or waiting on their client).",
         lambda w: c(w).in_flight,
+    )
+    each(
+        "refork_worker_websockets",
+        "gauge",
+        "Open WebSockets of this worker (counted in its requests in flight too).",
+        lambda w: c(w).websockets,
     )
     each(
         "refork_worker_overdue_requests",

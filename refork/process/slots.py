@@ -4,8 +4,8 @@ Allocated by the monitor before any fork (MAP_SHARED, anonymous), so every desce
 same physical page. Each slot is SLOT_WORDS 8-byte words: deadline (monotonic seconds, 0 = none),
 requests served, the pid that owns it (so a stale slot is never misread), and the worker's
 metrics: requests started, requests waiting on their client, its thread count, when it started,
-requests past --request-timeout, the duration sum, and a table of counts by (status class,
-histogram bucket), not cumulative, so that a request costs one increment there. In flight
+requests past --request-timeout, the duration sum, its open WebSockets, and a table of counts by
+(status class, histogram bucket), not cumulative, so that a request costs one increment there. In flight
 (started - served), busy (in flight - waiting), responses by class and the histogram are derived
 from those words by the monitor. Only the worker writes its slot, under its AppClock's lock; the
 monitor reads it lock-free, so a reading may be one request apart between two words.
@@ -27,6 +27,7 @@ THREADS = 5  # the worker's app threads (--threads; 0 for ASGI, which has none)
 STARTED = 6  # time.time() when the worker claimed the slot (float)
 OVERDUE = 7  # requests past --request-timeout (written by the worker)
 DURATION_SUM = 8  # seconds, float
+WEBSOCKETS = 9  # open WebSockets (upgraded requests not finished yet)
 CELLS = 16  # counts by (status row, bucket): row 0 = no status, rows 1-5 = 1xx-5xx; bucket last = +Inf
 ROWS = 6
 MAX_BUCKETS = (SLOT_WORDS - CELLS) // ROWS - 1  # 39 finite buckets at most
@@ -45,6 +46,7 @@ class SlotCounters:
     started: float
     overdue: int
     duration_sum: float
+    websockets: int
     statuses: tuple[int, ...]  # 1xx .. 5xx
     buckets: tuple[int, ...]  # per bucket (not cumulative), the last one +Inf
 
@@ -88,6 +90,10 @@ class Slots:
     def overdue(self, index: int) -> int:
         return self._ints[index * SLOT_WORDS + OVERDUE]
 
+    def websockets(self, index: int) -> int:
+        """Open WebSockets of the worker in this slot."""
+        return self._ints[index * SLOT_WORDS + WEBSOCKETS]
+
     def counters(self, index: int) -> SlotCounters:
         """The metric words of one slot (the monitor's read)."""
         base = index * SLOT_WORDS
@@ -106,6 +112,7 @@ class Slots:
             started=floats[base + STARTED],
             overdue=ints[base + OVERDUE],
             duration_sum=floats[base + DURATION_SUM],
+            websockets=ints[base + WEBSOCKETS],
             statuses=tuple(sum(row) for row in rows[1:]),
             buckets=tuple(sum(column) for column in zip(*rows, strict=True)),
         )
@@ -154,6 +161,15 @@ class AppClock:
     the connection's own body and write timeouts bound that wait. So the deadline is the oldest
     in-app start plus ``timeout``; with nothing in the app it is pushed forward by :meth:`tick`
     (a blocked loop stops ticking, so a stuck worker is still caught). Thread-safe.
+
+    An open WebSocket (:meth:`upgraded`) is in flight, yet holds no deadline: it is a request that
+    waits on its client for its whole life. While its app handles the handshake it is an ordinary
+    request in the app (a connect handler that hangs is a hung request); once accepted it waits like
+    a body still arriving, until request_finished when its socket is closed and its app returned. So a
+    WebSocket open for an hour is not a hung request, the drain on a graceful stop still waits for it
+    (the loop closes it with 1001/1012 first), and a loop blocked by a WebSocket handler stops
+    ticking and is caught all the same. Its time between messages is not the app's: an app may await
+    anything (a broadcast, a database) between two messages, for as long as the connection lives.
     """
 
     def __init__(self, slots: Slots, index: int, timeout: float, now: Callable[[], float]) -> None:
@@ -164,6 +180,7 @@ class AppClock:
         self._lock = threading.Lock()
         self._in_app: dict[object, float] = {}  # token -> when it entered the app (insertion = time order)
         self._waiting: set[object] = set()  # tokens waiting on their client
+        self._upgraded: set[object] = set()  # open WebSockets among them
         self.served = 0
         # refork.extend_deadline() and --request-timeout (see "Soft deadlines" below)
         self._extended: dict[object, float] = {}  # extended tokens in the app -> entry + extension
@@ -180,6 +197,7 @@ class AppClock:
         self._waiting_at = base + WAITING
         self._duration = 0.0
         self._duration_at = base + DURATION_SUM
+        self._websockets_at = base + WEBSOCKETS
         width = len(slots.bounds) + 1  # the first cell of each status's row, by status (0-599)
         self._row = [base + CELLS + (code // 100 if code >= 100 else 0) * width for code in range(600)]
 
@@ -201,6 +219,17 @@ class AppClock:
                 self._waiting.add(token)
                 self._update()
 
+    def upgraded(self, token: object) -> None:
+        """The request became an open WebSocket: it waits on its client until finished() (see the
+        class docstring), counted in the slot's WEBSOCKETS word."""
+        with self._lock:
+            if self._in_app.pop(token, None) is not None or self._extended.pop(token, None) is not None:
+                self._waiting.add(token)
+            if token in self._waiting:
+                self._upgraded.add(token)
+                self._ints[self._websockets_at] = len(self._upgraded)
+                self._update()
+
     def resumed(self, token: object) -> None:
         with self._lock:
             if token in self._waiting:
@@ -219,6 +248,9 @@ class AppClock:
             if in_app.pop(token, None) is None:
                 self._waiting.discard(token)
                 self._ints[self._waiting_at] = len(self._waiting)
+                if self._upgraded:
+                    self._upgraded.discard(token)
+                    self._ints[self._websockets_at] = len(self._upgraded)
             now = self._now()
             since = next(iter(in_app.values())) if in_app else now
             if self._marked:

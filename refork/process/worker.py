@@ -86,6 +86,7 @@ class Worker:
         self.request_started: Callable[[str, bytes], object] = clock.started
         self.request_waiting: Callable[[object], None] = clock.waiting
         self.request_resumed: Callable[[object], None] = clock.resumed
+        self.request_upgraded: Callable[[object], None] = clock.upgraded
         self.request_timeout = config.request_timeout
         self._timed_out = False  # a request passed --request-timeout: retirement asked
         self._hung_shown = 0  # the OVERDUE count last written to the slot
@@ -112,6 +113,10 @@ class Worker:
         """Requests served by this worker."""
         return self.clock.served
 
+    def ready_for_requests(self) -> None:
+        """Counted as started (readiness, rollouts) only once the loop can serve."""
+        self.ctx.tell(messages.Ready(os.getpid()))
+
     def info(self) -> dict[str, int]:
         return {"pid": os.getpid(), "nr": self.nr, "generation": self.generation}
 
@@ -128,7 +133,6 @@ class Worker:
         self.slots.claim(self.slot, os.getpid(), time.monotonic() + self.timeout, threads, time.time())
         if not fork_safety.is_fork_safe():  # marked while starting (a hook, --memray): say so now
             self._report_unsafe()
-        self.ctx.tell(messages.Ready(os.getpid()))
         serve(self.ctx.listeners, self.app, self.interface, self.config, self)
         hook = self.config.hooks.get("worker_exit")
         if hook is not None:

@@ -33,4 +33,5 @@ def serve(
     else:
         from refork.serving.threaded import serve_wsgi
 
+        control.ready_for_requests()  # no start-up work in the loop (the app was loaded and warmed)
         serve_wsgi(listeners, app, config, control)

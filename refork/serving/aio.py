@@ -28,6 +28,7 @@ from refork.config import Config
 from refork.http.forwarded import TrustedProxies
 from refork.logs import AccessLog
 from refork.serving.aio_protocol import HttpProtocol
+from refork.serving.aio_websocket import WebSocketProtocol
 from refork.serving.connection import TICK, Timeouts, release_after_fork, request_limits
 from refork.serving.contract import WorkerControl
 from refork.serving.health import health_paths
@@ -74,7 +75,9 @@ class Server:
         self.access_log = AccessLog.from_config(config)
         self.health = health_paths(config.health_path)
         self.timeouts = Timeouts.from_config(config)
-        self.connections: set[HttpProtocol] = set()
+        self.connections: set[HttpProtocol | WebSocketProtocol] = set()
+        self.ws_enabled = config.ws != "none"  # hand WebSocket handshakes to aio_websocket
+        self.open_websockets = 0  # accepted and not finished: not in in_flight (see aio_websocket)
         self.servers: list[asyncio.AbstractServer] = []
         self.in_flight = 0
         self.stopping = False
@@ -104,6 +107,7 @@ class Server:
                 )
                 self.servers.append(server)
             self.serving = True
+            self.control.ready_for_requests()
             self.check_control()
         await self._drained
         try:
@@ -195,7 +199,7 @@ class Server:
 
     def check_drained(self) -> None:
         drained = self._drained
-        idle = self.in_flight == 0 and not self.adopting and not self.connections
+        idle = self.in_flight == 0 and not self.open_websockets and not self.adopting and not self.connections
         if idle and drained is not None and not drained.done():
             drained.set_result(None)
 

@@ -22,6 +22,7 @@ from refork.http.events import Body, Event, ParseError, Request
 from refork.http.parser import RequestParser
 from refork.http.response import simple_response
 from refork.serving.aio_sendfile import send_file
+from refork.serving.aio_websocket import WebSocketProtocol
 from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
 from refork.serving.health import health_response
 
@@ -50,7 +51,7 @@ class HttpProtocol(asyncio.Protocol):
     def __init__(self, srv: Server) -> None:
         self.srv = srv
         self.loop = srv.loop
-        self.parser = RequestParser(srv.limits)
+        self.parser = RequestParser(srv.limits, hand_off_websocket=srv.ws_enabled)
         self.transport: Any = None
         self.server_addr: tuple[str, int | None] | None = None
         self.client_addr: tuple[str, int] | None = None
@@ -110,6 +111,9 @@ class HttpProtocol(asyncio.Protocol):
                 if self.reading.body_received(event.data):  # type: ignore[union-attr]
                     self.pause_reading()
             elif kind is Request:
+                if event.websocket and self.srv.ws_enabled:  # type: ignore[union-attr]
+                    self.upgrade(event)  # type: ignore[arg-type]
+                    return  # the parser stopped after it: the rest is the WebSocket's
                 self.request_received(event)  # type: ignore[arg-type]
             else:
                 self.reading.end_received()  # type: ignore[union-attr]
@@ -233,6 +237,29 @@ class HttpProtocol(asyncio.Protocol):
             self.queue.append(cycle)
             if len(self.queue) > MAX_PIPELINE:
                 self.pause_reading()
+
+    def upgrade(self, request: Request) -> None:
+        """A WebSocket handshake: the transport goes to a WebSocketProtocol (serving.aio_websocket)
+        with the bytes after the head. Refused behind a pipelined response (400, once it is
+        written) and while the worker stops (503)."""
+        srv = self.srv
+        if self.cycle is not None or self.queue:
+            self.pending_error = 400
+            self.pause_reading()
+            return
+        if srv.stopping:
+            self.send_error(503)
+            return
+        proxies = srv.proxies if self.trusted else None
+        scope_args = {"server": self.server_addr, "client": self.client_addr, "scheme": self.scheme,
+                      "root_path": srv.root_path, "proxies": proxies}  # fmt: skip
+        ws = WebSocketProtocol(srv, self.transport, request, self.parser.upgraded or b"", scope_args,
+                               self.read_paused)  # fmt: skip
+        self.closing = True  # this protocol is done with the connection
+        srv.connections.discard(self)
+        srv.connections.add(ws)
+        self.transport.set_protocol(ws)
+        ws.start()
 
     def start(self, cycle: HttpCycle) -> None:
         srv = self.srv

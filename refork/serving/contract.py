@@ -30,6 +30,10 @@ class WorkerControl(Protocol):
     def safe_point_wanted(self) -> bool:
         """The worker wants at_safe_point() called when no request is in flight."""
 
+    def ready_for_requests(self) -> None:
+        """The loop can serve now: for ASGI after lifespan startup succeeded (an app whose
+        startup opens its database pool is not ready before), for WSGI at once. Called once."""
+
     def at_safe_point(self) -> None:
         """Called on the loop thread with no request in flight and no other thread alive.
 
@@ -47,6 +51,10 @@ class WorkerControl(Protocol):
         The worker's deadline (--timeout) measures time in the app: a waiting request does not
         hold it; the connection's body and write timeouts bound the wait instead.
         """
+
+    def request_upgraded(self, token: object) -> None:
+        """That request is now an open WebSocket (accepted): in flight until request_finished, it
+        holds no deadline (like request_waiting) and is counted as an open WebSocket. Loop thread."""
 
     def request_resumed(self, token: object) -> None:
         """That request is back in the app (after request_waiting). Thread-safe."""

@@ -46,6 +46,13 @@ log = logging.getLogger("refork")
 
 _IDLE, _HEAD, _BODY, _WRITING = Phase.IDLE, Phase.HEAD, Phase.BODY, Phase.WRITING
 _RECV = 1 << 16
+# A WebSocket handshake to a WSGI app (WSGI has no WebSocket interface): 400, not the app's to see.
+# 4xx: the request asks what this endpoint cannot do, nothing failed on the server (no 5xx alert);
+# not 403, which an ASGI app's refusal answers (the two stay distinguishable); not 426, which asks
+# the client to upgrade. gunicorn hands the request to the app, which then answers it as plain HTTP.
+_WEBSOCKET_REFUSED = (
+    b"WebSocket upgrade refused: this server runs a WSGI app, which cannot accept WebSockets\n"
+)
 
 
 class _Loop(Lifetime):
@@ -255,6 +262,9 @@ class _Loop(Lifetime):
                 else:
                     stream = EMPTY_INPUT
                 if self.pool is not None:
+                    if request.websocket:
+                        self._refuse_websocket(conn, request)
+                        return True
                     if self.health is not None and self.health.check(request):
                         if self._health(conn, request):
                             continue
@@ -295,6 +305,8 @@ class _Loop(Lifetime):
         client to read (threads == 1: see _on_writable; `rest` is handled after it).
         """
         control = self.control
+        if request.websocket:
+            return self._refuse_websocket(conn, request)
         if self.health is not None and self.health.check(request) and self.pool is None:
             return self._health(conn, request)
         started = time.perf_counter() if self.access_log is not None else 0.0
@@ -330,6 +342,20 @@ class _Loop(Lifetime):
             log_access(self.access_log, request, environ.get("REMOTE_ADDR"), status, length,
                        time.perf_counter() - started)  # fmt: skip
         return keep
+
+    def _refuse_websocket(self, conn: Conn, request: Request) -> bool:
+        """A WebSocket handshake (see _WEBSOCKET_REFUSED): answered here, logged, then closed."""
+        response = simple_response(400, _WEBSOCKET_REFUSED)
+        try:
+            conn.sock.send(response)
+        except OSError:
+            pass
+        if self.access_log is not None:
+            remote = conn.client[0] if isinstance(conn.client, tuple) else None
+            log_access(self.access_log, request, remote, 400, len(_WEBSOCKET_REFUSED), 0.0)
+        if self.pool is not None:
+            self._close(conn)
+        return False
 
     def _health(self, conn: Conn, request: Request) -> bool:
         """Answer a --health-path check on the loop thread (no app, no count, no access log);

@@ -1,0 +1,459 @@
+"""The ASGI loop's WebSocket connections: RFC 6455 over wsproto, driven by the asyncio transport.
+
+:class:`refork.serving.aio_protocol.HttpProtocol` hands a connection over after a WebSocket
+handshake request (the parser stops there and keeps the bytes after the head): the transport
+gets a :class:`WebSocketProtocol`, which checks the handshake, runs the app's
+:class:`refork.asgi.websocket.WebSocketSession` on a Task and is that session's channel.
+
+Why wsproto: it is sans-IO (bytes in, events out, like refork's own HTTP parser and h11), so the
+frames, masking, fragmentation, UTF-8 and close rules of RFC 6455 and permessage-deflate (RFC 7692)
+are one library's, and the I/O, the deadlines and the flow control stay here, on the transport.
+The handshake itself (RFC 6455 4.2) is answered here from the request refork already parsed: no
+second HTTP parse.
+
+What each setting does (docs/websockets.md):
+
+- ``--ws-max-size``: a message over it (after decompression; text in characters) closes with 1009.
+- ``--ws-per-message-deflate``: accept permessage-deflate when the client offers it.
+- ``--ws-ping-interval`` / ``--ws-ping-timeout``: a ping every interval; no pong within the
+  timeout closes with 1011. Judged by the once-a-second sweep, like every deadline here.
+- ``--ws-max-queue``: messages the app has not received yet; at the limit reading pauses (TCP
+  backpressure on the client) until receive() takes one.
+- ``--ws-write-limit``: the transport's high-water mark; over it the app's send() waits until the
+  client reads. ``--write-timeout`` still cuts a client that reads nothing.
+
+Closing: a close frame from the peer is answered and the connection closed (the server closes TCP
+first, RFC 6455 7.1.1); a close the server starts (the app's, 1009, 1011, a graceful stop's
+1001/1012) waits CLOSE_TIMEOUT for the peer's close frame; a protocol error (1002, 1007) sends
+its close frame and closes at once.
+
+Accounting (see refork.process.slots.AppClock): the handshake is a request started; once accepted
+it is an open WebSocket (request_upgraded: in flight, holding no deadline); it finishes, with one
+access-log line (status 101 and its duration), when its socket is closed and its app returned.
+In the worker, an open WebSocket moves from Server.in_flight to Server.open_websockets: the drain
+on a graceful stop waits for both, but a safe point (a fork, to promote this worker to a mold)
+does not wait for open WebSockets, or a worker holding a long-lived one could never be promoted.
+That is safe for the same reason an idle keep-alive connection is: the app's task is suspended
+between two messages, and the forked child never runs it (it keeps every task of the loop
+referenced and unrun, and turns its copies of the client sockets into /dev/null: see
+refork.serving.aio._abandon_after_fork); the parent serves the WebSocket on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import zlib
+from typing import TYPE_CHECKING, Any
+
+from wsproto.connection import Connection, ConnectionState, ConnectionType
+from wsproto.events import (
+    BytesMessage,
+    CloseConnection,
+    Message,
+    Ping,
+    Pong,
+    TextMessage,
+)
+from wsproto.extensions import Extension, PerMessageDeflate
+from wsproto.frame_protocol import CloseReason, FrameDecoder, FrameProtocol
+from wsproto.handshake import server_extensions_handshake
+from wsproto.utilities import LocalProtocolError, generate_accept_token
+
+from refork import deadlines
+from refork.asgi.websocket import WebSocketSession, build_websocket_scope
+from refork.http.events import Request
+from refork.http.response import simple_response
+from refork.serving.connection import Timeouts, log_access, log_write_timeout
+
+if TYPE_CHECKING:
+    from refork.serving.aio import Server
+
+log = logging.getLogger("refork")
+
+CLOSE_TIMEOUT = 5.0  # seconds the peer has to answer a close frame the server sent
+GOING_AWAY, SERVICE_RESTART = 1001, 1012  # RFC 6455 7.4.1; 1012: IANA registry
+_OPEN = ConnectionState.OPEN
+_REMOTE_CLOSING = ConnectionState.REMOTE_CLOSING
+
+
+class WebSocketProtocol(asyncio.Protocol):
+    """One WebSocket connection: the transport's protocol after the hand-over, and the channel
+    of the app's :class:`WebSocketSession`."""
+
+    __slots__ = (
+        "srv", "loop", "transport", "request", "session", "conn", "token", "task", "early",
+        "read_paused", "write_blocked_since", "closed", "app_done", "close_deadline", "parts", "size",
+        "next_ping", "ping_sent", "started_at", "remote", "stop_code", "scope_args", "finished",
+        "pings", "counted_open", "max_size", "max_queue",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        srv: Server,
+        transport: Any,
+        request: Request,
+        early: bytes,
+        scope_args: dict[str, Any],
+        read_paused: bool,
+    ) -> None:
+        self.srv = srv
+        self.loop = srv.loop
+        self.transport = transport
+        self.request = request
+        self.session = WebSocketSession(self, srv.loop, request)
+        self.conn: Connection | None = None  # once accepted
+        self.token: object = None
+        self.task: asyncio.Task[None] | None = None
+        self.early = bytearray(early)  # bytes received before the app accepted
+        self.read_paused = read_paused
+        self.write_blocked_since = 0.0
+        self.closed = False  # the transport is closed (or closing): nothing more goes out
+        self.app_done = False
+        self.finished = False
+        self.close_deadline = 0.0  # a close frame was sent: the peer's must arrive before this
+        self.parts: list[Any] = []  # the pieces of the message being received
+        self.size = 0
+        self.next_ping = 0.0
+        self.ping_sent = 0.0  # when the unanswered ping left; 0: none outstanding
+        self.pings = 0
+        self.started_at = srv.loop.time()
+        self.remote: str | None = None
+        self.stop_code = 0  # a graceful stop came before the app accepted
+        self.scope_args = scope_args
+        self.counted_open = False  # moved from Server.in_flight to Server.open_websockets
+        self.max_size = srv.config.ws_max_size
+        self.max_queue = srv.config.ws_max_queue
+
+    # The hand-over ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Check the handshake, then give it to the app (reading paused until it accepts)."""
+        srv, request = self.srv, self.request
+        status = _handshake_error(request)
+        if status:
+            response = simple_response(status)
+            if status == 426:  # RFC 6455 4.4: say which version we speak
+                response = response.replace(b"\r\n", b"\r\nSec-WebSocket-Version: 13\r\n", 1)
+            self.session.status = status
+            self.respond(response, True)
+            if srv.access_log is not None:
+                log_access(srv.access_log, request, None, status, 0, 0.0)
+            return
+        self.pause_reading()
+        scope = build_websocket_scope(request, state=srv.lifespan.state, **self.scope_args)
+        client = scope["client"]
+        self.remote = client[0] if client else None
+        srv.in_flight += 1
+        self.token = srv.control.request_started(request.method, request.path)
+        serving = deadlines.current.set(self.token)
+        self.task = self.loop.create_task(self._run(scope))
+        deadlines.current.reset(serving)
+
+    async def _run(self, scope: dict[str, Any]) -> None:
+        try:
+            await self.session.run(self.srv.app, scope)
+        finally:
+            self.app_done = True
+            self._maybe_finished()
+
+    # The session's channel -------------------------------------------------------------------
+
+    def accept(self, subprotocol: str | None, headers: list[tuple[bytes, bytes]]) -> None:
+        srv, request = self.srv, self.request
+        key = _header(request, b"sec-websocket-key") or b""
+        lines = [
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: " + generate_accept_token(key.strip()) + b"\r\n"
+        ]
+        if subprotocol:
+            lines.append(b"Sec-WebSocket-Protocol: " + subprotocol.encode("latin-1") + b"\r\n")
+        extensions: list[Extension] = []
+        offers = _header_list(request, b"sec-websocket-extensions")
+        if offers and srv.config.ws_per_message_deflate:
+            deflate = BoundedDeflate(srv.config.ws_max_size)
+            agreed = server_extensions_handshake(offers, [deflate])
+            if agreed:
+                lines.append(b"Sec-WebSocket-Extensions: " + agreed + b"\r\n")
+                extensions.append(deflate)
+        for name, value in headers:
+            lines.append(name + b": " + value + b"\r\n")
+        lines.append(b"\r\n")
+        self.conn = Connection(ConnectionType.SERVER, extensions)
+        if self.closed:
+            return  # the client went away during the app's connect handler
+        transport = self.transport
+        transport.set_write_buffer_limits(high=srv.config.ws_write_limit)
+        transport.write(b"".join(lines))
+        srv.control.request_upgraded(self.token)
+        srv.in_flight -= 1  # an open WebSocket does not hold a safe point (see the module docstring)
+        srv.open_websockets += 1
+        self.counted_open = True
+        interval = srv.config.ws_ping_interval
+        self.next_ping = self.loop.time() + interval if interval else 0.0
+        if self.stop_code:  # a graceful stop began while the app was deciding
+            self.close_server(self.stop_code)
+            return
+        self.resume_reading()
+        if self.early:
+            early, self.early = bytes(self.early), bytearray()
+            self.data_received(early)
+        if srv.in_flight == 0:
+            srv.idle()  # a safe point may be waiting for this
+
+    def respond(self, data: bytes, done: bool) -> None:
+        if not self.closed:
+            if data:
+                self.transport.write(data)
+            if done:
+                self.closed = True
+                self.transport.close()
+
+    def send_message(self, data: str | bytes) -> bool:
+        conn = self.conn
+        if self.closed or conn is None or conn.state is not _OPEN:
+            return True  # nothing goes out any more: nothing to wait for either
+        event: Message[Any] = TextMessage(data=data) if isinstance(data, str) else BytesMessage(data=data)
+        self.transport.write(conn.send(event))
+        return not self.write_blocked_since
+
+    def close(self, code: int, reason: str) -> None:
+        """The app's websocket.close (or its end: 1000, 1011)."""
+        conn = self.conn
+        if conn is None or self.closed:
+            return
+        if conn.state is _REMOTE_CLOSING:  # the peer closed first: this is our answer
+            self._write(conn.send(CloseConnection(code, reason)))
+            self._close_transport()
+        elif conn.state is _OPEN:
+            self._write(conn.send(CloseConnection(code, reason)))
+            self.close_deadline = self.loop.time() + CLOSE_TIMEOUT
+
+    def message_taken(self, queued: int) -> None:
+        if self.read_paused and queued < self.max_queue and self.conn is not None:
+            self.resume_reading()
+
+    # asyncio.Protocol ------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        if conn is None:
+            self.early += data  # before the accept (reading is paused: at most a read or two)
+            return
+        try:
+            conn.receive_data(data)
+        except LocalProtocolError:  # data after the close handshake: ignored
+            return
+        session = self.session
+        for event in conn.events():
+            kind = type(event)
+            if kind is TextMessage or kind is BytesMessage:
+                if conn.state is not _OPEN:
+                    continue  # closing: data is dropped (RFC 6455 1.4)
+                piece = event.data  # type: ignore[attr-defined]
+                self.size += len(piece)
+                if self.size > self.max_size:
+                    self.parts = []
+                    self.close_server(1009, "message too big")
+                    continue
+                if not event.message_finished:  # type: ignore[attr-defined]
+                    self.parts.append(piece)
+                    continue
+                if self.parts:
+                    self.parts.append(piece)
+                    piece = ("" if kind is TextMessage else b"").join(self.parts)
+                    self.parts = []
+                self.size = 0
+                if session.message_received(piece) >= self.max_queue:
+                    self.pause_reading()
+            elif kind is Ping:
+                if conn.state is _OPEN:
+                    self._write(conn.send(event.response()))  # type: ignore[attr-defined]
+            elif kind is Pong:
+                self.ping_sent = 0.0
+            elif kind is CloseConnection:
+                self._close_received(event)  # type: ignore[arg-type]
+                return
+
+    def _close_received(self, event: CloseConnection) -> None:
+        conn = self.conn
+        assert conn is not None
+        state = conn.state
+        if state is _REMOTE_CLOSING:  # the peer starts the closing handshake: answer it
+            self._write(conn.send(event.response()))
+            self.session.disconnected(event.code, event.reason or "")
+        elif state is ConnectionState.CLOSED:  # the answer to ours
+            self.session.disconnected(event.code, event.reason or "")
+        else:  # a protocol error wsproto found (1002, 1007, ...): fail the connection
+            if state is _OPEN:
+                self._write(conn.send(CloseConnection(event.code, event.reason)))
+            log.debug("WebSocket protocol error from %s: %s", self.remote or "-", event.reason)
+            self.session.disconnected(event.code, event.reason or "")
+        self._close_transport()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        srv = self.srv
+        srv.connections.discard(self)
+        self.session.disconnected(1006)
+        self.session.resume_sending()
+        self._maybe_finished()
+        if srv.stopping and not srv.connections:
+            srv.check_drained()
+
+    def pause_writing(self) -> None:
+        self.write_blocked_since = self.loop.time()
+
+    def resume_writing(self) -> None:
+        self.write_blocked_since = 0.0
+        self.session.resume_sending()
+
+    def eof_received(self) -> bool | None:
+        return None  # a half-closed WebSocket is over: close (connection_lost follows)
+
+    # Closing, stopping, the sweep ------------------------------------------------------------
+
+    def close_server(self, code: int, reason: str = "") -> None:
+        """A close the server starts (1009, 1011, a graceful stop's 1001/1012): the app's
+        receive() gets websocket.disconnect with this code at once."""
+        conn = self.conn
+        if conn is not None and conn.state is _OPEN and not self.closed:
+            self._write(conn.send(CloseConnection(code, reason)))
+            self.close_deadline = self.loop.time() + CLOSE_TIMEOUT
+        self.session.disconnected(code, reason)
+        self.session.resume_sending()
+
+    def stop(self) -> None:
+        """Graceful stop: 1001 (going away) when the whole server stops, 1012 (service restart)
+        when only this worker retires (reload, refork, max-requests, memory)."""
+        code = GOING_AWAY if self.srv.control.server_draining else SERVICE_RESTART
+        if self.conn is None:
+            self.stop_code = code  # the app is deciding: closed right after its accept
+        else:
+            self.close_server(code, "server shutting down" if code == GOING_AWAY else "service restart")
+
+    def sweep(self, now: float, timeouts: Timeouts, drain_until: float) -> None:
+        """The connection's deadlines, once a second: writes, the close handshake, pings."""
+        if timeouts.write_stalled(self.write_blocked_since, now):
+            log_write_timeout(timeouts.write, self.scope_args.get("client"), self.request)
+            self.transport.abort()
+            return
+        if self.closed:
+            return
+        if self.close_deadline and now >= self.close_deadline:
+            self.transport.abort()  # no close frame came back in time
+            return
+        conn = self.conn
+        if conn is None or conn.state is not _OPEN:
+            return
+        config = self.srv.config
+        if self.ping_sent:
+            timeout = config.ws_ping_timeout
+            if timeout is not None and now - self.ping_sent > timeout:
+                log.info("WebSocket from %s: no pong within %gs; closing (1011)", self.remote or "-", timeout)
+                self.close_server(1011, "keepalive ping timeout")
+                self.close_deadline = now  # the peer is not answering: cut at the next sweep
+        elif self.next_ping and now >= self.next_ping:
+            self.pings += 1
+            self._write(conn.send(Ping(self.pings.to_bytes(4, "big"))))
+            self.ping_sent = now
+            self.next_ping = now + (config.ws_ping_interval or 0.0)
+
+    def _write(self, data: bytes) -> None:
+        if not self.closed:
+            self.transport.write(data)
+
+    def _close_transport(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.transport.close()
+
+    def pause_reading(self) -> None:
+        if not self.read_paused and not self.closed:
+            self.read_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.read_paused and not self.closed:
+            self.read_paused = False
+            self.transport.resume_reading()
+
+    def _maybe_finished(self) -> None:
+        """Account for the WebSocket once its socket is closed and its app returned."""
+        if self.finished or not (self.closed and self.app_done) or self.token is None:
+            return
+        if self.srv.connections and self in self.srv.connections:
+            return  # closing: connection_lost comes next
+        self.finished = True
+        srv, session = self.srv, self.session
+        if self.counted_open:
+            srv.open_websockets -= 1
+        else:
+            srv.in_flight -= 1
+        srv.control.request_finished(self.token, session.status)
+        if srv.access_log is not None:
+            log_access(srv.access_log, self.request, self.remote, session.status, session.sent,
+                       self.loop.time() - self.started_at)  # fmt: skip
+        if srv.in_flight == 0:
+            srv.idle()
+
+
+class BoundedDeflate(PerMessageDeflate):
+    """permessage-deflate that inflates no piece of a frame past --ws-max-size: wsproto's own
+    inflates whatever a piece holds, and a few kilobytes of deflate can hold gigabytes (a zip
+    bomb). Past the limit the message is too big (1009) before the memory is spent."""
+
+    def __init__(self, max_size: int) -> None:
+        super().__init__()
+        self.max_size = max_size
+
+    def frame_inbound_payload_data(
+        self, proto: FrameDecoder | FrameProtocol, data: bytes
+    ) -> bytes | CloseReason:
+        if not self._inbound_compressed or not self._inbound_is_compressible:
+            return data
+        decompressor = self._decompressor
+        assert decompressor is not None
+        try:
+            out = decompressor.decompress(bytes(data), self.max_size + 1)
+        except zlib.error:
+            return CloseReason.INVALID_FRAME_PAYLOAD_DATA
+        if decompressor.unconsumed_tail:
+            return CloseReason.MESSAGE_TOO_BIG
+        return out
+
+
+def _header(request: Request, name: bytes) -> bytes | None:
+    for key, value in request.headers:
+        if key == name:
+            return value
+    return None
+
+
+def _header_list(request: Request, name: bytes) -> list[str]:
+    """A comma-separated header's elements, over all its lines."""
+    out: list[str] = []
+    for key, value in request.headers:
+        if key == name:
+            out.extend(item.strip() for item in value.decode("latin-1").split(",") if item.strip())
+    return out
+
+
+def _handshake_error(request: Request) -> int:
+    """0 for a valid opening handshake (RFC 6455 4.2.1), else the status to answer."""
+    if request.http_version != "1.1":
+        return 400
+    version = _header(request, b"sec-websocket-version")
+    if version is None or version.strip() != b"13":
+        return 426
+    key = _header(request, b"sec-websocket-key")
+    if key is None:
+        return 400
+    try:
+        if len(base64.b64decode(key.strip(), validate=True)) != 16:
+            return 400
+    except (binascii.Error, ValueError):
+        return 400
+    return 0
