@@ -33,6 +33,16 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "${PIP[@]}" matplotlib
 # bjoern builds a C extension against libev.
 "${PIP[@]}" bjoern || echo "warning: bjoern failed to install; it will be reported as failed" >&2
+# benchmarks/django_pg.py (issue 12): Django on PostgreSQL (psycopg 3 and its pool), and py-spy to
+# profile a worker when a target is missed. The PostgreSQL server itself is Debian's package.
+"${PIP[@]}" django "psycopg[binary]" psycopg_pool py-spy
+if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+    if [[ "$(id -u)" == 0 ]]; then
+        apt-get update -qq && apt-get install -y -qq postgresql
+    else
+        echo "warning: PostgreSQL is missing; benchmarks/django_pg.py needs it (apt-get install postgresql)" >&2
+    fi
+fi
 # The server under test; it is still being written, so a failing build is not fatal.
 # compat mode: a plain path entry, so modules added to the tree later are picked up.
 "${PIP[@]}" -e "$ROOT[uvloop]" --config-settings editable_mode=compat || echo "warning: refork failed to install; it will be reported as failed" >&2
@@ -52,7 +62,7 @@ import sys
 
 print("python", sys.version.split()[0])
 for name in ("refork", "gunicorn", "uvicorn", "httptools", "uvloop", "granian", "bjoern", "psutil", "matplotlib",
-             "websockets", "wsproto"):
+             "websockets", "wsproto", "django", "psycopg", "psycopg-pool", "py-spy"):
     try:
         print(f"{name} {md.version(name)}")
     except md.PackageNotFoundError:
