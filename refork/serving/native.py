@@ -34,7 +34,7 @@ from refork.serving.threaded import _Loop
 from refork.serving.threaded_conn import Conn
 from refork.serving.tls import TlsConn
 from refork.wsgi import EnvironBuilder, Outcome, Output, Streaming
-from refork.wsgi.response import _close, _Exchange, _finish, _send_result  # the response path's steps
+from refork.wsgi.response import _Exchange, start_wsgi
 
 NATIVE_MODULE = "refork._native"
 try:
@@ -108,40 +108,34 @@ class NativeEnvironBuilder(EnvironBuilder):
         return env
 
 
+def _frame_natively(ex: _Exchange, framer: ResponseFramer, result: Any, request: Request) -> bool:
+    """A list/tuple body of bytes up to 64 KiB framed by refork._native.frame_list (the head, the
+    Date line cached per second, the body: one write); False where it declines, before sending."""
+    kind = type(result)
+    if not ((kind is list or kind is tuple) and ex.code and not ex.head_sent):
+        return False
+    framed = _native.frame_list(ex.code, ex.reason, ex.headers, ex.has_length, result, framer.no_body,
+                                request.http_version != "1.0", framer.keep_alive)  # fmt: skip
+    if framed is None:
+        return False
+    data, framer.body_bytes, framer.keep_alive = framed
+    ex.head_sent = True
+    ex.send(data)
+    return True
+
+
 def start_wsgi_native(
-    app: Callable[..., Any], environ: dict[str, Any], request: Request, out: Output, keep_alive: bool = True
+    app: Callable[..., Any],
+    environ: dict[str, Any],
+    request: Request,
+    out: Output,
+    keep_alive: bool = True,
+    frame: Callable[[_Exchange, ResponseFramer, Any, Request], bool] | None = _frame_natively,
 ) -> Outcome | Streaming:
-    """refork.wsgi.start_wsgi, with a list/tuple body of bytes up to 64 KiB framed natively
-    (refork._native.frame_list: the head, the Date line cached per second, the body, one write).
+    """refork.wsgi.start_wsgi with the common response framed natively (:func:`_frame_natively`).
     Everything else, and any case frame_list declines, is start_wsgi's own path: nothing is sent
     before that decision, so the bytes on the wire are the same either way."""
-    framer = ResponseFramer(request, server_keep_alive=keep_alive)
-    ex = _Exchange(framer, out)
-    result = None
-    try:
-        result = app(environ, ex.start_response)
-        kind = type(result)
-        framed = None
-        if (kind is list or kind is tuple) and ex.code and not ex.head_sent:
-            framed = _native.frame_list(ex.code, ex.reason, ex.headers, ex.has_length, result, framer.no_body,
-                                 request.http_version != "1.0", framer.keep_alive)  # fmt: skip
-        if framed is not None:
-            data, framer.body_bytes, framer.keep_alive = framed
-            ex.head_sent = True
-            ex.send(data)
-            items = None
-        else:
-            items = _send_result(ex, result)
-    except Exception as exc:
-        return _finish(ex, environ, result, exc)
-    except BaseException:
-        _close(result)
-        raise
-    if items is not None or out.backlogged:
-        return Streaming(ex, items, result, environ)
-    if getattr(result, "close", None) is None:  # the common list body: nothing to close
-        return ex.code, framer.body_bytes, framer.keep_alive
-    return _finish(ex, environ, result)
+    return start_wsgi(app, environ, request, out, keep_alive, frame)
 
 
 class NativeConn(Conn):

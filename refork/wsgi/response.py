@@ -391,7 +391,12 @@ def _finish(ex: _Exchange, environ: dict[str, Any], result: Any, exc: Exception 
 
 
 def start_wsgi(
-    app: Callable[..., Any], environ: dict[str, Any], request: Request, out: Output, keep_alive: bool = True
+    app: Callable[..., Any],
+    environ: dict[str, Any],
+    request: Request,
+    out: Output,
+    keep_alive: bool = True,
+    frame: Callable[[_Exchange, ResponseFramer, Any, Request], bool] | None = None,
 ) -> Outcome | Streaming:
     """Call the app for one complete request and write its response to `out`.
 
@@ -404,7 +409,10 @@ def start_wsgi(
     result = None
     try:
         result = app(environ, ex.start_response)
-        items = _send_result(ex, result)
+        if frame is not None and frame(ex, framer, result, request):
+            items = None  # sent whole by a faster framer (refork.serving.native)
+        else:
+            items = _send_result(ex, result)
     except Exception as exc:
         return _finish(ex, environ, result, exc)
     except BaseException:
