@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import signal
 import socket
 import ssl
 import time
@@ -562,3 +563,13 @@ def test_a_worker_is_ready_only_once_its_lifespan_startup_is_done(start_server, 
     for worker in server.workers():
         assert os.path.exists(f"{mark}{worker['pid']}"), server.log()
     assert server.get("/")[0] == 200
+
+
+def test_a_fast_stop_is_not_an_error_of_the_lifespan_task(start_server, tmp_path):
+    """INT cancels the task waiting for lifespan.shutdown: no error line, no traceback."""
+    server = start_server(app="apps.slow_lifespan:app", workers=1,
+                          env={"REFORK_TEST_MARK": str(tmp_path / "started-")})  # fmt: skip
+    assert server.get("/")[0] == 200
+    server.signal(signal.SIGINT)
+    server.wait_exit()
+    assert "[ERROR]" not in server.log() and "Traceback" not in server.log(), server.log()

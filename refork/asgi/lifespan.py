@@ -76,8 +76,8 @@ class Lifespan:
     async def _run(self, scope: dict[str, Any]) -> None:
         try:
             await self.app(scope, self._receive, self._send)
-        except (KeyboardInterrupt, SystemExit):
-            raise
+        except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
+            raise  # a fast stop cancels the task waiting for lifespan.shutdown: not an app error
         except BaseException as exc:
             if not self._received:
                 self.supported = False
