@@ -66,6 +66,7 @@ from refork import deadlines
 from refork.asgi.websocket import WebSocketSession, build_websocket_scope
 from refork.http.events import Request
 from refork.http.response import simple_response
+from refork.http.websocket_frames import ForWsproto, FrameSplitter, server_frame
 from refork.serving.connection import Timeouts, log_access, log_write_timeout
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class WebSocketProtocol(asyncio.Protocol):
         "srv", "loop", "transport", "request", "session", "conn", "token", "task", "early",
         "read_paused", "write_blocked_since", "closed", "app_done", "close_deadline", "parts", "size",
         "next_ping", "ping_sent", "started_at", "remote", "stop_code", "scope_args", "finished",
-        "pings", "counted_open", "max_size", "max_queue",
+        "pings", "counted_open", "max_size", "max_queue", "frames",
     )  # fmt: skip
 
     def __init__(
@@ -126,6 +127,7 @@ class WebSocketProtocol(asyncio.Protocol):
         self.counted_open = False  # moved from Server.in_flight to Server.open_websockets
         self.max_size = srv.config.ws_max_size
         self.max_queue = srv.config.ws_max_queue
+        self.frames: FrameSplitter | None = None  # the fast path (no extension agreed)
 
     # The hand-over ---------------------------------------------------------------------------
 
@@ -182,6 +184,8 @@ class WebSocketProtocol(asyncio.Protocol):
             lines.append(name + b": " + value + b"\r\n")
         lines.append(b"\r\n")
         self.conn = Connection(ConnectionType.SERVER, extensions)
+        if not extensions:
+            self.frames = FrameSplitter(self.max_size)
         if self.closed:
             return  # the client went away during the app's connect handler
         transport = self.transport
@@ -215,8 +219,11 @@ class WebSocketProtocol(asyncio.Protocol):
         conn = self.conn
         if self.closed or conn is None or conn.state is not _OPEN:
             return True  # nothing goes out any more: nothing to wait for either
-        event: Message[Any] = TextMessage(data=data) if isinstance(data, str) else BytesMessage(data=data)
-        self.transport.write(conn.send(event))
+        if self.frames is not None:
+            self.transport.write(server_frame(data))
+        else:
+            event: Message[Any] = TextMessage(data=data) if isinstance(data, str) else BytesMessage(data=data)
+            self.transport.write(conn.send(event))
         return not self.write_blocked_since
 
     def close(self, code: int, reason: str) -> None:
@@ -242,6 +249,26 @@ class WebSocketProtocol(asyncio.Protocol):
         if conn is None:
             self.early += data  # before the accept (reading is paused: at most a read or two)
             return
+        frames = self.frames
+        if frames is not None and frames.enabled:  # the fast path (refork.http.websocket_frames)
+            if conn.state is _OPEN:
+                session = self.session
+                for item in frames.feed(data):
+                    if type(item) is ForWsproto:
+                        self._wsproto_received(item)
+                        if conn.state is not _OPEN:  # closing: what follows is dropped (RFC 6455 1.4)
+                            frames.enabled = False
+                            return
+                    elif session.message_received(item) >= self.max_queue:
+                        self.pause_reading()
+                return
+            frames.enabled = False  # closing: wsproto reads on, from the incomplete frame kept
+            data, frames.pending = frames.pending + data, b""
+        self._wsproto_received(data)
+
+    def _wsproto_received(self, data: bytes) -> None:
+        conn = self.conn
+        assert conn is not None
         try:
             conn.receive_data(data)
         except LocalProtocolError:  # data after the close handshake: ignored
