@@ -14,6 +14,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -395,3 +396,35 @@ def test_refork_during_a_handshake_does_not_keep_the_connection_open(start_serve
     stalled.close()
     done = _curl("--cacert", str(certs.ca_pem), f"https://127.0.0.1:{server.port}/")
     assert done.returncode == 0, done.stderr
+
+
+def test_term_serves_tls_connections_queued_in_the_backlog(start_server, certs):
+    """ASGI over TLS, the loop held by a slow request: the connections waiting in the listen
+    backlog are taken at the stop and served over TLS (not read as plain HTTP)."""
+    server = start_server(*certs.args(), "--shutdown-delay", "0.5", "--graceful-timeout", "20",
+                          app="apps.lifecycle_apps:asgi", workers=1)  # fmt: skip
+    first = _tls_socket(certs, server.port)
+    first.sendall(b"GET /block?3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    time.sleep(0.5)  # (set-up, not a measure) the worker's loop is now in the app
+    replies: dict[int, bytes] = {}
+
+    def client(i: int) -> None:
+        try:
+            sock = _tls_socket(certs, server.port)  # the handshake waits for the loop
+            sock.sendall(f"GET /q{i} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            replies[i] = read_to_end(sock)
+            sock.close()
+        except OSError as e:
+            replies[i] = repr(e).encode()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)  # (set-up) the clients are queued in the backlog
+    server.signal(signal.SIGTERM)
+    assert read_to_end(first).startswith(b"HTTP/1.1 200 OK")
+    for t in threads:
+        t.join()
+    for i in range(4):
+        assert replies[i].startswith(b"HTTP/1.1 200 OK"), (i, replies[i], server.log())
+    assert server.wait_exit() == 0

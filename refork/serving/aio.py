@@ -22,6 +22,7 @@ import os
 import select
 import socket
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from refork.asgi import HttpCycle, Lifespan, LifespanFailure
@@ -77,9 +78,11 @@ class Server:
         self.health = health_paths(config.health_path)
         self.timeouts = Timeouts.from_config(config)
         self.connections: set[HttpProtocol | WebSocketProtocol] = set()
-        # accepted, protocol made, connection_made not called yet (a TLS handshake, or the loop
-        # iteration in between): weak, as a failed handshake never calls the protocol again
+        # plain connections accepted, their protocol made, connection_made not called yet (the
+        # loop iteration in between): weak, so that one whose socket failed cannot hold the drain
         self.arriving: weakref.WeakSet[HttpProtocol] = weakref.WeakSet()
+        self.contexts: dict[int, Any] = {}  # listener fd -> its TLS context (the TLS listeners)
+        self.handshake_timeout = config.ssl_handshake_timeout
         self.ws_enabled = config.ws != "none"  # hand WebSocket handshakes to aio_websocket
         self.open_websockets = 0  # accepted and not finished: not in in_flight (see aio_websocket)
         self.servers: list[asyncio.AbstractServer] = []
@@ -103,12 +106,12 @@ class Server:
         self._tick_handle = loop.call_later(TICK, self.tick)
         await self.lifespan.startup()
         if not self.stopping:
-            contexts = contexts_for(self.listeners, self.config)  # built here: after the fork
+            self.contexts = contexts_for(self.listeners, self.config)  # built here: after the fork
             for sock in self.listeners:
-                ctx = contexts.get(sock.fileno())
+                ctx = self.contexts.get(sock.fileno())
                 server = await loop.create_server(
-                    lambda: HttpProtocol(self), sock=sock, backlog=self.config.backlog, ssl=ctx,
-                    ssl_handshake_timeout=self.config.ssl_handshake_timeout if ctx is not None else None,
+                    self._protocol_factory(ctx is not None), sock=sock, backlog=self.config.backlog,
+                    ssl=ctx, ssl_handshake_timeout=self.handshake_timeout if ctx is not None else None,
                 )
                 self.servers.append(server)
             self.serving = True
@@ -192,9 +195,26 @@ class Server:
                     break
                 conn.setblocking(False)
                 self.adopting += 1
-                adopt = self.loop.connect_accepted_socket(lambda: HttpProtocol(self), conn)
+                ctx = self.contexts.get(sock.fileno())
+                adopt = self.loop.connect_accepted_socket(
+                    self._protocol_factory(ctx is not None), conn, ssl=ctx,
+                    ssl_handshake_timeout=self.handshake_timeout if ctx is not None else None,
+                )
                 task = self.loop.create_task(adopt)
                 task.add_done_callback(self._adopted)
+
+    def _protocol_factory(self, tls: bool) -> Callable[[], HttpProtocol]:
+        """A plain connection's protocol counts as arriving from its making (see check_drained); a
+        TLS one only from connection_made: a handshake that never ends must not hold the drain."""
+        if tls:
+            return lambda: HttpProtocol(self)
+
+        def arriving() -> HttpProtocol:
+            protocol = HttpProtocol(self)
+            self.arriving.add(protocol)
+            return protocol
+
+        return arriving
 
     def _adopted(self, task: asyncio.Task[Any]) -> None:
         self.adopting -= 1
@@ -212,13 +232,20 @@ class Server:
         if self._drain_confirming or not self._idle():
             return
         self._drain_confirming = True
-        self.loop.call_soon(self._confirm_drained)
+        self.loop.call_soon(self._confirm_drained, 2)
 
-    def _confirm_drained(self) -> None:
-        self._drain_confirming = False
-        drained = self._drained
-        if self._idle() and drained is not None and not drained.done():
-            drained.set_result(None)
+    def _confirm_drained(self, hops: int) -> None:
+        """Two iterations: a task an accept scheduled in the same iteration as the first hop has
+        run (and made its protocol) before the second."""
+        if not self._idle():
+            self._drain_confirming = False
+        elif hops > 1:
+            self.loop.call_soon(self._confirm_drained, hops - 1)
+        else:
+            self._drain_confirming = False
+            drained = self._drained
+            if drained is not None and not drained.done():
+                drained.set_result(None)
 
     def _idle(self) -> bool:
         return (

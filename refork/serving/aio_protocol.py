@@ -68,7 +68,6 @@ class HttpProtocol(asyncio.Protocol):
         self.body_bytes = 0  # of the request being received: each --body-min-rate extends its deadline
         self.scheme = "http"  # "https" on a TLS listener (asyncio / uvloop did the handshake)
         self.drain_waiter: asyncio.Future[None] | None = None  # send_file() waits for resume_writing
-        srv.arriving.add(self)  # until connection_made: the drain must wait for it too (weakly)
 
     # asyncio.Protocol ------------------------------------------------------------------------
 
