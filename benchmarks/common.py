@@ -168,7 +168,8 @@ class Server:
         return lines[-1] if lines[0].startswith("Traceback") else lines[0]
 
     def stderr_text(self) -> str:
-        return self.stderr_path.read_text(errors="replace") if self.stderr_path else ""
+        path = self.stderr_path
+        return path.read_text(errors="replace") if path and path.exists() else ""  # gone: stopped
 
     def pids(self) -> list[int]:
         assert self.proc is not None
