@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,29 @@ def read_to_end(sock: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
-class Server:
+class LoggedProcess:
+    """A server process whose output goes to a log file: read it, stop it (INT, then KILL)."""
+
+    proc: subprocess.Popen
+    log_file: Any
+    log_path: Path
+
+    def log(self) -> str:
+        self.log_file.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log_file.close()
+
+
+class Server(LoggedProcess):
     """One `python -m refork ...` process tree."""
 
     def __init__(self, tmp: Path, args: list[str], app: str, env: dict[str, str] | None) -> None:
@@ -131,19 +154,6 @@ class Server:
     def wait_exit(self, timeout: float = 30.0) -> int:
         return self.proc.wait(timeout)
 
-    def log(self) -> str:
-        self.log_file.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log_file.close()
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TESTS, Server, free_port
+from conftest import ROOT, TESTS, LoggedProcess, Server, free_port
 
 CLIENTS = TESTS / "clients"
 APPS = {"fastapi": "apps.ws_fastapi:app", "channels": "apps.ws_channels:application"}
@@ -67,7 +67,7 @@ def _wait_http(port: int, proc: subprocess.Popen, log: Path, timeout: float = 30
     raise AssertionError(f"server not answering after {timeout}s:\n{log.read_text(errors='replace')}")
 
 
-class Uvicorn:
+class Uvicorn(LoggedProcess):
     """`python -m uvicorn` serving one of the test apps (websockets implementation, its defaults)."""
 
     def __init__(self, tmp: Path, app: str, env: dict[str, str]) -> None:
@@ -84,20 +84,6 @@ class Uvicorn:
             env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
         )
         _wait_http(self.port, self.proc, self.log_path)
-
-    def log(self) -> str:
-        self.log_file.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log_file.close()
 
 
 class Served:
