@@ -520,10 +520,16 @@ def test_backpressure_send_waits_for_a_slow_reader(start_server):
     reader.close()
 
 
+def open_client(server):
+    """A sync `websockets` client kept open across statements: entered as its context manager
+    (websockets 17 warns otherwise and offers legacy=True, which 16, the last for 3.10, lacks)."""
+    return connect(url(server), ping_interval=None).__enter__()
+
+
 def test_stop_closes_1001_and_the_app_sees_it(start_server, tmp_path):
     app_log = tmp_path / "app.log"
     server = start_server("--graceful-timeout", "10", app=APP, workers=1, env={"WS_APP_LOG": str(app_log)})
-    clients = [connect(url(server), ping_interval=None, legacy=True) for _ in range(3)]
+    clients = [open_client(server) for _ in range(3)]
     for ws in clients:
         ws.send("x")
         assert ws.recv() == "x"
@@ -589,7 +595,7 @@ def test_refork_with_an_open_websocket_promotes_and_retires_with_1012(start_serv
 def test_status_metrics_count_open_websockets(start_server):
     mport = free_port()
     server = start_server("--metrics-bind", f"127.0.0.1:{mport}", app=APP, workers=1)
-    clients = [connect(url(server), ping_interval=None, legacy=True) for _ in range(2)]
+    clients = [open_client(server) for _ in range(2)]
     try:
         server.wait_for(lambda: server.workers()[0]["websockets"] == 2, what="2 open in status")
         text = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode()
