@@ -358,6 +358,38 @@ def test_edited_files_reload_like_hup_and_wait_for_a_reload_in_progress():
     assert sim.handle(FilesChanged(("app.py",))) == []
 
 
+# -- the worker being promoted dies ---------------------------------------------------------------
+def test_promoted_worker_killed_before_its_mold_reports_abandons_the_refork():
+    """Seen in a chaos run: the refork stayed pending for spawn_timeout + 60 s, and with the current
+    mold killed too, nothing replaced it or the workers for that long."""
+    sim = Sim(workers=2, spawn_timeout=10.0)
+    mold, (w0, w1) = sim.up()
+    sim.served(w0, 100)
+    (promote,) = sends(sim.handle(ReforkRequested(dict(sim.slots))), messages.Promote, pid=w0)
+    sim.exit(w0, KILLED, after=0.1)
+    sim.exit(mold, KILLED, after=0.1)
+    assert of(sim.tick(after=1.0), ForkMold) == []  # its mold may still report
+    actions = sim.tick(after=1.5)
+    assert f"worker (pid {w0}) died while being promoted; mold of gen 1 abandoned" in logged(actions)
+    assert [f.generation for f in of(actions, ForkMold)] == [0]  # the dead mold is replaced at once
+    fresh = sim.fork_mold(actions)
+    assert sim.handle(messages.Spawned("mold", 7000, 1)) == [CloseChannel(7000)]  # a late orphan
+    sim.handle(messages.Ready(fresh))
+    assert sim.sup.roster.current_mold().pid == fresh
+
+
+def test_promoted_mold_that_reports_after_its_worker_died_is_kept():
+    sim = Sim(workers=2)
+    mold, (w0, w1) = sim.up()
+    sends(sim.handle(ReforkRequested(dict(sim.slots))), messages.Promote)
+    promoted = sim.sup.roster.pending_mold().promoted_from
+    sim.exit(promoted, KILLED, after=0.1)
+    sim.handle(messages.Spawned("mold", 7000, 1), after=0.5)
+    sim.handle(messages.Ready(7000))
+    sim.tick(after=5.0)
+    assert sim.sup.roster.current_mold().pid == 7000 and sim.sup.generation == 1
+
+
 # -- a promoted mold refuses (--fork-safety strict) ----------------------------------------------
 def test_worker_whose_promoted_mold_refused_is_never_promoted_again():
     sim = Sim(workers=2)

@@ -56,6 +56,7 @@ from refork.process.supervisor.rollout import crash_loop_over, may_promote, recy
 from refork.process.supervisor.roster import Child, Roster, exit_description, restart_cause
 
 NUDGE_GRACE = 2.0  # a worker whose loop runs reports --request-timeout itself within a tick (1s)
+REPORT_GRACE = 2.0  # seconds for a promoted mold to report once the worker that forked it died
 REFUSED_REFORK = "no promotable worker (see the log)"
 REFUSED_RELOAD = "a new mold is already starting"
 
@@ -205,6 +206,9 @@ class Supervisor(Phases):
         if child is None:
             return
         self._emit(CloseChannel(pid))
+        pending = self.roster.pending_mold()
+        if pending is not None and pending.promoted_from == pid and not pending.pid:
+            pending.source_exited_at = self.now  # its mold may or may not have been forked
         if child.slot >= 0:
             self._emit(ReleaseSlot(child.slot))
             self.slot_allocator.give_back(child.slot)
@@ -259,7 +263,16 @@ class Supervisor(Phases):
                       child.pid)  # fmt: skip
             self._emit(Signal(child.pid, signal.SIGUSR2))
         pending_mold = self.roster.pending_mold()
-        if pending_mold is not None and now - pending_mold.requested_at > timeout + 60:
+        orphaned_at = pending_mold.source_exited_at if pending_mold is not None else None
+        if pending_mold is not None and orphaned_at is not None and now > orphaned_at + REPORT_GRACE:
+            self._log(
+                WARNING,
+                "worker (pid %d) died while being promoted; mold of gen %d abandoned",
+                pending_mold.promoted_from,
+                pending_mold.generation,
+            )
+            self.roster.clear_pending_mold()  # a missing mold is replaced; the next refork may start
+        elif pending_mold is not None and now - pending_mold.requested_at > timeout + 60:
             mold = self.roster.get(pending_mold.pid) if pending_mold.pid else None
             gen = pending_mold.generation
             self._log(WARNING, "new mold (gen %d) did not become ready in time; giving up", gen)

@@ -82,6 +82,7 @@ class PendingMold:
     requested_at: float
     pid: int = 0  # known once the mold reports (or at once, when the monitor forked it)
     promoted_from: int = 0  # the worker's pid, for a promotion
+    source_exited_at: float | None = None  # the promoted worker died before its mold reported
     config: Config | None = None  # the re-read config a HUP mold was forked with
 
 
@@ -254,8 +255,8 @@ class Roster:
         mold = self._children.get(report.pid)
         if mold is None:
             expected = self._pending_mold
-            if expected is None or expected.generation != report.generation:
-                return None
+            if expected is None or expected.generation != report.generation or expected.pid:
+                return None  # stale, or a late orphan of an abandoned promotion
             expected.pid = report.pid
             mold = Child(report.pid, "mold", report.generation, started=now)
             self._children[report.pid] = mold
