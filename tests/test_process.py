@@ -258,6 +258,11 @@ def test_without_subreaper_workers_are_children_of_the_mold(start_server):
         lambda: victim["pid"] not in {w["pid"] for w in server.workers()} and len(server.workers()) == 2,
         what="replacement without subreaper",
     )
+    workers = [w["pid"] for w in server.workers()]
+    server.signal(signal.SIGINT)  # the mold reports its workers' exits before its own
+    assert server.wait_exit(30) == 0
+    assert "did not stop in time" not in server.log()
+    assert pids_alive(workers) == []
 
 
 def test_ipv6_bind(start_server):
