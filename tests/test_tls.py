@@ -423,6 +423,7 @@ def test_term_serves_tls_connections_queued_in_the_backlog(start_server, certs):
     time.sleep(0.3)  # (set-up) the clients are queued in the backlog
     server.signal(signal.SIGTERM)
     assert read_to_end(first).startswith(b"HTTP/1.1 200 OK")
+    first.close()  # (else the server waits for its close_notify, up to --ssl-handshake-timeout)
     for t in threads:
         t.join()
     for i in range(4):

@@ -450,7 +450,8 @@ class Config:
         metavar="S",
         help="time allowed for a TLS handshake",
         doc="a client must finish the TLS handshake within this, or it is closed (logged at debug); "
-        "`--header-timeout` then runs for the request head",
+        "`--header-timeout` then runs for the request head. ASGI on 3.11+: also the wait for a "
+        "client's close_notify once the server closed",
         group="tls",
     )
 

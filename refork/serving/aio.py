@@ -21,6 +21,7 @@ import logging
 import os
 import select
 import socket
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -111,7 +112,7 @@ class Server:
                 ctx = self.contexts.get(sock.fileno())
                 server = await loop.create_server(
                     self._protocol_factory(ctx is not None), sock=sock, backlog=self.config.backlog,
-                    ssl=ctx, ssl_handshake_timeout=self.handshake_timeout if ctx is not None else None,
+                    **self._tls(ctx),
                 )
                 self.servers.append(server)
             self.serving = True
@@ -197,11 +198,20 @@ class Server:
                 self.adopting += 1
                 ctx = self.contexts.get(sock.fileno())
                 adopt = self.loop.connect_accepted_socket(
-                    self._protocol_factory(ctx is not None), conn, ssl=ctx,
-                    ssl_handshake_timeout=self.handshake_timeout if ctx is not None else None,
+                    self._protocol_factory(ctx is not None), conn, **self._tls(ctx)
                 )
                 task = self.loop.create_task(adopt)
                 task.add_done_callback(self._adopted)
+
+    def _tls(self, ctx: Any) -> dict[str, Any]:
+        """TLS arguments of a listener: the opening and the closing handshake are both bounded by
+        --ssl-handshake-timeout (asyncio waits 30 s for a peer's close_notify, holding a drain)."""
+        if ctx is None:
+            return {"ssl": None}
+        bounds = {"ssl_handshake_timeout": self.handshake_timeout}
+        if sys.version_info >= (3, 11):
+            bounds["ssl_shutdown_timeout"] = self.handshake_timeout
+        return {"ssl": ctx, **bounds}
 
     def _protocol_factory(self, tls: bool) -> Callable[[], HttpProtocol]:
         """A plain connection's protocol counts as arriving from its making (see check_drained); a
