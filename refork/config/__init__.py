@@ -1,6 +1,7 @@
 """One configuration object, built from defaults, pyproject.toml, a config file, REFORK_* env and the CLI.
 
-- refork.config.table: the Config dataclass, the one table of settings (flags, env, help, checks);
+- refork.config.table: the Config dataclass, the one table of settings (flags, env, help, checks),
+  whose fields are declared there and in refork.config.server_settings and protocol_settings;
 - refork.config.settings: how a setting is declared and turned into argparse arguments and docs rows;
 - refork.config.coercers: the value checks, one line of error each;
 - refork.config.load: the sources and their precedence, HUP's reloaded(), --print-config's describe();

@@ -1,0 +1,227 @@
+"""The settings of the protocols spoken on a connection: WebSockets, TLS and the HTTP limits.
+
+Part of the one settings table (refork.config.table.Config inherits these fields); see there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from refork.config import coercers as c
+from refork.config.settings import setting
+
+WebSockets = Literal["auto", "wsproto", "none"]
+_TWENTY_SECONDS: float | None = 20.0  # typed so setting() infers the optional type of its coercer
+
+
+@dataclass
+class ProtocolSettings:
+    # WebSockets (ASGI apps; refork.serving.aio_websocket; docs/websockets.md)
+    ws: WebSockets = setting(
+        "auto",
+        "--ws",
+        coerce=c.Choice(WebSockets),
+        help="WebSocket protocol for ASGI apps",
+        doc="`auto` and `wsproto` serve WebSockets with wsproto; `none` answers an upgrade like any "
+        "HTTP request",
+        group="websockets",
+    )
+    ws_max_size: int = setting(
+        16 << 20,
+        "--ws-max-size",
+        coerce=c.size,
+        metavar="SIZE",
+        help="largest incoming WebSocket message, e.g. 1M",
+        doc="largest incoming WebSocket message (after decompression); bigger closes with 1009",
+        shown_default="`16M`",
+        group="websockets",
+    )
+    ws_per_message_deflate: bool = setting(
+        True,
+        "--ws-per-message-deflate",
+        coerce=c.boolean,
+        action="boolean_optional",
+        help="offer permessage-deflate compression",
+        doc="accept the permessage-deflate extension (RFC 7692) when the client offers it",
+        group="websockets",
+    )
+    ws_ping_interval: float | None = setting(
+        _TWENTY_SECONDS,
+        "--ws-ping-interval",
+        coerce=c.off_or_seconds,
+        metavar="S",
+        help='seconds between keep-alive pings ("off": none)',
+        group="websockets",
+    )
+    ws_ping_timeout: float | None = setting(
+        _TWENTY_SECONDS,
+        "--ws-ping-timeout",
+        coerce=c.off_or_seconds,
+        metavar="S",
+        help='close (1011) when a ping is not answered within S ("off": never)',
+        group="websockets",
+    )
+    ws_max_queue: int = setting(
+        32,
+        "--ws-max-queue",
+        coerce=c.integer(1),
+        metavar="N",
+        help="incoming messages buffered before reading pauses",
+        doc="incoming messages waiting for the app's `receive()`; past it, refork stops reading the "
+        "socket (TCP backpressure on the client)",
+        group="websockets",
+    )
+    ws_write_limit: int = setting(
+        64 << 10,
+        "--ws-write-limit",
+        coerce=c.size,
+        metavar="SIZE",
+        help="unsent outgoing bytes before the app's send() waits",
+        doc="outgoing bytes a slow client may leave unread; past it the app's `send()` waits until "
+        "the client reads (the write timeout still applies)",
+        shown_default="`64K`",
+        group="websockets",
+    )
+
+    # TLS (refork.serving.tls; docs/tls.md): HUP re-reads the files, a new generation serves them
+    certfile: str | None = setting(
+        None,
+        "--certfile",
+        coerce=c.optional_string,
+        metavar="FILE",
+        help="serve TLS with this PEM certificate (chain) on every TCP listener",
+        doc="PEM certificate (with its chain, and the key if `--keyfile` is not given); turns TLS on for "
+        "every TCP listener (unix sockets stay plain); the files are read by the monitor at start and "
+        "on HUP, which starts a generation that serves the new ones",
+        group="tls",
+    )
+    keyfile: str | None = setting(
+        None,
+        "--keyfile",
+        coerce=c.optional_string,
+        metavar="FILE",
+        help="PEM private key of --certfile",
+        doc="PEM private key of `--certfile` (checked against it at start: a mismatch is exit 2)",
+        group="tls",
+    )
+    keyfile_password: str | None = setting(
+        None,
+        "--keyfile-password",
+        coerce=c.optional_string,
+        metavar="TEXT",
+        help="password of an encrypted --keyfile (prefer REFORK_KEYFILE_PASSWORD)",
+        doc="password of an encrypted `--keyfile`; prefer the environment variable to the command line",
+        group="tls",
+    )
+    ca_certs: str | None = setting(
+        None,
+        "--ca-certs",
+        coerce=c.optional_string,
+        metavar="FILE",
+        help="PEM CA certificates client certificates are checked against (mTLS)",
+        doc="PEM CA certificates that client certificates must chain to (needed by `--cert-reqs` 1 or 2)",
+        group="tls",
+    )
+    cert_reqs: int = setting(
+        0,
+        "--cert-reqs",
+        coerce=c.cert_reqs,
+        metavar="0|1|2",
+        help="client certificate: 0/none, 1/optional, 2/required",
+        doc="whether a client certificate is asked for: `0`/`none`, `1`/`optional` (checked if sent), "
+        "`2`/`required` (mTLS); gunicorn's numbers or the names",
+        group="tls",
+    )
+    ciphers: str | None = setting(
+        None,
+        "--ciphers",
+        coerce=c.optional_string,
+        metavar="LIST",
+        help="OpenSSL cipher list for TLS 1.2 (default: Python's)",
+        doc="OpenSSL cipher string for TLS 1.2 (TLS 1.3 suites are OpenSSL's); default: the `ssl` "
+        "module's. TLS 1.2 is the minimum version; ALPN offers `http/1.1`",
+        group="tls",
+    )
+    ssl_handshake_timeout: float = setting(
+        10.0,
+        "--ssl-handshake-timeout",
+        coerce=c.positive_seconds,
+        metavar="S",
+        help="time allowed for a TLS handshake",
+        doc="a client must finish the TLS handshake within this, or it is closed (logged at debug); "
+        "`--header-timeout` then runs for the request head. ASGI on 3.11+: also the wait for a "
+        "client's close_notify once the server closed",
+        group="tls",
+    )
+
+    # HTTP limits
+    limit_request_line: int = setting(
+        8190,
+        "--limit-request-line",
+        coerce=c.integer(1),
+        metavar="N",
+        help="max request line bytes",
+        doc="max request line bytes (414 above)",
+        group="HTTP limits",
+    )
+    limit_request_fields: int = setting(
+        100,
+        "--limit-request-fields",
+        coerce=c.integer(1),
+        metavar="N",
+        help="max header count",
+        doc="max header count (431 above)",
+        group="HTTP limits",
+    )
+    limit_request_field_size: int = setting(
+        8190,
+        "--limit-request-field-size",
+        coerce=c.integer(1),
+        metavar="N",
+        help="max header line bytes",
+        doc="max header line bytes (431 above)",
+        group="HTTP limits",
+    )
+    limit_request_body: int = setting(
+        1 << 30,
+        "--limit-request-body",
+        coerce=c.size,
+        metavar="SIZE",
+        help="max body size, e.g. 100M (0: unlimited)",
+        doc="max body size, e.g. `100M` (413 above; 0: unlimited)",
+        shown_default="`1G`",
+        group="HTTP limits",
+    )
+    body_spool_threshold: int = setting(
+        1 << 20,
+        "--body-spool-threshold",
+        coerce=c.size,
+        metavar="SIZE",
+        help="request bodies larger than this go to a temporary file",
+        shown_default="`1M`",
+        group="HTTP limits",
+    )
+    max_spool: int = setting(
+        4 << 30,
+        "--max-spool",
+        coerce=c.size,
+        metavar="SIZE",
+        help="per worker: request body bytes spooled to temporary files at once (0: no cap)",
+        doc="per worker: request body bytes held in spool files at once; a body bigger than this "
+        "gets 413, one that does not fit beside the others 503 with `Retry-After` (0: no cap). "
+        "The default is 4 times the default `--limit-request-body`: four maximal uploads per worker",
+        shown_default="`4G`",
+        group="HTTP limits",
+    )
+    spool_dir: str | None = setting(
+        None,
+        "--spool-dir",
+        coerce=c.optional_string,
+        metavar="DIR",
+        help="directory for spooled request bodies (default: tempfile's, usually $TMPDIR or /tmp)",
+        doc="where request bodies over `--body-spool-threshold` are spooled: unlinked temporary "
+        "files, invisible to `du` but counted by `df`; default: Python's `tempfile.gettempdir()` "
+        "(`$TMPDIR`, else `/tmp`)",
+        group="HTTP limits",
+    )

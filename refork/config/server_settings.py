@@ -1,0 +1,306 @@
+"""The settings of what is served and how: the app, sockets, processes, timeouts, health, loops.
+
+Part of the one settings table (refork.config.table.Config inherits these fields); see there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from refork.config import coercers as c
+from refork.config.settings import setting
+
+Interface = Literal["auto", "wsgi", "asgi"]
+Loop = Literal["auto", "asyncio", "uvloop"]
+WsgiLoop = Literal["auto", "native", "python"]
+ReadyWhen = Literal["warm", "started"]
+
+
+@dataclass
+class ServerSettings:
+    # What to serve
+    app: str = setting(
+        "", "APP", coerce=c.string, help="module:app, module:factory() or module (uses app/application)"
+    )
+    interface: Interface = setting(
+        "auto",
+        "--interface",
+        coerce=c.Choice(Interface),
+        help="app interface (default: detect)",
+        doc="`auto` detects coroutine callables as ASGI 3",
+        group="app",
+    )
+    chdir: str | None = setting(
+        None,
+        "--chdir",
+        coerce=c.optional_string,
+        metavar="DIR",
+        help="change to DIR before loading the app",
+        group="app",
+        restart_only=True,
+    )
+    pythonpath: list[str] = setting(
+        [],
+        "--pythonpath",
+        coerce=c.list_of(c.string),
+        action="append",
+        metavar="DIRS",
+        help="comma-separated dirs to add to sys.path",
+        group="app",
+    )
+    root_path: str = setting(
+        "",
+        "--root-path",
+        coerce=c.root_path,
+        metavar="PATH",
+        help="SCRIPT_NAME / ASGI root_path for an app mounted below /",
+        group="app",
+    )
+
+    # Sockets
+    bind: list[str] = setting(
+        ["127.0.0.1:8000"],
+        "-b",
+        "--bind",
+        coerce=c.list_of(c.bind_address, split_items=False),
+        action="append",
+        metavar="ADDR",
+        help="HOST:PORT, [V6]:PORT, :PORT, unix:PATH, fd://N",
+        doc="`HOST:PORT`, `[V6]:PORT`, `:PORT`, `unix:PATH`, `fd://N` (a socket passed by the parent)",
+        group="server",
+        restart_only=True,
+    )
+    backlog: int = setting(
+        2048,
+        "--backlog",
+        coerce=c.integer(1),
+        metavar="N",
+        help="listen() backlog",
+        doc="`listen()` backlog",
+        group="server",
+        restart_only=True,
+    )
+    forwarded_allow_ips: list[str] = setting(
+        ["127.0.0.1", "::1", "unix:"],
+        "--forwarded-allow-ips",
+        coerce=c.list_of(c.trusted_proxy),
+        metavar="IPS",
+        help="comma-separated proxies trusted for X-Forwarded-*",
+        doc="proxies (addresses or networks like `10.0.0.0/8`) whose `X-Forwarded-Proto/For` are trusted "
+        "(`unix:` = unix-socket peers, `*` = all)",
+        group="server",
+    )
+
+    # Processes
+    workers: int = setting(
+        1,
+        "-w",
+        "--workers",
+        coerce=c.workers,
+        metavar="N|auto",
+        help="worker processes (auto: CPU quota)",
+        doc="worker processes; `auto` = the cgroup CPU quota (or the CPU count); also read from "
+        "`WEB_CONCURRENCY`",
+        group="server",
+    )
+    threads: int = setting(
+        1,
+        "--threads",
+        coerce=c.integer(1),
+        metavar="N",
+        help="threads per WSGI worker",
+        doc="WSGI threads per worker (1 = the app runs on the I/O loop thread)",
+        group="server",
+    )
+    timeout: float = setting(
+        30.0,
+        "--timeout",
+        coerce=c.positive_seconds,
+        metavar="S",
+        help="kill a worker whose app holds a request longer than this (client I/O not counted)",
+        doc="a worker whose app holds a request longer than this is killed and replaced; time "
+        "waiting on the client (a slow body, a slow reader) is not counted: the body and write "
+        "timeouts bound it per connection",
+        group="server",
+    )
+    graceful_timeout: float = setting(
+        30.0,
+        "--graceful-timeout",
+        coerce=c.positive_seconds,
+        metavar="S",
+        help="time to finish in-flight requests on stop",
+        doc="how long a stopping worker may finish in-flight requests",
+        group="server",
+    )
+    request_timeout: float | None = setting(
+        None,
+        "--request-timeout",
+        coerce=c.off_or_seconds,
+        metavar="S|off",
+        help="soft per-request timeout: log the request's stack and replace its worker gracefully",
+        doc="a request in the app longer than this (soft; `refork.extend_deadline()` pushes it for one "
+        "request) is logged once with its method, path, duration and Python stack; its worker stops "
+        "accepting, finishes its other requests (within `--graceful-timeout`) and goes once a "
+        "replacement from the mold is ready. `--timeout` stays the hard kill (see docs/timeouts.md)",
+        shown_default="off",
+        group="server",
+    )
+    # Health, readiness and shutdown (docs/deploy.md)
+    health_path: str = setting(
+        "",
+        "--health-path",
+        coerce=c.health_path,
+        metavar="PATH",
+        help="answer health checks at PATH (liveness), PATH/live and PATH/ready, without the app",
+        doc="the worker's loop answers `GET PATH` and `PATH/live` (200 while it serves) and `PATH/ready` "
+        "(200 once ready, 503 before and while the server drains) without calling the app; not in the "
+        "access log",
+        shown_default="off",
+        group="server",
+    )
+    ready_when: ReadyWhen = setting(
+        "warm",
+        "--ready-when",
+        coerce=c.Choice(ReadyWhen),
+        help="when readiness (PATH/ready, systemd READY=1) turns on",
+        doc="`warm`: the first mold is warm and all `--workers` of its generation are up; `started`: the "
+        "first worker serves",
+        group="server",
+    )
+    shutdown_delay: float = setting(
+        0.0,
+        "--shutdown-delay",
+        coerce=c.non_negative_float,
+        metavar="S",
+        help="on TERM, keep serving S seconds with readiness failing before stopping",
+        doc="on `TERM`, keep serving this long with readiness failing (so a load balancer stops routing "
+        "here) before the graceful stop; a second `TERM` or an `INT` stops at once",
+        group="server",
+    )
+    keepalive: float = setting(
+        5.0,
+        "--keepalive",
+        coerce=c.positive_seconds,
+        metavar="S",
+        help="idle keep-alive connection timeout",
+        doc="idle keep-alive connections are closed after this",
+        group="server",
+    )
+    header_timeout: float = setting(
+        10.0,
+        "--header-timeout",
+        coerce=c.positive_seconds,
+        metavar="S",
+        help="time allowed to receive a request head",
+        doc="a client must send a complete request head within this (slowloris)",
+        group="server",
+    )
+    body_timeout: float = setting(
+        30.0,
+        "--body-timeout",
+        coerce=c.positive_seconds,
+        metavar="S",
+        help="time allowed to receive a request body, counted from the end of its head "
+        "(extended by --body-min-rate)",
+        doc="a client must send the whole request body within this, counted from the end of the head, "
+        "plus one second per `--body-min-rate` bytes received (a total, so a trickle does not "
+        "re-arm it, yet a big upload at an honest rate is never cut); answered 408. Not part "
+        "of `--timeout`, which counts time in the app only",
+        group="server",
+    )
+    body_min_rate: float = setting(
+        500.0,
+        "--body-min-rate",
+        coerce=c.non_negative_float,
+        metavar="BYTES",
+        help="body bytes per second that each extend --body-timeout by a second (0: no extension)",
+        doc="each this many request-body bytes received extend `--body-timeout` by a second "
+        "(Apache mod_reqtimeout's `MinRate`): an upload faster than this on average is never cut; "
+        "0 makes `--body-timeout` a flat total",
+        group="server",
+    )
+    write_timeout: float = setting(
+        30.0,
+        "--write-timeout",
+        coerce=c.positive_seconds,
+        metavar="S",
+        help="cut a connection whose response makes no progress for this long",
+        doc="a client that stops reading its response is cut after this long without progress "
+        "(a slow but steady reader never is); logged as a warning naming the client and request. "
+        "Not part of `--timeout`, which counts time in the app only",
+        group="server",
+    )
+    spawn_timeout: float = setting(
+        10.0,
+        "--spawn-timeout",
+        coerce=c.positive_seconds,
+        metavar="S",
+        help="time a new worker or mold has to report in",
+        doc="a new worker or promoted mold must report in within this, or it is killed",
+        group="server",
+    )
+    max_requests: int = setting(
+        0,
+        "--max-requests",
+        coerce=c.integer(0),
+        metavar="N",
+        help="restart a worker after N requests (0: never)",
+        doc="recycle a worker after N requests (0: never); the replacement is ready first",
+        group="server",
+    )
+    max_requests_jitter: int = setting(
+        0,
+        "--max-requests-jitter",
+        coerce=c.integer(0),
+        metavar="N",
+        help="random extra requests added to --max-requests",
+        group="server",
+    )
+    proc_name: str = setting(
+        "refork",
+        "-n",
+        "--name",
+        coerce=c.nonempty_string,
+        metavar="NAME",
+        help="process title prefix",
+        doc="process titles and the default control socket name",
+        group="server",
+        restart_only=True,
+    )
+    control_socket: str | None = setting(
+        None,
+        "--control-socket",
+        coerce=c.optional_string,
+        metavar="PATH",
+        help="unix socket for `refork status`",
+        doc="what `refork status` talks to; `off` disables; a location another user owns or can replace is "
+        "refused at start",
+        shown_default="`$XDG_RUNTIME_DIR/NAME.ctl` or `/tmp/refork-UID/NAME.ctl`",
+        group="server",
+        restart_only=True,
+    )
+    pidfile: str | None = setting(
+        None,
+        "-p",
+        "--pid",
+        coerce=c.optional_string,
+        metavar="FILE",
+        help="write the monitor's pid to FILE",
+        doc="the monitor's pid, for init scripts and `kill -HUP $(cat FILE)`; written atomically, refused "
+        "while a live process holds it, replaced when stale, removed on exit; relative to where refork "
+        "started",
+        group="server",
+        restart_only=True,
+    )
+    loop: Loop = setting("auto", "--loop", coerce=c.Choice(Loop), help="ASGI event loop", group="server")
+    wsgi_loop: WsgiLoop = setting(
+        "auto",
+        "--wsgi-loop",
+        coerce=c.Choice(WsgiLoop),
+        help="WSGI connection loop",
+        doc="`native` does the per-request work in Rust (refork._native: head parsing, environ, "
+        "response framing), `python` is pure Python; `auto` picks native where the extension is built "
+        "(docs/native.md)",
+        group="server",
+    )
