@@ -438,6 +438,13 @@ def test_max_size_closes_1009(start_server):
         with pytest.raises(ConnectionClosed) as info:
             ws.recv()
         assert info.value.rcvd.code == 1009
+    with connect(url(server), ping_interval=None) as ws:  # text: its UTF-8 bytes count, not characters
+        ws.send("é" * 512)
+        assert ws.recv() == "é" * 512
+        ws.send("é" * 513)
+        with pytest.raises(ConnectionClosed) as info:
+            ws.recv()
+        assert info.value.rcvd.code == 1009
 
 
 def test_write_timeout_cuts_a_client_that_reads_nothing(start_server):

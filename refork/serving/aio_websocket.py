@@ -280,7 +280,9 @@ class WebSocketProtocol(asyncio.Protocol):
                 if conn.state is not _OPEN:
                     continue  # closing: data is dropped (RFC 6455 1.4)
                 piece = event.data  # type: ignore[attr-defined]
-                self.size += len(piece)
+                # --ws-max-size counts bytes: a text piece's UTF-8 length (isascii() is a flag read)
+                ascii_only = kind is BytesMessage or piece.isascii()
+                self.size += len(piece) if ascii_only else len(piece.encode())
                 if self.size > self.max_size:
                     self.parts = []
                     self.close_server(1009, "message too big")
