@@ -439,9 +439,9 @@ def test_max_size_closes_1009(start_server):
             ws.recv()
         assert info.value.rcvd.code == 1009
     with connect(url(server), ping_interval=None) as ws:  # text: its UTF-8 bytes count, not characters
-        ws.send("é" * 512)
+        ws.send(["é" * 300, "é" * 212])  # fragments, each under the limit
         assert ws.recv() == "é" * 512
-        ws.send("é" * 513)
+        ws.send(["é" * 300, "é" * 213])
         with pytest.raises(ConnectionClosed) as info:
             ws.recv()
         assert info.value.rcvd.code == 1009
