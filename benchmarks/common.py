@@ -77,6 +77,7 @@ def announce(python: str | None, *, command: bool = False, **extra: str) -> tupl
 
 
 def print_versions(info: dict) -> None:
+    """One line naming every version, for scripts that gather more than versions() does."""
     print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()))
 
 
