@@ -2,23 +2,92 @@
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
 import os
 import re
 import signal
+import socket
+import ssl
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def script_parser(doc: str) -> argparse.ArgumentParser:
+    """The parser every benchmark starts from: its docstring as the description (kept as written),
+    and --python to choose the benchmark venv."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--python", help="interpreter version or path; selects benchmarks/.venv-X.Y")
+    return parser
+
+
+def bench_parser(
+    doc: str, *, duration: float, port: int, duration_help: str = "seconds of measured load per server"
+) -> argparse.ArgumentParser:
+    """script_parser plus the options of the scripts that interleave servers over rounds (--duration,
+    --rounds, --only, --port); the defaults are the script's own."""
+    parser = script_parser(doc)
+    parser.add_argument("--duration", type=float, default=duration, help=duration_help)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", help="comma-separated server names")
+    parser.add_argument("--port", type=int, default=port, help="first port; each round uses a fresh range")
+    return parser
+
+
+def add_profile_options(parser: argparse.ArgumentParser) -> None:
+    """--profile and --refork-path, for the scripts that can profile a server (native_hello, django_pg)."""
+    parser.add_argument(
+        "--profile",
+        type=float,
+        default=0,
+        metavar="S",
+        help="after the rounds, profile each server for S seconds under the same load "
+        "(py-spy + perf; not counted in the results)",
+    )
+    parser.add_argument(
+        "--refork-path", type=Path, help="run refork from this checkout (PYTHONPATH) instead of the venv's"
+    )
+
+
+def announce(python: str | None, *, command: bool = False, **extra: str) -> tuple[Path, dict]:
+    """The venv --python selects and its versions (plus `extra`), printed first so a pasted run says
+    what it ran on; command=True also prints the command line."""
+    venv = venv_dir(python)
+    info = {**versions(venv), **extra}
+    print_versions(info)
+    if command:
+        print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
+    return venv, info
+
+
+def print_versions(info: dict) -> None:
+    """One line naming every version, for scripts that gather more than versions() does."""
+    print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()))
+
+
+def chosen(names: list[str], only: str | None) -> list[str]:
+    """The server names --only asks for (all of names without it); exits on a name that is not one."""
+    wanted = only.split(",") if only else names
+    unknown = set(wanted) - set(names)
+    if unknown:
+        sys.exit(f"unknown server(s): {', '.join(sorted(unknown))}; choose from {', '.join(names)}")
+    return wanted
 
 
 # --------------------------------------------------------------------------- venvs
@@ -115,6 +184,39 @@ def uss_kib(fields: dict[str, int]) -> int:
     return fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0) + fields.get("Private_Hugetlb", 0)
 
 
+def cpu_seconds(pids: list[int]) -> dict[int, tuple[float, float]]:
+    """{pid: (user s, system s)} for each live pid, all its threads included (utime, stime; not its
+    children): read before and after a measured run, it gives the CPU the run cost the server."""
+    out: dict[int, tuple[float, float]] = {}
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()
+        # fields[0] is field 3 (state); utime is field 14, stime field 15.
+        out[pid] = (int(fields[11]) / TICK, int(fields[12]) / TICK)
+    return out
+
+
+def cpu_delta(
+    before: dict[int, tuple[float, float]], after: dict[int, tuple[float, float]]
+) -> tuple[float, float]:
+    """User and system seconds spent between the two readings by the pids alive at the second one
+    (a pid new since the first counts from zero)."""
+    user = sum(u - before.get(pid, (0.0, 0.0))[0] for pid, (u, _) in after.items())
+    system = sum(s - before.get(pid, (0.0, 0.0))[1] for pid, (_, s) in after.items())
+    return user, system
+
+
+def cpu_by_pid(
+    before: dict[int, tuple[float, float]], after: dict[int, tuple[float, float]]
+) -> dict[int, float]:
+    """{pid: user + system seconds between the two readings}, for the pids alive at the second one:
+    how the work was spread over the processes."""
+    return {pid: sum(after[pid]) - sum(before.get(pid, (0.0, 0.0))) for pid in after}
+
+
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
@@ -153,12 +255,16 @@ class Server:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return f"failed to start: {self.first_stderr_line()}"
-            if http_get(self.port, path, timeout=2.0) == 200:
+            if self.status(path) == 200:
                 self.seen.update(tree(self.proc.pid))
                 return None
             time.sleep(0.2)
         self.stop()
         return f"failed to start (no answer in {timeout:.0f}s): {self.first_stderr_line()}"
+
+    def status(self, path: str) -> int | None:
+        """The status start() waits for: plain HTTP here, a subclass may ask otherwise (TLS)."""
+        return http_get(self.port, path, timeout=2.0)
 
     def first_stderr_line(self) -> str:
         lines = [ln.strip() for ln in self.stderr_text().splitlines() if ln.strip()]
@@ -212,9 +318,30 @@ class Server:
         return leaked
 
 
-def http_get(port: int, path: str = "/", timeout: float = 5.0) -> int | None:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def finish(server: Server, result: dict, grace: float = 10.0) -> dict:
+    """Stop the server after a measurement; result notes the processes it left behind, if any."""
+    leaked = server.stop(grace)
+    if leaked:
+        result["leaked_pids"] = leaked
+    return result
+
+
+def http_get(
+    port: int, path: str = "/", timeout: float = 5.0, context: ssl.SSLContext | None = None
+) -> int | None:
+    """The status of GET path on 127.0.0.1:port (over TLS with a context), None if there is no answer."""
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        if context is None:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        else:
+            conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=context)
         conn.request("GET", path)
         resp = conn.getresponse()
         resp.read()
@@ -226,14 +353,14 @@ def http_get(port: int, path: str = "/", timeout: float = 5.0) -> int | None:
 
 # --------------------------------------------------------------------------- wrk
 
-_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60000.0}
+WRK_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60000.0}
 
 
 def _ms(text: str) -> float:
     m = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
     if not m:
         raise ValueError(text)
-    return float(m.group(1)) * _UNITS[m.group(2)]
+    return float(m.group(1)) * WRK_UNITS[m.group(2)]
 
 
 def run_wrk(port: int, duration: float, connections: int = 64, threads: int = 2,
@@ -260,6 +387,100 @@ def run_wrk(port: int, duration: float, connections: int = 64, threads: int = 2,
     if m := re.search(r"Non-2xx or 3xx responses: (\d+)", out):
         result["non2xx"] = int(m.group(1))
     return result
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+def round_order(lineup: list[Server], wanted: list[str], rnd: int) -> list[Server]:
+    """The wanted servers of round rnd, the order reversed every other round so that no server
+    always runs first."""
+    order = [s for s in lineup if s.name in wanted]
+    return order[::-1] if rnd % 2 else order
+
+
+def run_rounds(
+    rounds: int,
+    lineup: Callable[[int], list[Server]],
+    wanted: list[str],
+    measure: Callable[[Server], dict],
+    describe: Callable[[dict], str],
+    *,
+    label: str = "",
+    after_round: Callable[[], object] | None = None,
+) -> tuple[dict[str, list[dict]], dict[str, str]]:
+    """Interleave the servers: each round measures every wanted server of lineup(round) once (fresh
+    ports a round), so all of them share the machine's noise. A server that fails once ({"error": ...})
+    is left out of the later rounds. Prints a line a measurement (describe); returns the results by
+    server and the failures."""
+    runs: dict[str, list[dict]] = {n: [] for n in wanted}
+    failed: dict[str, str] = {}
+    for rnd in range(rounds):
+        for server in round_order(lineup(rnd), wanted, rnd):
+            if server.name in failed:
+                continue
+            print(f"{label}round {rnd + 1}/{rounds}: {server.name} ...", end=" ", flush=True)
+            res = measure(server)
+            if "error" in res:
+                failed[server.name] = res["error"]
+                print(res["error"])
+                continue
+            runs[server.name].append(res)
+            print(describe(res))
+        if after_round is not None:
+            after_round()
+    return runs, failed
+
+
+def summarize(
+    wanted: list[str],
+    runs: dict[str, list[dict]],
+    failed: dict[str, str],
+    of_runs: Callable[[list[dict]], dict],
+) -> dict[str, dict]:
+    """{server: of_runs(its runs)}, or {"error": why} for a server that failed."""
+    return {name: {"error": failed[name]} if name in failed else of_runs(runs[name]) for name in wanted}
+
+
+def rps_ratio(summary: dict[str, dict], name: str, ref: str) -> float | None:
+    """name's median req/s over ref's, None if either is missing."""
+    mine, theirs = summary.get(name, {}).get("rps"), summary.get(ref, {}).get("rps")
+    return mine / theirs if mine and theirs else None
+
+
+def wrk_line(res: dict) -> str:
+    """The line a plain wrk run prints (hello.py, tls.py)."""
+    return f"{res['rps']:.0f} req/s, p99 {fmt(res['p99_ms'], '.2f')} ms, errors {res['errors']}"
+
+
+def wrk_summary(
+    wanted: list[str], runs: dict[str, list[dict]], failed: dict[str, str], ifaces: dict[str, str]
+) -> dict[str, dict]:
+    """Medians of plain wrk runs, with each server's interface (hello.py, tls.py)."""
+
+    def medians(rs: list[dict]) -> dict:
+        return {
+            "rps": median([r["rps"] for r in rs]),
+            "p99_ms": median([r["p99_ms"] for r in rs]),
+            "errors": sum(r["errors"] + r["non2xx"] for r in rs),
+        }
+
+    summary = summarize(wanted, runs, failed, medians)
+    return {name: {"interface": ifaces[name], **s} for name, s in summary.items()}
+
+
+def print_wrk_table(summary: dict[str, dict], baseline: dict[str, str]) -> None:
+    """wrk_summary as a table, each server's req/s against the baseline of its interface."""
+    rows = []
+    for name, s in summary.items():
+        base = baseline[s["interface"]]
+        if "error" in s:
+            rows.append([name, s["interface"], "-", "-", "-", "-", s["error"]])
+        else:
+            vs = fmt(rps_ratio(summary, name, base), ".2f", "x") + f" vs {base}"
+            rows.append([name, s["interface"], f"{s['rps']:.0f}", fmt(s["p99_ms"], ".2f"), vs,
+                         str(s["errors"]), ""])  # fmt: skip
+    print_table(["server", "iface", "req/s", "p99 ms", "ratio", "errors", "note"], rows)
 
 
 # --------------------------------------------------------------------------- output

@@ -25,14 +25,12 @@ connection per thread (CONN_MAX_AGE 600, the default).
 
 from __future__ import annotations
 
-import argparse
 import glob
 import http.client
 import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,8 +38,26 @@ import threading
 import time
 from pathlib import Path
 
-from common import BENCH_DIR, Server, fmt, median, print_table, refork_cmd, venv_dir, versions, write_results
-from native_hello import SyscallCounter, check_loop, cpu_delta, cpu_seconds, per_request, profile
+from common import (
+    BENCH_DIR,
+    WRK_UNITS,
+    Server,
+    add_profile_options,
+    announce,
+    bench_parser,
+    chosen,
+    finish,
+    fmt,
+    free_port,
+    median,
+    print_table,
+    refork_cmd,
+    rps_ratio,
+    run_rounds,
+    summarize,
+    write_results,
+)
+from native_hello import TreeCost, check_loop, profile
 
 APP = "django_pg_app.app:application"
 BASELINE = "granian-wsgi"
@@ -50,12 +66,6 @@ AUTHORS, ARTICLES_PER_AUTHOR = 100, 20
 
 
 # --------------------------------------------------------------------------- PostgreSQL
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Postgres:
@@ -188,9 +198,6 @@ class Postgres:
 # --------------------------------------------------------------------------- load
 
 
-_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60000.0}
-
-
 def wrk(port: int, duration: float, connections: int, path: str = "/") -> dict:
     """wrk -t2 with --latency: req/s, requests, p50/p90/p99 ms, socket errors, non-2xx answers."""
     cmd = [
@@ -210,7 +217,7 @@ def wrk(port: int, duration: float, connections: int, path: str = "/") -> dict:
         res["requests"] = int(m.group(1))
     for pct in ("50", "90", "99"):
         m = re.search(rf"^\s+{pct}%\s+([\d.]+)(us|ms|s|m)\s*$", out, re.M)
-        res[f"p{pct}_ms"] = float(m.group(1)) * _UNITS[m.group(2)] if m else None
+        res[f"p{pct}_ms"] = float(m.group(1)) * WRK_UNITS[m.group(2)] if m else None
     if m := re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out):
         res["errors"] = sum(int(x) for x in m.groups())
         res["socket_errors"] = m.group(0)
@@ -344,49 +351,56 @@ def servers(
 
 
 def bench_one(server: Server, pg: Postgres, duration: float, connections: int, slow: int) -> dict:
-    error = server.start(timeout=90)
-    if error:
-        server.stop()
-        return {"error": error}
-    if error := check_loop(server):
+    if error := server.start(timeout=90) or check_loop(server):
         server.stop()
         return {"error": error}
     wrk(server.port, 3, connections)  # warm-up: imports, template cache, one DB connection per thread
-    pids = server.pids()
+    cost = TreeCost(server)
     with SlowHolders(server.port, slow) as holders:
         time.sleep(0.5)  # the slow requests are in the app before the measured run starts
-        counter = SyscallCounter(pids)
-        before = cpu_seconds(pids)
-        res = wrk(server.port, duration, connections)
-        after = cpu_seconds(server.pids())
-        counts = counter.stop()
+        with cost:
+            res = wrk(server.port, duration, connections)
         res["pg_backends"] = pg.backends()
-    user, system = cpu_delta(before, after)
-    served = max(res["requests"], 1)
-    res.update(per_request(counts, served))
+    res.update(cost.per_request(res["requests"]))
     res.update(
         slow_done=holders.done,
         slow_failed=holders.failed,
         slow_samples=holders.samples,
-        user_us=user / served * 1e6,
-        sys_us=system / served * 1e6,
-        processes=len(pids),
+        processes=len(cost.pids),
     )
-    if set(after) != set(before):
-        res["tree_changed"] = sorted(set(before) ^ set(after))
-    leaked = server.stop(grace=15)
-    if leaked:
-        res["leaked_pids"] = leaked
-    return res
+    return finish(server, res, grace=15)
+
+
+def describe(res: dict) -> str:
+    """The line(s) one measured run prints."""
+    line = (
+        f"{res['rps']:.0f} req/s, p50/p90/p99 {fmt(res['p50_ms'], '.0f')}/"
+        f"{fmt(res['p90_ms'], '.0f')}/"
+        f"{fmt(res['p99_ms'], '.0f')} ms, errors {res['errors']}+{res['non2xx']} non-2xx, "
+        f"slow {res['slow_done']} ok {res['slow_failed']} failed, "
+        f"cpu {res['user_us']:.0f}+{res['sys_us']:.0f} us/req, "
+        f"cswitch {fmt(res.get('cswitch_per_req'), '.1f')}/req, pg {res['pg_backends']}"
+    )
+    return line + (f"\n  slow errors: {res['slow_samples']}" if res["slow_samples"] else "")
+
+
+def medians(rs: list[dict]) -> dict:
+    """A server's summary: medians over its rounds (and each round's req/s), counts summed."""
+    return {
+        "rps": median([r["rps"] for r in rs]),
+        "rounds": [round(r["rps"]) for r in rs],
+        **{k: median([r[k] for r in rs]) for k in ("p50_ms", "p90_ms", "p99_ms", "user_us", "sys_us")},
+        "errors": sum(r["errors"] + r["non2xx"] for r in rs),
+        "slow_done": sum(r["slow_done"] for r in rs),
+        "slow_failed": sum(r["slow_failed"] for r in rs),
+        "cswitch_per_req": median([r.get("cswitch_per_req") for r in rs]),
+        "syscalls_per_req": median([r.get("syscalls_per_req") for r in rs]),
+        "pg_backends": max(r["pg_backends"] for r in rs),
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--python", help="interpreter version or path; selects benchmarks/.venv-X.Y")
-    parser.add_argument("--duration", type=float, default=20.0, help="seconds of measured load per server")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = bench_parser(__doc__, duration=20.0, port=19500)
     parser.add_argument("--connections", type=int, default=180, help="wrk connections on /")
     parser.add_argument("--slow", type=int, default=20, help="connections holding 3 s requests on /slow")
     parser.add_argument(
@@ -398,67 +412,25 @@ def main() -> None:
         default="persistent",
         help="Django's connections: one per thread (CONN_MAX_AGE) or psycopg's pool",
     )
-    parser.add_argument("--only", help="comma-separated server names")
-    parser.add_argument(
-        "--profile",
-        type=float,
-        default=0,
-        metavar="S",
-        help="after the rounds, profile each server for S seconds under the same load "
-        "(py-spy + perf; not counted in the results)",
-    )
-    parser.add_argument(
-        "--refork-path", type=Path, help="run refork from this checkout (PYTHONPATH) instead of the venv's"
-    )
-    parser.add_argument("--port", type=int, default=19500, help="first port; each round uses a fresh range")
+    add_profile_options(parser)
     args = parser.parse_args()
 
-    venv = venv_dir(args.python)
-    info = versions(venv)
-    print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()))
-    print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
-    names = [s.name for s in servers(venv, args.port, {}, args.threads)]
-    wanted = args.only.split(",") if args.only else names
-    unknown = set(wanted) - set(names)
-    if unknown:
-        sys.exit(f"unknown server(s): {', '.join(sorted(unknown))}; choose from {', '.join(names)}")
+    venv, info = announce(args.python, command=True)
+    wanted = chosen([s.name for s in servers(venv, args.port, {}, args.threads)], args.only)
 
     pg = Postgres()
-    runs: dict[str, list[dict]] = {n: [] for n in wanted}
-    failed: dict[str, str] = {}
     loads = [os.getloadavg()[0]]
     try:
         pg.start()
         env = {**pg.env(), "BENCH_PG_CONN": args.conn, "BENCH_PG_POOL": str(args.threads)}
-        for rnd in range(args.rounds):
-            order = [
-                s
-                for s in servers(venv, args.port + 10 * rnd, env, args.threads, args.refork_path)
-                if s.name in wanted
-            ]
-            if rnd % 2:
-                order.reverse()
-            for server in order:
-                if server.name in failed:
-                    continue
-                print(f"round {rnd + 1}/{args.rounds}: {server.name} ...", end=" ", flush=True)
-                res = bench_one(server, pg, args.duration, args.connections, args.slow)
-                if "error" in res:
-                    failed[server.name] = res["error"]
-                    print(res["error"])
-                    continue
-                runs[server.name].append(res)
-                print(
-                    f"{res['rps']:.0f} req/s, p50/p90/p99 {fmt(res['p50_ms'], '.0f')}/"
-                    f"{fmt(res['p90_ms'], '.0f')}/"
-                    f"{fmt(res['p99_ms'], '.0f')} ms, errors {res['errors']}+{res['non2xx']} non-2xx, "
-                    f"slow {res['slow_done']} ok {res['slow_failed']} failed, "
-                    f"cpu {res['user_us']:.0f}+{res['sys_us']:.0f} us/req, "
-                    f"cswitch {fmt(res.get('cswitch_per_req'), '.1f')}/req, pg {res['pg_backends']}"
-                )
-                if res["slow_samples"]:
-                    print(f"  slow errors: {res['slow_samples']}")
-            loads.append(os.getloadavg()[0])
+        runs, failed = run_rounds(
+            args.rounds,
+            lambda rnd: servers(venv, args.port + 10 * rnd, env, args.threads, args.refork_path),
+            wanted,
+            lambda server: bench_one(server, pg, args.duration, args.connections, args.slow),
+            describe,
+            after_round=lambda: loads.append(os.getloadavg()[0]),
+        )
         if args.profile:
             for server in servers(venv, args.port + 10 * args.rounds, env, args.threads, args.refork_path):
                 if server.name not in wanted or server.name in failed or server.start(timeout=90):
@@ -476,27 +448,10 @@ def main() -> None:
     finally:
         pg.stop()
 
-    summary: dict[str, dict] = {}
-    for name in wanted:
-        if name in failed:
-            summary[name] = {"error": failed[name]}
-            continue
-        rs = runs[name]
-        summary[name] = {
-            "rps": median([r["rps"] for r in rs]),
-            "rounds": [round(r["rps"]) for r in rs],
-            **{k: median([r[k] for r in rs]) for k in ("p50_ms", "p90_ms", "p99_ms", "user_us", "sys_us")},
-            "errors": sum(r["errors"] + r["non2xx"] for r in rs),
-            "slow_done": sum(r["slow_done"] for r in rs),
-            "slow_failed": sum(r["slow_failed"] for r in rs),
-            "cswitch_per_req": median([r.get("cswitch_per_req") for r in rs]),
-            "syscalls_per_req": median([r.get("syscalls_per_req") for r in rs]),
-            "pg_backends": max(r["pg_backends"] for r in rs),
-        }
+    summary = summarize(wanted, runs, failed, medians)
 
     def ratio(name: str) -> float | None:
-        mine, ref = summary.get(name, {}).get("rps"), summary.get(BASELINE, {}).get("rps")
-        return mine / ref if mine and ref else None
+        return rps_ratio(summary, name, BASELINE)
 
     print(
         f"\nmedian of {args.rounds} rounds, {args.duration:g}s each, wrk -t2 -c{args.connections} on / + "

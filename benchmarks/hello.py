@@ -12,27 +12,30 @@ commit before a refactor, `git worktree add /tmp/base HEAD~1` and `python setup.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from pathlib import Path
 
 from common import (
     BENCH_DIR,
     Server,
+    announce,
+    bench_parser,
+    chosen,
+    finish,
     fmt,
-    median,
-    print_table,
+    print_wrk_table,
     refork_cmd,
+    rps_ratio,
+    run_rounds,
     run_wrk,
-    venv_dir,
-    versions,
     write_results,
+    wrk_line,
+    wrk_summary,
 )
 
 APPS = BENCH_DIR / "apps"
-WSGI_BASELINE, ASGI_BASELINE = "gunicorn-gthread", "uvicorn"
-TARGETS = [("refork-wsgi", WSGI_BASELINE, 3.0), ("refork-asgi", ASGI_BASELINE, 1.0)]
+BASELINE = {"wsgi": "gunicorn-gthread", "asgi": "uvicorn"}
+TARGETS = [("refork-wsgi", BASELINE["wsgi"], 3.0), ("refork-asgi", BASELINE["asgi"], 1.0)]
 
 
 def servers(venv: Path, port: int, base: Path | None = None) -> list[Server]:
@@ -81,92 +84,41 @@ def bench_one(server: Server, duration: float) -> dict:
     workers = len(server.pids()) - 1
     run_wrk(server.port, 2)
     result = run_wrk(server.port, duration)
-    leaked = server.stop()
     result["processes"] = workers + 1
-    if leaked:
-        result["leaked_pids"] = leaked
-    return result
+    return finish(server, result)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--python", help="interpreter version or path; selects benchmarks/.venv-X.Y")
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds of measured load per server")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", help="comma-separated server names")
-    parser.add_argument("--port", type=int, default=19000, help="first port; each round uses a fresh range")
+    parser = bench_parser(__doc__, duration=10.0, port=19000)
     parser.add_argument("--base", type=Path, help="another refork checkout, run as refork-*@base")
     args = parser.parse_args()
     base = args.base.resolve() if args.base else None
 
-    venv = venv_dir(args.python)
-    info = versions(venv)
-    print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()))
-    names = [s.name for s in servers(venv, args.port, base)]
-    wanted = args.only.split(",") if args.only else names
-    unknown = set(wanted) - set(names)
-    if unknown:
-        sys.exit(f"unknown server(s): {', '.join(sorted(unknown))}; choose from {', '.join(names)}")
-
-    runs: dict[str, list[dict]] = {n: [] for n in wanted}
-    failed: dict[str, str] = {}
-    for rnd in range(args.rounds):
-        order = [s for s in servers(venv, args.port + 20 * rnd, base) if s.name in wanted]
-        if rnd % 2:  # alternate the order so no server always runs first
-            order.reverse()
-        for server in order:
-            if server.name in failed:
-                continue
-            print(f"round {rnd + 1}/{args.rounds}: {server.name} ...", end=" ", flush=True)
-            res = bench_one(server, args.duration)
-            if "error" in res:
-                failed[server.name] = res["error"]
-                print(res["error"])
-                continue
-            runs[server.name].append(res)
-            print(f"{res['rps']:.0f} req/s, p99 {fmt(res['p99_ms'], '.2f')} ms, errors {res['errors']}")
-
-    summary: dict[str, dict] = {}
-    for name in wanted:
-        iface = next(s.interface for s in servers(venv, 0, base) if s.name == name)
-        if name in failed:
-            summary[name] = {"interface": iface, "error": failed[name]}
-        else:
-            summary[name] = {
-                "interface": iface,
-                "rps": median([r["rps"] for r in runs[name]]),
-                "p99_ms": median([r["p99_ms"] for r in runs[name]]),
-                "errors": sum(r["errors"] + r["non2xx"] for r in runs[name]),
-            }
-
-    def ratio(name: str) -> float | None:
-        base = WSGI_BASELINE if summary[name]["interface"] == "wsgi" else ASGI_BASELINE
-        mine, ref = summary[name].get("rps"), summary.get(base, {}).get("rps")
-        return mine / ref if mine and ref else None
+    venv, info = announce(args.python)
+    wanted = chosen([s.name for s in servers(venv, args.port, base)], args.only)
+    runs, failed = run_rounds(
+        args.rounds,
+        lambda rnd: servers(venv, args.port + 20 * rnd, base),
+        wanted,
+        lambda server: bench_one(server, args.duration),
+        wrk_line,
+    )
+    ifaces = {s.name: s.interface for s in servers(venv, 0, base)}
+    summary = wrk_summary(wanted, runs, failed, ifaces)
 
     print(f"\nmedian of {args.rounds} rounds, {args.duration:g}s each, wrk -t2 -c64 keep-alive, 2 workers, "
           f"Python {info.get('python')}")
-    rows = []
-    for name, s in summary.items():
-        base = WSGI_BASELINE if s["interface"] == "wsgi" else ASGI_BASELINE
-        if "error" in s:
-            rows.append([name, s["interface"], "-", "-", "-", "-", s["error"]])
-        else:
-            rows.append([name, s["interface"], f"{s['rps']:.0f}", fmt(s["p99_ms"], ".2f"),
-                         fmt(ratio(name), ".2f", "x") + f" vs {base}", str(s["errors"]), ""])
-    print_table(["server", "iface", "req/s", "p99 ms", "ratio", "errors", "note"], rows)
+    print_wrk_table(summary, BASELINE)
 
     checks = {}
     print()
-    for name, base, target in TARGETS:
-        if name not in summary or base not in summary:
+    for name, ref, target in TARGETS:
+        if name not in summary or ref not in summary:
             continue
-        r = ratio(name)
+        r = rps_ratio(summary, name, ref)
         ok = r is not None and r >= target
-        checks[name] = {"baseline": base, "target": target, "ratio": r, "pass": ok}
-        print(f"[{'PASS' if ok else 'FAIL'}] {name} >= {target:.1f}x {base}: {fmt(r, '.2f', 'x')}")
+        checks[name] = {"baseline": ref, "target": target, "ratio": r, "pass": ok}
+        print(f"[{'PASS' if ok else 'FAIL'}] {name} >= {target:.1f}x {ref}: {fmt(r, '.2f', 'x')}")
 
     for name in ("refork-wsgi", "refork-asgi"):
         mine, old = summary.get(name, {}).get("rps"), summary.get(f"{name}@base", {}).get("rps")

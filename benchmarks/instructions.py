@@ -11,7 +11,6 @@ request path as cheap as before (`--base` = a checkout of the commit before).
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import socket
@@ -21,17 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import BENCH_DIR, print_table, venv_dir
+from common import BENCH_DIR, free_port, print_table, script_parser, venv_dir
 
 APPS = BENCH_DIR / "apps"
 REQUEST = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"
 BODY = b"Hello, world!"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def send_requests(port: int, count: int, timeout: float = 600.0) -> None:
@@ -84,10 +77,7 @@ def worker_instructions(python: Path, tree: Path | None, interface: str, count: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--python", help="interpreter version or path; selects benchmarks/.venv-X.Y")
+    parser = script_parser(__doc__)
     parser.add_argument("--base", type=Path, required=True, help="another refork checkout (extension built)")
     parser.add_argument("--requests", default="2000,12000", help="the two request counts N1,N2")
     parser.add_argument("--interfaces", default="wsgi,asgi")

@@ -18,7 +18,6 @@ refork runs from benchmarks/.venv-X.Y (benchmarks/setup.sh installs this checkou
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -34,35 +33,29 @@ from common import (
     BENCH_DIR,
     RESULTS_DIR,
     Server,
+    add_profile_options,
+    announce,
+    bench_parser,
+    chosen,
     cmdline,
+    cpu_by_pid,
+    cpu_delta,
+    cpu_seconds,
+    finish,
     fmt,
     median,
     print_table,
     refork_cmd,
+    rps_ratio,
+    run_rounds,
     run_wrk,
-    venv_dir,
-    versions,
+    summarize,
     write_results,
 )
 
 APPS = BENCH_DIR / "apps"
 BASELINE = "bjoern"
 TARGET = ("refork-native", BASELINE, 1.3)
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pids: list[int]) -> dict[int, tuple[float, float]]:
-    """{pid: (user s, system s)} for each live pid, all its threads included (utime, stime)."""
-    out: dict[int, tuple[float, float]] = {}
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rpartition(")")[2].split()
-        # fields[0] is field 3 (state); utime is field 14, stime field 15.
-        out[pid] = (int(fields[11]) / TICK, int(fields[12]) / TICK)
-    return out
 
 
 def per_request(counts: dict[str, int], served: int) -> dict[str, float]:
@@ -73,16 +66,6 @@ def per_request(counts: dict[str, int], served: int) -> dict[str, float]:
     if "context-switches" in counts:
         out["cswitch_per_req"] = counts["context-switches"] / served
     return out
-
-
-def cpu_delta(
-    before: dict[int, tuple[float, float]], after: dict[int, tuple[float, float]]
-) -> tuple[float, float]:
-    """User and system seconds spent between the two readings by the pids alive at the second one
-    (a pid new since the first counts from zero)."""
-    user = sum(u - before.get(pid, (0.0, 0.0))[0] for pid, (u, _) in after.items())
-    system = sum(s - before.get(pid, (0.0, 0.0))[1] for pid, (_, s) in after.items())
-    return user, system
 
 
 def native_loaded(pids: list[int]) -> bool:
@@ -154,12 +137,45 @@ class SyscallCounter:
         return counts
 
 
+class TreeCost:
+    """What a server's process tree spends over the with-block (the measured run): CPU from
+    /proc/PID/stat of the live pids right before and after, and syscalls and context switches from
+    perf stat (SyscallCounter) where perf is and `syscalls` is on."""
+
+    def __init__(self, server: Server, syscalls: bool = True) -> None:
+        self.server, self.syscalls = server, syscalls
+        self.pids = server.pids()  # the tree as it stands after the warm-up
+
+    def __enter__(self) -> TreeCost:
+        self.counter = SyscallCounter(self.pids, self.syscalls)
+        self.before = cpu_seconds(self.pids)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.after = cpu_seconds(self.server.pids())
+        self.counts = self.counter.stop()
+        self.user, self.system = cpu_delta(self.before, self.after)
+
+    def per_request(self, requests: int) -> dict:
+        """CPU us, syscalls and context switches per request; tree_changed if a pid came or went (a
+        process that exits during the run loses its share)."""
+        served = max(requests, 1)
+        out = {
+            **per_request(self.counts, served),
+            "user_us": self.user / served * 1e6,
+            "sys_us": self.system / served * 1e6,
+        }
+        if set(self.after) != set(self.before):
+            out["tree_changed"] = sorted(set(self.before) ^ set(self.after))
+        return out
+
+
 def busiest(pids: list[int], window: float = 1.0) -> int:
     """The pid among pids that used the most CPU over the next `window` seconds."""
     before = cpu_seconds(pids)
     time.sleep(window)
-    after = cpu_seconds(pids)
-    return max(after, key=lambda p: sum(after[p]) - sum(before.get(p, (0.0, 0.0))))
+    used = cpu_by_pid(before, cpu_seconds(pids))
+    return max(used, key=lambda p: used[p])
 
 
 def py_spy_summary(raw: Path, top: int = 25, app_frame: str | None = None) -> list[str]:
@@ -423,121 +439,65 @@ def servers(venv: Path, port: int, refork_path: Path | None = None) -> list[Serv
 
 def bench_one(server: Server, duration: float, connections: int, syscalls: bool = True) -> dict:
     """Start, warm up 2 s, measure (wrk + CPU of the tree), stop, check for leftovers."""
-    error = server.start()
-    if error:
-        server.stop()
-        return {"error": error}
-    if error := check_loop(server):
+    if error := server.start() or check_loop(server):
         server.stop()
         return {"error": error}
     run_wrk(server.port, 2, connections=connections)
-    pids = server.pids()
-    counter = SyscallCounter(pids, syscalls)
-    before = cpu_seconds(pids)
-    result = run_wrk(server.port, duration, connections=connections)
-    after = cpu_seconds(server.pids())
-    counts = counter.stop()
-    user, system = cpu_delta(before, after)
-    served = max(result["requests"], 1)
-    result.update(per_request(counts, served))
-    result.update(
-        processes=len(pids),
-        cpu_user_s=user,
-        cpu_sys_s=system,
-        user_us=user / served * 1e6,
-        sys_us=system / served * 1e6,
-    )
-    if set(after) != set(before):
-        result["tree_changed"] = sorted(set(before) ^ set(after))
+    with TreeCost(server, syscalls) as cost:
+        result = run_wrk(server.port, duration, connections=connections)
+    result.update(cost.per_request(result["requests"]))
+    result.update(processes=len(cost.pids), cpu_user_s=cost.user, cpu_sys_s=cost.system)
+    if "tree_changed" in result:
         print(f"  WARNING: {server.name}'s process tree changed during the run", file=sys.stderr)
-    leaked = server.stop()
-    if leaked:
-        result["leaked_pids"] = leaked
-    return result
+    return finish(server, result)
+
+
+def describe(res: dict) -> str:
+    """The line one measured run prints."""
+    return (
+        f"{res['rps']:.0f} req/s, p50 {fmt(res['p50_ms'], '.2f')} ms, "
+        f"p99 {fmt(res['p99_ms'], '.2f')} ms, "
+        f"cpu {res['user_us']:.1f}+{res['sys_us']:.1f} us/req, "
+        f"syscalls {fmt(res.get('syscalls_per_req'), '.2f')}/req, "
+        f"cswitch {fmt(res.get('cswitch_per_req'), '.3f')}/req, "
+        f"errors {res['errors'] + res['non2xx']}"
+    )
+
+
+def medians(rs: list[dict]) -> dict:
+    """A server's summary: medians over its rounds (and each round's req/s), errors summed."""
+    return {
+        "rps": median([r["rps"] for r in rs]),
+        "rounds": [round(r["rps"]) for r in rs],
+        "p50_ms": median([r["p50_ms"] for r in rs]),
+        "p99_ms": median([r["p99_ms"] for r in rs]),
+        "user_us": median([r["user_us"] for r in rs]),
+        "sys_us": median([r["sys_us"] for r in rs]),
+        "syscalls_per_req": median([r.get("syscalls_per_req") for r in rs]),
+        "cswitch_per_req": median([r.get("cswitch_per_req") for r in rs]),
+        "errors": sum(r["errors"] + r["non2xx"] for r in rs),
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--python", help="interpreter version or path; selects benchmarks/.venv-X.Y")
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds of measured load per server")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = bench_parser(__doc__, duration=10.0, port=19400)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--no-syscalls", action="store_true", help="do not count syscalls with perf stat")
-    parser.add_argument("--only", help="comma-separated server names")
-    parser.add_argument(
-        "--profile",
-        type=float,
-        default=0,
-        metavar="S",
-        help="after the rounds, profile each server for S seconds under the same load "
-        "(py-spy + perf; not counted in the results)",
-    )
-    parser.add_argument(
-        "--refork-path", type=Path, help="run refork from this checkout (PYTHONPATH) instead of the venv's"
-    )
-    parser.add_argument("--port", type=int, default=19400, help="first port; each round uses a fresh range")
+    add_profile_options(parser)
     args = parser.parse_args()
 
-    venv = venv_dir(args.python)
-    info = versions(venv)
-    print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()))
-    print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
-    names = [s.name for s in servers(venv, args.port, args.refork_path)]
-    wanted = args.only.split(",") if args.only else names
-    unknown = set(wanted) - set(names)
-    if unknown:
-        sys.exit(f"unknown server(s): {', '.join(sorted(unknown))}; choose from {', '.join(names)}")
-
-    runs: dict[str, list[dict]] = {n: [] for n in wanted}
-    failed: dict[str, str] = {}
+    venv, info = announce(args.python, command=True)
+    wanted = chosen([s.name for s in servers(venv, args.port, args.refork_path)], args.only)
     loads: list[float] = [os.getloadavg()[0]]
-    for rnd in range(args.rounds):
-        order = [s for s in servers(venv, args.port + 10 * rnd, args.refork_path) if s.name in wanted]
-        if rnd % 2:  # alternate the order so no server always runs first
-            order.reverse()
-        for server in order:
-            if server.name in failed:
-                continue
-            print(f"round {rnd + 1}/{args.rounds}: {server.name} ...", end=" ", flush=True)
-            res = bench_one(server, args.duration, args.connections, not args.no_syscalls)
-            if "error" in res:
-                failed[server.name] = res["error"]
-                print(res["error"])
-                continue
-            runs[server.name].append(res)
-            print(
-                f"{res['rps']:.0f} req/s, p50 {fmt(res['p50_ms'], '.2f')} ms, "
-                f"p99 {fmt(res['p99_ms'], '.2f')} ms, "
-                f"cpu {res['user_us']:.1f}+{res['sys_us']:.1f} us/req, "
-                f"syscalls {fmt(res.get('syscalls_per_req'), '.2f')}/req, "
-                f"cswitch {fmt(res.get('cswitch_per_req'), '.3f')}/req, "
-                f"errors {res['errors'] + res['non2xx']}"
-            )
-        loads.append(os.getloadavg()[0])
-
-    summary: dict[str, dict] = {}
-    for name in wanted:
-        if name in failed:
-            summary[name] = {"error": failed[name]}
-            continue
-        rs = runs[name]
-        summary[name] = {
-            "rps": median([r["rps"] for r in rs]),
-            "rounds": [round(r["rps"]) for r in rs],
-            "p50_ms": median([r["p50_ms"] for r in rs]),
-            "p99_ms": median([r["p99_ms"] for r in rs]),
-            "user_us": median([r["user_us"] for r in rs]),
-            "sys_us": median([r["sys_us"] for r in rs]),
-            "syscalls_per_req": median([r.get("syscalls_per_req") for r in rs]),
-            "cswitch_per_req": median([r.get("cswitch_per_req") for r in rs]),
-            "errors": sum(r["errors"] + r["non2xx"] for r in rs),
-        }
-
-    def ratio(name: str, ref: str) -> float | None:
-        mine, theirs = summary.get(name, {}).get("rps"), summary.get(ref, {}).get("rps")
-        return mine / theirs if mine and theirs else None
+    runs, failed = run_rounds(
+        args.rounds,
+        lambda rnd: servers(venv, args.port + 10 * rnd, args.refork_path),
+        wanted,
+        lambda server: bench_one(server, args.duration, args.connections, not args.no_syscalls),
+        describe,
+        after_round=lambda: loads.append(os.getloadavg()[0]),
+    )
+    summary = summarize(wanted, runs, failed, medians)
 
     print(
         f"\nmedian of {args.rounds} rounds, {args.duration:g}s each, "
@@ -560,8 +520,8 @@ def main() -> None:
                 fmt(s["sys_us"], ".1f"),
                 fmt(s["syscalls_per_req"], ".2f"),
                 fmt(s["cswitch_per_req"], ".3f"),
-                fmt(ratio(name, BASELINE), ".2f", "x"),
-                fmt(ratio(name, "refork-python"), ".2f", "x"),
+                fmt(rps_ratio(summary, name, BASELINE), ".2f", "x"),
+                fmt(rps_ratio(summary, name, "refork-python"), ".2f", "x"),
                 str(s["errors"]),
             ]
         )
@@ -586,7 +546,7 @@ def main() -> None:
     checks: dict[str, dict] = {}
     name, ref, target = TARGET
     if name in summary and ref in summary and "error" not in summary[name] and "error" not in summary[ref]:
-        r = ratio(name, ref)
+        r = rps_ratio(summary, name, ref)
         ok = r is not None and r >= target
         checks["rps"] = {"ratio": r, "target": target, "pass": ok}
         mine_p99, ref_p99 = summary[name]["p99_ms"], summary[ref]["p99_ms"]

@@ -47,11 +47,20 @@ from common import (
     BENCH_DIR,
     ROOT,
     Server,
+    bench_parser,
+    chosen,
+    cpu_by_pid,
+    cpu_seconds,
+    finish,
     fmt,
     median,
     print_table,
+    print_versions,
+    round_order,
     rss_kib,
+    run_rounds,
     smaps_rollup,
+    summarize,
     venv_dir,
     versions,
     wait_stable,
@@ -61,7 +70,6 @@ from common import (
 APPS = BENCH_DIR / "apps"
 WSLOAD = BENCH_DIR / "wsload" / "target" / "release" / "wsload"
 PEERS = ("uvicorn-websockets", "uvicorn-wsproto", "uvicorn-sansio", "granian")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def servers(venv: Path, refork_python: Path, port: int, refork_path: Path | None = None) -> list[Server]:
@@ -93,18 +101,6 @@ def servers(venv: Path, refork_python: Path, port: int, refork_path: Path | None
 # --------------------------------------------------------------------------- measurements
 
 
-def cpu_seconds(pids: list[int]) -> dict[int, float]:
-    """utime + stime of each process so far (its own threads, not its children), in seconds."""
-    out = {}
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        out[pid] = (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
-    return out
-
-
 def tree_memory(pids: list[int]) -> dict[str, int]:
     """Summed PSS and RSS (KiB) over the process tree, from smaps_rollup."""
     pss = rss = 0
@@ -131,13 +127,6 @@ def start(server: Server) -> str | None:
     return None
 
 
-def finish(server: Server, result: dict) -> dict:
-    leaked = server.stop()
-    if leaked:
-        result["leaked_pids"] = leaked
-    return result
-
-
 def echo_burst(server: Server, duration: float, clients: int, warmup: float = 0.5) -> dict:
     """One echo burst against a running server: msg/s, RTT, and the server's and the client's CPU."""
     pids = server.pids()
@@ -162,7 +151,7 @@ def echo_burst(server: Server, duration: float, clients: int, warmup: float = 0.
         return {"error": f"wsload failed: {err.strip()[-300:] or out[-300:]}"}
     if not result["messages"]:
         return {"error": f"no echo: {result.get('first_error')}"}
-    by_pid = {pid: cpu1[pid] - cpu0.get(pid, 0.0) for pid in cpu1}
+    by_pid = cpu_by_pid(cpu0, cpu1)
     result["server_cpu_by_pid_s"] = by_pid
     result["server_cpu_pct"] = 100 * sum(by_pid.values()) / duration
     # CPU per echoed message: what a message costs the server, less sensitive to a loaded machine
@@ -341,28 +330,22 @@ def idle_line(r: dict) -> str:
     return f"{r['open']} open ({r['failed']} failed, {r['dropped']} dropped), {per}, {mib}"
 
 
-def run_rounds(case: str, args: argparse.Namespace, venv: Path, wanted: list[str], port: int) -> dict:
-    runs: dict[str, list[dict]] = {n: [] for n in wanted}
-    failed: dict[str, str] = {}
-    for rnd in range(args.rounds):
-        everyone = servers(venv, args.refork_python, port + 10 * rnd, args.refork_path)
-        order = [s for s in everyone if s.name in wanted]
-        if rnd % 2:  # alternate the order so no server always runs first
-            order.reverse()
-        if case == "echo":
-            echo_round(order, rnd, args, runs, failed)
-            continue
-        for server in order:
-            if server.name in failed:
-                continue
-            print(f"{case} round {rnd + 1}/{args.rounds}: {server.name} ...", end=" ", flush=True)
-            res = bench_idle(server, args.connections, args.ping_interval)
-            if "error" in res:
-                failed[server.name] = res["error"]
-                print(res["error"])
-                continue
-            runs[server.name].append(res)
-            print(idle_line(res))
+def run_case(case: str, args: argparse.Namespace, venv: Path, wanted: list[str], port: int) -> dict:
+    """Case A (echo: bursts interleaved within a round) or B (idle: one measurement a server a round)."""
+
+    def lineup(rnd: int) -> list[Server]:
+        return servers(venv, args.refork_python, port + 10 * rnd, args.refork_path)
+
+    if case == "echo":
+        runs: dict[str, list[dict]] = {n: [] for n in wanted}
+        failed: dict[str, str] = {}
+        for rnd in range(args.rounds):
+            echo_round(round_order(lineup(rnd), wanted, rnd), rnd, args, runs, failed)
+    else:
+        def measure(server: Server) -> dict:
+            return bench_idle(server, args.connections, args.ping_interval)
+
+        runs, failed = run_rounds(args.rounds, lineup, wanted, measure, idle_line, label=f"{case} ")
     return {"runs": runs, "failed": failed}
 
 
@@ -393,15 +376,11 @@ def paired_ratio(runs: dict, name: str, key: str, higher_is_better: bool) -> flo
 
 
 def report_echo(data: dict, args: argparse.Namespace, wanted: list[str]) -> dict:
-    runs, failed = data["runs"], data["failed"]
-    summary: dict[str, dict] = {}
-    for name in wanted:
-        if name in failed:
-            summary[name] = {"error": failed[name]}
-            continue
-        rs = runs[name]
+    runs = data["runs"]
+
+    def medians(rs: list[dict]) -> dict:
         per_round = [median([r["mps"] for r in rs if r["round"] == rnd]) for rnd in range(args.rounds)]
-        summary[name] = {
+        return {
             "mps": median([r["mps"] for r in rs]),
             "mps_rounds": [round(x) for x in per_round if x is not None],
             "p50_ms": median([r["p50_us"] / 1000 for r in rs]),
@@ -414,9 +393,12 @@ def report_echo(data: dict, args: argparse.Namespace, wanted: list[str]) -> dict
             # bursts in which one process did over 90% of the server's work (all clients on one worker)
             "one_worker_bursts": sum(1 for r in rs if r["busiest_share_pct"] > 90),
         }
-        if name != "refork" and "refork" in runs:
-            summary[name]["paired_mps_ratio"] = paired_ratio(runs, name, "mps", True)
-            summary[name]["paired_cpu_ratio"] = paired_ratio(runs, name, "server_cpu_us_per_msg", False)
+
+    summary = summarize(wanted, runs, data["failed"], medians)
+    for name, s in summary.items():
+        if "error" not in s and name != "refork" and "refork" in runs:
+            s["paired_mps_ratio"] = paired_ratio(runs, name, "mps", True)
+            s["paired_cpu_ratio"] = paired_ratio(runs, name, "server_cpu_us_per_msg", False)
     print(f"\nA. echo: {args.clients} clients, 32-byte text messages, 2 workers; median of {args.rounds} "
           f"rounds x {args.bursts} interleaved bursts of {args.duration:g}s")  # fmt: skip
     rows = []
@@ -440,14 +422,8 @@ def report_echo(data: dict, args: argparse.Namespace, wanted: list[str]) -> dict
 
 
 def report_idle(data: dict, args: argparse.Namespace, wanted: list[str]) -> dict:
-    runs, failed = data["runs"], data["failed"]
-    summary: dict[str, dict] = {}
-    for name in wanted:
-        if name in failed:
-            summary[name] = {"error": failed[name]}
-            continue
-        rs = runs[name]
-        summary[name] = {
+    def medians(rs: list[dict]) -> dict:
+        return {
             "pss_per_conn_kib": median([r["pss_per_conn_kib"] for r in rs]),
             "pss_rounds": [round(r["pss_per_conn_kib"], 1) for r in rs if r["pss_per_conn_kib"] is not None],
             "rss_per_conn_kib": median([r["rss_per_conn_kib"] for r in rs]),
@@ -457,6 +433,8 @@ def report_idle(data: dict, args: argparse.Namespace, wanted: list[str]) -> dict
             "failed": sum(r["failed"] or 0 for r in rs),
             "dropped": sum(r["dropped"] or 0 for r in rs),
         }
+
+    summary = summarize(wanted, data["runs"], data["failed"], medians)
     print(f"\nB. idle: {args.connections} open WebSockets (ping every {args.ping_interval:g}s), memory of "
           f"the server's process tree, median of {args.rounds} rounds, 2 workers")  # fmt: skip
     rows = []
@@ -475,10 +453,9 @@ def report_idle(data: dict, args: argparse.Namespace, wanted: list[str]) -> dict
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = bench_parser(
+        __doc__, duration=3.0, port=19600, duration_help="measured seconds of one echo burst"
     )
-    parser.add_argument("--python", help="interpreter version or path; selects benchmarks/.venv-X.Y")
     parser.add_argument(
         "--refork-python",
         type=Path,
@@ -487,15 +464,11 @@ def main() -> None:
     )
     parser.add_argument("--refork-path", type=Path,
                         help="run refork from this checkout (PYTHONPATH), not the installed one")  # fmt: skip
-    parser.add_argument("--duration", type=float, default=3.0, help="measured seconds of one echo burst")
     parser.add_argument("--bursts", type=int, default=5, help="echo bursts per server per round")
     parser.add_argument("--clients", type=int, default=32, help="echo clients (case A)")
     parser.add_argument("--connections", type=int, default=1000, help="idle connections (case B)")
     parser.add_argument("--ping-interval", type=float, default=5.0, help="client ping per idle connection")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", help="comma-separated server names")
     parser.add_argument("--cases", default="echo,idle,libs", help="any of echo, idle, libs")
-    parser.add_argument("--port", type=int, default=19600, help="first port; each round uses a fresh range")
     args = parser.parse_args()
 
     if not WSLOAD.exists():
@@ -524,14 +497,10 @@ def main() -> None:
     commit = subprocess.run(["git", "-C", info["refork_from"] or str(ROOT), "log", "-1", "--format=%h"],
                             capture_output=True, text=True)  # fmt: skip
     info["refork_commit"] = commit.stdout.strip() or "(not a git checkout)"
-    print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()))
+    print_versions(info)
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
 
-    names = [s.name for s in servers(venv, args.refork_python, args.port)]
-    wanted = args.only.split(",") if args.only else names
-    unknown = set(wanted) - set(names)
-    if unknown:
-        sys.exit(f"unknown server(s): {', '.join(sorted(unknown))}; choose from {', '.join(names)}")
+    wanted = chosen([s.name for s in servers(venv, args.refork_python, args.port)], args.only)
     cases = args.cases.split(",")
 
     results: dict = {
@@ -542,7 +511,7 @@ def main() -> None:
     data = {}
     for i, case in enumerate(("echo", "idle")):
         if case in cases:
-            data[case] = run_rounds(case, args, venv, wanted, args.port + 50 * i)
+            data[case] = run_case(case, args, venv, wanted, args.port + 50 * i)
     results["load_end"] = os.getloadavg()[0]
     print(f"load average at end: {results['load_end']:.1f}")
     if "echo" in data:

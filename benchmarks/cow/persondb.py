@@ -75,6 +75,7 @@ def main() -> None:
     sys.path.insert(0, str(here.parent))
     from common import (
         Server,
+        announce,
         fmt,
         median,
         print_table,
@@ -83,8 +84,6 @@ def main() -> None:
         send_requests,
         smaps_rollup,
         uss_kib,
-        venv_dir,
-        versions,
         wait_stable,
         write_results,
     )
@@ -110,9 +109,7 @@ def main() -> None:
         print(rss() - before)
         return
 
-    venv = venv_dir(args.python)
-    info = versions(venv)
-    print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()))
+    venv, info = announce(args.python)
     py = str(venv / "bin" / "python")
     out = subprocess.run([py, __file__, "--measure-dataset", "--records", str(args.records)],
                          capture_output=True, text=True, check=True)

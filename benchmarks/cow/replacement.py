@@ -9,7 +9,6 @@ socket until its replacement reports ready. Repeats --rounds times per configura
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
@@ -23,13 +22,13 @@ from common import (  # noqa: E402
     BENCH_DIR,
     ROOT,
     Server,
+    announce,
     fmt,
     median,
     print_table,
     refork_cmd,
+    script_parser,
     send_requests,
-    venv_dir,
-    versions,
     write_results,
 )
 
@@ -84,19 +83,14 @@ def one_round(venv: Path, name: str, port: int, workers: int, control: str) -> f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--python", help="interpreter version or path; selects benchmarks/.venv-X.Y")
+    parser = script_parser(__doc__)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--port", type=int, default=19600)
     args = parser.parse_args()
     if not (BENCH_DIR / "monolith_generated" / "app.py").exists():
         sys.exit("benchmarks/monolith_generated is missing: run benchmarks/cow/make_monolith.py first")
-    venv = venv_dir(args.python)
-    info = versions(venv)
-    print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()))
+    venv, info = announce(args.python)
 
     times: dict[str, list[float]] = {name: [] for name in CONFIGS}
     errors: dict[str, list[str]] = {name: [] for name in CONFIGS}

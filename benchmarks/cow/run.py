@@ -13,7 +13,6 @@ monolith_specializable (make_monolith.py --code specializable).
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import time
@@ -24,16 +23,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import (  # noqa: E402
     BENCH_DIR,
     Server,
+    announce,
     fmt,
     median,
     print_table,
     refork_cmd,
     role,
+    script_parser,
     send_requests,
     smaps_rollup,
     uss_kib,
-    venv_dir,
-    versions,
     wait_stable,
     write_results,
 )
@@ -122,10 +121,7 @@ def bench_one(server: Server, workers: int, requests: int, paths: list[str]) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--python", help="interpreter version or path; selects benchmarks/.venv-X.Y")
+    parser = script_parser(__doc__)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--requests-per-worker", type=int, default=1000)
     parser.add_argument("--warm-paths", type=int, default=20, help="/w/0.. paths, also refork's --warmup")
@@ -141,9 +137,7 @@ def main() -> None:
     if not (BENCH_DIR / monolith / "app.py").exists():
         sys.exit(f"benchmarks/{monolith} is missing: run benchmarks/cow/make_monolith.py"
                  + ("" if monolith == DEFAULT_MONOLITH else f" --out benchmarks/{monolith}") + " first")
-    venv = venv_dir(args.python)
-    info = versions(venv)
-    print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()))
+    venv, info = announce(args.python)
     print(f"app: {monolith}.app:app")
     # Compile the generated package for this interpreter once, outside any measurement.
     subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-q", monolith],
