@@ -15,6 +15,7 @@ import os
 import socket
 import struct
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -494,3 +495,21 @@ def test_library_invalid_utf8_closes_1007(server):
 
 # Not expressible with the library (it refuses to build such frames, so the raw cases above stand
 # alone): reserved bits, unknown opcodes, unmasked or oversized control frames, bad close codes.
+
+
+def test_server_compresses_with_a_small_window(server):
+    """permessage-deflate: what the server sends is compressed with a 4 KiB window and memLevel 5
+    (as the websockets library does), not zlib's 32 KiB / 8: a connection's compressor touches
+    about 29 KiB instead of 91. Any inflater reads a smaller window than the negotiated one."""
+    ws = raw(server, headers={"Sec-WebSocket-Extensions": "permessage-deflate"})
+    assert ws.accepted() and ws.headers["sec-websocket-extensions"].startswith("permessage-deflate")
+    block = os.urandom(8192)
+    ws.send_frame(BINARY, block + block)  # RSV1 clear: an uncompressed message is allowed
+    b0, b1 = ws._read(2)
+    assert b0 & 0x40, "the echo comes back compressed (RSV1)"
+    n = struct.unpack("!H", ws._read(2))[0] if b1 & 0x7F == 126 else b1 & 0x7F
+    inflated = zlib.decompressobj(-15).decompress(ws._read(n) + b"\x00\x00\xff\xff")
+    assert inflated == block + block
+    # 8 KiB back is out of a 4 KiB window: the second copy cannot be a back-reference
+    assert n > 16000, n
+    ws.sock.close()

@@ -58,7 +58,7 @@ from wsproto.events import (
     TextMessage,
 )
 from wsproto.extensions import Extension, PerMessageDeflate
-from wsproto.frame_protocol import CloseReason, FrameDecoder, FrameProtocol
+from wsproto.frame_protocol import CloseReason, FrameDecoder, FrameProtocol, Opcode, RsvBits
 from wsproto.handshake import server_extensions_handshake
 from wsproto.utilities import LocalProtocolError, generate_accept_token
 
@@ -429,14 +429,31 @@ class WebSocketProtocol(asyncio.Protocol):
             srv.idle()
 
 
+COMPRESS_WINDOW_BITS = 12  # a 4 KiB window (not 32 KiB) for what the server sends, as websockets does
+COMPRESS_MEM_LEVEL = 5  # zlib's default is 8: about 91 KiB a connection's compressor touches, 29 KiB at 12/5
+
+
 class BoundedDeflate(PerMessageDeflate):
     """permessage-deflate that inflates no piece of a frame past --ws-max-size: wsproto's own
     inflates whatever a piece holds, and a few kilobytes of deflate can hold gigabytes (a zip
-    bomb). Past the limit the message is too big (1009) before the memory is spent."""
+    bomb). Past the limit the message is too big (1009) before the memory is spent.
+
+    Its compressor is also smaller than wsproto's: a window never larger than the negotiated one
+    needs no negotiation (any inflater reads it), and memLevel is the server's own business."""
 
     def __init__(self, max_size: int) -> None:
         super().__init__()
         self.max_size = max_size
+
+    def frame_outbound(
+        self, proto: FrameDecoder | FrameProtocol, opcode: Opcode, rsv: RsvBits, data: bytes, fin: bool
+    ) -> tuple[RsvBits, bytes]:
+        starts = opcode is not Opcode.CONTINUATION and self._compressible_opcode(opcode)
+        if self._compressor is None and starts:
+            bits = min(self.server_max_window_bits, COMPRESS_WINDOW_BITS)
+            level = zlib.Z_DEFAULT_COMPRESSION
+            self._compressor = zlib.compressobj(level, zlib.DEFLATED, -bits, COMPRESS_MEM_LEVEL)
+        return super().frame_outbound(proto, opcode, rsv, data, fin)
 
     def frame_inbound_payload_data(
         self, proto: FrameDecoder | FrameProtocol, data: bytes
