@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import json
 import os
 import signal
 import socket
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 import trustme
 from conftest import read_to_end, run_cli
+from cryptography import x509
 
 MODES = {
     "wsgi-1": ["--threads", "1"],
@@ -288,6 +290,30 @@ def test_mtls_required(start_server, certs, mode, reqs):
     ok = _curl("--cacert", str(certs.ca_pem), *mine, url)
     assert ok.returncode == 0, ok.stderr
     assert "Traceback" not in server.log()
+
+
+@pytest.mark.parametrize("mode", ["asgi-asyncio", "asgi-uvloop"])
+def test_asgi_tls_extension_shows_the_client_certificate(start_server, certs, mode):
+    """scope["extensions"]["tls"] (the ASGI TLS extension): the verified client certificate as PEM
+    and its subject in RFC 4514, the TLS version and cipher suite as their wire numbers."""
+    server = _start(start_server, certs, mode, "--ca-certs", str(certs.ca_pem), "--cert-reqs", "optional")
+    url = f"https://127.0.0.1:{server.port}/tls"
+    mine = ("--cert", str(certs.client_cert), "--key", str(certs.client_key))
+    seen = json.loads(_curl("--cacert", str(certs.ca_pem), *mine, url).stdout)
+    client_pem = certs.client_cert.read_text()
+    (chain_pem,) = seen["client_cert_chain"]
+    assert ssl.PEM_cert_to_DER_cert(chain_pem) == ssl.PEM_cert_to_DER_cert(client_pem)
+    subject = x509.load_pem_x509_certificate(client_pem.encode()).subject.rfc4514_string()
+    assert seen["client_cert_name"] == subject and subject.startswith("OU=Testing cert")
+    assert seen["tls_version"] in (0x0303, 0x0304) and seen["client_cert_error"] is None
+    with _tls_socket(certs, server.port) as sock:  # Python's client: its suite by name -> number
+        sock.sendall(b"GET /tls HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        body = json.loads(read_to_end(sock).partition(b"\r\n\r\n")[2])
+        name, version = sock.cipher()[0], sock.version()
+    ids = {c["name"]: c["id"] & 0xFFFF for c in ssl.create_default_context().get_ciphers()}
+    assert body["cipher_suite"] == ids[name]
+    assert body["client_cert_chain"] == [] and body["client_cert_name"] is None  # no certificate sent
+    assert body["tls_version"] == {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}[version]
 
 
 # --------------------------------------------------------------------------------------------

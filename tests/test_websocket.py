@@ -362,7 +362,9 @@ def test_loops_and_tls(start_server, tmp_path, loop, tls):
     server = start_server(*args, app=APP, workers=1)
     scheme = "wss" if tls else "ws"
     with connect(f"{scheme}://127.0.0.1:{server.port}/scope", ssl=ssl_context, ping_interval=None) as ws:
-        assert json.loads(ws.recv())["scheme"] == scheme
+        shown = json.loads(ws.recv())
+        assert shown["scheme"] == scheme
+        assert ("tls" in shown["extensions"]) == tls  # the ASGI TLS extension (tests/test_tls.py)
     with connect(
         f"{scheme}://127.0.0.1:{server.port}/echo", ssl=ssl_context, ping_interval=None, max_size=None
     ) as ws:

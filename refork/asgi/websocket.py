@@ -103,9 +103,11 @@ def build_websocket_scope(
     root_path: str = "",
     proxies: TrustedProxies | None = None,
     state: dict[str, Any] | None = None,
+    tls: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``websocket`` scope of a handshake request (the http scope's rules for path, root_path,
-    trusted proxies and state; ``ws``/``wss`` for the scheme; the denial extension advertised)."""
+    trusted proxies and state; ``ws``/``wss`` for the scheme; the denial extension advertised, and
+    the ``tls`` one on a TLS connection)."""
     scope = build_scope(
         request,
         server=server,
@@ -121,6 +123,8 @@ def build_websocket_scope(
     scope["scheme"] = "wss" if scope["scheme"] in ("https", "wss") else "ws"
     scope["subprotocols"] = subprotocols(request.headers)
     scope["extensions"] = {DENIAL_EXTENSION: {}}
+    if tls is not None:
+        scope["extensions"]["tls"] = tls.copy()
     return scope
 
 

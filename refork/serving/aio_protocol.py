@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from refork import deadlines
 from refork.asgi import HttpCycle, build_scope
+from refork.asgi.tls import tls_extension
 from refork.http.events import Body, Event, ParseError, Request
 from refork.http.parser import RequestParser
 from refork.http.response import simple_response
@@ -45,7 +46,7 @@ class HttpProtocol(asyncio.Protocol):
     __slots__ = (
         "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
         "queue", "read_paused", "write_blocked_since", "closing", "since", "pending_error", "eof",
-        "trusted", "body_bytes", "scheme", "drain_waiter", "__weakref__",
+        "trusted", "body_bytes", "scheme", "tls", "drain_waiter", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, srv: Server) -> None:
@@ -67,6 +68,7 @@ class HttpProtocol(asyncio.Protocol):
         self.trusted = False
         self.body_bytes = 0  # of the request being received: each --body-min-rate extends its deadline
         self.scheme = "http"  # "https" on a TLS listener (asyncio / uvloop did the handshake)
+        self.tls: dict[str, Any] | None = None  # the `tls` scope extension of a TLS connection
         self.drain_waiter: asyncio.Future[None] | None = None  # send_file() waits for resume_writing
 
     # asyncio.Protocol ------------------------------------------------------------------------
@@ -84,8 +86,10 @@ class HttpProtocol(asyncio.Protocol):
             self.server_addr = (sockname or "", None)
         proxies = self.srv.proxies  # a unix-socket peer (no client address) is None to trusts()
         self.trusted = proxies is not None and proxies.trusts(self.client_addr and self.client_addr[0])
-        if transport.get_extra_info("ssl_object") is not None:
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
             self.scheme = "https"
+            self.tls = tls_extension(ssl_object)
         self.srv.arriving.discard(self)
         self.srv.connections.add(self)
 
@@ -253,7 +257,7 @@ class HttpProtocol(asyncio.Protocol):
             return
         proxies = srv.proxies if self.trusted else None
         scope_args = {"server": self.server_addr, "client": self.client_addr, "scheme": self.scheme,
-                      "root_path": srv.root_path, "proxies": proxies}  # fmt: skip
+                      "root_path": srv.root_path, "proxies": proxies, "tls": self.tls}  # fmt: skip
         ws = WebSocketProtocol(srv, self.transport, request, self.parser.upgraded or b"", scope_args,
                                self.read_paused)  # fmt: skip
         self.closing = True  # this protocol is done with the connection
@@ -281,6 +285,8 @@ class HttpProtocol(asyncio.Protocol):
             state=srv.lifespan.state,
             scheme=self.scheme,
         )
+        if self.tls is not None:
+            scope["extensions"]["tls"] = self.tls.copy()
         if srv.access_log is not None:
             cycle.started_at = self.loop.time()
             client = scope["client"]

@@ -1,8 +1,10 @@
-"""Apps for tests/test_tls.py: the scheme the server says, echo of a body, a big download."""
+"""Apps for tests/test_tls.py: the scheme the server says, echo of a body, a big download, the
+ASGI `tls` extension."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from typing import Any
@@ -56,6 +58,8 @@ async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
             await send({"type": "http.response.body", "body": block, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
         return
+    elif path == "/tls":  # the `tls` scope extension (absent on a plain connection)
+        out = json.dumps(scope["extensions"].get("tls")).encode()
     else:
         out = f"{scope['scheme']} {os.getpid()} {path}".encode()
     headers.append((b"content-length", str(len(out)).encode()))
