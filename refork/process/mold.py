@@ -11,7 +11,6 @@ import logging
 import os
 import select
 import socket
-import time
 from functools import partial
 from typing import Any
 
@@ -139,7 +138,9 @@ def _mold_loop(ctx: ProcessContext, cmd: socket.socket, app: Any, interface: str
             return 0  # the monitor is gone
         message, _ = received
         if isinstance(message, messages.Stop):
-            _outlive_workers(ctx, children)
+            # Without a subreaper an orphan's exit would reach no one, and the monitor would wait for
+            # it to the end of its stop: the mold outlives its workers (being stopped too).
+            _reap_workers(ctx, children, wait=True)
             return 0
         if isinstance(message, messages.ReopenLogs):
             from refork.logs import reopen_log_files
@@ -182,19 +183,11 @@ def _worker(ctx: ProcessContext, app: Any, interface: str, order: messages.Spawn
     raise Unwind(partial(promoted_mold, ctx, app, interface, generation))
 
 
-def _outlive_workers(ctx: ProcessContext, children: set[int]) -> None:
-    """Without a subreaper the workers are the mold's children: an orphan's exit would reach no one,
-    and the monitor would wait for it to the end of its stop. The workers are being stopped too."""
-    while children:
-        _reap_workers(ctx, children)
-        if children:
-            time.sleep(0.02)
-
-
-def _reap_workers(ctx: ProcessContext, children: set[int]) -> None:
+def _reap_workers(ctx: ProcessContext, children: set[int], wait: bool = False) -> None:
+    """Report the exits of the mold's own workers (no subreaper); `wait`: until none is left."""
     while children:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, 0 if wait else os.WNOHANG)
         except ChildProcessError:
             children.clear()
             return
