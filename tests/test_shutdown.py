@@ -90,6 +90,23 @@ def test_load_through_term_with_a_delay_loses_nothing(start_server):
     assert failures == [], server.log()
 
 
+@pytest.mark.parametrize("app", [WSGI, ASGI], ids=["wsgi", "asgi"])
+def test_a_connection_accepted_before_the_stop_gets_its_first_request_answered(start_server, app):
+    """A client that connected but had not sent yet when the stop began: its connection keeps its
+    --keepalive clock, not the 1 s drain grace of idle keep-alive connections (it was closed
+    unanswered, once, in the load-through-TERM test above on a loaded machine)."""
+    server = start_server("--graceful-timeout", "20", app=app, workers=1)
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+    server.wait_for(lambda: server.get("/ping")[0] == 200, what="the worker")  # it has accepted sock
+    server.signal(signal.SIGTERM)
+    server.wait_for(lambda: "graceful stop" in server.log(), what="the stop")
+    time.sleep(2.0)  # (set-up, not a measure) past the drain grace, within --keepalive (5 s)
+    sock.sendall(b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert read_to_end(sock).startswith(b"HTTP/1.1 200 OK")
+    sock.close()
+    assert server.wait_exit() == 0
+
+
 def test_a_second_term_during_the_delay_stops_at_once(start_server):
     server = start_server("--shutdown-delay", "60", app="apps.lifecycle_apps:wsgi", workers=1)
     server.signal(signal.SIGTERM)

@@ -46,7 +46,7 @@ class HttpProtocol(asyncio.Protocol):
     __slots__ = (
         "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
         "queue", "read_paused", "write_blocked_since", "closing", "since", "pending_error", "eof",
-        "trusted", "body_bytes", "scheme", "tls", "drain_waiter", "__weakref__",
+        "trusted", "body_bytes", "scheme", "tls", "fresh", "drain_waiter", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, srv: Server) -> None:
@@ -69,6 +69,7 @@ class HttpProtocol(asyncio.Protocol):
         self.body_bytes = 0  # of the request being received: each --body-min-rate extends its deadline
         self.scheme = "http"  # "https" on a TLS listener (asyncio / uvloop did the handshake)
         self.tls: dict[str, Any] | None = None  # the `tls` scope extension of a TLS connection
+        self.fresh = True  # no byte received yet (see Timeouts.expiry)
         self.drain_waiter: asyncio.Future[None] | None = None  # send_file() waits for resume_writing
 
     # asyncio.Protocol ------------------------------------------------------------------------
@@ -94,6 +95,7 @@ class HttpProtocol(asyncio.Protocol):
         self.srv.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        self.fresh = False
         if self.cycle is None and not self.parser.in_message:
             self.since = self.loop.time()  # a head starts: the header clock runs
         try:
@@ -398,7 +400,7 @@ class HttpProtocol(asyncio.Protocol):
             phase = _HEAD
         else:
             phase = _IDLE
-        verdict = timeouts.expiry(phase, self.since, now, drain_until, self.body_bytes)
+        verdict = timeouts.expiry(phase, self.since, now, drain_until, self.body_bytes, self.fresh)
         if verdict is Expiry.CLOSE:
             self.close()
         elif verdict is Expiry.REQUEST_TIMEOUT:

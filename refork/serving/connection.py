@@ -81,15 +81,17 @@ class Timeouts:
         return now + min(self.keepalive, DRAIN_GRACE)
 
     def expiry(
-        self, phase: Phase, since: float, now: float, drain_until: float = 0.0, received: int = 0
+        self, phase: Phase, since: float, now: float, drain_until: float = 0.0, received: int = 0,
+        fresh: bool = False,
     ) -> Expiry:
         """The verdict for a connection in `phase` since `since`; `drain_until` is set while stopping.
 
         `received`: body bytes received so far (phase BODY), each ``body_min_rate`` of them one
         more second.
         """
-        if phase is Phase.IDLE:
-            if now - since > self.keepalive or (drain_until and now >= drain_until):
+        if phase is Phase.IDLE:  # a fresh connection (no byte yet) keeps its clock through a drain:
+            # its client sent no request before the stop and may be about to; it is owed an answer
+            if now - since > self.keepalive or (drain_until and now >= drain_until and not fresh):
                 return Expiry.CLOSE
             return Expiry.NONE
         if phase is Phase.HEAD:

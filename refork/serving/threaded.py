@@ -191,6 +191,7 @@ class _Loop(Lifetime):
         if not data:
             self._close(conn)
             return
+        conn.fresh = False
         try:
             events: Sequence[Step] = conn.parser.feed(data)
         except ParseError as e:

@@ -32,7 +32,7 @@ class Conn:
 
     __slots__ = (
         "sock", "fd", "client", "builder", "parser", "request", "body", "received",
-        "phase", "since", "continued", "registered", "busy", "closed", "out", "writing", "tls",
+        "phase", "since", "fresh", "continued", "registered", "busy", "closed", "out", "writing", "tls",
     )  # fmt: skip
 
     def __init__(self, sock: socket.socket, client: Any, builder: EnvironBuilder, limits: Limits,
@@ -47,6 +47,7 @@ class Conn:
         self.received = 0  # body bytes of the current request (each --body-min-rate: one more second)
         self.phase = Phase.IDLE  # what the sweep judges: see refork.serving.connection
         self.since = 0.0  # when the connection entered that phase
+        self.fresh = True  # no byte received yet (see Timeouts.expiry)
         self.continued = False  # "100 Continue" already sent for the current request
         self.registered = False
         self.busy = False  # dispatched to a pool thread

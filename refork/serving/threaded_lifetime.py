@@ -141,7 +141,7 @@ class Lifetime:
                     log_write_timeout(self.timeouts.write, conn.client, writing.request)
                     self._close(conn)
                 continue
-            verdict = expiry(conn.phase, conn.since, now, drain_until, conn.received)
+            verdict = expiry(conn.phase, conn.since, now, drain_until, conn.received, conn.fresh)
             if verdict is Expiry.NONE:
                 continue
             if verdict is Expiry.REQUEST_TIMEOUT:
