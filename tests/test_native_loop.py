@@ -308,15 +308,19 @@ def test_native_serves_and_starts_no_thread(start_server, threads: int) -> None:
     server = start_server("--wsgi-loop", "native", "--threads", str(threads), workers=1)
     status, body = server.get("/")
     assert status == 200
-    assert "WSGI loop: native" in server.log()
+    engine = "engine" if threads == 1 else f"parser, {threads} app threads"
+    assert f"WSGI loop: native ({engine})" in server.log()
     assert _tasks(int(body.split()[0])) == 1 + (threads if threads > 1 else 0)  # loop + app threads only
     molds = [p["pid"] for p in server.status()["processes"] if p["role"] == "mold"]
     for mold in molds:
         assert _tasks(mold) == 1
 
 
-def test_promote_under_load_then_serve_from_the_new_generation(start_server) -> None:
-    server = start_server("--wsgi-loop", "native", "--threads", "2", workers=2)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_promote_under_load_then_serve_from_the_new_generation(start_server, threads: int) -> None:
+    """One app thread: the engine (its connections are the parent's after the fork); two: the
+    Python loop with the native parser and a pool."""
+    server = start_server("--wsgi-loop", "native", "--threads", str(threads), workers=2)
     before = {w["pid"] for w in server.workers()}
     stop = threading.Event()
     failures: list[BaseException] = []
@@ -355,4 +359,4 @@ def test_promote_under_load_then_serve_from_the_new_generation(start_server) -> 
         pid = server.serving_pid()
         assert pid not in before
         assert any(w["pid"] == pid and w["generation"] == 1 for w in server.workers())
-        assert _tasks(pid) == 3  # the loop thread and two app threads
+        assert _tasks(pid) == (1 if threads == 1 else 3)  # the loop thread and the app threads

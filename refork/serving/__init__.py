@@ -34,10 +34,15 @@ def serve(
 
         serve_asgi(listeners, app, config, control)
     elif wsgi_loop(config) == "native":
-        from refork.serving.native import serve_wsgi_native
-
         control.ready_for_requests()  # no start-up work in the loop (the app was loaded and warmed)
-        serve_wsgi_native(listeners, app, config, control)
+        if int(config.threads) <= 1:  # the engine: the whole request path native
+            from refork.serving.native_engine import serve_wsgi_engine
+
+            serve_wsgi_engine(listeners, app, config, control)
+        else:  # a pool of app threads: the native parser and environ in the Python loop
+            from refork.serving.native import serve_wsgi_native
+
+            serve_wsgi_native(listeners, app, config, control)
     else:
         from refork.serving.threaded import serve_wsgi
 
@@ -52,7 +57,9 @@ def wsgi_loop(config: Config) -> str:
 
     setting = str(config.wsgi_loop)
     loop = choose(setting)
-    log.info("WSGI loop: %s%s", loop, " (auto)" if setting == "auto" else "")
+    how = "engine" if int(config.threads) <= 1 else f"parser, {int(config.threads)} app threads"
+    log.info("WSGI loop: %s%s%s", loop, f" ({how})" if loop == "native" else "",
+             " [auto]" if setting == "auto" else "")  # fmt: skip
     return loop
 
 

@@ -23,6 +23,10 @@ class Poller:
             self._p = select.poll()
             self._scale = 1000.0
 
+    def fileno(self) -> int:
+        """The epoll fd (readable when a registered fd is ready): the native engine watches it."""
+        return int(self._p.fileno())
+
     def register(self, fd: int) -> None:
         self._p.register(fd, IN)
 

@@ -192,6 +192,10 @@ class _Loop(Lifetime):
             self._close(conn)
             return
         conn.fresh = False
+        self._on_data(conn, data)
+
+    def _on_data(self, conn: Conn, data: bytes) -> None:
+        """Parse what the client sent and answer every request it completes."""
         try:
             events: Sequence[Step] = conn.parser.feed(data)
         except ParseError as e:
@@ -325,14 +329,7 @@ class _Loop(Lifetime):
             outcome = self.start_wsgi(self.app, environ, request, out, keep_alive)
             if type(outcome) is Streaming:
                 writing = True
-                control.request_waiting(token)  # the client's time now, not the app's
-                conn.writing = Writing(outcome, request, environ, stream, token, started, rest)
-                conn.phase = _WRITING
-                conn.since = time.monotonic()
-                self.in_flight += 1  # no safe point (fork) while a response body is half pulled
-                self.poller.watch(conn.fd, out.wants)  # OUT; TLS: IN when OpenSSL must read first
-                if conn.tls is not None:
-                    conn.tls.polled = out.wants
+                self._start_writing(conn, Writing(outcome, request, environ, stream, token, started, rest))
                 return None
         finally:
             deadlines.current.reset(serving)
@@ -345,6 +342,17 @@ class _Loop(Lifetime):
             log_access(self.access_log, request, environ.get("REMOTE_ADDR"), status, length,
                        time.perf_counter() - started)  # fmt: skip
         return keep
+
+    def _start_writing(self, conn: Conn, writing: Writing) -> None:
+        """The response now waits for the client to read (threads == 1): see _on_writable."""
+        self.control.request_waiting(writing.token)  # the client's time now, not the app's
+        conn.writing = writing
+        conn.phase = _WRITING
+        conn.since = time.monotonic()
+        self.in_flight += 1  # no safe point (fork) while a response body is half pulled
+        self.poller.watch(conn.fd, conn.out.wants)  # OUT; TLS: IN when OpenSSL must read first
+        if conn.tls is not None:
+            conn.tls.polled = conn.out.wants
 
     def _refuse_websocket(self, conn: Conn, request: Request) -> bool:
         """A WebSocket handshake (see _WEBSOCKET_REFUSED): answered here, logged, then closed."""

@@ -406,9 +406,29 @@ def start_wsgi(
     """
     framer = ResponseFramer(request, server_keep_alive=keep_alive)
     ex = _Exchange(framer, out)
-    result = None
     try:
         result = app(environ, ex.start_response)
+    except Exception as exc:
+        return _finish(ex, environ, None, exc)
+    return continue_wsgi(ex, environ, request, result, frame)
+
+
+def continue_wsgi(
+    ex: _Exchange,
+    environ: dict[str, Any],
+    request: Request,
+    result: Any,
+    frame: Callable[[_Exchange, ResponseFramer, Any, Request], bool] | None = None,
+    exc: Exception | None = None,
+) -> Outcome | Streaming:
+    """The rest of :func:`start_wsgi` once the app returned `result` (or raised `exc`): send the
+    response. The native engine (refork._native) calls the app itself and continues here for
+    every response it does not frame."""
+    if exc is not None:
+        return _finish(ex, environ, result, exc)
+    framer = ex.framer
+    out = ex.out
+    try:
         if frame is not None and frame(ex, framer, result, request):
             items = None  # sent whole by a faster framer (refork.serving.native)
         else:

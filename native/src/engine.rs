@@ -1,0 +1,694 @@
+//! The connection loop of a single-thread WSGI worker, in Rust (`--wsgi-loop native`).
+//!
+//! The Python loop (refork.serving.native) stays the outer loop: it owns the worker's control
+//! socket, TLS listeners, ticks, the drain and the safe points, and calls `run()` in place of its
+//! own poll. `run()` waits on the engine's epoll, which also watches the Python loop's epoll fd
+//! (`outer`): it returns when that one is ready, after a signal, or when its timeout ends. In
+//! between, every request of the common shape (parser.rs) is served here: accept, recv,
+//! httparse, the environ (environ.rs), the app called with the native start_response
+//! (respond.rs), a list body framed (frame.rs) and written with one `send`. A response the
+//! socket does not take whole waits in the connection's buffer (EPOLLOUT) and pipelined requests
+//! behind it wait for it.
+//!
+//! Anything else is handed to the Python loop with the bytes not yet consumed, from the first
+//! byte of the message: a head that is not the common shape (the Python parser then gives the
+//! verdict: same rejections, limits and status codes), a body over the in-memory threshold
+//! (spooled by Python), a health check, X-Forwarded-* fields, a head over HEAD_WAIT bytes still
+//! incomplete. `run()` returns those as (fd, client, listener_fd, data, since, fresh); the
+//! connection is the Python loop's from then on. A response that is not a list body (a
+//! generator, a file, write(), an error) is finished by the Python loop too (`host._finish_slow`),
+//! which takes the connection with it.
+//!
+//! The GIL is released only around epoll_wait. The engine starts no thread.
+
+use std::collections::HashMap;
+use std::io;
+
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString, PyTuple};
+
+use crate::environ::{Environ, Parts};
+use crate::frame::frame_response;
+use crate::parser::{fast_method, parse_head, Head, HeadLimits, Parsed};
+use crate::respond::{Hooks, StartResponse};
+use crate::sys;
+
+const RECV: usize = 1 << 16;
+/// An incomplete head longer than this goes to the Python parser (its limits decide).
+const HEAD_WAIT: usize = 1 << 14;
+const ACCEPT_BATCH: usize = 8; // per wake-up: more would starve sibling workers on the listener
+const IN: u32 = libc::EPOLLIN as u32;
+const OUT: u32 = libc::EPOLLOUT as u32;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Phase {
+    Idle,
+    Head,
+    Body,
+    Writing,
+}
+
+struct Conn {
+    fd: i32,
+    client: PyObject,
+    listener: i32,
+    environ: usize,
+    buf: Vec<u8>,
+    phase: Phase,
+    since: f64,
+    received: usize,
+    fresh: bool,
+    out: Vec<u8>,
+    out_at: usize,
+    close_after: bool,
+    /// the request whose response waits in `out` (for the write-timeout line)
+    writing: Option<PyObject>,
+}
+
+
+struct Timeouts {
+    header: f64,
+    body: f64,
+    write: f64,
+    keepalive: f64,
+    body_min_rate: f64,
+}
+
+enum Served {
+    Keep,
+    Close,
+    HandedOver,
+}
+
+#[pyclass(module = "refork._native", unsendable)]
+pub struct Engine {
+    ep: sys::Epoll,
+    outer: i32,
+    /// listening fds (empty once draining)
+    listeners: Vec<i32>,
+    /// the Environ of each listener, by its place in the constructor's list (kept through a drain)
+    environs: Vec<Py<Environ>>,
+    accepting: bool,
+    accept_paused_until: f64,
+    conns: HashMap<i32, Conn>,
+    limits: HeadLimits,
+    inline_body: usize,
+    timeouts: Timeouts,
+    drain_until: f64,
+    keep_alive: bool,
+    health: Vec<Vec<u8>>,
+    host: PyObject,
+    app: PyObject,
+    control: PyObject,
+    current: PyObject,
+    make_input: PyObject,
+    empty_input: PyObject,
+    hooks: Py<Hooks>,
+    access_log: Option<PyObject>,
+    log_access: PyObject,
+    log_write_timeout: PyObject,
+    log_error: PyObject,
+    perf_counter: PyObject,
+    timeout_response: Py<PyBytes>,
+    events: Vec<(i32, u32)>,
+    handed: Vec<PyObject>,
+}
+
+fn attr<'py>(o: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    o.getattr(name)
+}
+
+#[pymethods]
+impl Engine {
+    /// Engine(host, listeners, refs): `host` is the Python loop (app, control, limits, spool,
+    /// timeouts, health, access_log, _exchange, _finish_slow), `listeners` [(fd, Environ)] its
+    /// plain listening sockets, `refs` a dict of what the engine calls in refork (see
+    /// refork.serving.native_engine).
+    #[new]
+    fn new(py: Python<'_>, host: Bound<'_, PyAny>, listeners: Vec<(i32, Py<Environ>)>, refs: Bound<'_, PyAny>) -> PyResult<Self> {
+        let ep = sys::Epoll::new()?;
+        let outer: i32 = attr(&host, "poller")?.call_method0("fileno")?.extract()?;
+        ep.add(outer, IN)?;
+        for (fd, _) in &listeners {
+            ep.add(*fd, IN)?;
+        }
+        let t = attr(&host, "timeouts")?;
+        let f = |name: &str| -> PyResult<f64> { attr(&t, name)?.extract() };
+        let timeouts = Timeouts {
+            header: f("header")?,
+            body: f("body")?,
+            write: f("write")?,
+            keepalive: f("keepalive")?,
+            body_min_rate: f("body_min_rate")?,
+        };
+        let mut health = Vec::new();
+        let hp = attr(&host, "health")?;
+        if !hp.is_none() {
+            for p in attr(&hp, "live")?.try_iter()? {
+                health.push(p?.extract::<Vec<u8>>()?);
+            }
+            health.push(attr(&hp, "ready")?.extract::<Vec<u8>>()?);
+        }
+        let r = |name: &str| -> PyResult<PyObject> { Ok(refs.get_item(name)?.unbind()) };
+        let hooks = Hooks {
+            status_cache: refs.get_item("status_cache")?.downcast_into()?.unbind(),
+            header_cache: refs.get_item("header_cache")?.downcast_into()?.unbind(),
+            check_status: r("check_status")?,
+            check_header: r("check_header")?,
+            exchange: attr(&host, "_exchange")?.unbind(),
+            request_cls: r("request_cls")?,
+            limits: HeadLimits::from_py(&attr(&host, "limits")?)?,
+        };
+        let access_log = attr(&host, "access_log")?;
+        let spool: usize = attr(&host, "spool")?.extract()?;
+        Ok(Engine {
+            ep,
+            outer,
+            listeners: listeners.iter().map(|(fd, _)| *fd).collect(),
+            environs: listeners.into_iter().map(|(_, environ)| environ).collect(),
+            accepting: true,
+            accept_paused_until: 0.0,
+            conns: HashMap::new(),
+            limits: HeadLimits::from_py(&attr(&host, "limits")?)?,
+            inline_body: spool,
+            timeouts,
+            drain_until: 0.0,
+            keep_alive: true,
+            health,
+            app: attr(&host, "app")?.unbind(),
+            control: attr(&host, "control")?.unbind(),
+            host: host.unbind(),
+            current: r("current")?,
+            make_input: r("make_input")?,
+            empty_input: r("empty_input")?,
+            hooks: Py::new(py, hooks)?,
+            access_log: if access_log.is_none() { None } else { Some(access_log.unbind()) },
+            log_access: r("log_access")?,
+            log_write_timeout: r("log_write_timeout")?,
+            log_error: r("log_error")?,
+            perf_counter: r("perf_counter")?,
+            timeout_response: refs.get_item("timeout_response")?.downcast_into()?.unbind(),
+            events: Vec::with_capacity(256),
+            handed: Vec::new(),
+        })
+    }
+
+    /// Serve until the Python loop's epoll is ready, a signal came or `timeout` seconds passed.
+    /// `keep_alive` False: every response says "Connection: close" (a stopping worker).
+    /// Returns (connections handed to the Python loop, whether its epoll is ready).
+    fn run(&mut self, py: Python<'_>, timeout: f64, keep_alive: bool) -> PyResult<(Vec<PyObject>, bool)> {
+        self.keep_alive = keep_alive;
+        let ms = (timeout * 1000.0).ceil().clamp(0.0, 3_600_000.0) as i32;
+        let mut events = std::mem::take(&mut self.events);
+        let epfd = self.ep.fd;
+        let waited = py.allow_threads(|| {
+            let ep = sys::Epoll { fd: epfd };
+            let r = ep.wait(&mut events, ms);
+            std::mem::forget(ep); // a view of our epoll: not to be closed here
+            r
+        });
+        let mut outer_ready = false;
+        match waited {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                self.events = events;
+                py.check_signals()?;
+                return Ok((std::mem::take(&mut self.handed), true));
+            }
+            Err(e) => {
+                self.events = events;
+                return Err(e.into());
+            }
+        }
+        let result = (|| -> PyResult<()> {
+            for &(fd, ev) in &events {
+                if fd == self.outer {
+                    outer_ready = true;
+                } else if let Some(i) = self.listeners.iter().position(|&l| l == fd) {
+                    if self.accepting {
+                        self.accept(py, i, ACCEPT_BATCH)?;
+                    }
+                } else if let Some(conn) = self.conns.remove(&fd) {
+                    if conn.phase == Phase::Writing {
+                        self.on_writable(py, conn)?;
+                    } else if ev & (IN | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) != 0 {
+                        self.on_readable(py, conn)?;
+                    } else {
+                        self.conns.insert(fd, conn);
+                    }
+                }
+            }
+            Ok(())
+        })();
+        self.events = events;
+        result?;
+        Ok((std::mem::take(&mut self.handed), outer_ready))
+    }
+
+    /// The worker stops: accept no more; `take_backlog` (the whole server stops): first accept
+    /// every connection queued in the backlog. Idle connections close at `drain_until` (a fresh
+    /// one keeps its keep-alive clock: see refork.serving.connection.Timeouts.expiry).
+    fn drain(&mut self, py: Python<'_>, drain_until: f64, take_backlog: bool) -> PyResult<()> {
+        self.drain_until = drain_until;
+        self.keep_alive = false;
+        if take_backlog && self.accepting {
+            for i in 0..self.listeners.len() {
+                self.accept(py, i, usize::MAX)?;
+            }
+        }
+        for l in &self.listeners {
+            self.ep.delete(*l);
+        }
+        self.listeners.clear(); // the Python loop closes the sockets
+        self.accepting = false;
+        Ok(())
+    }
+
+    /// The once-a-second sweep: the deadlines of refork.serving.connection (same rules).
+    fn sweep(&mut self, py: Python<'_>, now: f64) -> PyResult<()> {
+        if self.accept_paused_until > 0.0 && now >= self.accept_paused_until {
+            self.accept_paused_until = 0.0;
+            for l in &self.listeners {
+                let _ = self.ep.add(*l, IN);
+            }
+            self.accepting = true;
+        }
+        let t = &self.timeouts;
+        let mut expired: Vec<(i32, bool)> = Vec::new(); // (fd, send 408)
+        for conn in self.conns.values() {
+            let age = now - conn.since;
+            match conn.phase {
+                Phase::Writing => {
+                    if age > t.write {
+                        expired.push((conn.fd, false));
+                    }
+                }
+                Phase::Idle => {
+                    let drained = self.drain_until > 0.0 && now >= self.drain_until && !conn.fresh;
+                    if (age > t.keepalive || drained) && !sys::has_input(conn.fd) {
+                        expired.push((conn.fd, false));
+                    }
+                }
+                Phase::Head | Phase::Body => {
+                    let limit = if conn.phase == Phase::Head {
+                        t.header
+                    } else {
+                        t.body + if t.body_min_rate > 0.0 { conn.received as f64 / t.body_min_rate } else { 0.0 }
+                    };
+                    if age > limit {
+                        expired.push((conn.fd, true));
+                    }
+                }
+            }
+        }
+        for (fd, timeout) in expired {
+            let Some(conn) = self.conns.remove(&fd) else { continue };
+            if timeout {
+                let _ = sys::send(fd, self.timeout_response.bind(py).as_bytes());
+            } else if conn.phase == Phase::Writing {
+                let request = conn.writing.as_ref().map(|r| r.clone_ref(py)).unwrap_or_else(|| py.None());
+                self.log_write_timeout.bind(py).call1((self.timeouts.write, conn.client.clone_ref(py), request))?;
+            }
+            self.close(conn);
+        }
+        Ok(())
+    }
+
+    /// No connection is left (a draining worker may stop).
+    #[getter]
+    fn idle(&self) -> bool {
+        self.conns.is_empty()
+    }
+
+    /// In a child forked at a safe point: the client sockets are the parent's (see
+    /// refork.serving.connection.release_after_fork); forget them and the listeners.
+    fn release_after_fork(&mut self) {
+        sys::release(self.conns.keys().copied());
+        self.conns.clear();
+        self.listeners.clear();
+    }
+
+    /// The worker is done: close every connection (the listeners are the Python loop's).
+    fn close_all(&mut self) {
+        for (_, conn) in self.conns.drain() {
+            sys::close(conn.fd);
+        }
+    }
+}
+
+impl Engine {
+    fn accept(&mut self, py: Python<'_>, i: usize, batch: usize) -> PyResult<()> {
+        let lfd = self.listeners[i];
+        let now = sys::monotonic();
+        let mut n = 0;
+        while n < batch {
+            n += 1;
+            let (fd, peer) = match sys::accept(lfd) {
+                Ok(got) => got,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => return Ok(()),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNABORTED) | Some(libc::EPROTO)) => continue,
+                Err(e) => {
+                    // out of fds or memory (or worse): back off instead of spinning on a ready listener
+                    let msg = format!("accept() failed: {e}; pausing accepts for a second");
+                    self.log_error.bind(py).call1((msg,))?;
+                    for l in &self.listeners {
+                        self.ep.delete(*l);
+                    }
+                    self.accepting = false;
+                    self.accept_paused_until = now + 1.0;
+                    return Ok(());
+                }
+            };
+            let client = match peer {
+                sys::Peer::Inet(host, port) => PyTuple::new(py, [host.into_pyobject(py)?.into_any(), port.into_pyobject(py)?.into_any()])?.into_any().unbind(),
+                sys::Peer::Unix => py.None(),
+            };
+            if let Err(e) = self.ep.add(fd, IN) {
+                sys::close(fd);
+                return Err(e.into());
+            }
+            let conn = Conn {
+                fd,
+                client,
+                listener: lfd,
+                environ: i,
+                buf: Vec::new(),
+                phase: Phase::Idle,
+                since: now,
+                received: 0,
+                fresh: true,
+                out: Vec::new(),
+                out_at: 0,
+                close_after: false,
+                writing: None,
+            };
+            self.conns.insert(fd, conn);
+        }
+        Ok(())
+    }
+
+    fn close(&mut self, conn: Conn) {
+        self.ep.delete(conn.fd);
+        sys::close(conn.fd);
+    }
+
+    /// Give a connection to the Python loop with `data`, its unconsumed bytes.
+    fn hand_over(&mut self, py: Python<'_>, conn: Conn, data: &[u8]) -> PyResult<()> {
+        self.ep.delete(conn.fd);
+        let item = (conn.fd, conn.client, conn.listener, PyBytes::new(py, data), conn.since, conn.fresh);
+        self.handed.push(item.into_pyobject(py)?.into_any().unbind());
+        Ok(())
+    }
+
+    fn on_readable(&mut self, py: Python<'_>, mut conn: Conn) -> PyResult<()> {
+        match sys::recv(conn.fd, &mut conn.buf, RECV) {
+            Ok(0) => {
+                self.close(conn);
+                Ok(())
+            }
+            Ok(_) => {
+                conn.fresh = false;
+                self.process(py, conn)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {
+                self.conns.insert(conn.fd, conn);
+                Ok(())
+            }
+            Err(_) => {
+                self.close(conn);
+                Ok(())
+            }
+        }
+    }
+
+    /// The client read some of a waiting response: write on; once it is out, go on with what
+    /// was pipelined behind it.
+    fn on_writable(&mut self, py: Python<'_>, mut conn: Conn) -> PyResult<()> {
+        loop {
+            match sys::send(conn.fd, &conn.out[conn.out_at..]) {
+                Ok(0) => {
+                    conn.since = sys::monotonic(); // (progress or not, EPOLLOUT said it may take more)
+                    self.conns.insert(conn.fd, conn);
+                    return Ok(());
+                }
+                Ok(n) => {
+                    conn.out_at += n;
+                    conn.since = sys::monotonic();
+                    if conn.out_at == conn.out.len() {
+                        break;
+                    }
+                }
+                Err(_) => {
+                    self.close(conn);
+                    return Ok(());
+                }
+            }
+        }
+        conn.out = Vec::new();
+        conn.out_at = 0;
+        conn.writing = None;
+        if conn.close_after {
+            self.close(conn);
+            return Ok(());
+        }
+        if self.ep.modify(conn.fd, IN).is_err() {
+            self.close(conn);
+            return Ok(());
+        }
+        conn.phase = Phase::Idle;
+        conn.since = sys::monotonic();
+        self.process(py, conn)
+    }
+
+    /// Serve what `conn.buf` holds: complete requests in order, then wait for more bytes.
+    fn process(&mut self, py: Python<'_>, mut conn: Conn) -> PyResult<()> {
+        let buf = std::mem::take(&mut conn.buf);
+        let mut at = 0;
+        loop {
+            let data = &buf[at..];
+            if data.is_empty() {
+                if conn.phase != Phase::Writing {
+                    conn.phase = Phase::Idle;
+                    conn.since = sys::monotonic();
+                }
+                break;
+            }
+            if conn.phase == Phase::Writing {
+                break; // pipelined: answered once the response before it is out
+            }
+            let head = match parse_head(&self.limits, data) {
+                Parsed::Fast(head) => head,
+                Parsed::Partial if data.len() <= HEAD_WAIT => {
+                    if conn.phase != Phase::Head {
+                        conn.phase = Phase::Head;
+                        conn.since = sys::monotonic();
+                    }
+                    break;
+                }
+                _ => return self.hand_over(py, conn, data),
+            };
+            let n = head.content_length.unwrap_or(0) as usize;
+            if head.forwarded || n > self.inline_body || self.is_health(&head) {
+                return self.hand_over(py, conn, data);
+            }
+            if data.len() < head.len + n {
+                if conn.phase != Phase::Body {
+                    conn.phase = Phase::Body;
+                    conn.since = sys::monotonic();
+                }
+                conn.received = data.len() - head.len;
+                break;
+            }
+            let rest = &data[head.len + n..];
+            match self.serve(py, &mut conn, &head, &data[..head.len], &data[head.len..head.len + n], rest)? {
+                Served::HandedOver => return Ok(()),
+                Served::Keep => at += head.len + n,
+                Served::Close => {
+                    if conn.phase == Phase::Writing {
+                        conn.close_after = true;
+                        break;
+                    }
+                    self.close(conn);
+                    return Ok(());
+                }
+            }
+        }
+        conn.buf = buf;
+        conn.buf.drain(..at);
+        self.conns.insert(conn.fd, conn);
+        Ok(())
+    }
+
+    fn is_health(&self, head: &Head) -> bool {
+        if self.health.is_empty() || !(head.method == "GET" || head.method == "HEAD") {
+            return false;
+        }
+        let path = match head.target.iter().position(|&b| b == b'?') {
+            Some(i) => &head.target[..i],
+            None => head.target,
+        };
+        self.health.iter().any(|p| p.as_slice() == path)
+    }
+
+    /// One complete request: the app called, its response written (or queued in `conn.out`).
+    fn serve(&mut self, py: Python<'_>, conn: &mut Conn, head: &Head, raw_head: &[u8], body: &[u8], rest: &[u8]) -> PyResult<Served> {
+        let method = fast_method(py, head.method).expect("a fast method").clone();
+        let (path, query) = match head.target.iter().position(|&b| b == b'?') {
+            Some(i) => (&head.target[..i], &head.target[i + 1..]),
+            None => (head.target, &b""[..]),
+        };
+        let control = self.control.clone_ref(py).into_bound(py);
+        let token = control.call_method1(pyo3::intern!(py, "request_started"), (&method, PyBytes::new(py, path)))?;
+        let current = self.current.clone_ref(py).into_bound(py);
+        let reset = current.call_method1(pyo3::intern!(py, "set"), (&token,))?;
+        let started: PyObject = match self.access_log {
+            Some(_) => self.perf_counter.bind(py).call0()?.unbind(),
+            None => py.None(),
+        };
+        let input = if body.is_empty() {
+            self.empty_input.bind(py).clone()
+        } else {
+            self.make_input.bind(py).call1((PyBytes::new(py, body),))?
+        };
+        let outcome = self.call_app(py, conn, head, raw_head, &method, path, query, &input, &token, &started, rest);
+        current.call_method1(pyo3::intern!(py, "reset"), (reset,))?;
+        let (status, length, keep, request, environ) = match outcome {
+            Ok(Some(done)) => done,
+            Ok(None) => return Ok(Served::HandedOver),
+            Err(e) => {
+                control.call_method1(pyo3::intern!(py, "request_finished"), (&token, 0))?;
+                return Err(e);
+            }
+        };
+        control.call_method1(pyo3::intern!(py, "request_finished"), (&token, status))?;
+        if !body.is_empty() {
+            input.call_method0(pyo3::intern!(py, "close"))?;
+        }
+        if let Some(access_log) = &self.access_log {
+            let started: f64 = started.extract(py)?;
+            let took = self.perf_counter.bind(py).call0()?.extract::<f64>()? - started;
+            let remote = environ.get_item(pyo3::intern!(py, "REMOTE_ADDR")).ok();
+            self.log_access.bind(py).call1((access_log.bind(py), request, remote, status, length, took))?;
+        }
+        Ok(if keep { Served::Keep } else { Served::Close })
+    }
+
+    /// Build the environ, call the app and write a list body; None when the Python loop took
+    /// over the response (and the connection); else (status, body bytes, keep, request, environ).
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn call_app<'py>(
+        &mut self,
+        py: Python<'py>,
+        conn: &mut Conn,
+        head: &Head,
+        raw_head: &[u8],
+        method: &Bound<'py, PyString>,
+        path: &[u8],
+        query: &[u8],
+        input: &Bound<'py, PyAny>,
+        token: &Bound<'py, PyAny>,
+        started: &PyObject,
+        rest: &[u8],
+    ) -> PyResult<Option<(u32, usize, bool, Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
+        let parts = Parts {
+            method: method.as_any(),
+            target: head.target,
+            path,
+            query,
+            version: if head.http11 { "1.1" } else { "1.0" },
+        };
+        let length = head.content_length.map(|n| PyString::new(py, &n.to_string()));
+        let headers = head.headers.iter().map(|(n, v)| (n.as_slice(), *v));
+        let environ = self.environs[conn.environ]
+            .bind(py)
+            .get().make(py, &parts, headers, length, input, conn.client.bind(py))?.into_any();
+        let keep_alive = self.keep_alive;
+        let sr = Bound::new(
+            py,
+            StartResponse {
+                hooks: self.hooks.clone_ref(py),
+                code: 0,
+                reason: None,
+                headers: None,
+                has_length: false,
+                exchange: None,
+                fd: conn.fd,
+                client: conn.client.clone_ref(py),
+                listener: conn.listener,
+                request: None,
+                head: raw_head.to_vec(),
+                keep_alive,
+            },
+        )?;
+        let result = self.app.bind(py).call1((&environ, &sr));
+        let (result, exc) = match result {
+            Ok(r) => (r, py.None().into_bound(py)),
+            Err(e) if e.is_instance_of::<PyException>(py) => (py.None().into_bound(py), e.into_value(py).into_bound(py).into_any()),
+            Err(e) => return Err(e), // SystemExit, KeyboardInterrupt: out of the loop
+        };
+        let fast = {
+            let s = sr.borrow();
+            if s.exchange.is_none() && s.code != 0 && exc.is_none() {
+                frame_response(
+                    py,
+                    s.code,
+                    s.reason.as_ref().expect("set with code").bind(py).as_bytes(),
+                    s.headers.as_ref().expect("set with code").bind(py),
+                    s.has_length,
+                    &result,
+                    head.method == "HEAD",
+                    head.http11,
+                    head.keep_alive && keep_alive,
+                )?
+                .map(|framed| (s.code, framed))
+            } else {
+                None
+            }
+        };
+        let Some((code, (bytes, total, mut keep))) = fast else {
+            // everything else is the Python response path's, with the connection
+            self.ep.delete(conn.fd);
+            let request = StartResponse::request(&sr)?.into_bound(py);
+            let args = PyTuple::new(
+                py,
+                [
+                    conn.fd.into_pyobject(py)?.into_any(),
+                    conn.client.bind(py).clone(),
+                    conn.listener.into_pyobject(py)?.into_any(),
+                    sr.into_any(),
+                    result,
+                    exc,
+                    environ,
+                    request,
+                    input.clone(),
+                    token.clone(),
+                    started.bind(py).clone(),
+                    pyo3::types::PyBool::new(py, keep_alive).to_owned().into_any(),
+                    PyBytes::new(py, rest).into_any(),
+                ],
+            )?;
+            self.host.bind(py).call_method1(pyo3::intern!(py, "_finish_slow"), args)?;
+            return Ok(None);
+        };
+        match sys::send(conn.fd, &bytes) {
+            Ok(n) if n == bytes.len() => {}
+            Ok(n) => {
+                conn.out = bytes;
+                conn.out_at = n;
+                conn.phase = Phase::Writing;
+                conn.since = sys::monotonic();
+                conn.writing = Some(StartResponse::request(&sr)?);
+                if self.ep.modify(conn.fd, OUT).is_err() {
+                    keep = false;
+                    conn.phase = Phase::Idle;
+                }
+            }
+            Err(_) => keep = false, // the client is gone
+        }
+        let request = if self.access_log.is_some() { StartResponse::request(&sr)?.into_bound(py) } else { py.None().into_bound(py) };
+        Ok(Some((code, total, keep, request, environ)))
+    }
+
+}
+

@@ -1,0 +1,284 @@
+//! The WSGI environ built natively (refork.wsgi.EnvironBuilder.build's rules).
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// latin-1 bytes as a str (what `bytes.decode("latin-1")` gives).
+pub(crate) fn latin1<'py>(py: Python<'py>, b: &[u8]) -> Bound<'py, PyString> {
+    if b.is_ascii() {
+        PyString::new(py, std::str::from_utf8(b).expect("ascii"))
+    } else {
+        PyString::new(py, &b.iter().map(|&c| c as char).collect::<String>())
+    }
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// urllib.parse.unquote_to_bytes: %XX decoded, any other % kept.
+fn unquote(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] == b'%' && i + 2 < raw.len() {
+            if let (Some(h), Some(l)) = (hex(raw[i + 1]), hex(raw[i + 2])) {
+                out.push(h * 16 + l);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(raw[i]);
+        i += 1;
+    }
+    out
+}
+
+/// refork.wsgi.environ._split_host: (name, port) of a Host value.
+fn split_host<'a>(host: &'a [u8], default_port: &'a [u8]) -> (&'a [u8], &'a [u8]) {
+    if host.first() == Some(&b'[') {
+        if let Some(end) = host.iter().position(|&b| b == b']') {
+            if end > 0 {
+                let rest = &host[end + 1..];
+                let port = if rest.first() == Some(&b':') && rest.len() > 1 { &rest[1..] } else { default_port };
+                return (&host[1..end], port);
+            }
+        }
+    }
+    if let Some(colon) = host.iter().rposition(|&b| b == b':') {
+        let port = &host[colon + 1..];
+        if !port.is_empty() && port.iter().all(|b| b.is_ascii_digit()) {
+            return (&host[..colon], port);
+        }
+    }
+    (host, default_port)
+}
+
+/// The environ of one request, as refork.wsgi.EnvironBuilder.build makes it, for requests
+/// without X-Forwarded-* fields (None: the Python builder decides, proxies and all).
+///
+/// Shared by the app threads of a listener (--threads): frozen, its two caches behind mutexes
+/// that are never held across a call into Python (which may switch threads).
+#[pyclass(module = "refork._native", frozen)]
+pub struct Environ {
+    base: Py<PyDict>,
+    root: Vec<u8>,
+    scheme: Vec<u8>,
+    server_name: Py<PyString>,
+    server_port: Py<PyString>,
+    names: Mutex<HashMap<Vec<u8>, Option<Py<PyString>>>>,
+    hosts: Mutex<HashMap<Vec<u8>, (Py<PyString>, Py<PyString>)>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[pymethods]
+impl Environ {
+    /// Environ(base, root_path, url_scheme, server_name, server_port): root_path latin-1 encodable.
+    #[new]
+    fn new(
+        base: Bound<'_, PyDict>,
+        root_path: &str,
+        url_scheme: &str,
+        server_name: Bound<'_, PyString>,
+        server_port: Bound<'_, PyString>,
+    ) -> PyResult<Self> {
+        let root: Vec<u8> = root_path
+            .chars()
+            .map(|c| u8::try_from(c as u32).map_err(|_| pyo3::exceptions::PyValueError::new_err("root_path")))
+            .collect::<PyResult<_>>()?;
+        Ok(Environ {
+            base: base.unbind(),
+            root,
+            scheme: url_scheme.as_bytes().to_vec(),
+            server_name: server_name.unbind(),
+            server_port: server_port.unbind(),
+            names: Mutex::new(HashMap::new()),
+            hosts: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// build(request, body, client) -> the environ dict, or None when a forwarded field is present.
+    fn build<'py>(
+        &self,
+        py: Python<'py>,
+        request: &Bound<'py, PyAny>,
+        body: &Bound<'py, PyAny>,
+        client: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let headers = request.getattr(pyo3::intern!(py, "headers"))?;
+        let headers = headers.downcast::<PyList>()?;
+        let mut pairs: Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> = Vec::with_capacity(headers.len());
+        for item in headers.iter() {
+            let pair = item.downcast::<PyTuple>()?;
+            let name = pair.get_item(0)?.downcast_into::<PyBytes>()?;
+            if name.as_bytes().starts_with(b"x-forwarded-") {
+                return Ok(None);
+            }
+            pairs.push((name, pair.get_item(1)?.downcast_into::<PyBytes>()?));
+        }
+        let length = if !request.getattr(pyo3::intern!(py, "content_length"))?.is_none()
+            || request.getattr(pyo3::intern!(py, "chunked"))?.is_truthy()?
+        {
+            Some(body.getattr(pyo3::intern!(py, "length"))?.str()?)
+        } else {
+            None
+        };
+        let path = request.getattr(pyo3::intern!(py, "path"))?;
+        let query = request.getattr(pyo3::intern!(py, "query"))?;
+        let target = request.getattr(pyo3::intern!(py, "target"))?;
+        let version = request.getattr(pyo3::intern!(py, "http_version"))?;
+        let parts = Parts {
+            method: &request.getattr(pyo3::intern!(py, "method"))?,
+            target: target.downcast::<PyBytes>()?.as_bytes(),
+            path: path.downcast::<PyBytes>()?.as_bytes(),
+            query: query.downcast::<PyBytes>()?.as_bytes(),
+            version: version.downcast::<PyString>()?.to_str()?,
+        };
+        let pairs = pairs.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes()));
+        self.make(py, &parts, pairs, length, body, client).map(Some)
+    }
+}
+
+/// The request line's parts, for Environ::make.
+pub(crate) struct Parts<'a, 'py> {
+    pub method: &'a Bound<'py, PyAny>,
+    pub target: &'a [u8],
+    pub path: &'a [u8],
+    pub query: &'a [u8],
+    /// "1.1", "1.0"
+    pub version: &'a str,
+}
+
+impl Environ {
+    /// The environ of a request: `headers` (lower-cased name, trimmed value) without any
+    /// X-Forwarded-* field; `length` the CONTENT_LENGTH when the request has a body.
+    pub(crate) fn make<'py, 'h>(
+        &self,
+        py: Python<'py>,
+        parts: &Parts<'_, 'py>,
+        headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+        length: Option<Bound<'py, PyString>>,
+        body: &Bound<'py, PyAny>,
+        client: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let env = self.base.bind(py).copy()?;
+        let mut host: Option<&[u8]> = None;
+        for (name, value) in headers {
+            let cached = locked(&self.names).get(name).map(|k| k.as_ref().map(|k| k.clone_ref(py)));
+            let key = match cached {
+                Some(k) => k,
+                None => {
+                    let k = if name.contains(&b'_') {
+                        None
+                    } else {
+                        let cgi = match name {
+                            b"content-type" => "CONTENT_TYPE".to_string(),
+                            b"content-length" => "CONTENT_LENGTH".to_string(),
+                            _ => {
+                                let mut k = String::from("HTTP_");
+                                for &b in name {
+                                    k.push(if b == b'-' { '_' } else { (b as char).to_ascii_uppercase() });
+                                }
+                                k
+                            }
+                        };
+                        Some(PyString::intern(py, &cgi).unbind())
+                    };
+                    let mut names = locked(&self.names);
+                    if names.len() < 512 {
+                        names.insert(name.to_vec(), k.as_ref().map(|k| k.clone_ref(py)));
+                    }
+                    k
+                }
+            };
+            let Some(key) = key else { continue };
+            let key = key.bind(py);
+            if name == b"host" {
+                host = Some(value);
+            }
+            match env.get_item(key)? {
+                Some(old) => {
+                    let sep = if key.to_str()? == "HTTP_COOKIE" { "; " } else { "," };
+                    let joined = format!("{}{}{}", old.downcast::<PyString>()?.to_str()?, sep, latin1(py, value).to_str()?);
+                    env.set_item(key, joined)?;
+                }
+                None => env.set_item(key, latin1(py, value))?,
+            }
+        }
+        env.set_item(pyo3::intern!(py, "REQUEST_METHOD"), parts.method)?;
+        let raw = parts.path;
+        let decoded;
+        let mut path: &[u8] = if raw.contains(&b'%') {
+            decoded = unquote(raw);
+            &decoded
+        } else {
+            raw
+        };
+        let root = &self.root;
+        if !root.is_empty() && path.starts_with(root) && (path.len() == root.len() || path[root.len()] == b'/') {
+            path = &path[root.len()..];
+        }
+        env.set_item(pyo3::intern!(py, "PATH_INFO"), latin1(py, path))?;
+        env.set_item(pyo3::intern!(py, "QUERY_STRING"), latin1(py, parts.query))?;
+        let target = latin1(py, parts.target);
+        env.set_item(pyo3::intern!(py, "RAW_URI"), &target)?;
+        env.set_item(pyo3::intern!(py, "REQUEST_URI"), &target)?;
+        match parts.version {
+            "1.1" => env.set_item(pyo3::intern!(py, "SERVER_PROTOCOL"), pyo3::intern!(py, "HTTP/1.1"))?,
+            "1.0" => env.set_item(pyo3::intern!(py, "SERVER_PROTOCOL"), pyo3::intern!(py, "HTTP/1.0"))?,
+            v => env.set_item(pyo3::intern!(py, "SERVER_PROTOCOL"), format!("HTTP/{v}"))?,
+        }
+        if let Some(length) = length {
+            env.set_item(pyo3::intern!(py, "CONTENT_LENGTH"), length)?;
+        }
+        env.set_item(pyo3::intern!(py, "wsgi.input"), body)?;
+        if !client.is_none() {
+            env.set_item(pyo3::intern!(py, "REMOTE_ADDR"), client.get_item(0)?)?;
+            env.set_item(pyo3::intern!(py, "REMOTE_PORT"), client.get_item(1)?.str()?)?;
+        }
+        let (name, port) = match host {
+            None => {
+                let port = self.server_port.bind(py);
+                let port = if port.to_str()?.is_empty() {
+                    let default = if self.scheme == b"https" || self.scheme == b"wss" { "443" } else { "80" };
+                    PyString::new(py, default)
+                } else {
+                    port.clone()
+                };
+                (self.server_name.bind(py).clone(), port)
+            }
+            Some(h) => match {
+                // (a statement of its own: the guard is dropped before the arms run)
+                let hit = locked(&self.hosts).get(h).map(|(n, p)| (n.clone_ref(py), p.clone_ref(py)));
+                hit
+            } {
+                Some((n, p)) => (n.into_bound(py), p.into_bound(py)),
+                None => {
+                    let default: &[u8] = if self.scheme == b"https" || self.scheme == b"wss" { b"443" } else { b"80" };
+                    let (n, p) = split_host(h, default);
+                    let (n, p) = (latin1(py, n), latin1(py, p));
+                    let mut hosts = locked(&self.hosts);
+                    if hosts.len() < 256 {
+                        hosts.insert(h.to_vec(), (n.clone().unbind(), p.clone().unbind()));
+                    }
+                    (n, p)
+                }
+            },
+        };
+        env.set_item(pyo3::intern!(py, "SERVER_NAME"), name)?;
+        env.set_item(pyo3::intern!(py, "SERVER_PORT"), port)?;
+        Ok(env)
+    }
+}
+
+

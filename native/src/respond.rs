@@ -1,0 +1,166 @@
+//! start_response for the engine: PEP 3333's callable with refork.wsgi.response's rules.
+//!
+//! The checks are the Python ones, by construction: a status or header pair is looked up in
+//! refork.wsgi.response's own caches and, on a miss, checked by its own `_check_status` /
+//! `_check_header` (same exceptions, same messages; they fill the caches). Nothing is sent while
+//! the app runs unless it calls the legacy `write()`: that creates the Python `_Exchange` of the
+//! request (the engine's host hands the connection to the Python loop) and everything from then
+//! on is the Python response path.
+
+use pyo3::exceptions::{PyAssertionError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+
+use crate::parser::{fast_head, request_object, HeadLimits};
+
+/// refork.wsgi.response's caches and checks, and the host's `_exchange` (see module docs).
+#[pyclass(module = "refork._native", frozen)]
+pub struct Hooks {
+    pub(crate) status_cache: Py<PyDict>,
+    pub(crate) header_cache: Py<PyDict>,
+    pub(crate) check_status: PyObject,
+    pub(crate) check_header: PyObject,
+    /// host._exchange(fd, client, listener_fd, request, keep_alive) -> a Python _Exchange
+    pub(crate) exchange: PyObject,
+    /// refork.http.events.Request and the limits its head was read with (see StartResponse::request)
+    pub(crate) request_cls: PyObject,
+    pub(crate) limits: HeadLimits,
+}
+
+#[pyclass(module = "refork._native")]
+pub struct StartResponse {
+    pub(crate) hooks: Py<Hooks>,
+    pub(crate) code: u32,
+    pub(crate) reason: Option<Py<PyBytes>>,
+    pub(crate) headers: Option<Py<PyList>>,
+    pub(crate) has_length: bool,
+    /// the Python _Exchange once write() was called: from then on it answers
+    pub(crate) exchange: Option<PyObject>,
+    pub(crate) fd: i32,
+    pub(crate) client: PyObject,
+    pub(crate) listener: i32,
+    /// the Request event, made on first use from `head` (most responses never need it)
+    pub(crate) request: Option<PyObject>,
+    /// the request's head as received
+    pub(crate) head: Vec<u8>,
+    pub(crate) keep_alive: bool,
+}
+
+#[pymethods]
+impl StartResponse {
+    #[pyo3(signature = (status, headers, exc_info=None))]
+    fn __call__<'py>(
+        slf: &Bound<'py, Self>,
+        status: &Bound<'py, PyAny>,
+        headers: &Bound<'py, PyAny>,
+        exc_info: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let exchange = slf.borrow().exchange.as_ref().map(|e| e.clone_ref(py));
+        if let Some(ex) = exchange {
+            return ex.bind(py).call_method1(pyo3::intern!(py, "start_response"), (status, headers, exc_info));
+        }
+        let has_exc = exc_info.is_some_and(|e| !e.is_none());
+        // (no head is ever out here: with exc_info the app may replace the status)
+        if !has_exc && slf.borrow().code != 0 {
+            return Err(PyAssertionError::new_err("start_response() called a second time without exc_info"));
+        }
+        let hooks = slf.borrow().hooks.clone_ref(py);
+        let hooks = hooks.get();
+        let hit = if status.is_exact_instance_of::<PyString>() {
+            hooks.status_cache.bind(py).get_item(status)?
+        } else {
+            None
+        };
+        let hit = match hit {
+            Some(h) => h,
+            None => hooks.check_status.bind(py).call1((status,))?,
+        };
+        let hit = hit.downcast_into::<PyTuple>()?;
+        let code: u32 = hit.get_item(0)?.extract()?;
+        let reason = hit.get_item(1)?.downcast_into::<PyBytes>()?;
+        let Ok(headers) = headers.downcast_exact::<PyList>() else {
+            let name = headers.get_type().name()?;
+            return Err(PyTypeError::new_err(format!("WSGI headers must be a list, got {name}")));
+        };
+        let out = PyList::empty(py);
+        let mut has_length = false;
+        let cache = hooks.header_cache.bind(py);
+        for item in headers.iter() {
+            let hit = if item.is_exact_instance_of::<PyTuple>() { cache.get_item(&item)? } else { None };
+            let hit = match hit {
+                Some(h) => h,
+                None => hooks.check_header.bind(py).call1((&item,))?,
+            };
+            let hit = hit.downcast_into::<PyTuple>()?;
+            if hit.get_item(1)?.is_truthy()? {
+                has_length = true;
+            }
+            out.append(hit.get_item(0)?)?;
+        }
+        {
+            let mut this = slf.borrow_mut();
+            this.code = code;
+            this.reason = Some(reason.unbind());
+            this.headers = Some(out.unbind());
+            this.has_length = has_length;
+        }
+        slf.getattr(pyo3::intern!(py, "write"))
+    }
+
+    /// The Python _Exchange of this request (made now if write() did not make it).
+    fn exchange_now(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
+        Self::exchange(slf)
+    }
+
+    /// The legacy write() callable: the response goes the Python way from here (module docs).
+    fn write<'py>(slf: &Bound<'py, Self>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let ex = Self::exchange(slf)?;
+        ex.bind(py).call_method1(pyo3::intern!(py, "write"), (data,))
+    }
+}
+
+impl StartResponse {
+    /// The request's refork.http.events.Request (made now from its head if not made yet).
+    pub fn request(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
+        let py = slf.py();
+        if let Some(r) = slf.borrow().request.as_ref() {
+            return Ok(r.clone_ref(py));
+        }
+        let r = {
+            let this = slf.borrow();
+            let hooks = this.hooks.get();
+            let head = fast_head(&hooks.limits, &this.head).expect("a head the engine parsed");
+            request_object(py, hooks.request_cls.bind(py), &head)?.unbind()
+        };
+        slf.borrow_mut().request = Some(r.clone_ref(py));
+        Ok(r)
+    }
+
+    /// The Python _Exchange of this request, made (and told what start_response set) on first use.
+    pub fn exchange(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
+        let py = slf.py();
+        if let Some(ex) = slf.borrow().exchange.as_ref() {
+            return Ok(ex.clone_ref(py));
+        }
+        let request = Self::request(slf)?;
+        let ex = {
+            let this = slf.borrow();
+            let args = (this.fd, this.client.clone_ref(py), this.listener, request, this.keep_alive);
+            this.hooks.get().exchange.bind(py).call1(args)?
+        };
+        {
+            let this = slf.borrow();
+            if this.code != 0 {
+                ex.setattr(pyo3::intern!(py, "code"), this.code)?;
+                ex.setattr(pyo3::intern!(py, "reason"), this.reason.as_ref().map(|r| r.clone_ref(py)))?;
+                ex.setattr(pyo3::intern!(py, "headers"), this.headers.as_ref().map(|h| h.clone_ref(py)))?;
+                ex.setattr(pyo3::intern!(py, "has_length"), this.has_length)?;
+            }
+        }
+        let ex = ex.unbind();
+        slf.borrow_mut().exchange = Some(ex.clone_ref(py));
+        Ok(ex)
+    }
+}

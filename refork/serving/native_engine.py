@@ -1,0 +1,218 @@
+"""The native WSGI loop with one app thread: refork._native.Engine serves the request path.
+
+The engine (Rust, native/src/engine.rs) runs the hot loop: accept, read, parse, environ, the app
+call and a list body written in one send, for every plain connection. This loop stays the outer
+one and keeps everything else, unchanged from the Python loop it extends
+(:class:`refork.serving.native._NativeLoop`): the control socket, TLS listeners, ticks, the drain,
+safe points, and every connection or response the engine does not take, which it hands over
+here with its unconsumed bytes (:meth:`_adopt`) or mid-response (:meth:`_exchange`,
+:meth:`_finish_slow`). Once handed over a connection stays with this loop.
+
+The engine starts no thread and exists only in a serving worker: a mold has none, and a
+promoted worker's child forgets the engine's connections at the safe point.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import socket
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from refork import deadlines
+from refork.config import Config
+from refork.http.body import EMPTY_INPUT, InputStream
+from refork.http.events import ParseError, Request
+from refork.http.response import ResponseFramer, simple_response
+from refork.serving.connection import TICK, Phase, log_access, log_write_timeout
+from refork.serving.contract import WorkerControl
+from refork.serving.native import NativeEnvironBuilder, _native, _NativeLoop
+from refork.serving.outbox import Outbox
+from refork.serving.threaded_conn import NO_EVENTS, Conn, Step, Writing
+from refork.wsgi import EnvironBuilder, Streaming
+from refork.wsgi import response as wsgi_response
+from refork.wsgi.response import _Exchange, continue_wsgi
+
+log = logging.getLogger("refork")
+
+
+def _memory_input(data: bytes) -> InputStream:
+    return InputStream(io.BytesIO(data), len(data))
+
+
+def _refs() -> dict[str, Any]:
+    """What the engine calls in refork (its own copy of nothing: the same caches and checks)."""
+    return {
+        "current": deadlines.current,
+        "request_cls": Request,
+        "make_input": _memory_input,
+        "empty_input": EMPTY_INPUT,
+        "status_cache": wsgi_response._STATUS_CACHE,
+        "header_cache": wsgi_response._HEADER_CACHE,
+        "check_status": wsgi_response._check_status,
+        "check_header": wsgi_response._check_header,
+        "log_access": log_access,
+        "log_write_timeout": log_write_timeout,
+        "log_error": log.error,
+        "perf_counter": time.perf_counter,
+        "timeout_response": simple_response(408),
+    }
+
+
+class _EngineLoop(_NativeLoop):
+    """The native loop (threads == 1) with the engine serving its plain listeners."""
+
+    def __init__(
+        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
+    ) -> None:
+        super().__init__(listeners, app, config, control)
+        self.engine_listeners: dict[int, tuple[socket.socket, EnvironBuilder]] = {}
+        for fd, entry in list(self.listeners.items()):
+            if fd not in self.tls and isinstance(entry[1], NativeEnvironBuilder):
+                self.engine_listeners[fd] = self.listeners.pop(fd)
+        native = [(fd, b.native) for fd, (_, b) in self.engine_listeners.items()]  # type: ignore[attr-defined]
+        self.engine = _native.Engine(self, native, _refs())
+
+    def run(self) -> None:
+        control = self.control
+        poller = self.poller
+        conns = self.conns
+        listeners = self.listeners
+        engine = self.engine
+        control_fd = control.fileno()
+        poller.register(control_fd)
+        for fd in listeners:
+            poller.register(fd)
+        next_tick = 0.0
+        try:
+            while True:
+                if control.exit_now:
+                    return
+                if control.stopping and not self.draining:
+                    self._begin_drain()
+                if self.draining and not conns and self.in_flight == 0 and engine.idle:
+                    return
+                if control.safe_point_wanted and self.in_flight == 0:
+                    self._safe_point()
+                wait = max(0.0, min(1.0, next_tick - time.monotonic()))
+                handed, ready = engine.run(wait, not (self.draining or control.stopping))
+                for item in handed:
+                    self._adopt(*item)
+                if ready:
+                    for fd, _ in poller.poll(0):
+                        conn = conns.get(fd)
+                        if conn is not None:
+                            if conn.writing is None:
+                                self._on_readable(conn)
+                            else:
+                                self._on_writable(conn)
+                        elif fd in listeners:
+                            self._accept(listeners[fd])
+                        elif fd == control_fd:
+                            control.on_readable()
+                now = time.monotonic()
+                if now >= next_tick:
+                    next_tick = now + (TICK / 4 if self.draining else TICK)
+                    control.tick()
+                    self._sweep(now)
+                    engine.sweep(now)
+        finally:
+            self._shutdown()
+            engine.close_all()
+
+    # ---------------------------------------------------------------- connections from the engine
+
+    def _conn(self, fd: int, client: Any, listener_fd: int) -> Conn:
+        """The Python side of an engine connection (not yet polled here)."""
+        conn = self.conns.get(fd)
+        if conn is not None:  # made by _exchange for this response
+            return conn
+        sock = socket.socket(fileno=fd)
+        sock.setblocking(False)
+        builder = self.engine_listeners[listener_fd][1]
+        out = Outbox(sock, client, self.timeouts.write, self.control, buffering=True)
+        conn = self.conn_type(sock, client, builder, self.limits, out)
+        self.conns[fd] = conn
+        return conn
+
+    def _adopt(self, fd: int, client: Any, listener_fd: int, data: bytes, since: float, fresh: bool) -> None:
+        """A connection the engine hands over with the bytes it has not consumed."""
+        conn = self._conn(fd, client, listener_fd)
+        conn.since = since
+        conn.fresh = fresh
+        self.poller.register(fd)
+        conn.registered = True
+        if data:
+            self._on_data(conn, data)
+
+    def _exchange(
+        self, fd: int, client: Any, listener_fd: int, request: Request, keep_alive: bool
+    ) -> _Exchange:
+        """The app's response leaves the engine's path (write(), or anything but a list body): the
+        Python response state for it, over this loop's output for the connection."""
+        conn = self._conn(fd, client, listener_fd)
+        out = conn.out
+        out.token = deadlines.current.get()
+        out.request = request
+        return _Exchange(ResponseFramer(request, server_keep_alive=keep_alive), out)
+
+    def _finish_slow(
+        self, fd: int, client: Any, listener_fd: int, start_response: Any, result: Any,
+        exc: Exception | None, environ: dict[str, Any], request: Request, stream: InputStream,
+        token: object, started: float | None, keep_alive: bool, rest: bytes,
+    ) -> None:  # fmt: skip
+        """Send a response the engine did not frame (refork.wsgi.continue_wsgi), then serve the
+        connection here: what the client pipelined behind it (`rest`) first."""
+        ex = start_response.exchange_now()
+        conn = self._conn(fd, client, listener_fd)
+        serving = deadlines.current.set(token)
+        try:
+            outcome = continue_wsgi(ex, environ, request, result, exc=exc)
+        finally:
+            deadlines.current.reset(serving)
+        conn.phase = Phase.IDLE
+        conn.since = time.monotonic()
+        self.poller.register(fd)
+        conn.registered = True
+        began = started if started is not None else time.perf_counter()
+        if isinstance(outcome, Streaming):
+            steps = self._steps(conn, rest)
+            self._start_writing(conn, Writing(outcome, request, environ, stream, token, began, steps))
+            return
+        if not self._finished(request, environ, stream, token, began, outcome) or conn.closed:
+            self._close(conn)
+        elif rest:
+            self._on_data(conn, rest)
+
+    def _steps(self, conn: Conn, data: bytes) -> Sequence[Step]:
+        """Parse pipelined bytes to answer after a response (a bad one: its error, answered then)."""
+        if not data:
+            return NO_EVENTS
+        try:
+            return conn.parser.feed(data)
+        except ParseError as e:
+            return [*e.events, e]
+
+    # ---------------------------------------------------------------- lifetime
+
+    def _begin_drain(self) -> None:
+        super()._begin_drain()
+        self.engine.drain(self.drain_until, self.control.server_draining)
+        for lsock, _ in self.engine_listeners.values():
+            lsock.close()
+
+    def _safe_point(self) -> None:
+        try:
+            super()._safe_point()
+        except SystemExit:  # the forked child: the engine's connections are the parent's too
+            self.engine.release_after_fork()
+            raise
+
+
+def serve_wsgi_engine(
+    listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
+) -> None:
+    """Serve WSGI with the engine (one app thread) until the control says stop."""
+    _EngineLoop(listeners, app, config, control).run()

@@ -1,0 +1,173 @@
+"""The native engine (refork._native.Engine, `--wsgi-loop native` with one app thread): what is
+specific to it, over real sockets against a real server.
+
+The engine serves the common request shape itself and hands everything else to the Python loop,
+from the first byte of the message (a request) or mid-response (a response that is not a list
+body). These tests cross that line on one connection, in both directions, and check what only
+the engine does: a list response the client does not read waits in the engine's buffer (other
+clients are served meanwhile, pipelined requests wait behind it, the write timeout cuts it).
+The rest of its contract is the Python loop's, checked by the WSGI, HTTP and process suites that
+run on both loops.
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import socket
+import time
+from typing import Any
+
+import pytest
+
+APP = "apps.engine_apps:app"
+
+
+class _Reader(io.BufferedReader):
+    """A socket's one buffered reader that a finished response does not close."""
+
+    def close(self) -> None:
+        pass
+
+
+class _File:
+    """What http.client.HTTPResponse takes for a socket: its makefile() is the one reader."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.f = _Reader(socket.SocketIO(sock, "rb"))
+
+    def makefile(self, *args: Any, **kwargs: Any) -> Any:
+        return self.f
+
+
+def responses(sock: socket.socket, methods: list[str]) -> list[tuple[int, bytes, str | None]]:
+    """Read one response per request method, in order: (status, body, Connection header)."""
+    reader = _File(sock)
+    out = []
+    for method in methods:
+        resp = http.client.HTTPResponse(reader, method=method)  # type: ignore[arg-type]
+        resp.begin()
+        out.append((resp.status, resp.read(), resp.getheader("Connection")))
+    return out
+
+
+def connect(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def get(path: str, extra: str = "") -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: t\r\n{extra}\r\n".encode()
+
+
+@pytest.fixture
+def engine(start_server):
+    server = start_server("--wsgi-loop", "native", "--threads", "1", app=APP, workers=1)
+    assert "WSGI loop: native (engine)" in server.log()
+    return server
+
+
+def test_one_connection_crosses_between_the_engine_and_the_python_loop(engine) -> None:
+    """Pipelined: fast requests, a chunked body (the Python parser's), responses of every shape;
+    all answered in order on one connection."""
+    chunked = b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    sized = b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello"
+    wire = [get("/a?x=1"), sized, chunked, get("/b"), get("/gen"), get("/write"), get("/file"), get("/c")]
+    with connect(engine.port) as sock:
+        sock.sendall(b"".join(wire))
+        got = responses(sock, ["GET", "POST", "POST", "GET", "GET", "GET", "GET", "GET"])
+    bodies = [body for _, body, _ in got]
+    assert [status for status, _, _ in got] == [200] * 8
+    assert bodies[:5] == [b"GET /a?x=1 -", b"echo:hello", b"echo:abc", b"GET /b? -", b"g1g2"]
+    assert bodies[5:] == [b"writte", b"f" * 100_000, b"GET /c? -"]
+
+
+def test_a_head_and_a_body_in_pieces_are_served(engine) -> None:
+    with connect(engine.port) as sock:
+        pieces = (b"POST /echo HTTP/1.1\r\nHo", b"st: t\r\nContent-Le", b"ngth: 6\r\n\r\nab", b"cd", b"ef")
+        for piece in pieces:
+            sock.sendall(piece)
+            time.sleep(0.05)
+        sock.sendall(get("/after"))
+        got = responses(sock, ["POST", "GET"])
+    assert got[0][:2] == (200, b"echo:abcdef")
+    assert got[1][:2] == (200, b"GET /after? -")
+
+
+@pytest.mark.parametrize("path", ["/boom", "/late", "/bad-status", "/twice"])
+def test_an_app_error_is_a_500_and_the_connection_closes(engine, path: str) -> None:
+    with connect(engine.port) as sock:
+        sock.sendall(get(path) + get("/never"))
+        [(status, _, connection)] = responses(sock, ["GET"])
+        assert status == 500 and connection == "close"
+        assert sock.recv(100) == b""
+    engine.wait_for(lambda: f"Error in WSGI app: GET {path}" in engine.log(), what="the error logged")
+    status, body = engine.get("/still-serving")
+    assert (status, body) == (200, b"GET /still-serving? -")
+
+
+def test_exc_info_replaces_the_status_before_anything_is_sent(engine) -> None:
+    status, body = engine.get("/replaced")
+    assert (status, body) == (503, b"sorry")
+
+
+def test_a_client_that_does_not_read_costs_only_its_own_connection(engine) -> None:
+    """A list response the socket does not take waits in the engine (EPOLLOUT); the pipelined
+    request behind it waits for it; other clients are served meanwhile."""
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect(("127.0.0.1", engine.port))
+    try:
+        slow.sendall(get("/big?60000") * 100 + get("/last"))  # more than the kernel buffers hold
+        time.sleep(0.3)  # the server's send buffer fills; it must not wait for this client
+        t0 = time.monotonic()
+        for _ in range(5):
+            assert engine.get("/other") == (200, b"GET /other? -")
+        assert time.monotonic() - t0 < 5
+        slow.settimeout(10)
+        got = responses(slow, ["GET"] * 101)
+    finally:
+        slow.close()
+    assert [body for _, body, _ in got[:100]] == [b"b" * 60000] * 100
+    assert got[100][:2] == (200, b"GET /last? -")
+
+
+def test_the_write_timeout_cuts_a_client_that_stopped_reading(start_server) -> None:
+    server = start_server(
+        "--wsgi-loop", "native", "--threads", "1", "--write-timeout", "1", app=APP, workers=1
+    )
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", server.port))
+    try:
+        sock.sendall(get("/big?60000") * 200)  # more than the kernel buffers hold
+        server.wait_for(lambda: "write timeout" in server.log(), timeout=10, what="the write timeout")
+        sock.settimeout(10)
+        total = 0
+        while chunk := sock.recv(1 << 16):  # what was sent before the cut, then EOF
+            total += len(chunk)
+        assert total < 200 * 60000
+    finally:
+        sock.close()
+    assert server.get("/") == (200, b"GET /? -")
+
+
+def test_the_access_log_has_every_request_whichever_loop_served_it(start_server) -> None:
+    server = start_server(
+        "--wsgi-loop", "native", "--threads", "1", "--access-logfile", "-", app=APP, workers=1
+    )
+    with connect(server.port) as sock:
+        sized = b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi"
+        sock.sendall(get("/fast") + sized + get("/gen"))
+        assert [s for s, _, _ in responses(sock, ["GET", "POST", "GET"])] == [200, 200, 200]
+    for line in ('"GET /fast HTTP/1.1" 200 12', '"POST /echo HTTP/1.1" 200 7', '"GET /gen HTTP/1.1" 200 4'):
+        server.wait_for(lambda line=line: line in server.log(), what=f"access line {line}")
+
+
+def test_a_malformed_request_after_a_served_one_gets_its_4xx(engine) -> None:
+    with connect(engine.port) as sock:
+        sock.sendall(get("/ok") + b"GET /bad HTTP/1.1\r\nHost: t\r\nBad Header: x\r\n\r\n")
+        got = responses(sock, ["GET", "GET"])
+    assert got[0][:2] == (200, b"GET /ok? -")
+    assert got[1][0] == 400
