@@ -16,6 +16,21 @@ from contextvars import ContextVar
 # The request the running code serves (a token of the worker's AppClock); None outside one.
 current: ContextVar[object | None] = ContextVar("refork_request", default=None)
 
+
+class _EngineRequest:
+    """:data:`current` while the native engine (refork._native.Engine) serves: the request it has
+    in the app, if any. The engine accounts its requests in the worker's slot itself; the clock
+    registers one (a token like any other) only when something asks about it
+    (:func:`extend_deadline`, ``--request-timeout``): see AppClock.adopt."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "refork.deadlines.ENGINE"
+
+
+ENGINE = _EngineRequest()
+
 _extend: Callable[[object, float], bool] | None = None
 
 

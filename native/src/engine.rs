@@ -28,6 +28,7 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString, PyTuple};
 
+use crate::clock::{Current, SlotClock};
 use crate::environ::{Environ, Parts};
 use crate::frame::frame_response;
 use crate::parser::{fast_method, parse_head, Head, HeadLimits, Parsed};
@@ -75,6 +76,13 @@ struct Timeouts {
     body_min_rate: f64,
 }
 
+/// How a request is accounted: in the slot natively (the worker's AppClock gives its words), or
+/// by the control's request_started / request_finished (its token in refork.deadlines.current).
+enum Tracking<'py> {
+    Native,
+    Python { token: Bound<'py, PyAny>, reset: Bound<'py, PyAny> },
+}
+
 enum Served {
     Keep,
     Close,
@@ -105,6 +113,10 @@ pub struct Engine {
     make_input: PyObject,
     empty_input: PyObject,
     hooks: Py<Hooks>,
+    /// the worker's slot, when its control has an AppClock (else request_started/finished)
+    clock: Option<SlotClock>,
+    request: Option<Py<Current>>,
+    next_check: i64,
     access_log: Option<PyObject>,
     log_access: PyObject,
     log_write_timeout: PyObject,
@@ -160,6 +172,15 @@ impl Engine {
             request_cls: r("request_cls")?,
             limits: HeadLimits::from_py(&attr(&host, "limits")?)?,
         };
+        let (clock, request) = match attr(&host, "control")?.getattr("clock") {
+            Ok(app_clock) if app_clock.hasattr("native_words")? => {
+                let words = app_clock.call_method0("native_words")?;
+                let current = Py::new(py, Current::new(app_clock.getattr("adopt")?.unbind()))?;
+                app_clock.setattr("engine_request", current.clone_ref(py))?;
+                (Some(SlotClock::new(words.downcast::<pyo3::types::PyDict>()?)?), Some(current))
+            }
+            _ => (None, None),
+        };
         let access_log = attr(&host, "access_log")?;
         let spool: usize = attr(&host, "spool")?.extract()?;
         Ok(Engine {
@@ -183,6 +204,9 @@ impl Engine {
             make_input: r("make_input")?,
             empty_input: r("empty_input")?,
             hooks: Py::new(py, hooks)?,
+            clock,
+            request,
+            next_check: 1,
             access_log: if access_log.is_none() { None } else { Some(access_log.unbind()) },
             log_access: r("log_access")?,
             log_write_timeout: r("log_write_timeout")?,
@@ -313,6 +337,12 @@ impl Engine {
             self.close(conn);
         }
         Ok(())
+    }
+
+    /// The engine accounts its requests in the worker's slot itself (see clock.rs).
+    #[getter]
+    fn accounts(&self) -> bool {
+        self.clock.is_some()
     }
 
     /// No connection is left (a draining worker may stop).
@@ -520,6 +550,32 @@ impl Engine {
         Ok(())
     }
 
+    /// The request is answered (`status` 0: nothing was sent): account it.
+    fn finish(&mut self, py: Python<'_>, tracking: Tracking<'_>, status: u32) -> PyResult<()> {
+        let control = self.control.bind(py);
+        match tracking {
+            Tracking::Python { token, reset } => {
+                self.current.bind(py).call_method1(pyo3::intern!(py, "reset"), (reset,))?;
+                control.call_method1(pyo3::intern!(py, "request_finished"), (token, status))?;
+            }
+            Tracking::Native => {
+                let (token, began) = self.request.as_ref().expect("native tracking").borrow_mut(py).end();
+                if let Some(token) = token {
+                    control.call_method1(pyo3::intern!(py, "request_finished"), (token, status))?;
+                } else if let Some(clock) = &self.clock {
+                    let served = clock.finish(began, sys::monotonic(), status);
+                    if served >= self.next_check {
+                        self.next_check = control.call_method1(pyo3::intern!(py, "requests_served"), (served,))?.extract()?;
+                        if self.next_check <= 0 {
+                            self.next_check = i64::MAX;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn is_health(&self, head: &Head) -> bool {
         if self.health.is_empty() || !(head.method == "GET" || head.method == "HEAD") {
             return false;
@@ -539,9 +595,20 @@ impl Engine {
             None => (head.target, &b""[..]),
         };
         let control = self.control.clone_ref(py).into_bound(py);
-        let token = control.call_method1(pyo3::intern!(py, "request_started"), (&method, PyBytes::new(py, path)))?;
-        let current = self.current.clone_ref(py).into_bound(py);
-        let reset = current.call_method1(pyo3::intern!(py, "set"), (&token,))?;
+        let tracking = match (&self.clock, &self.request) {
+            (Some(clock), Some(request)) => {
+                let now = sys::monotonic();
+                clock.start(now);
+                request.borrow_mut(py).start(now, head.method, path);
+                Tracking::Native
+            }
+            _ => {
+                let token = control.call_method1(pyo3::intern!(py, "request_started"), (&method, PyBytes::new(py, path)))?;
+                let current = self.current.bind(py);
+                let reset = current.call_method1(pyo3::intern!(py, "set"), (&token,))?;
+                Tracking::Python { token, reset }
+            }
+        };
         let started: PyObject = match self.access_log {
             Some(_) => self.perf_counter.bind(py).call0()?.unbind(),
             None => py.None(),
@@ -551,17 +618,21 @@ impl Engine {
         } else {
             self.make_input.bind(py).call1((PyBytes::new(py, body),))?
         };
-        let outcome = self.call_app(py, conn, head, raw_head, &method, path, query, &input, &token, &started, rest);
-        current.call_method1(pyo3::intern!(py, "reset"), (reset,))?;
+        let outcome = self.call_app(py, conn, head, raw_head, &method, path, query, &input, &tracking, &started, rest);
         let (status, length, keep, request, environ) = match outcome {
             Ok(Some(done)) => done,
-            Ok(None) => return Ok(Served::HandedOver),
+            Ok(None) => {
+                if let Tracking::Python { reset, .. } = &tracking {
+                    self.current.bind(py).call_method1(pyo3::intern!(py, "reset"), (reset,))?;
+                }
+                return Ok(Served::HandedOver);
+            }
             Err(e) => {
-                control.call_method1(pyo3::intern!(py, "request_finished"), (&token, 0))?;
+                self.finish(py, tracking, 0)?;
                 return Err(e);
             }
         };
-        control.call_method1(pyo3::intern!(py, "request_finished"), (&token, status))?;
+        self.finish(py, tracking, status)?;
         if !body.is_empty() {
             input.call_method0(pyo3::intern!(py, "close"))?;
         }
@@ -587,7 +658,7 @@ impl Engine {
         path: &[u8],
         query: &[u8],
         input: &Bound<'py, PyAny>,
-        token: &Bound<'py, PyAny>,
+        tracking: &Tracking<'py>,
         started: &PyObject,
         rest: &[u8],
     ) -> PyResult<Option<(u32, usize, bool, Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
@@ -650,6 +721,15 @@ impl Engine {
             // everything else is the Python response path's, with the connection
             self.ep.delete(conn.fd);
             let request = StartResponse::request(&sr)?.into_bound(py);
+            let token = match tracking {
+                Tracking::Python { token, .. } => token.clone(),
+                Tracking::Native => {
+                    let current = self.request.as_ref().expect("native tracking").bind(py);
+                    let token = current.call1((true,))?;
+                    current.borrow_mut().end(); // the Python loop finishes it, with this token
+                    token
+                }
+            };
             let args = PyTuple::new(
                 py,
                 [
@@ -662,7 +742,7 @@ impl Engine {
                     environ,
                     request,
                     input.clone(),
-                    token.clone(),
+                    token,
                     started.bind(py).clone(),
                     pyo3::types::PyBool::new(py, keep_alive).to_owned().into_any(),
                     PyBytes::new(py, rest).into_any(),

@@ -17,6 +17,7 @@
 
 use pyo3::prelude::*;
 
+mod clock;
 mod engine;
 mod environ;
 mod frame;
@@ -30,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<environ::Environ>()?;
     m.add_class::<engine::Engine>()?;
     m.add_class::<respond::StartResponse>()?;
+    m.add_class::<clock::Current>()?;
     m.add_function(wrap_pyfunction!(frame::frame_list, m)?)?;
     Ok(())
 }

@@ -13,11 +13,15 @@ monitor reads it lock-free, so a reading may be one request apart between two wo
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from refork import deadlines
 
 SLOT_WORDS = 256  # 2 KiB; only the slots in use are ever touched
 DEADLINE, REQUESTS, PID = 0, 1, 2
@@ -181,21 +185,23 @@ class AppClock:
         self._in_app: dict[object, float] = {}  # token -> when it entered the app (insertion = time order)
         self._waiting: set[object] = set()  # tokens waiting on their client
         self._upgraded: set[object] = set()  # open WebSockets among them
-        self.served = 0
         # refork.extend_deadline() and --request-timeout (see "Soft deadlines" below)
         self._extended: dict[object, float] = {}  # extended tokens in the app -> entry + extension
         self._extension: dict[object, float] = {}  # token -> seconds it extended itself by
         self._overdue: dict[object, float] = {}  # token -> when it was found past the soft deadline
         self._marked = False  # some token is in _extension or _overdue: finished() settles it
+        # the native engine's current request, registered on demand (see "The native engine's
+        # requests" below): engine_request(blocking=True) -> its token, or None when there is none
+        self.engine_request: Callable[..., InFlight | None] | None = None
+        self._pins: list[Any] = []
         # the metric words of this worker's slot (see Slots), written under the lock
         base = index * SLOT_WORDS
         self._ints = slots._ints
         self._floats = slots._floats
         self._bounds = slots.bounds
-        self._starts = 0
         self._starts_at = base + STARTS
+        self._requests_at = base + REQUESTS
         self._waiting_at = base + WAITING
-        self._duration = 0.0
         self._duration_at = base + DURATION_SUM
         self._websockets_at = base + WEBSOCKETS
         width = len(slots.bounds) + 1  # the first cell of each status's row, by status (0-599)
@@ -209,8 +215,7 @@ class AppClock:
             in_app[token] = now
             if len(in_app) == 1:
                 self._slots.set_deadline(self._index, now + self._timeout)
-            self._starts += 1
-            self._ints[self._starts_at] = self._starts  # metrics: in flight = started - served
+            self._ints[self._starts_at] += 1  # metrics: in flight = started - served
         return token
 
     def waiting(self, token: object) -> None:
@@ -255,20 +260,54 @@ class AppClock:
             since = next(iter(in_app.values())) if in_app else now
             if self._marked:
                 since = self._settle(token, since)
-            slots, index = self._slots, self._index
-            slots.set_deadline(index, since + self._timeout)
-            served = self.served = self.served + 1
-            slots.set_requests(index, served)
+            self._slots.set_deadline(self._index, since + self._timeout)
+            served = self._ints[self._requests_at] + 1
+            self._ints[self._requests_at] = served
             # metrics: the duration sum and one count by (status class, bucket)
             took = now - token.began  # type: ignore[attr-defined]  # an InFlight from started()
-            self._duration += took
-            self._floats[self._duration_at] = self._duration
+            self._floats[self._duration_at] += took
             try:
                 row = self._row[status]
             except IndexError:  # not an HTTP status: counted with the requests that have none
                 row = self._row[0]
             self._ints[row + bisect_left(self._bounds, took)] += 1
         return served
+
+    @property
+    def served(self) -> int:
+        """Requests served (the slot's count: the native engine adds to it too)."""
+        return int(self._ints[self._requests_at])
+
+    # -- The native engine's requests --------------------------------------------------------------
+    #
+    # The engine (refork._native.Engine, one app thread) accounts the requests it serves in this
+    # slot itself, with the same words and rules as started() and finished() for a request that is
+    # alone in the app (which it always is: the engine calls the app on the worker's only thread).
+    # Its request gets a token only when something asks (extend(), overdue()): `engine_request`
+    # then registers it through adopt(), and the engine finishes it through finished().
+
+    def native_words(self) -> dict[str, Any]:
+        """Where the engine writes: the slot's address (pinned), the word indexes in it, the timeout
+        and the histogram's bounds."""
+        pin = ctypes.c_char.from_buffer(self._slots._map)
+        self._pins.append(pin)
+        return {
+            "address": ctypes.addressof(pin) + self._index * SLOT_WORDS * 8,
+            "deadline": DEADLINE, "starts": STARTS, "requests": REQUESTS, "duration": DURATION_SUM,
+            "cells": CELLS, "timeout": self._timeout, "bounds": tuple(self._bounds),
+        }  # fmt: skip
+
+    def adopt(self, began: float, method: str, path: bytes, blocking: bool = True) -> InFlight | None:
+        """Register the engine's request in the app (began at `began`): a token like started()'s,
+        without counting it again. None if `blocking` is False and the lock is held."""
+        if not self._lock.acquire(blocking):
+            return None
+        try:
+            token = InFlight(began, method, path, threading.get_ident())
+            self._in_app[token] = began
+            return token
+        finally:
+            self._lock.release()
 
     @property
     def busy(self) -> bool:
@@ -306,6 +345,10 @@ class AppClock:
     def extend(self, token: object, seconds: float) -> bool:
         """refork.extend_deadline(): push this request's deadlines by `seconds` (added to any
         earlier extension). False if the request is over."""
+        if token is deadlines.ENGINE:
+            token = self.engine_request() if self.engine_request is not None else None
+            if token is None:
+                return False
         with self._lock:
             entered = self._in_app.pop(token, None)
             if entered is not None:
@@ -324,6 +367,8 @@ class AppClock:
         returned before: each overdue request is returned once, and counted in :attr:`hung` until
         it finishes. None if `blocking` is False and the lock is held (a signal handler that
         interrupted this very thread must not wait for it)."""
+        if self.engine_request is not None:
+            self.engine_request(blocking)  # the engine's request in the app, if any, gets its token
         if not self._lock.acquire(blocking):
             return None
         try:

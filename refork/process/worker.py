@@ -228,7 +228,12 @@ class Worker:
             raise Promoted(generation)  # the mold that forked this worker runs it as a mold
 
     def request_finished(self, token: object, status: int) -> None:
-        requests = self.clock.finished(token, status)
+        self.requests_served(self.clock.finished(token, status))
+
+    def requests_served(self, requests: int) -> int:
+        """What follows a request served (the --max-requests and --refork-after checks, a fork-safety
+        mark to report); the native engine, which counts its requests itself, calls it when the
+        count reaches the number this returns (0: never)."""
         if requests == self._retire_at:
             self.ctx.tell(
                 messages.WantsRetirement(os.getpid(), f"served {requests} requests (--max-requests)")
@@ -237,6 +242,9 @@ class Worker:
             self._maybe_ask_promotion(requests)
         if not self._unsafe_reported and not fork_safety.is_fork_safe():
             self._report_unsafe()
+        if self._refork_at and requests >= self._refork_at:
+            return requests + 1
+        return min(n for n in (self._retire_at, self._refork_at, 1 << 62) if n > requests)
 
     def health(self, kind: str) -> int:
         return self.ctx.readiness.health(kind)
@@ -247,6 +255,8 @@ class Worker:
 
     def tick(self) -> None:
         self.clock.tick()
+        if not self._unsafe_reported and not fork_safety.is_fork_safe():  # (the engine's requests)
+            self._report_unsafe()
         if self.request_timeout is not None:
             self._check_overdue(None)
         if not self.clock.busy and self._trimmer is not None:

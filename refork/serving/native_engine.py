@@ -86,6 +86,8 @@ class _EngineLoop(_NativeLoop):
         for fd in listeners:
             poller.register(fd)
         next_tick = 0.0
+        # the engine's requests: registered with the clock only if asked (deadlines.ENGINE)
+        serving = deadlines.current.set(deadlines.ENGINE if engine.accounts else None)
         try:
             while True:
                 if control.exit_now:
@@ -119,6 +121,7 @@ class _EngineLoop(_NativeLoop):
                     self._sweep(now)
                     engine.sweep(now)
         finally:
+            deadlines.current.reset(serving)
             self._shutdown()
             engine.close_all()
 
@@ -154,9 +157,17 @@ class _EngineLoop(_NativeLoop):
         Python response state for it, over this loop's output for the connection."""
         conn = self._conn(fd, client, listener_fd)
         out = conn.out
-        out.token = deadlines.current.get()
+        out.token = self._request_token()
         out.request = request
         return _Exchange(ResponseFramer(request, server_keep_alive=keep_alive), out)
+
+    def _request_token(self) -> object:
+        """The token of the request in the app (the engine's, registered now if need be)."""
+        token = deadlines.current.get()
+        if token is deadlines.ENGINE:
+            clock = getattr(self.control, "clock", None)
+            token = clock.engine_request() if clock is not None and clock.engine_request else None
+        return token
 
     def _finish_slow(
         self, fd: int, client: Any, listener_fd: int, start_response: Any, result: Any,

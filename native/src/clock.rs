@@ -1,0 +1,135 @@
+//! The engine's request accounting, in the worker's slot (refork.process.slots).
+//!
+//! For a request alone in the app (always, on the engine: the app runs on the worker's only
+//! thread) AppClock.started and .finished come down to a few word writes; `SlotClock` makes them
+//! here, with the same words and rules: the deadline (now + --timeout), the started and served
+//! counts, the duration sum and one histogram cell by (status class, bucket). The Python clock
+//! reads its counts from the same words, so both stay one account.
+//!
+//! `Current` is the request in the app. It gets a token of the Python clock (AppClock.adopt) only
+//! when something asks (refork.extend_deadline, --request-timeout): it is the clock's
+//! `engine_request` hook. A request with a token is finished by the Python clock.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+pub struct SlotClock {
+    words: *mut i64,
+    deadline: usize,
+    starts: usize,
+    requests: usize,
+    duration: usize,
+    cells: usize,
+    timeout: f64,
+    bounds: Vec<f64>,
+}
+
+impl SlotClock {
+    /// From AppClock.native_words().
+    pub fn new(words: &Bound<'_, PyDict>) -> PyResult<SlotClock> {
+        let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
+            words.get_item(k)?.ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(k.to_string()))
+        };
+        let address: usize = get("address")?.extract()?;
+        Ok(SlotClock {
+            words: address as *mut i64,
+            deadline: get("deadline")?.extract()?,
+            starts: get("starts")?.extract()?,
+            requests: get("requests")?.extract()?,
+            duration: get("duration")?.extract()?,
+            cells: get("cells")?.extract()?,
+            timeout: get("timeout")?.extract()?,
+            bounds: get("bounds")?.extract()?,
+        })
+    }
+
+    fn int(&self, i: usize) -> *mut i64 {
+        unsafe { self.words.add(i) }
+    }
+
+    fn float(&self, i: usize) -> *mut f64 {
+        unsafe { self.words.add(i) as *mut f64 }
+    }
+
+    /// AppClock.started for a request alone in the app.
+    pub fn start(&self, now: f64) {
+        unsafe {
+            *self.float(self.deadline) = now + self.timeout;
+            *self.int(self.starts) += 1;
+        }
+    }
+
+    /// AppClock.finished for a request alone in the app; returns the requests served.
+    pub fn finish(&self, began: f64, now: f64, status: u32) -> i64 {
+        let took = now - began;
+        let width = self.bounds.len() + 1;
+        let row = if (100..600).contains(&status) { status as usize / 100 } else { 0 };
+        let bucket = self.bounds.partition_point(|&b| b < took);
+        unsafe {
+            *self.float(self.deadline) = now + self.timeout;
+            let served = *self.int(self.requests) + 1;
+            *self.int(self.requests) = served;
+            *self.float(self.duration) += took;
+            *self.int(self.cells + row * width + bucket) += 1;
+            served
+        }
+    }
+}
+
+#[pyclass(module = "refork._native")]
+pub struct Current {
+    active: bool,
+    began: f64,
+    method: &'static str,
+    path: Vec<u8>,
+    token: Option<PyObject>,
+    adopt: PyObject,
+}
+
+impl Current {
+    pub fn new(adopt: PyObject) -> Current {
+        Current { active: false, began: 0.0, method: "", path: Vec::new(), token: None, adopt }
+    }
+
+    pub fn start(&mut self, began: f64, method: &'static str, path: &[u8]) {
+        self.active = true;
+        self.began = began;
+        self.method = method;
+        self.path.clear();
+        self.path.extend_from_slice(path);
+        self.token = None;
+    }
+
+    /// The request is over: its token if it got one (the Python clock finishes it), and when it began.
+    pub fn end(&mut self) -> (Option<PyObject>, f64) {
+        self.active = false;
+        (self.token.take(), self.began)
+    }
+}
+
+#[pymethods]
+impl Current {
+    /// The token of the engine's request in the app (registered now if it has none); None when
+    /// the engine has no request in the app, or `blocking` is False and the clock's lock is held.
+    #[pyo3(signature = (blocking=true))]
+    fn __call__(slf: &Bound<'_, Self>, blocking: bool) -> PyResult<Option<PyObject>> {
+        let py = slf.py();
+        let (method, path, began, adopt) = {
+            let this = slf.borrow();
+            if !this.active {
+                return Ok(None);
+            }
+            if let Some(t) = &this.token {
+                return Ok(Some(t.clone_ref(py)));
+            }
+            (this.method, PyBytes::new(py, &this.path), this.began, this.adopt.clone_ref(py))
+        };
+        let token = adopt.bind(py).call1((began, method, path, blocking))?;
+        if token.is_none() {
+            return Ok(None);
+        }
+        let token = token.unbind();
+        slf.borrow_mut().token = Some(token.clone_ref(py));
+        Ok(Some(token))
+    }
+}
