@@ -125,6 +125,8 @@ pub struct Engine {
     timeout_response: Py<PyBytes>,
     events: Vec<(i32, u32)>,
     handed: Vec<PyObject>,
+    /// the buffer a read goes into when its connection holds no partial request
+    scratch: Vec<u8>,
 }
 
 fn attr<'py>(o: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
@@ -215,6 +217,7 @@ impl Engine {
             timeout_response: refs.get_item("timeout_response")?.downcast_into()?.unbind(),
             events: Vec::with_capacity(256),
             handed: Vec::new(),
+            scratch: Vec::with_capacity(RECV),
         })
     }
 
@@ -432,23 +435,52 @@ impl Engine {
     }
 
     fn on_readable(&mut self, py: Python<'_>, mut conn: Conn) -> PyResult<()> {
-        match sys::recv(conn.fd, &mut conn.buf, RECV) {
+        // Read into the engine's one scratch buffer, unless part of a request waits in the
+        // connection's own: an idle connection holds no buffer.
+        let mut buf = if conn.buf.is_empty() { std::mem::take(&mut self.scratch) } else { std::mem::take(&mut conn.buf) };
+        match sys::recv(conn.fd, &mut buf, RECV) {
             Ok(0) => {
+                self.recycle(buf);
                 self.close(conn);
                 Ok(())
             }
             Ok(_) => {
                 conn.fresh = false;
-                self.process(py, conn)
+                self.process(py, conn, buf)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {
+                self.keep_rest(&mut conn, buf, 0);
                 self.conns.insert(conn.fd, conn);
                 Ok(())
             }
             Err(_) => {
+                self.recycle(buf);
                 self.close(conn);
                 Ok(())
             }
+        }
+    }
+
+    /// What is left of `buf` from `at` stays with the connection (the rest of a request);
+    /// the scratch buffer goes back to the engine.
+    fn keep_rest(&mut self, conn: &mut Conn, mut buf: Vec<u8>, at: usize) {
+        let rest = buf.len() - at;
+        if rest == 0 {
+            conn.buf = Vec::new();
+            self.recycle(buf);
+        } else if rest * 4 < buf.capacity() {
+            conn.buf = buf[at..].to_vec(); // a little of a big buffer: copied out
+            self.recycle(buf);
+        } else {
+            buf.drain(..at);
+            conn.buf = buf;
+        }
+    }
+
+    fn recycle(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() >= RECV && buf.capacity() <= 4 * RECV && self.scratch.capacity() < RECV {
+            buf.clear();
+            self.scratch = buf;
         }
     }
 
@@ -488,12 +520,12 @@ impl Engine {
         }
         conn.phase = Phase::Idle;
         conn.since = sys::monotonic();
-        self.process(py, conn)
+        let buf = std::mem::take(&mut conn.buf);
+        self.process(py, conn, buf)
     }
 
     /// Serve what `conn.buf` holds: complete requests in order, then wait for more bytes.
-    fn process(&mut self, py: Python<'_>, mut conn: Conn) -> PyResult<()> {
-        let buf = std::mem::take(&mut conn.buf);
+    fn process(&mut self, py: Python<'_>, mut conn: Conn, buf: Vec<u8>) -> PyResult<()> {
         let mut at = 0;
         loop {
             let data = &buf[at..];
@@ -544,8 +576,7 @@ impl Engine {
                 }
             }
         }
-        conn.buf = buf;
-        conn.buf.drain(..at);
+        self.keep_rest(&mut conn, buf, at);
         self.conns.insert(conn.fd, conn);
         Ok(())
     }

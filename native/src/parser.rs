@@ -160,11 +160,54 @@ pub(crate) fn parse_head<'a>(limits: &HeadLimits, data: &'a [u8]) -> Parsed<'a> 
     if let Some(head) = fast_head(limits, data) {
         return Parsed::Fast(head);
     }
-    // no end of head yet (CRLF CRLF, or the bare-LF end the Python parser refuses): wait for it
-    if data.windows(4).any(|w| w == b"\r\n\r\n") || data.windows(2).any(|w| w == b"\n\n") {
-        Parsed::Other
-    } else {
-        Parsed::Partial
+    // Waiting for the rest is only for a prefix that can still become the common shape: httparse
+    // finds nothing wrong yet, CRLF line ends only, visible ASCII, SP and HTAB. Anything else goes
+    // to the Python parser now, which refuses at the first bad byte as it always does.
+    let mut storage = [httparse::EMPTY_HEADER; MAX_FAST_HEADERS];
+    let mut req = httparse::Request::new(&mut storage);
+    if !matches!(req.parse(data), Ok(httparse::Status::Partial)) {
+        return Parsed::Other;
+    }
+    let lines = data.strip_suffix(b"\r").unwrap_or(data);
+    if !crlf_only(lines) || !data.iter().all(|&b| (0x20..0x7f).contains(&b) || b == b'\r' || b == b'\n' || b == b'\t') {
+        return Parsed::Other;
+    }
+    // The Python parser judges each header line as it completes (a second Host, a bad
+    // Content-Length...): the complete lines must make a common-shape head on their own...
+    let Some(end) = data.windows(2).rposition(|w| w == b"\r\n") else {
+        return if common_line_prefix(lines) { Parsed::Partial } else { Parsed::Other };
+    };
+    let mut complete = data[..end + 2].to_vec();
+    complete.extend_from_slice(b"\r\n");
+    if fast_head(limits, &complete).is_none() {
+        return Parsed::Other;
+    }
+    // ...and the line still arriving must not be one whose value the Python parser reads as it comes
+    let tail = &data[end + 2..];
+    if let Some(colon) = tail.iter().position(|&b| b == b':') {
+        let name = tail[..colon].to_ascii_lowercase();
+        if matches!(name.as_slice(), b"host" | b"content-length" | b"transfer-encoding" | b"connection" | b"expect" | b"upgrade") {
+            return Parsed::Other;
+        }
+    }
+    Parsed::Partial
+}
+
+/// A request line still arriving that can become the common shape (a well-known method, an
+/// origin-form target, HTTP/1.x).
+fn common_line_prefix(line: &[u8]) -> bool {
+    const METHODS: [&[u8]; 7] = [b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"PATCH", b"OPTIONS"];
+    let mut parts = line.splitn(3, |&b| b == b' ');
+    let method = parts.next().unwrap_or(b"");
+    let Some(target) = parts.next() else {
+        return METHODS.iter().any(|m| m.starts_with(method));
+    };
+    if !METHODS.contains(&method) || !(target.is_empty() || target[0] == b'/') {
+        return false;
+    }
+    match parts.next() {
+        None => true,
+        Some(version) => !target.is_empty() && (b"HTTP/1.1".starts_with(version) || b"HTTP/1.0".starts_with(version)),
     }
 }
 

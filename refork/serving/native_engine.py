@@ -26,7 +26,7 @@ from refork.config import Config
 from refork.http.body import EMPTY_INPUT, InputStream
 from refork.http.events import ParseError, Request
 from refork.http.response import ResponseFramer, simple_response
-from refork.serving.connection import TICK, Phase, log_access, log_write_timeout
+from refork.serving.connection import Phase, log_access, log_write_timeout
 from refork.serving.contract import WorkerControl
 from refork.serving.native import NativeEnvironBuilder, _native, _NativeLoop
 from refork.serving.outbox import Outbox
@@ -76,54 +76,22 @@ class _EngineLoop(_NativeLoop):
         self.engine = _native.Engine(self, native, _refs())
 
     def run(self) -> None:
-        control = self.control
-        poller = self.poller
-        conns = self.conns
-        listeners = self.listeners
-        engine = self.engine
-        control_fd = control.fileno()
-        poller.register(control_fd)
-        for fd in listeners:
-            poller.register(fd)
-        next_tick = 0.0
         # the engine's requests: registered with the clock only if asked (deadlines.ENGINE)
-        serving = deadlines.current.set(deadlines.ENGINE if engine.accounts else None)
+        serving = deadlines.current.set(deadlines.ENGINE if self.engine.accounts else None)
         try:
-            while True:
-                if control.exit_now:
-                    return
-                if control.stopping and not self.draining:
-                    self._begin_drain()
-                if self.draining and not conns and self.in_flight == 0 and engine.idle:
-                    return
-                if control.safe_point_wanted and self.in_flight == 0:
-                    self._safe_point()
-                wait = max(0.0, min(1.0, next_tick - time.monotonic()))
-                handed, ready = engine.run(wait, not (self.draining or control.stopping))
-                for item in handed:
-                    self._adopt(*item)
-                if ready:
-                    for fd, _ in poller.poll(0):
-                        conn = conns.get(fd)
-                        if conn is not None:
-                            if conn.writing is None:
-                                self._on_readable(conn)
-                            else:
-                                self._on_writable(conn)
-                        elif fd in listeners:
-                            self._accept(listeners[fd])
-                        elif fd == control_fd:
-                            control.on_readable()
-                now = time.monotonic()
-                if now >= next_tick:
-                    next_tick = now + (TICK / 4 if self.draining else TICK)
-                    control.tick()
-                    self._sweep(now)
-                    engine.sweep(now)
+            super().run()
         finally:
             deadlines.current.reset(serving)
-            self._shutdown()
-            engine.close_all()
+
+    def _poll(self, timeout: float) -> list[tuple[int, int]]:
+        """The engine serves until this loop's own fds are ready (or the timeout, or a signal)."""
+        handed, ready = self.engine.run(timeout, not (self.draining or self.control.stopping))
+        for item in handed:
+            self._adopt(*item)
+        return self.poller.poll(0) if ready else []
+
+    def _drained(self) -> bool:
+        return bool(self.engine.idle)
 
     # ---------------------------------------------------------------- connections from the engine
 
@@ -207,6 +175,14 @@ class _EngineLoop(_NativeLoop):
             return [*e.events, e]
 
     # ---------------------------------------------------------------- lifetime
+
+    def _sweep(self, now: float) -> None:
+        super()._sweep(now)
+        self.engine.sweep(now)
+
+    def _shutdown(self) -> None:
+        super()._shutdown()
+        self.engine.close_all()
 
     def _begin_drain(self) -> None:
         super()._begin_drain()

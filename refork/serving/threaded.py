@@ -131,11 +131,11 @@ class _Loop(Lifetime):
                     return
                 if control.stopping and not self.draining:
                     self._begin_drain()
-                if self.draining and not conns and self.in_flight == 0:
+                if self.draining and not conns and self.in_flight == 0 and self._drained():
                     return
                 if control.safe_point_wanted and self.in_flight == 0:
                     self._safe_point()
-                for fd, _ in poller.poll(max(0.0, min(1.0, next_tick - time.monotonic()))):
+                for fd, _ in self._poll(max(0.0, min(1.0, next_tick - time.monotonic()))):
                     conn = conns.get(fd)
                     if conn is not None:
                         if conn.writing is None:
@@ -155,6 +155,14 @@ class _Loop(Lifetime):
                     self._sweep(now)
         finally:
             self._shutdown()
+
+    def _poll(self, timeout: float) -> list[tuple[int, int]]:
+        """Wait up to `timeout` s for ready fds (the native engine serves its own meanwhile)."""
+        return self.poller.poll(timeout)
+
+    def _drained(self) -> bool:
+        """Nothing of the engine's is left either (a draining loop may return)."""
+        return True
 
     # ---------------------------------------------------------------- reading and answering
 
