@@ -209,14 +209,23 @@ def _pair(start_server: Any) -> tuple[Any, Any]:
     return engine, python
 
 
-def test_the_engine_answers_fuzzed_requests_as_the_python_loop(start_server) -> None:
-    """The fuzz grammar's requests and pipelines, mutated (tests/fuzz/grammar.py): the same status
-    lines from both loops."""
+def _same_answers_to_fuzz(start_server: Any, examples: int) -> None:
     engine, python = _pair(start_server)
 
-    @settings(max_examples=150, deadline=None)
+    @settings(max_examples=examples, deadline=None, derandomize=True)  # the suite stays deterministic
     @given(raw=fuzzed)
     def check(raw: bytes) -> None:
         assert _answers(engine.port, raw) == _answers(python.port, raw), raw
 
     check()
+
+
+def test_the_engine_answers_fuzzed_requests_as_the_python_loop(start_server) -> None:
+    """The fuzz grammar's requests and pipelines, mutated (tests/fuzz/grammar.py): the same status
+    lines from both loops."""
+    _same_answers_to_fuzz(start_server, 150)
+
+
+@pytest.mark.slow
+def test_the_engine_answers_many_fuzzed_requests_as_the_python_loop(start_server) -> None:
+    _same_answers_to_fuzz(start_server, 3000)
