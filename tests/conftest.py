@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,10 +22,27 @@ TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 
 
+_PORT_BAND = 1500  # ports per pytest process, from 20000 up: below the kernel's ephemeral range
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port free now for a server to bind, below the kernel's ephemeral range (32768 and up on
+    Linux: the local port of every client socket comes from there, so a port taken from it could
+    be some test's client by the time the server binds it) and in this pytest-xdist process's own
+    band (parallel processes never pick the same port)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]
+    low = 20000 + (int(worker) % 8 if worker.isdigit() else 0) * _PORT_BAND
+    for _ in range(100):
+        port = random.randrange(low, low + _PORT_BAND)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # the band is full: any port the kernel gives
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def read_to_end(sock: socket.socket) -> bytes:

@@ -20,14 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 _apt_updated = False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ensure_installed(found: bool, package: str) -> None:

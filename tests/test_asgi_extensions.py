@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import read_to_end
+from conftest import free_port, read_to_end
 from test_tls import Certs
 
 from refork.asgi import ResponseState
@@ -51,17 +51,11 @@ def in_flight(mport: int) -> float:
 
 def start(start_server, tmp_path, *args: str, app: str = APP, loop: str = "asyncio"):
     """One worker with metrics (requests in flight), a keep-alive timeout far above what we wait."""
-    mport = _free_port()
+    mport = free_port()
     events = tmp_path / "events.log"
     server = start_server("--loop", loop, "--keepalive", "30", "--metrics-bind", f"127.0.0.1:{mport}",
                           *args, app=app, workers=1, env={"EVENTS_LOG": str(events)})  # fmt: skip
     return server, mport, events
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def read_head(sock: socket.socket, data: bytes = b"") -> tuple[bytes, bytes]:
