@@ -228,4 +228,4 @@ def test_the_engine_answers_fuzzed_requests_as_the_python_loop(start_server) -> 
 
 @pytest.mark.slow
 def test_the_engine_answers_many_fuzzed_requests_as_the_python_loop(start_server) -> None:
-    _same_answers_to_fuzz(start_server, 3000)
+    _same_answers_to_fuzz(start_server, 1000)
