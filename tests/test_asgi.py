@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -14,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 from refork.asgi import ResponseState, build_scope, decode_path
 from refork.config import Config
@@ -306,23 +306,11 @@ print(f"SERVED {control.served}", flush=True)
 """
 
 
-def _port() -> int:
-    for _ in range(50):
-        port = random.randint(17000, 17999)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 17000-17999")
-
-
 class Proc:
     """A serving subprocess: tests/harness.py (uvloop) or the RUNNER above (any loop, fork)."""
 
     def __init__(self, spec: str, *, loop: str | None = None, mode: str = "plain", env=None, unix: str = ""):
-        self.port = _port()
+        self.port = free_port()
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "TESTS_DIR": str(TESTS), **(env or {})}
         if loop is None:
             cmd = [sys.executable, str(TESTS / "harness.py"), spec, "asgi", str(self.port)]

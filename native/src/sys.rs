@@ -44,17 +44,17 @@ impl Epoll {
     pub fn delete(&self, fd: libc::c_int) {
         let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0);
     }
+}
 
-    /// Ready fds and their events into `out`; EINTR gives an error of that kind.
-    pub fn wait(&self, out: &mut Vec<(libc::c_int, u32)>, timeout_ms: i32) -> io::Result<()> {
-        let mut evs: [libc::epoll_event; 256] = unsafe { std::mem::zeroed() };
-        let n = check(unsafe { libc::epoll_wait(self.fd, evs.as_mut_ptr(), evs.len() as i32, timeout_ms) })?;
-        out.clear();
-        for ev in &evs[..n as usize] {
-            out.push((ev.u64 as libc::c_int, ev.events));
-        }
-        Ok(())
+/// Ready fds of epoll `epfd` and their events into `out`; EINTR gives an error of that kind.
+pub fn epoll_wait(epfd: libc::c_int, out: &mut Vec<(libc::c_int, u32)>, timeout_ms: i32) -> io::Result<()> {
+    let mut evs: [libc::epoll_event; 256] = unsafe { std::mem::zeroed() };
+    let n = check(unsafe { libc::epoll_wait(epfd, evs.as_mut_ptr(), evs.len() as i32, timeout_ms) })?;
+    out.clear();
+    for ev in &evs[..n as usize] {
+        out.push((ev.u64 as libc::c_int, ev.events));
     }
+    Ok(())
 }
 
 impl Drop for Epoll {
