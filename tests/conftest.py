@@ -23,23 +23,32 @@ sys.path.insert(0, str(TESTS))
 
 
 _PORT_BAND = 1500  # ports per pytest process, from 20000 up: below the kernel's ephemeral range
+_ports = random.Random()  # its own generator: tests that seed the global one do not repeat ports
+_handed_out: set[int] = set()
 
 
 def free_port() -> int:
     """A port free now for a server to bind, below the kernel's ephemeral range (32768 and up on
     Linux: the local port of every client socket comes from there, so a port taken from it could
-    be some test's client by the time the server binds it) and in this pytest-xdist process's own
-    band (parallel processes never pick the same port)."""
+    be some test's client by the time the server binds it), in this pytest-xdist process's own
+    band (parallel processes never pick the same port), and never one it handed out before (two
+    ports taken for one server, say its own and --metrics-bind, differ)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]
     low = 20000 + (int(worker) % 8 if worker.isdigit() else 0) * _PORT_BAND
-    for _ in range(100):
-        port = random.randrange(low, low + _PORT_BAND)
+    for _ in range(200):
+        port = _ports.randrange(low, low + _PORT_BAND)
+        if port in _handed_out:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _handed_out.add(port)
+        if len(_handed_out) > _PORT_BAND // 2:  # a long run: start over (those servers are long gone)
+            _handed_out.clear()
+            _handed_out.add(port)
+        return port
     with socket.socket() as s:  # the band is full: any port the kernel gives
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
