@@ -18,8 +18,11 @@ from refork.process.supervisor.events import (
     Action,
     Boot,
     ChildExited,
+    CloseListeners,
+    CountHandshakes,
     Event,
     ForkMold,
+    HandshakesCounted,
     Log,
     MoldForked,
     Send,
@@ -46,12 +49,17 @@ class Sim:
         self.pids = iter(range(2000, 1_000_000))
         self.slots: dict[int, SlotReading] = {}  # what the slots page says, by slot
         self.actions: list[Action] = []  # everything asked for, in order
+        self.handshakes = 0  # TCP handshakes under way on the sealed listeners, as the monitor counts them
 
     # -- feeding ---------------------------------------------------------------------------------
     def handle(self, event: Event, after: float = 0.0) -> list[Action]:
+        """Like the monitor's feed(): the actions, then those of the answers the monitor gives."""
         self.now += after
         actions = self.sup.handle(event, self.now)
         self.actions += actions
+        for action in list(actions):
+            if isinstance(action, CloseListeners | CountHandshakes):
+                actions += self.handle(HandshakesCounted(self.handshakes))
         return actions
 
     def tick(self, after: float = 0.0) -> list[Action]:

@@ -544,6 +544,33 @@ def test_workers_stop_after_a_second_if_a_mold_does_not_exit():
     assert [s.pid for s in sends(sim.tick(after=0.6), messages.Stop)] == [w0]
 
 
+def test_workers_stop_once_the_handshakes_under_way_have_landed():
+    """The sealed listeners take no new SYN; a handshake already answered may still complete and
+    join the backlog: workers take the backlog only after (see test_shutdown)."""
+    from refork.process.supervisor.events import CountHandshakes
+
+    sim = Sim(workers=1, subreaper=False)
+    mold, (w0,) = sim.up()
+    sim.handshakes = 2
+    actions = sim.handle(StopRequested("graceful"))
+    assert [s.pid for s in sends(actions, messages.Stop)] == [mold]
+    actions = sim.tick(after=0.25)
+    assert of(actions, CountHandshakes) == [CountHandshakes()] and sends(actions, messages.Stop) == []
+    sim.handshakes = 0
+    assert [s.pid for s in sends(sim.tick(after=0.25), messages.Stop)] == [w0]
+
+
+def test_workers_stop_after_a_second_if_handshakes_do_not_land():
+    sim = Sim(workers=1, subreaper=False)
+    mold, (w0,) = sim.up()
+    sim.handshakes = 1  # a client gone after its SYN: the kernel retries the SYN-ACK for a minute
+    sim.handle(StopRequested("graceful"))
+    assert sends(sim.tick(after=0.9), messages.Stop) == []
+    actions = sim.tick(after=0.2)
+    assert [s.pid for s in sends(actions, messages.Stop)] == [w0]
+    assert "handshakes still under way after 1s; stopping the workers" in logged(actions)
+
+
 def test_without_a_subreaper_workers_stop_with_the_mold():
     sim = Sim(workers=1, subreaper=False)
     mold, (w0,) = sim.up()

@@ -15,7 +15,16 @@ from refork.addresses import BIND_SYNTAX, FdAddress, TcpAddress, UnixAddress, pa
 from refork.errors import ConfigError
 
 _SO_ATTACH_FILTER = 26  # <asm-generic/socket.h>; the socket module does not export it
-_DROP_ALL = ctypes.create_string_buffer(struct.pack("HBBI", 0x06, 0, 0, 0))  # cBPF: ret #0
+# cBPF on the TCP header: a segment with SYN set (a new connection) returns 0 (dropped), any other
+# returns the whole length (kept): "ldb [13]; jset #SYN, 0, 1; ret #0; ret #-1"
+_DROP_SYN = ctypes.create_string_buffer(
+    struct.pack("HBBI" * 4, 0x30, 0, 0, 13, 0x45, 0, 1, 0x02, 0x06, 0, 0, 0, 0x06, 0, 0, 0xFFFFFFFF)
+)
+_NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY = 4, 20  # <linux/netlink.h>, <linux/sock_diag.h>
+_NLM_F_REQUEST, _NLM_F_DUMP, _NLMSG_ERROR, _NLMSG_DONE = 0x1, 0x300, 2, 3
+_SYN_RECV = (1 << 3) | (1 << 12)  # TCPF_SYN_RECV | TCPF_NEW_SYN_RECV: a SYN answered, no ACK yet
+
+Port = tuple[int, int]  # (address family, TCP port) of a listener
 
 
 def bind(addresses: list[str], backlog: int) -> list[socket.socket]:
@@ -38,21 +47,68 @@ def owned(addresses: list[str], listeners: list[socket.socket]) -> list[socket.s
 
 
 def seal(sock: socket.socket) -> bool:
-    """Drop every packet a listener gets from now on (a classic BPF "return 0" filter).
+    """Take no new connection on a listener from now on, keeping those already queued.
 
     At a graceful stop the workers take the backlog and close; a connection queued between the
-    last ``accept()`` and the last ``close()`` would be reset, its request sent and lost. Sealed,
-    a new SYN (and the last ACK of a half-done handshake) is dropped, so what is queued is all
-    there will be. A client whose SYN was dropped retries and then sees "connection refused",
-    which, unlike a reset, tells it nothing was served. The filter is on the socket, shared by
-    every process holding it; only for listeners we own (a systemd socket outlives us).
+    last ``accept()`` and the last ``close()`` would be reset, its request sent and lost. A sealed
+    TCP listener drops every SYN (a classic BPF filter) but still lets a handshake already under
+    way complete (see :func:`handshakes_in_flight`); a client whose SYN was dropped retries and
+    then sees "connection refused", which, unlike a reset, tells it nothing was served. A unix
+    listener is shut for reading: a new ``connect()`` is refused at once. Both act on the socket,
+    shared by every process holding it: only for listeners we own (a systemd socket outlives us).
     """
-    prog = struct.pack("@HP", 1, ctypes.addressof(_DROP_ALL))
     try:
-        sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, prog)
+        if sock.family == socket.AF_UNIX:
+            sock.shutdown(socket.SHUT_RD)
+        else:
+            prog = struct.pack("@HP", 4, ctypes.addressof(_DROP_SYN))
+            sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, prog)
     except OSError:
         return False
     return True
+
+
+def tcp_ports(listeners: list[socket.socket]) -> list[Port]:
+    inet = (socket.AF_INET, socket.AF_INET6)
+    return [(sock.family, sock.getsockname()[1]) for sock in listeners if sock.family in inet]
+
+
+def handshakes_in_flight(ports: list[Port]) -> int:
+    """Handshakes on these ports whose SYN was answered and whose last ACK has not arrived (the
+    kernel's request sockets, read with sock_diag as ``ss state syn-recv`` does). Once a sealed
+    listener has none, nothing can join its queue after the workers' last ``accept()``. 0 when
+    the kernel will not say (a process without netlink)."""
+    count = 0
+    for family in sorted({family for family, _ in ports}):
+        try:
+            count += sum(1 for port in _syn_recv_ports(family) if (family, port) in ports)
+        except OSError:
+            pass
+    return count
+
+
+def _syn_recv_ports(family: int) -> list[int]:
+    """The local port of each TCP socket of `family` in SYN-RECV (struct inet_diag_req_v2)."""
+    request = struct.pack("=BBBxI", family, socket.IPPROTO_TCP, 0, _SYN_RECV) + bytes(48)
+    flags = _NLM_F_REQUEST | _NLM_F_DUMP
+    header = struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, flags, 1, 0)
+    ports: list[int] = []
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as nl:
+        nl.settimeout(1.0)
+        nl.send(header + request)
+        while True:
+            data = nl.recv(1 << 16)
+            at = 0
+            while at + 16 <= len(data):
+                length, kind = struct.unpack_from("=IH", data, at)
+                if kind == _NLMSG_DONE:
+                    return ports
+                if kind == _NLMSG_ERROR or length < 16:
+                    raise OSError("sock_diag refused the request")
+                ports.append(struct.unpack_from("!H", data, at + 20)[0])  # inet_diag_msg.id.sport
+                at += (length + 3) & ~3
+            if not data:
+                return ports
 
 
 def activated(fds: list[tuple[int, str]], backlog: int) -> list[socket.socket]:

@@ -31,7 +31,16 @@ from refork.process.context import ProcessContext, set_title
 from refork.process.control import ControlServer
 from refork.process.forking import MONITOR_SIGNALS, make_subreaper, reset_signals_in_child, run_child
 from refork.process.listen_queue import listen_queue
-from refork.process.listeners import activated, bind, describe, owned, seal
+from refork.process.listeners import (
+    Port,
+    activated,
+    bind,
+    describe,
+    handshakes_in_flight,
+    owned,
+    seal,
+    tcp_ports,
+)
 from refork.process.metrics import ListenerSample, Snapshot, Totals, WorkerSample, render
 from refork.process.metrics_server import MetricsServer
 from refork.process.pidfile import remove_pidfile, write_pidfile
@@ -43,6 +52,7 @@ from refork.serving.tls import check as check_tls
 
 log = logging.getLogger("refork")
 TICK = 0.25  # the longest the loop sleeps, seconds
+HANDSHAKES_WAIT = 0.03  # at a graceful stop, the longest the loop waits at once for handshakes to land
 STATUS_FRESHNESS = 1.0  # `refork status` re-reads memory samples older than this
 
 SIGNAL_EVENTS: dict[int, ev.Event] = {
@@ -65,6 +75,7 @@ class Monitor:
         self.notifier: systemd.Notifier | None = None  # Type=notify: $NOTIFY_SOCKET
         self.unix_paths: list[str] = []  # unix listeners to unlink at exit
         self.owned_listeners: list[socket.socket] = []  # bound by us: sealed at a graceful stop
+        self.sealed_ports: list[Port] = []  # their TCP ports, once sealed
         self.metrics: MetricsServer | None = None  # --metrics-bind
         self.totals = Totals(len(config.metrics_buckets))  # the counts of exited workers (metrics)
 
@@ -268,13 +279,23 @@ class Monitor:
         elif isinstance(action, ev.Announce):
             self._announce(action.milestone)
         elif isinstance(action, ev.CloseListeners):
-            for sock in self.owned_listeners:
-                seal(sock)  # no connection can queue after the workers' last accept()
+            self.sealed_ports = tcp_ports([sock for sock in self.owned_listeners if seal(sock)])
             for sock in self.ctx.listeners:
                 sock.close()  # workers take the backlog; the last to close is one of them
+            return ev.HandshakesCounted(self._settled_handshakes())
+        elif isinstance(action, ev.CountHandshakes):
+            return ev.HandshakesCounted(handshakes_in_flight(self.sealed_ports))
         elif isinstance(action, ev.Exit):
             self.exit_code = action.code
         return None  # Refused is an answer for the caller of feed()
+
+    def _settled_handshakes(self) -> int:
+        """Handshakes under way on the sealed listeners after a short wait: one on loopback or a
+        LAN lands within milliseconds; a later one is counted again each tick."""
+        until = time.monotonic() + HANDSHAKES_WAIT
+        while (pending := handshakes_in_flight(self.sealed_ports)) and time.monotonic() < until:
+            time.sleep(0.002)
+        return pending
 
     def _announce(self, milestone: str) -> None:
         """A milestone: the shared readiness page for health checks, and systemd if it listens."""

@@ -28,6 +28,7 @@ from refork.process.supervisor.events import (
     Event,
     FilesChanged,
     ForkMold,
+    HandshakesCounted,
     Log,
     MemorySampled,
     MoldForked,
@@ -87,6 +88,7 @@ class Supervisor(Phases):
         self.ready = False  # --ready-when was met (announced once)
         self.reloading = False  # RELOADING was announced; READY follows when no new mold is pending
         self.delay_until: float | None = None  # a TERM's --shutdown-delay runs until then
+        self.handshakes_until = 0.0  # while set, a graceful stop waits for handshakes under way
         self.workers_stop_at = 0.0  # a graceful stop stops workers once molds are gone, or from then
         self._actions: list[Action] = []
         self.restarts: dict[str, int] = {}  # workers replaced, by cause (the metrics)
@@ -143,6 +145,8 @@ class Supervisor(Phases):
             self._set_worker_count(event.count)
         elif isinstance(event, MemorySampled):
             self._memory_sampled(event.readings, event.check_limit)
+        elif isinstance(event, HandshakesCounted):
+            self._handshakes_counted(event.pending)
         elif isinstance(event, Boot):
             self._spawn_mold(self.generation)
         else:

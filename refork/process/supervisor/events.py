@@ -124,6 +124,13 @@ class MemorySampled:
     check_limit: bool = True
 
 
+@dataclass(frozen=True)
+class HandshakesCounted:
+    """TCP handshakes still under way on the sealed listeners (see CloseListeners)."""
+
+    pending: int
+
+
 Report = (
     messages.Spawned
     | messages.Ready
@@ -147,6 +154,7 @@ Event = (
     | ReopenLogsRequested
     | SetWorkerCount
     | MemorySampled
+    | HandshakesCounted
 )
 
 
@@ -257,8 +265,14 @@ class Announce:
 
 @dataclass(frozen=True)
 class CloseListeners:
-    """A graceful stop begins: the monitor closes its copies of the listening sockets, so the
-    last process to hold them is a worker that takes the backlog first (nothing queued is reset)."""
+    """A graceful stop begins: the monitor seals the listeners it bound (no new connection) and
+    closes its copies, so the last process to hold them is a worker that takes the backlog first
+    (nothing queued is reset). Answered with HandshakesCounted: workers stop once it is 0."""
+
+
+@dataclass(frozen=True)
+class CountHandshakes:
+    """Count again the handshakes under way on the sealed listeners; answer HandshakesCounted."""
 
 
 @dataclass(frozen=True)
@@ -284,5 +298,6 @@ Action = (
     | Refused
     | Announce
     | CloseListeners
+    | CountHandshakes
     | Exit
 )

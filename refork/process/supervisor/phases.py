@@ -2,9 +2,10 @@
 
 Mixed into :class:`refork.process.supervisor.core.Supervisor` (split out by concern; the same pure
 transitions: no clock, no OS call). A graceful stop runs in phases: ``--shutdown-delay`` (serving,
-readiness off), then the monitor closes its listeners and the molds stop first, then the workers
-(they take the listen backlog as they stop accepting), then what outlives ``--graceful-timeout``
-is killed. docs/deploy.md tells the user's side.
+readiness off), then the monitor seals and closes its listeners and the molds stop first, then
+(once the handshakes under way have landed in the backlog) the workers, which take the backlog as
+they stop accepting, then what outlives ``--graceful-timeout`` is killed. docs/deploy.md tells the
+user's side.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from refork.process.supervisor.events import (
     Action,
     Announce,
     CloseListeners,
+    CountHandshakes,
     Exit,
     Milestone,
     Send,
@@ -27,6 +29,7 @@ from refork.process.supervisor.roster import Child, Roster
 FAST_STOP_TIMEOUT = 1.0  # a fast stop SIGKILLs what is left after this
 KILL_RETRY = 5.0  # after the stop deadline's SIGKILLs, how long before trying again
 MOLDS_FIRST = 1.0  # a graceful stop waits this long at most for molds to exit before stopping workers
+HANDSHAKES_FIRST = 1.0  # and this long at most for handshakes under way on the sealed listeners
 
 
 class Phases:
@@ -45,6 +48,7 @@ class Phases:
     stop_deadline: float
     delay_until: float | None
     workers_stop_at: float
+    handshakes_until: float
     exit_code: int
     finished: bool
 
@@ -99,26 +103,34 @@ class Phases:
         self.workers_stop_at = self.now + MOLDS_FIRST
         self._log(INFO, "%s stop: %d process(es) to stop", mode, len(self.roster.children()))
         if graceful:
+            self.handshakes_until = self.now + HANDSHAKES_FIRST
             self._emit(CloseListeners())
             self._stop_children()
         else:
             for child in self.roster.children():
                 self._stop_child(child, graceful=False)
 
+    def _handshakes_counted(self, pending: int) -> None:
+        if self.handshakes_until and not pending:
+            self.handshakes_until = 0.0
+            self._stop_children()
+
     def _stop_children(self) -> None:
-        """Stop whatever is not stopping yet. Gracefully (with a subreaper) molds go first: a
-        worker stops accepting only once no mold holds the listeners, or after MOLDS_FIRST, and
-        then takes the backlog, so no connection queued in the kernel is reset when it exits."""
+        """Stop whatever is not stopping yet. Gracefully, workers go last: they stop accepting
+        only once the handshakes under way on the sealed listeners have reached the backlog (or
+        after HANDSHAKES_FIRST) and (with a subreaper) no mold holds the listeners (or after
+        MOLDS_FIRST), then take the backlog, so no connection queued in the kernel is reset."""
         graceful = self.stopping == "graceful"
         children = self.roster.children()
+        if self.handshakes_until and self.now >= self.handshakes_until:
+            self._log(INFO, "handshakes still under way after %gs; stopping the workers", HANDSHAKES_FIRST)
+            self.handshakes_until = 0.0
         molds_first = (
-            graceful
-            and self.subreaper
-            and self.now < self.workers_stop_at
-            and any(c.role == "mold" for c in children)
+            self.subreaper and self.now < self.workers_stop_at and any(c.role == "mold" for c in children)
         )
+        workers_wait = graceful and (bool(self.handshakes_until) or molds_first)
         for child in children:
-            if not child.stopping and not (molds_first and child.role == "worker"):
+            if not child.stopping and not (workers_wait and child.role == "worker"):
                 self._stop_child(child, graceful=graceful)
 
     def _stop_child(self, child: Child, graceful: bool) -> None:
@@ -130,6 +142,8 @@ class Phases:
 
     def _stop_step(self) -> None:
         """While stopping: stop latecomers, kill what outlives the deadline, Exit once all are gone."""
+        if self.handshakes_until and self.now < self.handshakes_until:
+            self._emit(CountHandshakes())
         self._stop_children()
         if not self.roster.children():
             if not self.finished:
