@@ -235,6 +235,7 @@ class SlowHolders:
         self.lock = threading.Lock()
         self.done = self.failed = 0
         self.samples: list[str] = []
+        self.seconds: list[float] = []  # how long each answered /slow took (3 s in the app)
         self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(count)]
 
     def _run(self) -> None:
@@ -243,6 +244,7 @@ class SlowHolders:
             try:
                 if conn is None:
                     conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+                began = time.monotonic()
                 conn.request("GET", "/slow")
                 resp = conn.getresponse()
                 resp.read()
@@ -259,6 +261,7 @@ class SlowHolders:
             with self.lock:
                 if ok:
                     self.done += 1
+                    self.seconds.append(time.monotonic() - began)
                 else:
                     self.failed += 1
                     if len(self.samples) < 5:
@@ -299,6 +302,8 @@ def servers(
     specs = [
         ("refork-native", [*refork, "--wsgi-loop", "native", APP]),
         ("refork-python", [*refork, "--wsgi-loop", "python", APP]),
+        # a GIL switch interval of 20 ms in place of Python's 5 ms (docs/native.md: the trade-off)
+        ("refork-native-20ms", [*refork, "--wsgi-loop", "native", "--switch-interval", "0.02", APP]),
         (
             "granian-wsgi",
             [
@@ -366,6 +371,7 @@ def bench_one(server: Server, pg: Postgres, duration: float, connections: int, s
         slow_done=holders.done,
         slow_failed=holders.failed,
         slow_samples=holders.samples,
+        slow_s=median(holders.seconds) if holders.seconds else None,
         processes=len(cost.pids),
     )
     return finish(server, res, grace=15)
@@ -377,7 +383,8 @@ def describe(res: dict) -> str:
         f"{res['rps']:.0f} req/s, p50/p90/p99 {fmt(res['p50_ms'], '.0f')}/"
         f"{fmt(res['p90_ms'], '.0f')}/"
         f"{fmt(res['p99_ms'], '.0f')} ms, errors {res['errors']}+{res['non2xx']} non-2xx, "
-        f"slow {res['slow_done']} ok {res['slow_failed']} failed, "
+        f"slow {res['slow_done']} ok {res['slow_failed']} failed "
+        f"({fmt(res.get('slow_s'), '.2f')} s median), "
         f"cpu {res['user_us']:.0f}+{res['sys_us']:.0f} us/req, "
         f"cswitch {fmt(res.get('cswitch_per_req'), '.1f')}/req, pg {res['pg_backends']}"
     )
@@ -393,6 +400,7 @@ def medians(rs: list[dict]) -> dict:
         "errors": sum(r["errors"] + r["non2xx"] for r in rs),
         "slow_done": sum(r["slow_done"] for r in rs),
         "slow_failed": sum(r["slow_failed"] for r in rs),
+        "slow_s": median([r["slow_s"] for r in rs if r.get("slow_s") is not None]),
         "cswitch_per_req": median([r.get("cswitch_per_req") for r in rs]),
         "syscalls_per_req": median([r.get("syscalls_per_req") for r in rs]),
         "pg_backends": max(r["pg_backends"] for r in rs),
@@ -462,7 +470,7 @@ def main() -> None:
     rows = []
     for name, s in summary.items():
         if "error" in s:
-            rows.append([name] + ["-"] * 12 + [s["error"]])
+            rows.append([name] + ["-"] * 13 + [s["error"]])
             continue
         rows.append(
             [
@@ -474,6 +482,7 @@ def main() -> None:
                 fmt(s["p99_ms"], ".0f"),
                 str(s["errors"]),
                 f"{s['slow_done']}/{s['slow_failed']}",
+                fmt(s["slow_s"], ".2f"),
                 f"{s['user_us']:.0f}+{s['sys_us']:.0f}",
                 fmt(s["syscalls_per_req"], ".1f"),
                 fmt(s["cswitch_per_req"], ".1f"),
@@ -492,6 +501,7 @@ def main() -> None:
             "p99 ms",
             "errors",
             "slow ok/failed",
+            "slow s (median)",
             "cpu us/req (u+s)",
             "syscalls/req",
             "cswitch/req",

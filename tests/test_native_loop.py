@@ -316,6 +316,33 @@ def test_native_serves_and_starts_no_thread(start_server, threads: int) -> None:
         assert _tasks(mold) == 1
 
 
+@pytest.mark.parametrize(
+    ("args", "interval", "logged"),
+    [
+        (["--threads", "4"], 0.005, "(parser, 4 app threads)"),  # the interpreter's
+        (["--threads", "4", "--switch-interval", "0.02"], 0.02, "4 app threads; GIL switch interval 20 ms)"),
+        (["--threads", "1", "--switch-interval", "0.1", "--wsgi-loop", "python"], 0.1, "python (GIL switch"),
+    ],
+)
+def test_switch_interval(start_server, args: list[str], interval: float, logged: str) -> None:
+    server = start_server(*args, workers=1)
+    status, body = server.get("/switch")
+    assert status == 200 and float(body) == pytest.approx(interval)
+    assert logged in server.log()
+    status, _ = server.get("/")
+    assert status == 200
+
+
+def test_a_bad_switch_interval_is_one_line(tmp_path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "refork", "--switch-interval", "0", "apps.procs:app"],
+        capture_output=True, text=True, cwd=ROOT / "tests", timeout=30,
+    )  # fmt: skip
+    assert run.returncode == 2
+    expected = '--switch-interval must be a number of seconds > 0 or "default", got "0"'
+    assert run.stderr.strip().splitlines()[-1].endswith(expected)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_promote_under_load_then_serve_from_the_new_generation(start_server, threads: int) -> None:
     """One app thread: the engine (its connections are the parent's after the fork); two: the

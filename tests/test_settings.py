@@ -33,6 +33,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "forwarded_allow_ips": ("10.0.0.0/8", ["10.0.0.0/8"]),
     "workers": ("3", 3),
     "threads": ("4", 4),
+    "switch_interval": ("0.02", 0.02),
     "timeout": ("7.5", 7.5),
     "graceful_timeout": ("8", 8.0),
     "keepalive": ("2", 2.0),

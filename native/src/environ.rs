@@ -74,8 +74,11 @@ pub struct Environ {
     server_name: Py<PyString>,
     server_port: Py<PyString>,
     names: Mutex<HashMap<Vec<u8>, Option<Py<PyString>>>>,
-    hosts: Mutex<HashMap<Vec<u8>, (Py<PyString>, Py<PyString>)>>,
+    hosts: Mutex<HashMap<Vec<u8>, NameAndPort>>,
 }
+
+/// SERVER_NAME and SERVER_PORT of one Host header value.
+type NameAndPort = (Py<PyString>, Py<PyString>);
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -257,28 +260,26 @@ impl Environ {
                 };
                 (self.server_name.bind(py).clone(), port)
             }
-            Some(h) => match {
-                // (a statement of its own: the guard is dropped before the arms run)
+            Some(h) => {
+                // (a statement of its own: the guard is dropped before the match)
                 let hit = locked(&self.hosts).get(h).map(|(n, p)| (n.clone_ref(py), p.clone_ref(py)));
-                hit
-            } {
-                Some((n, p)) => (n.into_bound(py), p.into_bound(py)),
-                None => {
-                    let default: &[u8] = if self.scheme == b"https" || self.scheme == b"wss" { b"443" } else { b"80" };
-                    let (n, p) = split_host(h, default);
-                    let (n, p) = (latin1(py, n), latin1(py, p));
-                    let mut hosts = locked(&self.hosts);
-                    if hosts.len() < 256 {
-                        hosts.insert(h.to_vec(), (n.clone().unbind(), p.clone().unbind()));
+                match hit {
+                    Some((n, p)) => (n.into_bound(py), p.into_bound(py)),
+                    None => {
+                        let default: &[u8] = if self.scheme == b"https" || self.scheme == b"wss" { b"443" } else { b"80" };
+                        let (n, p) = split_host(h, default);
+                        let (n, p) = (latin1(py, n), latin1(py, p));
+                        let mut hosts = locked(&self.hosts);
+                        if hosts.len() < 256 {
+                            hosts.insert(h.to_vec(), (n.clone().unbind(), p.clone().unbind()));
+                        }
+                        (n, p)
                     }
-                    (n, p)
                 }
-            },
+            }
         };
         env.set_item(pyo3::intern!(py, "SERVER_NAME"), name)?;
         env.set_item(pyo3::intern!(py, "SERVER_PORT"), port)?;
         Ok(env)
     }
 }
-
-

@@ -302,6 +302,15 @@ def auto_or_positive_int(value: Any, where: str) -> int | None:
     return integer(1, 'a positive integer or "auto"')(value, where)
 
 
+def default_or_positive_seconds(value: Any, where: str) -> float | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "default")):
+        return None
+    seconds = _seconds(value)
+    if seconds is None or not seconds > 0:
+        raise ConfigError(f'{where} must be a number of seconds > 0 or "default", got {got(value)}')
+    return seconds
+
+
 def fork_integrations(value: Any, where: str) -> list[str]:
     """Names of built-in fork integrations: a list, "all" or "none"."""
     names = list_of(string)(value, where)

@@ -113,6 +113,20 @@ class ServerSettings:
         doc="WSGI threads per worker (1 = the app runs on the I/O loop thread)",
         group="server",
     )
+    switch_interval: float | None = setting(
+        None,
+        "--switch-interval",
+        coerce=c.default_or_positive_seconds,
+        metavar="S",
+        help="sys.setswitchinterval in each WSGI worker (try 0.02 for CPU-heavy pools)",
+        doc="`sys.setswitchinterval` in each WSGI worker: how long a thread that wants the GIL waits "
+        "before it forces the running one to let go. With `--threads` > 1 a longer interval (0.02) "
+        "means fewer forced hand-offs between app threads and more requests a second, and longer "
+        "waits for a thread that wakes from I/O (docs/native.md: measured both ways); `default` "
+        "keeps the interpreter's (0.005, or what the app set at import)",
+        shown_default="default",
+        group="server",
+    )
     timeout: float = setting(
         30.0,
         "--timeout",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import sys
 from typing import Any
 
 from refork.config import Config
@@ -20,6 +21,7 @@ from refork.serving.contract import WorkerControl
 __all__ = ["WorkerControl", "check_wsgi_loop", "serve", "wsgi_loop"]
 
 log = logging.getLogger("refork")
+PYTHON_SWITCH_INTERVAL = 0.005  # the interpreter's default
 
 
 def serve(
@@ -33,7 +35,10 @@ def serve(
         from refork.serving.aio import serve_asgi
 
         serve_asgi(listeners, app, config, control)
-    elif wsgi_loop(config) == "native":
+        return
+    if config.switch_interval is not None:
+        sys.setswitchinterval(config.switch_interval)  # this worker process only (forked from the mold)
+    if wsgi_loop(config) == "native":
         control.ready_for_requests()  # no start-up work in the loop (the app was loaded and warmed)
         if int(config.threads) <= 1:  # the engine: the whole request path native
             from refork.serving.native_engine import serve_wsgi_engine
@@ -57,10 +62,15 @@ def wsgi_loop(config: Config) -> str:
 
     setting = str(config.wsgi_loop)
     loop = choose(setting)
-    how = "engine" if int(config.threads) <= 1 else f"parser, {int(config.threads)} app threads"
-    log.info("WSGI loop: %s%s%s", loop, f" ({how})" if loop == "native" else "",
+    detail = []
+    if loop == "native":
+        detail.append("engine" if int(config.threads) <= 1 else f"parser, {int(config.threads)} app threads")
+    if sys.getswitchinterval() != PYTHON_SWITCH_INTERVAL:
+        detail.append(f"GIL switch interval {sys.getswitchinterval() * 1000:g} ms")
+    log.info("WSGI loop: %s%s%s", loop, f" ({'; '.join(detail)})" if detail else "",
              " [auto]" if setting == "auto" else "")  # fmt: skip
     return loop
+
 
 
 def check_wsgi_loop(config: Config) -> None:

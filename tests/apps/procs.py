@@ -1,6 +1,7 @@
 """Apps for process-model tests: report the serving pid, hang, crash, grow, count, mark fork-unsafe."""
 
 import os
+import sys
 import time
 
 import refork
@@ -26,6 +27,8 @@ def app(environ, start_response):
         global _counted
         _counted += 1
         body = str(_counted).encode()
+    elif path == "/switch":  # the worker's GIL switch interval (--switch-interval)
+        body = repr(sys.getswitchinterval()).encode()
     elif path == "/unsafe":
         refork.mark_fork_unsafe("opened a connection at request time")
         body = b"marked"
