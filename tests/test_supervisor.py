@@ -571,6 +571,20 @@ def test_workers_stop_after_a_second_if_handshakes_do_not_land():
     assert "handshakes still under way after 1s; stopping the workers" in logged(actions)
 
 
+def test_a_fast_stop_does_not_wait_for_handshakes():
+    from refork.process.supervisor.events import CountHandshakes
+
+    sim = Sim(workers=1, subreaper=False)
+    mold, (w0,) = sim.up()
+    sim.handshakes = 1
+    sim.handle(StopRequested("graceful"))
+    actions = sim.handle(StopRequested("fast"), after=0.1)
+    stops = {(s.pid, s.message.graceful) for s in sends(actions, messages.Stop)}
+    assert stops == {(mold, False), (w0, False)}
+    actions = sim.tick(after=1.0)
+    assert of(actions, CountHandshakes) == [] and "handshakes" not in logged(actions)
+
+
 def test_without_a_subreaper_workers_stop_with_the_mold():
     sim = Sim(workers=1, subreaper=False)
     mold, (w0,) = sim.up()

@@ -107,6 +107,7 @@ class Phases:
             self._emit(CloseListeners())
             self._stop_children()
         else:
+            self.handshakes_until = 0.0  # nothing waits for the backlog any more
             for child in self.roster.children():
                 self._stop_child(child, graceful=False)
 
