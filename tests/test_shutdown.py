@@ -120,40 +120,23 @@ def test_a_second_term_during_the_delay_stops_at_once(start_server):
     assert "graceful stop requested during --shutdown-delay: stopping now" in server.log()
 
 
-def test_a_sealed_listener_keeps_its_queue_and_takes_no_new_connection():
+@pytest.mark.parametrize("kind", ["tcp", "unix"])
+def test_a_sealed_listener_keeps_its_queue_and_takes_no_new_connection(tmp_path, kind):
     """What the monitor does to the listeners it bound at a graceful stop: the queued connection
-    (its request already sent) is still accepted; a new one never completes its handshake."""
+    (its request already sent) is still accepted; a new one is not: its SYN is dropped (TCP: the
+    client would retry, then be refused) or it is refused at once (unix)."""
     from refork.process.listeners import bind, seal
 
-    [listener] = bind(["127.0.0.1:0"], 16)
-    address = listener.getsockname()
-    queued = socket.create_connection(address)
+    [listener] = bind(["127.0.0.1:0" if kind == "tcp" else f"unix:{tmp_path}/s"], 16)
+    family = listener.family
+    queued = socket.socket(family)
+    queued.connect(listener.getsockname())
     queued.sendall(b"GET / HTTP/1.1\r\n\r\n")
     assert seal(listener)
-    late = socket.socket()
+    late = socket.socket(family)
     late.settimeout(0.3)
-    with pytest.raises(TimeoutError):  # the SYN was dropped (the client would retry, then be refused)
-        late.connect(address)
-    conn, _ = listener.accept()
-    assert conn.recv(100) == b"GET / HTTP/1.1\r\n\r\n"
-    with pytest.raises(BlockingIOError):
-        listener.accept()
-    for sock in (conn, queued, late, listener):
-        sock.close()
-
-
-def test_a_sealed_unix_listener_keeps_its_queue_and_refuses_new_connections(tmp_path):
-    from refork.process.listeners import bind, seal
-
-    path = str(tmp_path / "s.sock")
-    [listener] = bind([f"unix:{path}"], 16)
-    queued = socket.socket(socket.AF_UNIX)
-    queued.connect(path)
-    queued.sendall(b"GET / HTTP/1.1\r\n\r\n")
-    assert seal(listener)
-    late = socket.socket(socket.AF_UNIX)
-    with pytest.raises(ConnectionRefusedError):
-        late.connect(path)
+    with pytest.raises(TimeoutError if kind == "tcp" else ConnectionRefusedError):
+        late.connect(listener.getsockname())
     conn, _ = listener.accept()
     assert conn.recv(100) == b"GET / HTTP/1.1\r\n\r\n"
     with pytest.raises(BlockingIOError):
