@@ -333,7 +333,7 @@ def test_switch_interval(start_server, args: list[str], interval: float, logged:
     assert status == 200
 
 
-def test_a_bad_switch_interval_is_one_line(tmp_path) -> None:
+def test_a_bad_switch_interval_is_one_line() -> None:
     run = subprocess.run(
         [sys.executable, "-m", "refork", "--switch-interval", "0", "apps.procs:app"],
         capture_output=True, text=True, cwd=ROOT / "tests", timeout=30,

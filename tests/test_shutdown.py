@@ -152,8 +152,9 @@ _ONLY_SYN = struct.pack("HBBI" * 4, 0x30, 0, 0, 13, 0x45, 0, 1, 0x02, 0x06, 0, 0
 
 
 def _hold_handshakes(listener: socket.socket) -> None:
-    program = ctypes.create_string_buffer(_ONLY_SYN)
-    listener.setsockopt(socket.SOL_SOCKET, 26, struct.pack("@HP", 4, ctypes.addressof(program)))
+    from refork.process.listeners import attach_filter
+
+    attach_filter(listener, _ONLY_SYN)
 
 
 def _listener_of(pid: int, port: int) -> socket.socket:

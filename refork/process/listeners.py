@@ -17,9 +17,7 @@ from refork.errors import ConfigError
 _SO_ATTACH_FILTER = 26  # <asm-generic/socket.h>; the socket module does not export it
 # cBPF on the TCP header: a segment with SYN set (a new connection) returns 0 (dropped), any other
 # returns the whole length (kept): "ldb [13]; jset #SYN, 0, 1; ret #0; ret #-1"
-_DROP_SYN = ctypes.create_string_buffer(
-    struct.pack("HBBI" * 4, 0x30, 0, 0, 13, 0x45, 0, 1, 0x02, 0x06, 0, 0, 0, 0x06, 0, 0, 0xFFFFFFFF)
-)
+_DROP_SYN = struct.pack("HBBI" * 4, 0x30, 0, 0, 13, 0x45, 0, 1, 0x02, 0x06, 0, 0, 0, 0x06, 0, 0, 0xFFFFFFFF)
 _NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY = 4, 20  # <linux/netlink.h>, <linux/sock_diag.h>
 _NLM_F_REQUEST, _NLM_F_DUMP, _NLMSG_ERROR, _NLMSG_DONE = 0x1, 0x300, 2, 3
 _SYN_RECV = (1 << 3) | (1 << 12)  # TCPF_SYN_RECV | TCPF_NEW_SYN_RECV: a SYN answered, no ACK yet
@@ -61,11 +59,18 @@ def seal(sock: socket.socket) -> bool:
         if sock.family == socket.AF_UNIX:
             sock.shutdown(socket.SHUT_RD)
         else:
-            prog = struct.pack("@HP", 4, ctypes.addressof(_DROP_SYN))
-            sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, prog)
+            attach_filter(sock, _DROP_SYN)
     except OSError:
         return False
     return True
+
+
+def attach_filter(sock: socket.socket, program: bytes) -> None:
+    """Attach a classic BPF program (struct sock_filter instructions, 8 bytes each) to a socket
+    (the kernel copies it: the buffer need not outlive the call)."""
+    code = ctypes.create_string_buffer(program, len(program))
+    fprog = struct.pack("@HP", len(program) // 8, ctypes.addressof(code))  # struct sock_fprog
+    sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
 
 
 def tcp_ports(listeners: list[socket.socket]) -> list[Port]:

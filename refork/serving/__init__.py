@@ -65,12 +65,11 @@ def wsgi_loop(config: Config) -> str:
     detail = []
     if loop == "native":
         detail.append("engine" if int(config.threads) <= 1 else f"parser, {int(config.threads)} app threads")
-    if sys.getswitchinterval() != PYTHON_SWITCH_INTERVAL:
-        detail.append(f"GIL switch interval {sys.getswitchinterval() * 1000:g} ms")
+    if (interval := sys.getswitchinterval()) != PYTHON_SWITCH_INTERVAL:
+        detail.append(f"GIL switch interval {interval * 1000:g} ms")
     log.info("WSGI loop: %s%s%s", loop, f" ({'; '.join(detail)})" if detail else "",
              " [auto]" if setting == "auto" else "")  # fmt: skip
     return loop
-
 
 
 def check_wsgi_loop(config: Config) -> None:
