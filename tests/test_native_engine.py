@@ -1,13 +1,15 @@
-"""The native engine (refork._native.Engine, `--wsgi-loop native` with one app thread): what is
-specific to it, over real sockets against a real server.
+"""The native engines (`--wsgi-loop native`): refork._native.Engine with one app thread, and
+PoolEngine with a pool of them (`--threads 4` here); what is specific to them, over real sockets
+against a real server.
 
-The engine serves the common request shape itself and hands everything else to the Python loop,
+Each engine serves the common request shape itself and hands everything else to the Python loop,
 from the first byte of the message (a request) or mid-response (a response that is not a list
 body). These tests cross that line on one connection, in both directions, and check what only
-the engine does: a list response the client does not read waits in the engine's buffer (other
+the engines do: a list response the client does not read waits in the engine's buffer (other
 clients are served meanwhile, pipelined requests wait behind it, the write timeout cuts it).
-The rest of its contract is the Python loop's, checked by the WSGI, HTTP and process suites that
-run on both loops.
+What only the pool engine does (its I/O thread needs no app thread and no GIL) is at the end.
+The rest of their contract is the Python loop's, checked by the WSGI, HTTP and process suites
+that run on both loops.
 """
 
 from __future__ import annotations
@@ -63,11 +65,19 @@ def get(path: str, extra: str = "") -> bytes:
     return f"GET {path} HTTP/1.1\r\nHost: t\r\n{extra}\r\n".encode()
 
 
-@pytest.fixture
-def engine(start_server):
-    server = start_server("--wsgi-loop", "native", "--threads", "1", app=APP, workers=1)
-    assert "WSGI loop: native (engine)" in server.log()
+ENGINES = pytest.mark.parametrize("threads", [1, 4], ids=["engine", "pool"])
+
+
+def native(start_server: Any, threads: int, *args: str) -> Any:
+    """A server whose worker runs the engine (threads 1) or the pool engine."""
+    server = start_server("--wsgi-loop", "native", "--threads", str(threads), *args, app=APP, workers=1)
+    assert f"WSGI loop: native (engine{f', {threads} app threads' if threads > 1 else ''})" in server.log()
     return server
+
+
+@pytest.fixture(params=[1, 4], ids=["engine", "pool"])
+def engine(start_server, request):
+    return native(start_server, request.param)
 
 
 def test_one_connection_crosses_between_the_engine_and_the_python_loop(engine) -> None:
@@ -135,16 +145,17 @@ def test_a_client_that_does_not_read_costs_only_its_own_connection(engine) -> No
     assert got[100][:2] == (200, b"GET /last? -")
 
 
-def test_the_write_timeout_cuts_a_client_that_stopped_reading(start_server) -> None:
-    server = start_server(
-        "--wsgi-loop", "native", "--threads", "1", "--write-timeout", "1", app=APP, workers=1
-    )
+@ENGINES
+def test_the_write_timeout_cuts_a_client_that_stopped_reading(start_server, threads: int) -> None:
+    server = native(start_server, threads, "--write-timeout", "1")
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", server.port))
     try:
         sock.sendall(get("/big?60000") * 200)  # more than the kernel buffers hold
         server.wait_for(lambda: "write timeout" in server.log(), timeout=10, what="the write timeout")
+        line = next(line for line in server.log().splitlines() if "write timeout" in line)
+        assert "WARNING" in line and "stopped reading GET /big?60000 for 1.0 s" in line
         sock.settimeout(10)
         total = 0
         while chunk := sock.recv(1 << 16):  # what was sent before the cut, then EOF
@@ -155,10 +166,9 @@ def test_the_write_timeout_cuts_a_client_that_stopped_reading(start_server) -> N
     assert server.get("/") == (200, b"GET /? -")
 
 
-def test_the_access_log_has_every_request_whichever_loop_served_it(start_server) -> None:
-    server = start_server(
-        "--wsgi-loop", "native", "--threads", "1", "--access-logfile", "-", app=APP, workers=1
-    )
+@ENGINES
+def test_the_access_log_has_every_request_whichever_loop_served_it(start_server, threads: int) -> None:
+    server = native(start_server, threads, "--access-logfile", "-")
     with connect(server.port) as sock:
         sized = b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi"
         sock.sendall(get("/fast") + sized + get("/gen"))
@@ -189,11 +199,12 @@ def _answers(port: int, raw: bytes) -> list[bytes]:
     return [line for line in got.split(b"\r\n") if line.startswith(b"HTTP/1.")]
 
 
-def test_the_engine_answers_the_parser_corpus_as_the_python_loop(start_server) -> None:
+@ENGINES
+def test_the_engine_answers_the_parser_corpus_as_the_python_loop(start_server, threads: int) -> None:
     """Every request of the parser corpus (valid and invalid, tests/fuzz/grammar.py), over a real
     socket: the engine and the Python loop send the same status lines (same rejections, limits and
     status codes: what the engine does not take goes to the Python parser from its first byte)."""
-    engine, python = _pair(start_server)
+    engine, python = _pair(start_server, threads)
     differ = []
     for raw in CORPUS:
         for data in (raw, get("/first") + raw):  # alone, and behind a request the engine serves
@@ -203,14 +214,14 @@ def test_the_engine_answers_the_parser_corpus_as_the_python_loop(start_server) -
     assert not differ, differ[:5]
 
 
-def _pair(start_server: Any) -> tuple[Any, Any]:
-    engine = start_server("--wsgi-loop", "native", "--threads", "1", app=APP, workers=1)
-    python = start_server("--wsgi-loop", "python", "--threads", "1", app=APP, workers=1)
+def _pair(start_server: Any, threads: int) -> tuple[Any, Any]:
+    engine = native(start_server, threads)
+    python = start_server("--wsgi-loop", "python", "--threads", str(threads), app=APP, workers=1)
     return engine, python
 
 
-def _same_answers_to_fuzz(start_server: Any, examples: int) -> None:
-    engine, python = _pair(start_server)
+def _same_answers_to_fuzz(start_server: Any, threads: int, examples: int) -> None:
+    engine, python = _pair(start_server, threads)
 
     @settings(max_examples=examples, deadline=None, derandomize=True)  # the suite stays deterministic
     @given(raw=fuzzed)
@@ -220,12 +231,61 @@ def _same_answers_to_fuzz(start_server: Any, examples: int) -> None:
     check()
 
 
-def test_the_engine_answers_fuzzed_requests_as_the_python_loop(start_server) -> None:
+@ENGINES
+def test_the_engine_answers_fuzzed_requests_as_the_python_loop(start_server, threads: int) -> None:
     """The fuzz grammar's requests and pipelines, mutated (tests/fuzz/grammar.py): the same status
     lines from both loops."""
-    _same_answers_to_fuzz(start_server, 150)
+    _same_answers_to_fuzz(start_server, threads, 150)
 
 
 @pytest.mark.slow
-def test_the_engine_answers_many_fuzzed_requests_as_the_python_loop(start_server) -> None:
-    _same_answers_to_fuzz(start_server, 1000)
+@ENGINES
+def test_the_engine_answers_many_fuzzed_requests_as_the_python_loop(start_server, threads: int) -> None:
+    _same_answers_to_fuzz(start_server, threads, 1000)
+
+
+# What only the pool engine does: its I/O thread needs no app thread and no GIL ----------------
+
+
+def test_clients_that_do_not_read_hold_no_app_thread(start_server) -> None:
+    """More clients than app threads stop reading their responses: the rest of each response waits
+    in the I/O thread (not in a blocked app thread), so every app thread still serves others."""
+    server = native(start_server, 2)
+    stalled = []
+    try:
+        for _ in range(3):
+            slow = socket.socket()
+            slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            slow.connect(("127.0.0.1", server.port))
+            slow.sendall(get("/big?60000") * 100)  # more than the kernel buffers hold
+            stalled.append(slow)
+        time.sleep(0.3)
+        for _ in range(5):  # a blocked app thread would hold these until the write timeout (30 s)
+            with connect(server.port) as sock:
+                sock.settimeout(5)
+                sock.sendall(get("/other"))
+                assert responses(sock, ["GET"])[0][:2] == (200, b"GET /other? -")
+        for slow in stalled:
+            slow.settimeout(10)
+            got = responses(slow, ["GET"] * 100)
+            assert [body for _, body, _ in got] == [b"b" * 60000] * 100
+    finally:
+        for slow in stalled:
+            slow.close()
+
+
+def test_the_io_thread_cuts_a_slow_head_while_an_app_thread_holds_the_gil(start_server) -> None:
+    """A request holds the GIL (a C call) for 4 s; a client that sends half a head meanwhile gets
+    its 408 at the header timeout, before that request is answered: the deadlines need no GIL."""
+    server = native(start_server, 2, "--header-timeout", "1")
+    with connect(server.port) as holding, connect(server.port) as partial:
+        holding.sendall(get("/hold?4"))
+        time.sleep(0.5)
+        partial.sendall(b"GET / HTTP/1.1\r\nHost: t\r\nAccept: te")  # (the common shape so far)
+        partial.settimeout(10)
+        assert partial.recv(1000).startswith(b"HTTP/1.1 408 ")
+        holding.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            holding.recv(1000)  # still holding the GIL
+        holding.settimeout(10)
+        assert responses(holding, ["GET"])[0][:2] == (200, b"held")

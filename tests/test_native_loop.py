@@ -9,8 +9,9 @@ process suites a second time on the other loop (./scripts/test; REFORK_WSGI_LOOP
   places, under the default and tight limits.
 - The extension is built and chosen: `auto` logs which loop runs; `native` without the extension
   is one config error line (exit 2).
-- No thread of the extension anywhere, and a promoted worker's child serves from the new
-  generation under load.
+- The threads of a native worker (the pool engine's I/O thread and the app threads with
+  --threads), none in a mold, and a promoted worker's child serves from the new generation under
+  load (the pool's own behaviour: tests/test_native_pool.py).
 """
 
 from __future__ import annotations
@@ -303,14 +304,19 @@ def _tasks(pid: int) -> int:
     return len(list(Path(f"/proc/{pid}/task").iterdir()))
 
 
+def _threads(threads: int) -> int:
+    """A native worker's threads: the loop's; with a pool, the engine's I/O thread and the app threads."""
+    return 1 if threads == 1 else 2 + threads
+
+
 @pytest.mark.parametrize("threads", [1, 4])
-def test_native_serves_and_starts_no_thread(start_server, threads: int) -> None:
+def test_native_worker_threads_and_none_in_the_mold(start_server, threads: int) -> None:
     server = start_server("--wsgi-loop", "native", "--threads", str(threads), workers=1)
     status, body = server.get("/")
     assert status == 200
-    engine = "engine" if threads == 1 else f"parser, {threads} app threads"
+    engine = "engine" if threads == 1 else f"engine, {threads} app threads"
     assert f"WSGI loop: native ({engine})" in server.log()
-    assert _tasks(int(body.split()[0])) == 1 + (threads if threads > 1 else 0)  # loop + app threads only
+    assert _tasks(int(body.split()[0])) == _threads(threads)
     molds = [p["pid"] for p in server.status()["processes"] if p["role"] == "mold"]
     for mold in molds:
         assert _tasks(mold) == 1
@@ -319,7 +325,7 @@ def test_native_serves_and_starts_no_thread(start_server, threads: int) -> None:
 @pytest.mark.parametrize(
     ("args", "interval", "logged"),
     [
-        (["--threads", "4"], 0.005, "(parser, 4 app threads)"),  # the interpreter's
+        (["--threads", "4"], 0.005, "(engine, 4 app threads)"),  # the interpreter's
         (["--threads", "4", "--switch-interval", "0.02"], 0.02, "4 app threads; GIL switch interval 20 ms)"),
         (["--threads", "1", "--switch-interval", "0.1", "--wsgi-loop", "python"], 0.1, "python (GIL switch"),
     ],
@@ -345,8 +351,8 @@ def test_a_bad_switch_interval_is_one_line() -> None:
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_promote_under_load_then_serve_from_the_new_generation(start_server, threads: int) -> None:
-    """One app thread: the engine (its connections are the parent's after the fork); two: the
-    Python loop with the native parser and a pool."""
+    """One app thread: the engine; two: the pool engine, whose I/O thread and app threads are
+    joined at the safe point (the connections are the parent's after the fork)."""
     server = start_server("--wsgi-loop", "native", "--threads", str(threads), workers=2)
     before = {w["pid"] for w in server.workers()}
     stop = threading.Event()
@@ -386,4 +392,4 @@ def test_promote_under_load_then_serve_from_the_new_generation(start_server, thr
         pid = server.serving_pid()
         assert pid not in before
         assert any(w["pid"] == pid and w["generation"] == 1 for w in server.workers())
-        assert _tasks(pid) == (1 if threads == 1 else 3)  # the loop thread and the app threads
+        assert _tasks(pid) == _threads(threads)

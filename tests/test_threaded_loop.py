@@ -310,6 +310,8 @@ class Control:
         self.server_draining = False
         self.ready_status = 200
         self.safe_point_threads: list[list[str]] = []
+        self.safe_point_tasks: list[list[str]] = []  # every OS thread (a native one too), by name
+        self.safe_points_at: list[float] = []
         self.raise_at_safe_point: BaseException | None = None
         self.ticks = 0
 
@@ -329,6 +331,8 @@ class Control:
 
     def at_safe_point(self) -> None:
         self.safe_point_threads.append([t.name for t in threading.enumerate()])
+        self.safe_point_tasks.append(_task_names())
+        self.safe_points_at.append(time.monotonic())
         self.safe_point_wanted = False
         if self.raise_at_safe_point is not None:
             raise self.raise_at_safe_point
@@ -353,6 +357,18 @@ class Control:
 
     def ready_for_requests(self) -> None:
         pass
+
+
+def _task_names() -> list[str]:
+    tasks = os.listdir("/proc/self/task")
+    names = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:  # ended meanwhile
+            pass
+    return names
 
 
 def serve_in_thread(listeners, threads=1, **config):
@@ -404,6 +420,7 @@ def test_safe_point_joins_pool_threads_and_lets_systemexit_through():
             time.sleep(0.01)
         assert control.safe_point_threads
         assert not [n for n in control.safe_point_threads[0] if n.startswith("refork-wsgi")]
+        assert not [n for n in control.safe_point_tasks[0] if n.startswith("refork-")]  # the I/O thread too
         # the pool is back and the idle keep-alive connection still works
         idle.sendall(b"GET /environ HTTP/1.1\r\nHost: x\r\n\r\n")
         assert json.loads(reader.response()[2])["wsgi.multithread"] is True
@@ -513,3 +530,31 @@ def test_a_buffering_outbox_keeps_what_the_socket_does_not_take_without_copying_
     assert received == len(big) + 4 and not out.backlogged
     a.close()
     b.close()
+
+
+def test_a_request_that_arrives_while_a_safe_point_waits_is_served_after_it():
+    """The worker wants a safe point while a request is in the app: a request that arrives then is
+    held (not given to a free app thread) and served once the safe point is over."""
+    lsock = tcp_listener()
+    control, thread, outcome = serve_in_thread([lsock], threads=2)
+    try:
+        port = lsock.getsockname()[1]
+        busy = socket.create_connection(("127.0.0.1", port), timeout=10)
+        busy.sendall(b"GET /slow?s=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.3)  # in the app
+        control.wake(safe_point_wanted=True)
+        time.sleep(0.2)
+        late = socket.create_connection(("127.0.0.1", port), timeout=10)
+        late.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert Reader(late).response()[2] == b"root"
+        answered = time.monotonic()
+        assert Reader(busy).response()[2] == b"slept"
+        assert len(control.safe_points_at) == 1 and control.safe_points_at[0] < answered
+        assert not [n for n in control.safe_point_tasks[0] if n.startswith("refork-")]
+        late.close()
+        busy.close()
+    finally:
+        control.wake(exit_now=True)
+        thread.join(10)
+        lsock.close()
+    assert outcome == [None]

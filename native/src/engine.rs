@@ -25,56 +25,19 @@ use std::collections::HashMap;
 use std::io;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::PyBytes;
 
 mod serve;
 
 use crate::clock::{Current, SlotClock};
+use crate::conn::{sweep, Conn, Expired, Intake, Next, Phase, Timeouts, RECV};
 use crate::environ::Environ;
-use crate::parser::{parse_head, Head, HeadLimits, Parsed};
 use crate::respond::Hooks;
 use crate::sys;
 
-const RECV: usize = 1 << 16;
-/// An incomplete head longer than this goes to the Python parser (its limits decide).
-const HEAD_WAIT: usize = 1 << 14;
 const ACCEPT_BATCH: usize = 8; // per wake-up: more would starve sibling workers on the listener
 const IN: u32 = libc::EPOLLIN as u32;
 const OUT: u32 = libc::EPOLLOUT as u32;
-
-#[derive(Clone, Copy, PartialEq)]
-enum Phase {
-    Idle,
-    Head,
-    Body,
-    Writing,
-}
-
-struct Conn {
-    fd: i32,
-    client: PyObject,
-    listener: i32,
-    environ: usize,
-    buf: Vec<u8>,
-    phase: Phase,
-    since: f64,
-    received: usize,
-    fresh: bool,
-    out: Vec<u8>,
-    out_at: usize,
-    close_after: bool,
-    /// the request whose response waits in `out` (for the write-timeout line)
-    writing: Option<PyObject>,
-}
-
-
-struct Timeouts {
-    header: f64,
-    body: f64,
-    write: f64,
-    keepalive: f64,
-    body_min_rate: f64,
-}
 
 enum Served {
     Keep,
@@ -93,12 +56,10 @@ pub struct Engine {
     accepting: bool,
     accept_paused_until: f64,
     conns: HashMap<i32, Conn>,
-    limits: HeadLimits,
-    inline_body: usize,
+    intake: Intake,
     timeouts: Timeouts,
     drain_until: f64,
     keep_alive: bool,
-    health: Vec<Vec<u8>>,
     host: PyObject,
     app: PyObject,
     control: PyObject,
@@ -112,7 +73,7 @@ pub struct Engine {
     next_check: i64,
     access_log: Option<PyObject>,
     log_access: PyObject,
-    log_write_timeout: PyObject,
+    log_warning: PyObject,
     log_error: PyObject,
     perf_counter: PyObject,
     timeout_response: Py<PyBytes>,
@@ -140,23 +101,8 @@ impl Engine {
         for (fd, _) in &listeners {
             ep.add(*fd, IN)?;
         }
-        let t = attr(&host, "timeouts")?;
-        let f = |name: &str| -> PyResult<f64> { attr(&t, name)?.extract() };
-        let timeouts = Timeouts {
-            header: f("header")?,
-            body: f("body")?,
-            write: f("write")?,
-            keepalive: f("keepalive")?,
-            body_min_rate: f("body_min_rate")?,
-        };
-        let mut health = Vec::new();
-        let hp = attr(&host, "health")?;
-        if !hp.is_none() {
-            for p in attr(&hp, "live")?.try_iter()? {
-                health.push(p?.extract::<Vec<u8>>()?);
-            }
-            health.push(attr(&hp, "ready")?.extract::<Vec<u8>>()?);
-        }
+        let timeouts = Timeouts::from_py(&attr(&host, "timeouts")?)?;
+        let intake = Intake::from_host(&host)?;
         let r = |name: &str| -> PyResult<PyObject> { Ok(refs.get_item(name)?.unbind()) };
         let hooks = Hooks {
             status_cache: refs.get_item("status_cache")?.downcast_into()?.unbind(),
@@ -165,7 +111,7 @@ impl Engine {
             check_header: r("check_header")?,
             exchange: attr(&host, "_exchange")?.unbind(),
             request_cls: r("request_cls")?,
-            limits: HeadLimits::from_py(&attr(&host, "limits")?)?,
+            limits: intake.limits,
         };
         let (clock, request) = match attr(&host, "control")?.getattr("clock") {
             Ok(app_clock) if app_clock.hasattr("native_words")? => {
@@ -177,7 +123,6 @@ impl Engine {
             _ => (None, None),
         };
         let access_log = attr(&host, "access_log")?;
-        let spool: usize = attr(&host, "spool")?.extract()?;
         Ok(Engine {
             ep,
             outer,
@@ -186,12 +131,10 @@ impl Engine {
             accepting: true,
             accept_paused_until: 0.0,
             conns: HashMap::new(),
-            limits: HeadLimits::from_py(&attr(&host, "limits")?)?,
-            inline_body: spool,
+            intake,
             timeouts,
             drain_until: 0.0,
             keep_alive: true,
-            health,
             app: attr(&host, "app")?.unbind(),
             control: attr(&host, "control")?.unbind(),
             host: host.unbind(),
@@ -204,7 +147,7 @@ impl Engine {
             next_check: 1,
             access_log: if access_log.is_none() { None } else { Some(access_log.unbind()) },
             log_access: r("log_access")?,
-            log_write_timeout: r("log_write_timeout")?,
+            log_warning: r("log_warning")?,
             log_error: r("log_error")?,
             perf_counter: r("perf_counter")?,
             timeout_response: refs.get_item("timeout_response")?.downcast_into()?.unbind(),
@@ -289,41 +232,15 @@ impl Engine {
             }
             self.accepting = true;
         }
-        let t = &self.timeouts;
-        let mut expired: Vec<(i32, bool)> = Vec::new(); // (fd, send 408)
-        for conn in self.conns.values() {
-            let age = now - conn.since;
-            match conn.phase {
-                Phase::Writing => {
-                    if age > t.write {
-                        expired.push((conn.fd, false));
-                    }
+        for (conn, why) in sweep(&mut self.conns, &self.timeouts, now, self.drain_until) {
+            match why {
+                Expired::RequestTimeout => {
+                    let _ = sys::send(conn.fd, self.timeout_response.bind(py).as_bytes());
                 }
-                Phase::Idle => {
-                    let drained = self.drain_until > 0.0 && now >= self.drain_until && !conn.fresh;
-                    if (age > t.keepalive || drained) && !sys::has_input(conn.fd) {
-                        expired.push((conn.fd, false));
-                    }
+                Expired::WriteTimeout => {
+                    self.log_warning.bind(py).call1((conn.write_timeout_line(self.timeouts.write),))?;
                 }
-                Phase::Head | Phase::Body => {
-                    let limit = if conn.phase == Phase::Head {
-                        t.header
-                    } else {
-                        t.body + if t.body_min_rate > 0.0 { conn.received as f64 / t.body_min_rate } else { 0.0 }
-                    };
-                    if age > limit {
-                        expired.push((conn.fd, true));
-                    }
-                }
-            }
-        }
-        for (fd, timeout) in expired {
-            let Some(conn) = self.conns.remove(&fd) else { continue };
-            if timeout {
-                let _ = sys::send(fd, self.timeout_response.bind(py).as_bytes());
-            } else if conn.phase == Phase::Writing {
-                let request = conn.writing.as_ref().map(|r| r.clone_ref(py)).unwrap_or_else(|| py.None());
-                self.log_write_timeout.bind(py).call1((self.timeouts.write, conn.client.clone_ref(py), request))?;
+                Expired::Close => {}
             }
             self.close(conn);
         }
@@ -381,29 +298,11 @@ impl Engine {
                     return Ok(());
                 }
             };
-            let client = match peer {
-                sys::Peer::Inet(host, port) => PyTuple::new(py, [host.into_pyobject(py)?.into_any(), port.into_pyobject(py)?.into_any()])?.into_any().unbind(),
-                sys::Peer::Unix => py.None(),
-            };
             if let Err(e) = self.ep.add(fd, IN) {
                 sys::close(fd);
                 return Err(e.into());
             }
-            let conn = Conn {
-                fd,
-                client,
-                listener: lfd,
-                environ: i,
-                buf: Vec::new(),
-                phase: Phase::Idle,
-                since: now,
-                received: 0,
-                fresh: true,
-                out: Vec::new(),
-                out_at: 0,
-                close_after: false,
-                writing: None,
-            };
+            let conn = Conn::new(fd, peer, lfd, i, now);
             self.conns.insert(fd, conn);
         }
         Ok(())
@@ -415,9 +314,9 @@ impl Engine {
     }
 
     /// Give a connection to the Python loop with `data`, its unconsumed bytes.
-    fn hand_over(&mut self, py: Python<'_>, conn: Conn, data: &[u8]) -> PyResult<()> {
+    fn hand_over(&mut self, py: Python<'_>, mut conn: Conn, data: &[u8]) -> PyResult<()> {
         self.ep.delete(conn.fd);
-        let item = (conn.fd, conn.client, conn.listener, PyBytes::new(py, data), conn.since, conn.fresh);
+        let item = (conn.fd, conn.client(py)?, conn.listener, PyBytes::new(py, data), conn.since, conn.fresh);
         self.handed.push(item.into_pyobject(py)?.into_any().unbind());
         Ok(())
     }
@@ -475,39 +374,21 @@ impl Engine {
     /// The client read some of a waiting response: write on; once it is out, go on with what
     /// was pipelined behind it.
     fn on_writable(&mut self, py: Python<'_>, mut conn: Conn) -> PyResult<()> {
-        loop {
-            match sys::send(conn.fd, &conn.out[conn.out_at..]) {
-                Ok(0) => {
-                    conn.since = sys::monotonic(); // (progress or not, EPOLLOUT said it may take more)
-                    self.conns.insert(conn.fd, conn);
-                    return Ok(());
-                }
-                Ok(n) => {
-                    conn.out_at += n;
-                    conn.since = sys::monotonic();
-                    if conn.out_at == conn.out.len() {
-                        break;
-                    }
-                }
-                Err(_) => {
-                    self.close(conn);
-                    return Ok(());
-                }
+        match conn.write_on() {
+            Ok(true) => {}
+            Ok(false) => {
+                self.conns.insert(conn.fd, conn);
+                return Ok(());
+            }
+            Err(_) => {
+                self.close(conn);
+                return Ok(());
             }
         }
-        conn.out = Vec::new();
-        conn.out_at = 0;
-        conn.writing = None;
-        if conn.close_after {
+        if conn.close_after || self.ep.modify(conn.fd, IN).is_err() {
             self.close(conn);
             return Ok(());
         }
-        if self.ep.modify(conn.fd, IN).is_err() {
-            self.close(conn);
-            return Ok(());
-        }
-        conn.phase = Phase::Idle;
-        conn.since = sys::monotonic();
         let buf = std::mem::take(&mut conn.buf);
         self.process(py, conn, buf)
     }
@@ -519,37 +400,18 @@ impl Engine {
             let data = &buf[at..];
             if data.is_empty() {
                 if conn.phase != Phase::Writing {
-                    conn.phase = Phase::Idle;
-                    conn.since = sys::monotonic();
+                    conn.idle();
                 }
                 break;
             }
             if conn.phase == Phase::Writing {
                 break; // pipelined: answered once the response before it is out
             }
-            let head = match parse_head(&self.limits, data) {
-                Parsed::Fast(head) => head,
-                Parsed::Partial if data.len() <= HEAD_WAIT => {
-                    if conn.phase != Phase::Head {
-                        conn.phase = Phase::Head;
-                        conn.since = sys::monotonic();
-                    }
-                    break;
-                }
-                _ => return self.hand_over(py, conn, data),
+            let (head, n) = match self.intake.next(&mut conn, data) {
+                Next::Request(head, n) => (head, n),
+                Next::Wait => break,
+                Next::HandOver => return self.hand_over(py, conn, data),
             };
-            let n = head.content_length.unwrap_or(0) as usize;
-            if head.forwarded || n > self.inline_body || self.is_health(&head) {
-                return self.hand_over(py, conn, data);
-            }
-            if data.len() < head.len + n {
-                if conn.phase != Phase::Body {
-                    conn.phase = Phase::Body;
-                    conn.since = sys::monotonic();
-                }
-                conn.received = data.len() - head.len;
-                break;
-            }
             let rest = &data[head.len + n..];
             match self.serve(py, &mut conn, &head, &data[..head.len], &data[head.len..head.len + n], rest)? {
                 Served::HandedOver => return Ok(()),
@@ -567,16 +429,5 @@ impl Engine {
         self.keep_rest(&mut conn, buf, at);
         self.conns.insert(conn.fd, conn);
         Ok(())
-    }
-
-    fn is_health(&self, head: &Head) -> bool {
-        if self.health.is_empty() || !(head.method == "GET" || head.method == "HEAD") {
-            return false;
-        }
-        let path = match head.target.iter().position(|&b| b == b'?') {
-            Some(i) => &head.target[..i],
-            None => head.target,
-        };
-        self.health.iter().any(|p| p.as_slice() == path)
     }
 }

@@ -3,8 +3,11 @@
 //! `Engine` (engine.rs) is the connection loop of a single-thread WSGI worker: epoll, accept,
 //! read, the common request shape parsed with `httparse`, the environ built, the app called and a
 //! list body framed and written in one `send`, all without returning to Python between requests.
-//! Whatever is not the common shape is handed, from its first byte, to the Python loop
-//! (refork.serving.threaded), which gives every verdict exactly as it does without the engine.
+//! `PoolEngine` (pool.rs) is the same for a worker with a pool of app threads (`--threads N`): an
+//! I/O thread that never takes the GIL reads and parses, the app threads call the app. Both share
+//! the connection rules (conn.rs) and the app call (call.rs). Whatever is not the common shape is
+//! handed, from its first byte, to the Python loop (refork.serving.threaded), which gives every
+//! verdict exactly as it does without the engines.
 //!
 //! `Parser` (parser.rs) is a drop-in for `refork.http.parser.RequestParser` (same `feed()` /
 //! `in_message` contract, same events) used by the Python loop: the common shape is read with
@@ -17,11 +20,14 @@
 
 use pyo3::prelude::*;
 
+mod call;
 mod clock;
+mod conn;
 mod engine;
 mod environ;
 mod frame;
 mod parser;
+mod pool;
 mod respond;
 mod sys;
 
@@ -30,6 +36,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<parser::Parser>()?;
     m.add_class::<environ::Environ>()?;
     m.add_class::<engine::Engine>()?;
+    m.add_class::<pool::PoolEngine>()?;
     m.add_class::<respond::StartResponse>()?;
     m.add_class::<clock::Current>()?;
     m.add_function(wrap_pyfunction!(frame::frame_list, m)?)?;

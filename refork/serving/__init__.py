@@ -44,10 +44,10 @@ def serve(
             from refork.serving.native_engine import serve_wsgi_engine
 
             serve_wsgi_engine(listeners, app, config, control)
-        else:  # a pool of app threads: the native parser and environ in the Python loop
-            from refork.serving.native import serve_wsgi_native
+        else:  # a pool of app threads fed by the engine's I/O thread
+            from refork.serving.native_pool import serve_wsgi_pool
 
-            serve_wsgi_native(listeners, app, config, control)
+            serve_wsgi_pool(listeners, app, config, control)
     else:
         from refork.serving.threaded import serve_wsgi
 
@@ -64,7 +64,7 @@ def wsgi_loop(config: Config) -> str:
     loop = choose(setting)
     detail = []
     if loop == "native":
-        detail.append("engine" if int(config.threads) <= 1 else f"parser, {int(config.threads)} app threads")
+        detail.append("engine" if int(config.threads) <= 1 else f"engine, {int(config.threads)} app threads")
     if (interval := sys.getswitchinterval()) != PYTHON_SWITCH_INTERVAL:
         detail.append(f"GIL switch interval {interval * 1000:g} ms")
     log.info("WSGI loop: %s%s%s", loop, f" ({'; '.join(detail)})" if detail else "",

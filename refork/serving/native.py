@@ -1,13 +1,15 @@
-"""The native WSGI loop (``--wsgi-loop native``): the WSGI loop with refork._native's request path.
+"""The native WSGI loop (``--wsgi-loop native``): choosing it, and the Python loop's native parts.
 
-refork._native (Rust: PyO3 + httparse, built from native/ by ``pip install``) reads request heads:
-the common shape is parsed with httparse and its Request event built in one native call; any other
-message (an unusual method or target, chunked, Expect, Upgrade, a head split across reads, an
-error) is handed from its first byte to the Python parser (:mod:`refork.http.parser`), so every
-rejection, limit and status code is the Python parser's, by construction. Everything else (accept,
-timeouts, the drain, safe points, the pool of ``--threads``, TLS, the access log) is the Python
-loop's (:mod:`refork.serving.threaded`), unchanged: both loops pass the same tests. The extension
-starts no thread, so nothing native exists in a mold or across a fork.
+refork._native (Rust: PyO3 + httparse, built from native/ by ``pip install``) serves WSGI through
+its engines: :mod:`refork.serving.native_engine` with one app thread, :mod:`refork.serving.native_pool`
+with a pool of them. Each hands the connections it does not serve to the Python loop
+(:mod:`refork.serving.threaded`), which runs here as :class:`_NativeLoop`: with
+refork._native.Parser, which parses the common shape with httparse and hands any other message
+(an unusual method or target, chunked, Expect, Upgrade, a head split across reads, an error) from
+its first byte to the Python parser (:mod:`refork.http.parser`), so every rejection, limit and
+status code is the Python parser's, by construction; with the native environ and response
+framing. Everything else (accept, timeouts, the drain, safe points, TLS, the access log) is the
+Python loop's, unchanged: both loops pass the same tests.
 
 Choosing (:func:`choose`): ``python``; ``native`` (a config error when the extension is not built);
 ``auto`` = native when the extension imports. See docs/native.md.
@@ -160,9 +162,3 @@ class _NativeLoop(_Loop):
         for fd, (lsock, builder) in list(self.listeners.items()):
             self.listeners[fd] = (lsock, NativeEnvironBuilder.like(builder))
 
-
-def serve_wsgi_native(
-    listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
-) -> None:
-    """Serve WSGI with the native request path until the control says stop (see WorkerControl)."""
-    _NativeLoop(listeners, app, config, control).run()

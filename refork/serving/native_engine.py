@@ -26,7 +26,7 @@ from refork.config import Config
 from refork.http.body import EMPTY_INPUT, InputStream
 from refork.http.events import ParseError, Request
 from refork.http.response import ResponseFramer, simple_response
-from refork.serving.connection import Phase, log_access, log_write_timeout
+from refork.serving.connection import Phase, log_access
 from refork.serving.contract import WorkerControl
 from refork.serving.native import NativeEnvironBuilder, _native, _NativeLoop
 from refork.serving.outbox import Outbox
@@ -42,7 +42,7 @@ def _memory_input(data: bytes) -> InputStream:
     return InputStream(io.BytesIO(data), len(data))
 
 
-def _refs() -> dict[str, Any]:
+def refs() -> dict[str, Any]:
     """What the engine calls in refork (its own copy of nothing: the same caches and checks)."""
     return {
         "current": deadlines.current,
@@ -54,15 +54,19 @@ def _refs() -> dict[str, Any]:
         "check_status": wsgi_response._check_status,
         "check_header": wsgi_response._check_header,
         "log_access": log_access,
-        "log_write_timeout": log_write_timeout,
+        "log_warning": log.warning,
         "log_error": log.error,
         "perf_counter": time.perf_counter,
         "timeout_response": simple_response(408),
     }
 
 
-class _EngineLoop(_NativeLoop):
-    """The native loop (threads == 1) with the engine serving its plain listeners."""
+class NativeHost(_NativeLoop):
+    """What both native engines need of the Python loop around them: it gives the engine its plain
+    listeners, adopts the connections the engine hands over (:meth:`_adopt`), and drains, stops
+    and shuts down with it. ``self.engine`` is set by the subclass."""
+
+    engine: Any
 
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
@@ -72,8 +76,56 @@ class _EngineLoop(_NativeLoop):
         for fd, entry in list(self.listeners.items()):
             if fd not in self.tls and isinstance(entry[1], NativeEnvironBuilder):
                 self.engine_listeners[fd] = self.listeners.pop(fd)
-        native = [(fd, b.native) for fd, (_, b) in self.engine_listeners.items()]  # type: ignore[attr-defined]
-        self.engine = _native.Engine(self, native, _refs())
+
+    def _native_listeners(self) -> list[tuple[int, Any]]:
+        """(fd, refork._native.Environ) of each listener the engine serves."""
+        return [(fd, b.native) for fd, (_, b) in self.engine_listeners.items()]  # type: ignore[attr-defined]
+
+    def _drained(self) -> bool:
+        return bool(self.engine.idle)
+
+    def _conn(self, fd: int, client: Any, listener_fd: int) -> Conn:
+        """The Python side of an engine connection (not yet polled here)."""
+        conn = self.conns.get(fd)
+        if conn is not None:  # made by _exchange for this response
+            return conn
+        sock = socket.socket(fileno=fd)
+        sock.setblocking(False)
+        builder = self.engine_listeners[listener_fd][1]
+        out = Outbox(sock, client, self.timeouts.write, self.control, buffering=self.pool is None)
+        conn = self.conn_type(sock, client, builder, self.limits, out)
+        self.conns[fd] = conn
+        return conn
+
+    def _adopt(self, fd: int, client: Any, listener_fd: int, data: bytes, since: float, fresh: bool) -> None:
+        """A connection the engine hands over with the bytes it has not consumed."""
+        conn = self._conn(fd, client, listener_fd)
+        conn.since = since
+        conn.fresh = fresh
+        self.poller.register(fd)
+        conn.registered = True
+        if data:
+            self._on_data(conn, data)
+
+    def _shutdown(self) -> None:
+        super()._shutdown()
+        self.engine.close_all()
+
+    def _begin_drain(self) -> None:
+        super()._begin_drain()
+        self.engine.drain(self.drain_until, self.control.server_draining)
+        for lsock, _ in self.engine_listeners.values():
+            lsock.close()
+
+
+class _EngineLoop(NativeHost):
+    """The native loop (threads == 1) with the engine serving its plain listeners."""
+
+    def __init__(
+        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
+    ) -> None:
+        super().__init__(listeners, app, config, control)
+        self.engine = _native.Engine(self, self._native_listeners(), refs())
 
     def run(self) -> None:
         # the engine's requests: registered with the clock only if asked (deadlines.ENGINE)
@@ -90,33 +142,7 @@ class _EngineLoop(_NativeLoop):
             self._adopt(*item)
         return self.poller.poll(0) if ready else []
 
-    def _drained(self) -> bool:
-        return bool(self.engine.idle)
-
     # ---------------------------------------------------------------- connections from the engine
-
-    def _conn(self, fd: int, client: Any, listener_fd: int) -> Conn:
-        """The Python side of an engine connection (not yet polled here)."""
-        conn = self.conns.get(fd)
-        if conn is not None:  # made by _exchange for this response
-            return conn
-        sock = socket.socket(fileno=fd)
-        sock.setblocking(False)
-        builder = self.engine_listeners[listener_fd][1]
-        out = Outbox(sock, client, self.timeouts.write, self.control, buffering=True)
-        conn = self.conn_type(sock, client, builder, self.limits, out)
-        self.conns[fd] = conn
-        return conn
-
-    def _adopt(self, fd: int, client: Any, listener_fd: int, data: bytes, since: float, fresh: bool) -> None:
-        """A connection the engine hands over with the bytes it has not consumed."""
-        conn = self._conn(fd, client, listener_fd)
-        conn.since = since
-        conn.fresh = fresh
-        self.poller.register(fd)
-        conn.registered = True
-        if data:
-            self._on_data(conn, data)
 
     def _exchange(
         self, fd: int, client: Any, listener_fd: int, request: Request, keep_alive: bool
@@ -179,16 +205,6 @@ class _EngineLoop(_NativeLoop):
     def _sweep(self, now: float) -> None:
         super()._sweep(now)
         self.engine.sweep(now)
-
-    def _shutdown(self) -> None:
-        super()._shutdown()
-        self.engine.close_all()
-
-    def _begin_drain(self) -> None:
-        super()._begin_drain()
-        self.engine.drain(self.drain_until, self.control.server_draining)
-        for lsock, _ in self.engine_listeners.values():
-            lsock.close()
 
     def _safe_point(self) -> None:
         try:

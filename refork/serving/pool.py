@@ -20,6 +20,10 @@ class AppThreads:
         self.jobs: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self.threads: list[threading.Thread] = []
 
+    def submit(self, job: tuple[Any, ...]) -> None:
+        """A job for the next free thread: handler(*job)."""
+        self.jobs.put(job)
+
     def start(self) -> None:
         for i in range(self.size):
             t = threading.Thread(target=self._run, name=f"refork-wsgi-{i}", daemon=True)

@@ -133,7 +133,7 @@ class _Loop(Lifetime):
                     self._begin_drain()
                 if self.draining and not conns and self.in_flight == 0 and self._drained():
                     return
-                if control.safe_point_wanted and self.in_flight == 0:
+                if control.safe_point_wanted and self._app_idle():
                     self._safe_point()
                 for fd, _ in self._poll(max(0.0, min(1.0, next_tick - time.monotonic()))):
                     conn = conns.get(fd)
@@ -159,6 +159,10 @@ class _Loop(Lifetime):
     def _poll(self, timeout: float) -> list[tuple[int, int]]:
         """Wait up to `timeout` s for ready fds (the native engine serves its own meanwhile)."""
         return self.poller.poll(timeout)
+
+    def _app_idle(self) -> bool:
+        """No request is in the app or waiting for an app thread (a safe point may fork)."""
+        return self.in_flight == 0
 
     def _drained(self) -> bool:
         """Nothing of the engine's is left either (a draining loop may return)."""
@@ -473,7 +477,7 @@ class _Loop(Lifetime):
         conn.busy = True
         self.in_flight += 1
         assert self.pool is not None
-        self.pool.jobs.put((conn, request, stream, rest))
+        self.pool.submit((conn, request, stream, rest))
 
     def _pool_job(self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step]) -> None:
         keep: bool | None = False

@@ -61,12 +61,14 @@ class Lifetime:
 
         def _settle(self, conn: Conn, writing: Writing, outcome: Outcome) -> bool: ...
 
+        def _app_idle(self) -> bool: ...
+
         def _dispatch(self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step],
                       force: bool = False) -> None: ...  # fmt: skip
 
     def _shutdown(self) -> None:
         """Release what this loop owns. No epoll unregister: in a forked child it is shared."""
-        if self.pool is not None and self.in_flight == 0:
+        if self.pool is not None and self._app_idle():
             self.pool.stop()  # idle threads: join them; busy ones (exit_now) are daemons
         for conn in list(self.conns.values()):
             if conn.busy:

@@ -1,6 +1,8 @@
 """Apps for tests/test_native_engine.py: one response shape per path, the engine's fast path and
-every way out of it (a generator, write(), a file, an error before or after start_response)."""
+every way out of it (a generator, write(), a file, an error before or after start_response), and
+a request that holds the GIL."""
 
+import ctypes
 import tempfile
 
 HEADERS = [("Content-Type", "text/plain")]
@@ -29,6 +31,10 @@ def app(environ, start_response):
         f.seek(0)
         start_response("200 OK", HEADERS)
         return environ["wsgi.file_wrapper"](f)
+    if path == "/hold":  # "s": hold the GIL for s seconds (a C call that does not release it)
+        ctypes.PyDLL(None).usleep(int(float(query) * 1e6))
+        start_response("200 OK", HEADERS)
+        return [b"held"]
     if path == "/boom":
         raise RuntimeError("boom before start_response")
     if path == "/late":

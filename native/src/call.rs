@@ -1,0 +1,180 @@
+//! One request's app call, for both native loops: the environ built, the app called with the
+//! native start_response, and a list body framed (frame.rs) when it is the common response.
+//! What happens next (the send, or the Python response path) is the loop's.
+
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
+
+use crate::conn::Conn;
+use crate::environ::{Environ, Parts};
+use crate::frame::frame_response;
+use crate::parser::{fast_method, Head};
+use crate::respond::{Hooks, StartResponse};
+
+/// A request's target split at '?': (path, query).
+pub(crate) fn split_target<'a>(head: &Head<'a>) -> (&'a [u8], &'a [u8]) {
+    match head.target.iter().position(|&b| b == b'?') {
+        Some(i) => (&head.target[..i], &head.target[i + 1..]),
+        None => (head.target, &b""[..]),
+    }
+}
+
+/// The method as an interned str (one of the common shape's).
+pub(crate) fn method_str<'py>(py: Python<'py>, head: &Head) -> Bound<'py, PyString> {
+    fast_method(py, head.method).expect("a fast method").clone()
+}
+
+/// The app has been called for a request.
+pub(crate) struct Called<'py> {
+    pub environ: Bound<'py, PyAny>,
+    pub client: PyObject,
+    pub start_response: Bound<'py, StartResponse>,
+    /// what the app returned (None if it raised)
+    pub result: Bound<'py, PyAny>,
+    /// the Exception it raised, or None
+    pub exc: Bound<'py, PyAny>,
+    /// the common response, framed: (status, the bytes to send, body bytes, keep the connection);
+    /// None: the Python response path sends it (refork.wsgi.continue_wsgi)
+    pub framed: Option<(u32, Vec<u8>, usize, bool)>,
+}
+
+impl<'py> Called<'py> {
+    /// The request's refork.http.events.Request (made on first use).
+    pub fn request(&self) -> PyResult<Bound<'py, PyAny>> {
+        Ok(StartResponse::request(&self.start_response)?.into_bound(self.environ.py()))
+    }
+}
+
+/// What a loop calls the app with.
+pub(crate) struct AppCall<'a, 'py> {
+    pub app: &'a Bound<'py, PyAny>,
+    pub environ: &'a Environ,
+    pub hooks: &'a Py<Hooks>,
+    /// the server's keep-alive (False: the worker stops, "Connection: close")
+    pub keep_alive: bool,
+}
+
+impl<'py> AppCall<'_, 'py> {
+    /// Build the environ, call the app, frame a list body. Err: an exception that is not an
+    /// Exception (SystemExit, KeyboardInterrupt), which goes out of the loop.
+    #[allow(clippy::too_many_arguments)]
+    pub fn call(
+        &self,
+        py: Python<'py>,
+        conn: &mut Conn,
+        head: &Head,
+        raw_head: &[u8],
+        method: &Bound<'py, PyString>,
+        input: &Bound<'py, PyAny>,
+    ) -> PyResult<Called<'py>> {
+        let (path, query) = split_target(head);
+        let parts = Parts {
+            method: method.as_any(),
+            target: head.target,
+            path,
+            query,
+            version: if head.http11 { "1.1" } else { "1.0" },
+        };
+        let length = head.content_length.map(|n| PyString::new(py, &n.to_string()));
+        let headers = head.headers.iter().map(|(n, v)| (n.as_slice(), *v));
+        let client = conn.client(py)?;
+        let environ = self.environ.make(py, &parts, headers, length, input, client.bind(py))?.into_any();
+        let sr = Bound::new(
+            py,
+            StartResponse {
+                hooks: self.hooks.clone_ref(py),
+                code: 0,
+                reason: None,
+                headers: None,
+                has_length: false,
+                exchange: None,
+                fd: conn.fd,
+                client: client.clone_ref(py),
+                listener: conn.listener,
+                request: None,
+                head: raw_head.to_vec(),
+                keep_alive: self.keep_alive,
+            },
+        )?;
+        let (result, exc) = match self.app.call1((&environ, &sr)) {
+            Ok(r) => (r, py.None().into_bound(py)),
+            Err(e) if e.is_instance_of::<PyException>(py) => (py.None().into_bound(py), e.into_value(py).into_bound(py).into_any()),
+            Err(e) => return Err(e), // SystemExit, KeyboardInterrupt: out of the loop
+        };
+        let framed = {
+            let s = sr.borrow();
+            if s.exchange.is_none() && s.code != 0 && exc.is_none() {
+                frame_response(
+                    py,
+                    s.code,
+                    s.reason.as_ref().expect("set with code").bind(py).as_bytes(),
+                    s.headers.as_ref().expect("set with code").bind(py),
+                    s.has_length,
+                    &result,
+                    head.method == "HEAD",
+                    head.http11,
+                    head.keep_alive && self.keep_alive,
+                )?
+                .map(|(bytes, total, keep)| (s.code, bytes, total, keep))
+            } else {
+                None
+            }
+        };
+        Ok(Called { environ, client, start_response: sr, result, exc, framed })
+    }
+}
+
+/// The access-log line of a request answered by a native loop (refork.serving.connection.log_access).
+pub(crate) struct AccessLog<'a> {
+    pub log: &'a PyObject,
+    pub log_access: &'a PyObject,
+    pub perf_counter: &'a PyObject,
+}
+
+impl AccessLog<'_> {
+    pub fn write(&self, py: Python<'_>, called: &Called<'_>, started: &PyObject, status: u32, length: usize) -> PyResult<()> {
+        let started: f64 = started.extract(py)?;
+        let took = self.perf_counter.bind(py).call0()?.extract::<f64>()? - started;
+        let remote = called.environ.get_item(pyo3::intern!(py, "REMOTE_ADDR")).ok();
+        self.log_access.bind(py).call1((self.log.bind(py), called.request()?, remote, status, length, took))?;
+        Ok(())
+    }
+}
+
+/// The request body as wsgi.input: the shared empty stream, or a stream over `body`.
+pub(crate) fn input_stream<'py>(py: Python<'py>, body: &[u8], empty: &PyObject, make: &PyObject) -> PyResult<Bound<'py, PyAny>> {
+    if body.is_empty() {
+        Ok(empty.bind(py).clone())
+    } else {
+        make.bind(py).call1((PyBytes::new(py, body),))
+    }
+}
+
+/// A request accounted by the worker's Python clock (control.request_started / request_finished),
+/// its token in refork.deadlines.current while the app has it.
+pub(crate) struct PyTracking<'py> {
+    pub token: Bound<'py, PyAny>,
+    reset: Bound<'py, PyAny>,
+}
+
+impl<'py> PyTracking<'py> {
+    pub fn start(py: Python<'py>, control: &Bound<'py, PyAny>, current: &Bound<'py, PyAny>, method: &Bound<'py, PyString>, path: &[u8]) -> PyResult<Self> {
+        let token = control.call_method1(pyo3::intern!(py, "request_started"), (method, PyBytes::new(py, path)))?;
+        let reset = current.call_method1(pyo3::intern!(py, "set"), (&token,))?;
+        Ok(PyTracking { token, reset })
+    }
+
+    /// The app is done with it (the context variable back as it was).
+    pub fn leave(&self, current: &Bound<'py, PyAny>) -> PyResult<()> {
+        current.call_method1(pyo3::intern!(self.token.py(), "reset"), (&self.reset,))?;
+        Ok(())
+    }
+
+    /// The request is answered (`status` 0: nothing was sent).
+    pub fn finish(self, control: &Bound<'py, PyAny>, current: &Bound<'py, PyAny>, status: u32) -> PyResult<()> {
+        self.leave(current)?;
+        control.call_method1(pyo3::intern!(self.token.py(), "request_finished"), (self.token, status))?;
+        Ok(())
+    }
+}

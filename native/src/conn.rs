@@ -1,0 +1,279 @@
+//! What both native loops keep per client connection, and the rules they share with the Python
+//! loop (refork.serving.connection): where a request ends in the bytes read, the deadlines of the
+//! once-a-second sweep, the write-timeout line. The engine (engine.rs, one app thread) and the
+//! pool's I/O thread (pool/io.rs) differ only in who runs the app.
+//!
+//! Nothing here touches Python but `Conn::client`, so the pool's I/O thread, which never takes
+//! the GIL, can own connections.
+
+use std::collections::HashMap;
+
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::parser::{parse_head, Head, HeadLimits, Parsed};
+use crate::sys::{self, Peer};
+
+/// An incomplete head longer than this goes to the Python parser (its limits decide).
+pub(crate) const HEAD_WAIT: usize = 1 << 14;
+/// Bytes read from a socket at once.
+pub(crate) const RECV: usize = 1 << 16;
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub(crate) enum Phase {
+    Idle,
+    Head,
+    Body,
+    Writing,
+}
+
+pub(crate) struct Conn {
+    pub fd: i32,
+    pub peer: Peer,
+    /// the peer as the environ's client tuple (host, port) or None, made on first use
+    pub client: Option<PyObject>,
+    pub listener: i32,
+    /// the place of its listener's Environ in the loop's list
+    pub environ: usize,
+    /// the part of a request that has arrived (an idle connection holds no buffer)
+    pub buf: Vec<u8>,
+    pub phase: Phase,
+    /// when the connection entered its phase
+    pub since: f64,
+    /// body bytes received of the request still arriving (each --body-min-rate: one more second)
+    pub received: usize,
+    /// no byte received yet (see refork.serving.connection.Timeouts.expiry)
+    pub fresh: bool,
+    /// a response the socket has not taken yet, from `out_at`
+    pub out: Vec<u8>,
+    pub out_at: usize,
+    /// close once `out` is written
+    pub close_after: bool,
+    /// "METHOD target" of the response waiting in `out` (for the write-timeout line)
+    pub writing: Option<String>,
+}
+
+impl Conn {
+    pub fn new(fd: i32, peer: Peer, listener: i32, environ: usize, now: f64) -> Conn {
+        Conn {
+            fd,
+            peer,
+            client: None,
+            listener,
+            environ,
+            buf: Vec::new(),
+            phase: Phase::Idle,
+            since: now,
+            received: 0,
+            fresh: true,
+            out: Vec::new(),
+            out_at: 0,
+            close_after: false,
+            writing: None,
+        }
+    }
+
+    /// The client tuple of the environ (made once per connection).
+    pub fn client(&mut self, py: Python<'_>) -> PyResult<PyObject> {
+        if let Some(c) = &self.client {
+            return Ok(c.clone_ref(py));
+        }
+        let c = match &self.peer {
+            Peer::Inet(host, port) => PyTuple::new(py, [host.into_pyobject(py)?.into_any(), port.into_pyobject(py)?.into_any()])?.into_any().unbind(),
+            Peer::Unix => py.None(),
+        };
+        self.client = Some(c.clone_ref(py));
+        Ok(c)
+    }
+
+    /// Enter `phase` (its clock starts now unless it is already in it).
+    pub fn wait_in(&mut self, phase: Phase) {
+        if self.phase != phase {
+            self.phase = phase;
+            self.since = sys::monotonic();
+        }
+    }
+
+    /// A response was sent whole: idle (the keep-alive clock) until the next request.
+    pub fn idle(&mut self) {
+        self.phase = Phase::Idle;
+        self.since = sys::monotonic();
+    }
+
+    /// What the socket did not take of `bytes` (sent up to `at`) waits in the connection.
+    pub fn keep_output(&mut self, bytes: Vec<u8>, at: usize, what: String) {
+        self.out = bytes;
+        self.out_at = at;
+        self.phase = Phase::Writing;
+        self.since = sys::monotonic();
+        self.writing = Some(what);
+    }
+
+    /// Write what waits in `out`: Ok(true) once it is all out (the connection is then idle).
+    pub fn write_on(&mut self) -> std::io::Result<bool> {
+        loop {
+            let n = sys::send(self.fd, &self.out[self.out_at..])?;
+            self.since = sys::monotonic(); // (progress or not: the socket said it may take more)
+            if n == 0 {
+                return Ok(false);
+            }
+            self.out_at += n;
+            if self.out_at == self.out.len() {
+                self.out = Vec::new();
+                self.out_at = 0;
+                self.writing = None;
+                self.idle();
+                return Ok(true);
+            }
+        }
+    }
+
+    /// refork.serving.connection.log_write_timeout's line for this connection.
+    pub fn write_timeout_line(&self, timeout: f64) -> String {
+        let peer = match &self.peer {
+            Peer::Inet(host, port) => format!("{host}:{port}"),
+            Peer::Unix => "a unix-socket client".to_string(),
+        };
+        let what = self.writing.as_deref().unwrap_or("-");
+        format!("write timeout: {peer} stopped reading {what} for {timeout:.1} s; connection cut")
+    }
+}
+
+/// "METHOD target" of a request (the target decoded as latin-1, as the Python loop logs it).
+pub(crate) fn describe(head: &Head) -> String {
+    let mut s = String::with_capacity(head.method.len() + 1 + head.target.len());
+    s.push_str(head.method);
+    s.push(' ');
+    s.extend(head.target.iter().map(|&b| b as char));
+    s
+}
+
+/// The per-connection deadlines (refork.serving.connection.Timeouts), in seconds.
+pub(crate) struct Timeouts {
+    pub header: f64,
+    pub body: f64,
+    pub write: f64,
+    pub keepalive: f64,
+    pub body_min_rate: f64,
+}
+
+impl Timeouts {
+    pub fn from_py(t: &Bound<'_, PyAny>) -> PyResult<Timeouts> {
+        let f = |name: &str| -> PyResult<f64> { t.getattr(name)?.extract() };
+        Ok(Timeouts {
+            header: f("header")?,
+            body: f("body")?,
+            write: f("write")?,
+            keepalive: f("keepalive")?,
+            body_min_rate: f("body_min_rate")?,
+        })
+    }
+}
+
+/// What the sweep does with a connection past its deadline.
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum Expired {
+    /// idle too long, or drained: close quietly
+    Close,
+    /// a request did not arrive in time: 408, then close
+    RequestTimeout,
+    /// the client stopped reading a response: log it, close
+    WriteTimeout,
+}
+
+/// The sweep (refork.serving.connection.Timeouts.expiry and write_stalled): the connections past
+/// their deadline, out of `conns`. `drain_until` > 0: the worker stops, idle connections close
+/// then (a fresh one keeps its keep-alive clock).
+pub(crate) fn sweep(conns: &mut HashMap<i32, Conn>, t: &Timeouts, now: f64, drain_until: f64) -> Vec<(Conn, Expired)> {
+    let mut expired: Vec<(i32, Expired)> = Vec::new();
+    for conn in conns.values() {
+        let age = now - conn.since;
+        let verdict = match conn.phase {
+            Phase::Writing => (age > t.write).then_some(Expired::WriteTimeout),
+            Phase::Idle => {
+                let drained = drain_until > 0.0 && now >= drain_until && !conn.fresh;
+                // a request that arrived while the loop was busy is served, not dropped as idle
+                ((age > t.keepalive || drained) && !sys::has_input(conn.fd)).then_some(Expired::Close)
+            }
+            Phase::Head => (age > t.header).then_some(Expired::RequestTimeout),
+            Phase::Body => {
+                let extra = if t.body_min_rate > 0.0 { conn.received as f64 / t.body_min_rate } else { 0.0 };
+                (age > t.body + extra).then_some(Expired::RequestTimeout)
+            }
+        };
+        if let Some(v) = verdict {
+            expired.push((conn.fd, v));
+        }
+    }
+    expired.into_iter().filter_map(|(fd, v)| conns.remove(&fd).map(|c| (c, v))).collect()
+}
+
+/// What the bytes at the start of a connection's buffer are.
+pub(crate) enum Next<'a> {
+    /// a complete request of the common shape, with `body` bytes of body after its head
+    Request(Head<'a>, usize),
+    /// part of a request: wait for more in this phase (the connection's clock is set)
+    Wait,
+    /// the Python loop's, from this byte on (see the module docs of engine.rs)
+    HandOver,
+}
+
+/// What the native loops serve themselves and what they hand to the Python loop.
+pub(crate) struct Intake {
+    pub limits: HeadLimits,
+    /// bodies up to this many bytes are read into memory (larger: spooled by the Python loop)
+    pub inline_body: usize,
+    /// the --health-path paths (answered by the Python loop)
+    pub health: Vec<Vec<u8>>,
+}
+
+impl Intake {
+    pub fn from_host(host: &Bound<'_, PyAny>) -> PyResult<Intake> {
+        let mut health = Vec::new();
+        let hp = host.getattr("health")?;
+        if !hp.is_none() {
+            for p in hp.getattr("live")?.try_iter()? {
+                health.push(p?.extract::<Vec<u8>>()?);
+            }
+            health.push(hp.getattr("ready")?.extract::<Vec<u8>>()?);
+        }
+        Ok(Intake {
+            limits: HeadLimits::from_py(&host.getattr("limits")?)?,
+            inline_body: host.getattr("spool")?.extract()?,
+            health,
+        })
+    }
+
+    /// The next request in `data` (non-empty), the connection's phase and clock set when it waits.
+    pub fn next<'a>(&self, conn: &mut Conn, data: &'a [u8]) -> Next<'a> {
+        let head = match parse_head(&self.limits, data) {
+            Parsed::Fast(head) => head,
+            Parsed::Partial if data.len() <= HEAD_WAIT => {
+                conn.wait_in(Phase::Head);
+                return Next::Wait;
+            }
+            _ => return Next::HandOver,
+        };
+        let n = head.content_length.unwrap_or(0) as usize;
+        if head.forwarded || n > self.inline_body || self.is_health(&head) {
+            return Next::HandOver;
+        }
+        if data.len() < head.len + n {
+            conn.wait_in(Phase::Body);
+            conn.received = data.len() - head.len;
+            return Next::Wait;
+        }
+        Next::Request(head, n)
+    }
+
+    fn is_health(&self, head: &Head) -> bool {
+        if self.health.is_empty() || !(head.method == "GET" || head.method == "HEAD") {
+            return false;
+        }
+        let path = match head.target.iter().position(|&b| b == b'?') {
+            Some(i) => &head.target[..i],
+            None => head.target,
+        };
+        self.health.iter().any(|p| p.as_slice() == path)
+    }
+}

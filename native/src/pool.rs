@@ -1,0 +1,422 @@
+//! The connection loop of a WSGI worker with a pool of app threads (`--threads N`), in Rust.
+//!
+//! One **I/O thread** (pool/io.rs), which never takes the GIL, owns the idle and arriving
+//! connections: epoll, accept, recv, the common request shape parsed with httparse, bodies up to
+//! the in-memory threshold, the deadlines, the writes a client is slow to take. A complete request
+//! becomes a job in the queue below, with its connection. The **app threads** are the worker's
+//! Python threads (refork.serving.native_pool): each runs `work()`, which waits for a job with
+//! the GIL released, then builds the environ, calls the app, frames a list body (pool/serve.rs)
+//! and writes it with one `send` after letting go of the GIL; the connection then goes back to the
+//! I/O thread's epoll (EPOLLONESHOT: an app thread re-arms it, no wake-up of the I/O thread), or
+//! the same app thread serves what the client pipelined behind it. So an idle or slow connection
+//! costs no thread, and a request costs no GIL hand-off to an I/O loop.
+//!
+//! Anything else goes to the Python loop (refork.serving.threaded, through the wake-up eventfd
+//! it polls and `take()`), with its connection, from the first byte of the message: the Python
+//! parser then gives every verdict, as with the single-thread engine (engine.rs). The Python
+//! loop's own jobs (a chunked upload, say) run on the same app threads (`submit`).
+//!
+//! Forks: the I/O thread is joined (`pause`) before a safe point and started again after it; the
+//! app threads are Python threads the Python loop joins. A promoted worker's child forgets every
+//! connection (`release_after_fork`), so the new mold holds no thread and no loop state.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+mod io;
+mod serve;
+
+use crate::conn::{Conn, Intake, Timeouts};
+use crate::environ::Environ;
+use crate::parser::HeadLimits;
+use crate::respond::Hooks;
+use crate::sys;
+
+pub(crate) const IN: u32 = (libc::EPOLLIN | libc::EPOLLONESHOT) as u32;
+pub(crate) const OUT: u32 = (libc::EPOLLOUT | libc::EPOLLONESHOT) as u32;
+
+pub(crate) fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) enum Job {
+    /// a connection whose buffer starts with a complete request of the common shape
+    Request(Conn),
+    /// the Python loop's job: the arguments of its handler (refork.serving.threaded._Loop._pool_job)
+    Python(PyObject),
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// requests held while the worker waits for a safe point (`hold`)
+    parked: Vec<Conn>,
+    /// app threads asked to return from work()
+    stops: usize,
+    /// native requests in `jobs`, and being served by app threads
+    queued: usize,
+    serving: usize,
+}
+
+/// What the Python loop is told (under the wake-up eventfd it polls).
+#[derive(Default)]
+struct ToPython {
+    /// connections handed over, with their bytes not consumed
+    handed: Vec<(Conn, Vec<u8>)>,
+    /// log lines: (is an error, message)
+    notices: Vec<(bool, String)>,
+}
+
+/// What the I/O thread, the app threads and the Python loop share.
+pub(crate) struct Shared {
+    /// the I/O thread's epoll (app threads re-arm the connections they give back)
+    ep: sys::Epoll,
+    /// wakes the I/O thread (to pause)
+    io_wake: sys::EventFd,
+    /// wakes the Python loop (connections handed over, log lines)
+    py_wake: sys::EventFd,
+    queue: Mutex<Queue>,
+    ready: Condvar,
+    /// connections app threads gave back (armed in `ep` after they are pushed here)
+    returned: Mutex<Vec<Conn>>,
+    to_python: Mutex<ToPython>,
+    pause: AtomicBool,
+    holding: AtomicBool,
+    /// False once the worker stops: every response says "Connection: close"
+    keep_alive: AtomicBool,
+    /// connections the engine owns, wherever they are (the drain waits for 0)
+    open: AtomicUsize,
+    intake: Intake,
+}
+
+impl Shared {
+    /// A request is complete: to an app thread (or parked while the worker waits for a safe point).
+    fn dispatch(&self, conn: Conn) {
+        let mut q = locked(&self.queue);
+        if self.holding.load(Ordering::Acquire) {
+            q.parked.push(conn);
+            return;
+        }
+        q.jobs.push_back(Job::Request(conn));
+        q.queued += 1;
+        drop(q);
+        self.ready.notify_one();
+    }
+
+    /// The next job for an app thread (blocks); None: return from work().
+    fn next_job(&self) -> Option<Job> {
+        let mut q = locked(&self.queue);
+        loop {
+            if q.stops > 0 {
+                q.stops -= 1;
+                return None;
+            }
+            if let Some(job) = q.jobs.pop_front() {
+                if let Job::Request(_) = job {
+                    q.queued -= 1;
+                    q.serving += 1;
+                }
+                return Some(job);
+            }
+            q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn served(&self) {
+        locked(&self.queue).serving -= 1;
+    }
+
+    /// An app thread is done with a connection: the I/O thread's again, waiting for `events`.
+    /// Armed under the lock the I/O thread takes before it looks for the connection of an event,
+    /// so it finds it there.
+    fn give_back(&self, conn: Conn, events: u32) {
+        let mut returned = locked(&self.returned);
+        if self.ep.modify(conn.fd, events).is_err() {
+            drop(returned);
+            self.close(conn);
+            return;
+        }
+        returned.push(conn);
+    }
+
+    fn close(&self, conn: Conn) {
+        sys::close(conn.fd);
+        self.open.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// The connection is the Python loop's from `data` (its bytes not consumed) on.
+    fn hand_over(&self, conn: Conn, data: Vec<u8>) {
+        self.ep.delete(conn.fd);
+        self.open.fetch_sub(1, Ordering::AcqRel);
+        locked(&self.to_python).handed.push((conn, data));
+        self.py_wake.notify();
+    }
+}
+
+/// A line for the worker's log, written by the Python loop.
+pub(crate) fn log_notice(shared: &Shared, error: bool, message: String) {
+    locked(&shared.to_python).notices.push((error, message));
+    shared.py_wake.notify();
+}
+
+/// What the app threads call in Python (the GIL held).
+pub(crate) struct AppSide {
+    app: PyObject,
+    control: PyObject,
+    host: PyObject,
+    environs: Vec<Py<Environ>>,
+    hooks: Py<Hooks>,
+    current: PyObject,
+    make_input: PyObject,
+    empty_input: PyObject,
+    access_log: Option<PyObject>,
+    log_access: PyObject,
+    perf_counter: PyObject,
+    limits: HeadLimits,
+}
+
+#[pyclass(module = "refork._native", frozen)]
+pub struct PoolEngine {
+    shared: Arc<Shared>,
+    side: AppSide,
+    /// the I/O thread's state while it is not running (before start, at a safe point, at the end)
+    io: Mutex<Option<io::Io>>,
+    thread: Mutex<Option<JoinHandle<io::Io>>>,
+}
+
+#[pymethods]
+impl PoolEngine {
+    /// PoolEngine(host, listeners, refs): as Engine's (engine.rs); `host` also has
+    /// _finish_slow(...) -> keep, which sends a response this engine does not frame.
+    #[new]
+    fn new(py: Python<'_>, host: Bound<'_, PyAny>, listeners: Vec<(i32, Py<Environ>)>, refs: Bound<'_, PyAny>) -> PyResult<Self> {
+        let ep = sys::Epoll::new()?;
+        let io_wake = sys::EventFd::new()?;
+        ep.add(io_wake.fd, libc::EPOLLIN as u32)?;
+        for (fd, _) in &listeners {
+            ep.add(*fd, libc::EPOLLIN as u32)?;
+        }
+        let intake = Intake::from_host(&host)?;
+        let limits = intake.limits;
+        let shared = Arc::new(Shared {
+            ep,
+            io_wake,
+            py_wake: sys::EventFd::new()?,
+            queue: Mutex::new(Queue::default()),
+            ready: Condvar::new(),
+            returned: Mutex::new(Vec::new()),
+            to_python: Mutex::new(ToPython::default()),
+            pause: AtomicBool::new(false),
+            holding: AtomicBool::new(false),
+            keep_alive: AtomicBool::new(true),
+            open: AtomicUsize::new(0),
+            intake,
+        });
+        let r = |name: &str| -> PyResult<PyObject> { Ok(refs.get_item(name)?.unbind()) };
+        let hooks = Hooks {
+            status_cache: refs.get_item("status_cache")?.downcast_into()?.unbind(),
+            header_cache: refs.get_item("header_cache")?.downcast_into()?.unbind(),
+            check_status: r("check_status")?,
+            check_header: r("check_header")?,
+            exchange: host.getattr("_exchange")?.unbind(),
+            request_cls: r("request_cls")?,
+            limits,
+        };
+        let access_log = host.getattr("access_log")?;
+        let timeout_response = refs.get_item("timeout_response")?.downcast_into::<PyBytes>()?.as_bytes().to_vec();
+        let io = io::Io::new(
+            shared.clone(),
+            listeners.iter().map(|(fd, _)| *fd).collect(),
+            Timeouts::from_py(&host.getattr("timeouts")?)?,
+            timeout_response,
+        );
+        let side = AppSide {
+            app: host.getattr("app")?.unbind(),
+            control: host.getattr("control")?.unbind(),
+            environs: listeners.into_iter().map(|(_, environ)| environ).collect(),
+            hooks: Py::new(py, hooks)?,
+            current: r("current")?,
+            make_input: r("make_input")?,
+            empty_input: r("empty_input")?,
+            access_log: if access_log.is_none() { None } else { Some(access_log.unbind()) },
+            log_access: r("log_access")?,
+            perf_counter: r("perf_counter")?,
+            limits,
+            host: host.unbind(),
+        };
+        Ok(PoolEngine { shared, side, io: Mutex::new(Some(io)), thread: Mutex::new(None) })
+    }
+
+    /// Start the I/O thread (again, after `pause`).
+    fn start(&self) -> PyResult<()> {
+        let Some(io) = locked(&self.io).take() else {
+            return Ok(()); // running
+        };
+        let handle = std::thread::Builder::new()
+            .name("refork-io".into())
+            .spawn(move || io.run())
+            .map_err(|e| PyRuntimeError::new_err(format!("cannot start the I/O thread: {e}")))?;
+        *locked(&self.thread) = Some(handle);
+        Ok(())
+    }
+
+    /// Stop the I/O thread and join it (nothing of the engine runs until `start`).
+    fn pause(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(handle) = locked(&self.thread).take() else {
+            return Ok(());
+        };
+        self.shared.pause.store(true, Ordering::Release);
+        self.shared.io_wake.notify();
+        let joined = py.allow_threads(|| handle.join());
+        self.shared.pause.store(false, Ordering::Release);
+        let io = joined.map_err(|_| PyRuntimeError::new_err("the I/O thread panicked"))?;
+        *locked(&self.io) = Some(io);
+        Ok(())
+    }
+
+    /// An app thread's life: serve jobs until stop_workers() tells it to return. Python jobs go
+    /// to `handler(*job)`; an exception that is not an Exception (SystemExit...) is raised here.
+    fn work(&self, py: Python<'_>, handler: Bound<'_, PyAny>) -> PyResult<()> {
+        loop {
+            let shared = self.shared.clone();
+            let Some(job) = py.allow_threads(move || shared.next_job()) else {
+                return Ok(());
+            };
+            match job {
+                Job::Python(args) => {
+                    handler.call1(args.bind(py).downcast::<PyTuple>()?)?;
+                }
+                Job::Request(conn) => {
+                    let result = self.serve(py, conn);
+                    self.shared.served();
+                    result?;
+                }
+            }
+        }
+    }
+
+    /// A job of the Python loop for the app threads (see `work`).
+    fn submit(&self, job: Bound<'_, PyTuple>) {
+        locked(&self.shared.queue).jobs.push_back(Job::Python(job.into_any().unbind()));
+        self.shared.ready.notify_one();
+    }
+
+    /// Make `count` app threads return from work().
+    fn stop_workers(&self, count: usize) {
+        locked(&self.shared.queue).stops += count;
+        self.shared.ready.notify_all();
+    }
+
+    /// The worker waits for a safe point: hold new requests (not started ones) until hold(False).
+    fn hold(&self, on: bool) {
+        if self.shared.holding.swap(on, Ordering::AcqRel) == on || on {
+            return;
+        }
+        let mut q = locked(&self.shared.queue);
+        let parked = std::mem::take(&mut q.parked);
+        q.queued += parked.len();
+        q.jobs.extend(parked.into_iter().map(Job::Request));
+        drop(q);
+        self.shared.ready.notify_all();
+    }
+
+    /// Native requests queued or in the app (a safe point waits for 0).
+    #[getter]
+    fn in_flight(&self) -> usize {
+        let q = locked(&self.shared.queue);
+        q.queued + q.serving
+    }
+
+    /// No connection is left (a draining worker may stop).
+    #[getter]
+    fn idle(&self) -> bool {
+        self.shared.open.load(Ordering::Acquire) == 0
+    }
+
+    /// The eventfd the Python loop polls: then call take().
+    #[getter]
+    fn wake_fd(&self) -> i32 {
+        self.shared.py_wake.fd
+    }
+
+    /// (connections handed over as (fd, client, listener_fd, data, since, fresh), log lines as
+    /// (is an error, message)).
+    fn take<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+        self.shared.py_wake.drain();
+        let told = std::mem::take(&mut *locked(&self.shared.to_python));
+        let handed = PyList::empty(py);
+        for (mut conn, data) in told.handed {
+            handed.append((conn.fd, conn.client(py)?, conn.listener, PyBytes::new(py, &data), conn.since, conn.fresh))?;
+        }
+        Ok((handed, PyList::new(py, told.notices)?))
+    }
+
+    /// The worker stops: accept no more (`take_backlog`: the whole server stops, so first accept
+    /// every connection queued in the backlog); responses say "Connection: close"; idle
+    /// connections close at `drain_until` (a fresh one keeps its keep-alive clock).
+    fn drain(&self, py: Python<'_>, drain_until: f64, take_backlog: bool) -> PyResult<()> {
+        self.pause(py)?;
+        self.shared.keep_alive.store(false, Ordering::Release);
+        if let Some(io) = locked(&self.io).as_mut() {
+            io.drain(drain_until, take_backlog);
+        }
+        self.start()
+    }
+
+    /// In a child forked at a safe point: every connection is the parent's (see
+    /// refork.serving.connection.release_after_fork); forget them all, and the listeners.
+    fn release_after_fork(&self) {
+        let mut fds: Vec<i32> = Vec::new();
+        if let Some(io) = locked(&self.io).as_mut() {
+            fds.extend(io.forget());
+        }
+        fds.extend(locked(&self.shared.returned).drain(..).map(|c| c.fd));
+        fds.extend(locked(&self.shared.to_python).handed.drain(..).map(|(c, _)| c.fd));
+        let mut q = locked(&self.shared.queue);
+        fds.extend(q.parked.drain(..).map(|c| c.fd));
+        for job in q.jobs.drain(..) {
+            if let Job::Request(c) = job {
+                fds.push(c.fd);
+            }
+        }
+        *q = Queue::default();
+        drop(q);
+        sys::release(fds.into_iter());
+        self.shared.open.store(0, Ordering::Release);
+    }
+
+    /// The worker is done: stop the I/O thread, close every connection not in an app thread.
+    fn close_all(&self, py: Python<'_>) -> PyResult<()> {
+        self.pause(py)?;
+        let mut conns: Vec<Conn> = Vec::new();
+        if let Some(io) = locked(&self.io).as_mut() {
+            conns.extend(io.take_all());
+        }
+        conns.extend(locked(&self.shared.returned).drain(..));
+        conns.extend(locked(&self.shared.to_python).handed.drain(..).map(|(c, _)| c));
+        {
+            let mut q = locked(&self.shared.queue);
+            conns.append(&mut q.parked);
+            let jobs = std::mem::take(&mut q.jobs);
+            for job in jobs {
+                match job {
+                    Job::Request(c) => {
+                        q.queued -= 1;
+                        conns.push(c);
+                    }
+                    other => q.jobs.push_back(other),
+                }
+            }
+        }
+        for conn in conns {
+            self.shared.close(conn);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,149 @@
+//! An app thread's part of the pool: a connection whose buffer starts with a complete request.
+//! With the GIL: the request accounted (the worker's Python clock: several requests are in the
+//! app at once), the app called (call.rs), a list body framed, the access-log line. Without it:
+//! the one `send`, then the connection given back to the I/O thread, or its next pipelined
+//! request served here.
+
+use std::sync::atomic::Ordering;
+
+use pyo3::prelude::*;
+
+use super::{PoolEngine, Shared, IN, OUT};
+use crate::call::{input_stream, method_str, split_target, AccessLog, AppCall, PyTracking};
+use crate::conn::{describe, Conn, Next, Phase};
+use crate::parser::fast_head;
+use crate::sys;
+
+/// A request's response, as the app thread leaves the GIL.
+enum Answer {
+    /// framed here: to send
+    Send { bytes: Vec<u8>, keep: bool },
+    /// sent by the Python response path (a generator, a file, write(), an error...)
+    Sent { keep: bool },
+}
+
+impl PoolEngine {
+    /// Serve `conn`'s request, and what it pipelined behind it while it is complete and common.
+    pub(super) fn serve(&self, py: Python<'_>, mut conn: Conn) -> PyResult<()> {
+        loop {
+            let buf = std::mem::take(&mut conn.buf);
+            let (answer, used) = match self.answer(py, &mut conn, &buf) {
+                Ok(done) => done,
+                Err(e) => {
+                    self.shared.close(conn);
+                    return Err(e);
+                }
+            };
+            let shared: &Shared = &self.shared;
+            match py.allow_threads(move || shared.after(conn, buf, used, answer)) {
+                Some(next) => conn = next,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Call the app for the request at the start of `buf`; also the bytes it took.
+    fn answer(&self, py: Python<'_>, conn: &mut Conn, buf: &[u8]) -> PyResult<(Answer, usize)> {
+        let side = &self.side;
+        let head = fast_head(&side.limits, buf).expect("a request the I/O thread found complete");
+        let n = head.content_length.unwrap_or(0) as usize;
+        let (raw_head, body) = (&buf[..head.len], &buf[head.len..head.len + n]);
+        let method = method_str(py, &head);
+        let control = side.control.bind(py);
+        let current = side.current.bind(py);
+        let tracking = PyTracking::start(py, control, current, &method, split_target(&head).0)?;
+        let started: PyObject = match side.access_log {
+            Some(_) => side.perf_counter.bind(py).call0()?.unbind(),
+            None => py.None(),
+        };
+        let keep_alive = self.shared.keep_alive.load(Ordering::Acquire);
+        let call = AppCall {
+            app: side.app.bind(py),
+            environ: side.environs[conn.environ].get(),
+            hooks: &side.hooks,
+            keep_alive,
+        };
+        let called = input_stream(py, body, &side.empty_input, &side.make_input)
+            .and_then(|input| Ok((call.call(py, conn, &head, raw_head, &method, &input)?, input)));
+        let (mut called, input) = match called {
+            Ok(done) => done,
+            Err(e) => {
+                tracking.finish(control, current, 0)?;
+                return Err(e);
+            }
+        };
+        let used = head.len + n;
+        let Some((status, bytes, length, keep)) = called.framed.take() else {
+            // the Python response path, on this thread: it writes, blocking, and accounts the request
+            tracking.leave(current)?;
+            let request = called.request()?;
+            let args = (
+                conn.fd, called.client, conn.listener, called.start_response, called.result, called.exc,
+                called.environ, request, input, tracking.token, started, keep_alive,
+            );
+            let keep: bool = side.host.bind(py).call_method1(pyo3::intern!(py, "_finish_slow"), args)?.extract()?;
+            return Ok((Answer::Sent { keep }, used));
+        };
+        tracking.finish(control, current, status)?;
+        if !body.is_empty() {
+            input.call_method0(pyo3::intern!(py, "close"))?;
+        }
+        if let Some(log) = &side.access_log {
+            AccessLog { log, log_access: &side.log_access, perf_counter: &side.perf_counter }.write(py, &called, &started, status, length)?;
+        }
+        Ok((Answer::Send { bytes, keep }, used))
+    }
+}
+
+impl Shared {
+    /// After the app (no GIL): send the response, then the connection's next request to serve on
+    /// this thread (Some), or the connection given back, handed over or closed (None).
+    fn after(&self, mut conn: Conn, buf: Vec<u8>, used: usize, answer: Answer) -> Option<Conn> {
+        let keep = match answer {
+            Answer::Sent { keep } => keep,
+            Answer::Send { bytes, keep } => match sys::send(conn.fd, &bytes) {
+                Ok(n) if n == bytes.len() => keep,
+                Ok(n) => {
+                    // the rest waits for the client (the I/O thread writes it), what it pipelined too
+                    let what = fast_head(&self.intake.limits, &buf).map(|h| describe(&h)).unwrap_or_default();
+                    conn.keep_output(bytes, n, what);
+                    conn.close_after = !keep;
+                    conn.buf = buf[used..].to_vec();
+                    self.give_back(conn, OUT);
+                    return None;
+                }
+                Err(_) => false, // the client is gone
+            },
+        };
+        if !keep {
+            self.close(conn);
+            return None;
+        }
+        let rest = &buf[used..];
+        if rest.is_empty() {
+            conn.idle();
+            self.give_back(conn, IN);
+            return None;
+        }
+        conn.phase = Phase::Idle; // (the next request's clocks start now)
+        match self.intake.next(&mut conn, rest) {
+            Next::Request(..) => {
+                conn.buf = rest.to_vec();
+                if self.holding.load(Ordering::Acquire) {
+                    self.dispatch(conn); // parked until the safe point is over
+                    return None;
+                }
+                Some(conn)
+            }
+            Next::Wait => {
+                conn.buf = rest.to_vec();
+                self.give_back(conn, IN);
+                None
+            }
+            Next::HandOver => {
+                self.hand_over(conn, rest.to_vec());
+                None
+            }
+        }
+    }
+}
