@@ -4,7 +4,8 @@ Every server runs 2 workers on 127.0.0.1 and serves benchmarks/apps/hello_wsgi.p
 every server is started, warmed up for 2 s, measured with `wrk -t2 -c64 -d<D>s --latency`
 (keep-alive) and stopped; the order alternates between rounds and the medians over rounds are
 printed, with ratios against bjoern (the issue's target: refork-native >= 1.3x bjoern, p99 no
-worse) and against refork's Python loop.
+worse) and against refork's Python loop. The `-pool` rows run refork with `--threads 4`: the pool
+engine (a Rust I/O thread feeding 4 app threads) and the Python loop's pool.
 
 CPU per request: utime and stime of every live process of the server's tree (all its threads;
 /proc/PID/stat), read right before and right after the measured wrk run, the difference divided
@@ -384,6 +385,8 @@ def servers(venv: Path, port: int, refork_path: Path | None = None) -> list[Serv
     specs = [
         ("refork-native", [*refork, "--wsgi-loop", "native", "hello_wsgi:app"]),
         ("refork-python", [*refork, "--wsgi-loop", "python", "hello_wsgi:app"]),
+        ("refork-native-pool", [*refork, "--wsgi-loop", "native", "--threads", "4", "hello_wsgi:app"]),
+        ("refork-python-pool", [*refork, "--wsgi-loop", "python", "--threads", "4", "hello_wsgi:app"]),
         (
             "bjoern",
             [str(bin_ / "python"), str(APPS / "bjoern_run.py"), "hello_wsgi:app", bind, "{port}", "2"],

@@ -62,6 +62,17 @@ struct Queue {
     /// native requests in `jobs`, and being served by app threads
     queued: usize,
     serving: usize,
+    /// app threads blocked waiting for a job (no wake-up call when there are none)
+    waiting: usize,
+}
+
+/// What an app thread takes from the queue.
+enum Taken {
+    Job(Job),
+    /// return from work()
+    Stop,
+    /// nothing now (a look that does not block)
+    Empty,
 }
 
 /// What the Python loop is told (under the wake-up eventfd it polls).
@@ -105,26 +116,39 @@ impl Shared {
         }
         q.jobs.push_back(Job::Request(conn));
         q.queued += 1;
-        drop(q);
-        self.ready.notify_one();
+        self.wake_one(q);
     }
 
-    /// The next job for an app thread (blocks); None: return from work().
-    fn next_job(&self) -> Option<Job> {
+    /// Wake an app thread that waits for a job, if one does.
+    fn wake_one(&self, q: MutexGuard<'_, Queue>) {
+        let waiting = q.waiting > 0;
+        drop(q);
+        if waiting {
+            self.ready.notify_one();
+        }
+    }
+
+    /// The next job for an app thread; `block`: wait for one (else Empty when there is none).
+    fn take(&self, block: bool) -> Taken {
         let mut q = locked(&self.queue);
         loop {
             if q.stops > 0 {
                 q.stops -= 1;
-                return None;
+                return Taken::Stop;
             }
             if let Some(job) = q.jobs.pop_front() {
                 if let Job::Request(_) = job {
                     q.queued -= 1;
                     q.serving += 1;
                 }
-                return Some(job);
+                return Taken::Job(job);
             }
+            if !block {
+                return Taken::Empty;
+            }
+            q.waiting += 1;
             q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+            q.waiting -= 1;
         }
     }
 
@@ -282,11 +306,20 @@ impl PoolEngine {
 
     /// An app thread's life: serve jobs until stop_workers() tells it to return. Python jobs go
     /// to `handler(*job)`; an exception that is not an Exception (SystemExit...) is raised here.
+    /// The GIL is let go only to wait for a job: a thread that finds one waiting keeps it (no
+    /// hand-off to another app thread and back).
     fn work(&self, py: Python<'_>, handler: Bound<'_, PyAny>) -> PyResult<()> {
         loop {
-            let shared = self.shared.clone();
-            let Some(job) = py.allow_threads(move || shared.next_job()) else {
-                return Ok(());
+            let taken = match self.shared.take(false) {
+                Taken::Empty => {
+                    let shared = self.shared.clone();
+                    py.allow_threads(move || shared.take(true))
+                }
+                taken => taken,
+            };
+            let job = match taken {
+                Taken::Job(job) => job,
+                _ => return Ok(()),
             };
             match job {
                 Job::Python(args) => {
@@ -303,8 +336,9 @@ impl PoolEngine {
 
     /// A job of the Python loop for the app threads (see `work`).
     fn submit(&self, job: Bound<'_, PyTuple>) {
-        locked(&self.shared.queue).jobs.push_back(Job::Python(job.into_any().unbind()));
-        self.shared.ready.notify_one();
+        let mut q = locked(&self.shared.queue);
+        q.jobs.push_back(Job::Python(job.into_any().unbind()));
+        self.shared.wake_one(q);
     }
 
     /// Make `count` app threads return from work().

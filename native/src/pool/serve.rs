@@ -1,8 +1,7 @@
 //! An app thread's part of the pool: a connection whose buffer starts with a complete request.
-//! With the GIL: the request accounted (the worker's Python clock: several requests are in the
-//! app at once), the app called (call.rs), a list body framed, the access-log line. Without it:
-//! the one `send`, then the connection given back to the I/O thread, or its next pipelined
-//! request served here.
+//! The request accounted (the worker's Python clock: several requests are in the app at once),
+//! the app called (call.rs), a list body framed, the access-log line; then the one `send`, and the
+//! connection given back to the I/O thread, or its next pipelined request served here.
 
 use std::sync::atomic::Ordering;
 
@@ -34,8 +33,9 @@ impl PoolEngine {
                     return Err(e);
                 }
             };
-            let shared: &Shared = &self.shared;
-            match py.allow_threads(move || shared.after(conn, buf, used, answer)) {
+            // (the GIL kept: one non-blocking send costs less than handing the GIL to another
+            // app thread and waiting to get it back)
+            match self.shared.after(conn, buf, used, answer) {
                 Some(next) => conn = next,
                 None => return Ok(()),
             }
@@ -96,7 +96,7 @@ impl PoolEngine {
 }
 
 impl Shared {
-    /// After the app (no GIL): send the response, then the connection's next request to serve on
+    /// After the app: send the response, then the connection's next request to serve on
     /// this thread (Some), or the connection given back, handed over or closed (None).
     fn after(&self, mut conn: Conn, buf: Vec<u8>, used: usize, answer: Answer) -> Option<Conn> {
         let keep = match answer {
