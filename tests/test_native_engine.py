@@ -119,6 +119,49 @@ def test_an_app_error_is_a_500_and_the_connection_closes(engine, path: str) -> N
     assert (status, body) == (200, b"GET /still-serving? -")
 
 
+def test_a_sized_body_that_is_not_a_list_is_framed_by_the_engine_and_closed(engine) -> None:
+    """Django's HttpResponse and werkzeug's ClosingIterator are iterables with close() and a
+    Content-Length: the engine pulls and frames them (close() is called by it, not by the Python
+    response path's _close); anything else of that kind is the Python path's, with what was pulled
+    first."""
+    with connect(engine.port) as sock:
+        sock.sendall(get("/iterable") * 2)
+        got = responses(sock, ["GET", "GET"])
+    assert [r[:2] for r in got] == [(200, b"iterable")] * 2
+    with connect(engine.port) as sock:  # fewer bytes than its Content-Length: closed after them
+        sock.sendall(get("/iterable-short") + get("/never"))
+        wire = b""
+        while chunk := sock.recv(1 << 16):
+            wire += chunk
+    assert wire.startswith(b"HTTP/1.1 200 ") and b"Content-Length: 9\r\n" in wire and wire.endswith(b"\r\n\r\nshort")
+    status, body = engine.get("/closed")
+    callers = body.split(b",")
+    assert status == 200 and len(callers) == 3 and b"_close" not in callers  # called by the engine
+    with connect(engine.port) as sock:
+        sock.sendall(get("/iterable-close-raises") + get("/never"))
+        [(status, body, _)] = responses(sock, ["GET"])
+        assert (status, body) == (200, b"closing")  # sent; then the connection closes
+        assert sock.recv(10) == b""
+    with connect(engine.port) as sock:
+        sock.sendall(get("/iterable-stream"))
+        assert responses(sock, ["GET"])[0][:2] == (200, b"s1s2")  # a stream: the Python path, chunked
+    status, body = engine.get("/closed")
+    callers = body.split(b",")
+    assert callers[0] != b"_close" and callers[1] == b"_close"  # the stream's by the Python path
+    engine.wait_for(
+        lambda: "Error in WSGI app after the response head was sent: GET /iterable-close-raises" in engine.log(),
+        what="the close() error logged",
+    )
+
+
+@pytest.mark.parametrize("path", ["/iterable-long", "/iterable-str", "/iterable-raises"])
+def test_a_sized_body_the_engine_cannot_frame_gets_the_python_loops_answer(start_server, path: str) -> None:
+    for threads in (1, 4):
+        engine, python = _pair(start_server, threads)
+        ours, theirs = _answers(engine.port, get(path)), _answers(python.port, get(path))
+        assert ours == theirs and ours, (threads, ours, theirs)
+
+
 def test_exc_info_replaces_the_status_before_anything_is_sent(engine) -> None:
     status, body = engine.get("/replaced")
     assert (status, body) == (503, b"sorry")

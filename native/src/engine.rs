@@ -104,15 +104,7 @@ impl Engine {
         let timeouts = Timeouts::from_py(&attr(&host, "timeouts")?)?;
         let intake = Intake::from_host(&host)?;
         let r = |name: &str| -> PyResult<PyObject> { Ok(refs.get_item(name)?.unbind()) };
-        let hooks = Hooks {
-            status_cache: refs.get_item("status_cache")?.downcast_into()?.unbind(),
-            header_cache: refs.get_item("header_cache")?.downcast_into()?.unbind(),
-            check_status: r("check_status")?,
-            check_header: r("check_header")?,
-            exchange: attr(&host, "_exchange")?.unbind(),
-            request_cls: r("request_cls")?,
-            limits: intake.limits,
-        };
+        let hooks = Hooks::from_refs(&host, &refs, intake.limits)?;
         let (clock, request) = match attr(&host, "control")?.getattr("clock") {
             Ok(app_clock) if app_clock.hasattr("native_words")? => {
                 let words = app_clock.call_method0("native_words")?;

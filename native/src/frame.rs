@@ -48,7 +48,7 @@ fn cached_date(out: &mut Vec<u8>) {
     out.extend_from_slice(&cache.1);
 }
 
-const JOIN_LIMIT: usize = 1 << 16;
+pub(crate) const JOIN_LIMIT: usize = 1 << 16;
 
 /// The whole response to a WSGI app's list/tuple body of bytes, framed as refork.wsgi.response
 /// (_send_result, _Exchange.head) and refork.http.response.ResponseFramer do for it, or None

@@ -243,15 +243,7 @@ impl PoolEngine {
             intake,
         });
         let r = |name: &str| -> PyResult<PyObject> { Ok(refs.get_item(name)?.unbind()) };
-        let hooks = Hooks {
-            status_cache: refs.get_item("status_cache")?.downcast_into()?.unbind(),
-            header_cache: refs.get_item("header_cache")?.downcast_into()?.unbind(),
-            check_status: r("check_status")?,
-            check_header: r("check_header")?,
-            exchange: host.getattr("_exchange")?.unbind(),
-            request_cls: r("request_cls")?,
-            limits,
-        };
+        let hooks = Hooks::from_refs(&host, &refs, limits)?;
         let access_log = host.getattr("access_log")?;
         let timeout_response = refs.get_item("timeout_response")?.downcast_into::<PyBytes>()?.as_bytes().to_vec();
         let io = io::Io::new(

@@ -25,6 +25,30 @@ pub struct Hooks {
     /// refork.http.events.Request and the limits its head was read with (see StartResponse::request)
     pub(crate) request_cls: PyObject,
     pub(crate) limits: HeadLimits,
+    /// refork.wsgi.response.Prefetched, refork.wsgi.files.FileWrapper and
+    /// refork.wsgi.response.closing_failed (see call.rs: a body that is not a list)
+    pub(crate) prefetched: PyObject,
+    pub(crate) file_wrapper: PyObject,
+    pub(crate) closing_failed: PyObject,
+}
+
+impl Hooks {
+    /// From the host loop (its `_exchange`) and the engines' `refs` (see refork.serving.native_engine).
+    pub(crate) fn from_refs(host: &Bound<'_, PyAny>, refs: &Bound<'_, PyAny>, limits: HeadLimits) -> PyResult<Hooks> {
+        let r = |name: &str| -> PyResult<PyObject> { Ok(refs.get_item(name)?.unbind()) };
+        Ok(Hooks {
+            status_cache: refs.get_item("status_cache")?.downcast_into()?.unbind(),
+            header_cache: refs.get_item("header_cache")?.downcast_into()?.unbind(),
+            check_status: r("check_status")?,
+            check_header: r("check_header")?,
+            exchange: host.getattr("_exchange")?.unbind(),
+            request_cls: r("request_cls")?,
+            limits,
+            prefetched: r("prefetched")?,
+            file_wrapper: r("file_wrapper")?,
+            closing_failed: r("closing_failed")?,
+        })
+    }
 }
 
 #[pyclass(module = "refork._native")]

@@ -33,6 +33,7 @@ from refork.serving.outbox import Outbox
 from refork.serving.threaded_conn import NO_EVENTS, Conn, Step, Writing
 from refork.wsgi import EnvironBuilder, Streaming
 from refork.wsgi import response as wsgi_response
+from refork.wsgi.files import FileWrapper
 from refork.wsgi.response import _Exchange, continue_wsgi
 
 log = logging.getLogger("refork")
@@ -53,6 +54,9 @@ def refs() -> dict[str, Any]:
         "header_cache": wsgi_response._HEADER_CACHE,
         "check_status": wsgi_response._check_status,
         "check_header": wsgi_response._check_header,
+        "prefetched": wsgi_response.Prefetched,
+        "file_wrapper": FileWrapper,
+        "closing_failed": wsgi_response.closing_failed,
         "log_access": log_access,
         "log_warning": log.warning,
         "log_error": log.error,

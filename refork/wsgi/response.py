@@ -360,6 +360,37 @@ def _close(result: Any) -> None:
         close()
 
 
+def closing_failed(environ: dict[str, Any], exc: BaseException) -> None:
+    """The line for an app error once the response head is out (the connection then closes)."""
+    log.error("Error in WSGI app after the response head was sent: %s %s", environ.get("REQUEST_METHOD"),
+              environ.get("RAW_URI"), exc_info=exc)  # fmt: skip
+
+
+class Prefetched:
+    """A response body whose first items a native engine (refork._native) pulled before it handed
+    the response to this module: those items, then the rest of the body, or the exception pulling
+    the next one raised; close() is the app's."""
+
+    __slots__ = ("items", "rest", "error", "result")
+
+    def __init__(self, items: list[Any], rest: Iterator[Any] | None, result: Any,
+                 error: Exception | None = None) -> None:  # fmt: skip
+        self.items = items
+        self.rest = rest
+        self.error = error
+        self.result = result
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self.items
+        if self.error is not None:
+            raise self.error
+        if self.rest is not None:
+            yield from self.rest
+
+    def close(self) -> None:
+        _close(self.result)
+
+
 def _finish(ex: _Exchange, environ: dict[str, Any], result: Any, exc: Exception | None = None) -> Outcome:
     """Close the iterable (always) and turn the response's end, or its failure, into the outcome.
 
@@ -375,12 +406,7 @@ def _finish(ex: _Exchange, environ: dict[str, Any], result: Any, exc: Exception 
     if isinstance(exc, SendFailed):
         return ex.code or 499, framer.body_bytes, False
     if ex.sent:
-        log.error(
-            "Error in WSGI app after the response head was sent: %s %s",
-            environ.get("REQUEST_METHOD"),
-            environ.get("RAW_URI"),
-            exc_info=exc,
-        )
+        closing_failed(environ, exc)
         return ex.code, framer.body_bytes, False
     log.error("Error in WSGI app: %s %s", environ.get("REQUEST_METHOD"), environ.get("RAW_URI"), exc_info=exc)
     try:

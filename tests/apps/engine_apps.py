@@ -3,9 +3,37 @@ every way out of it (a generator, write(), a file, an error before or after star
 a request that holds the GIL."""
 
 import ctypes
+import sys
 import tempfile
 
 HEADERS = [("Content-Type", "text/plain")]
+CLOSED: list[str] = []  # who called each Body.close() (the function of the calling frame)
+
+
+class Body:
+    """A response body that is not a list, as Django's HttpResponse and werkzeug's ClosingIterator
+    are: iterable, with a close()."""
+
+    def __init__(self, items, close_raises=False):
+        self.items = items
+        self.close_raises = close_raises
+
+    def __iter__(self):
+        for item in self.items:
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+    def close(self):
+        CLOSED.append(sys._getframe(1).f_code.co_name)
+        if self.close_raises:
+            raise RuntimeError("close failed")
+
+
+def _sized(start_response, items, length=None, **kwargs):
+    total = sum(len(i) for i in items if isinstance(i, bytes)) if length is None else length
+    start_response("200 OK", [*HEADERS, ("Content-Length", str(total))])
+    return Body(items, **kwargs)
 
 
 def app(environ, start_response):
@@ -31,6 +59,26 @@ def app(environ, start_response):
         f.seek(0)
         start_response("200 OK", HEADERS)
         return environ["wsgi.file_wrapper"](f)
+    if path == "/iterable":  # Content-Length set, a body that is not a list (Django, Flask)
+        return _sized(start_response, [b"it", b"er", b"able"])
+    if path == "/iterable-short":  # fewer bytes than its Content-Length: closed after it
+        return _sized(start_response, [b"short"], length=9)
+    if path == "/iterable-long":  # more bytes than its Content-Length: the Python path's error
+        return _sized(start_response, [b"long", b"er"], length=4)
+    if path == "/iterable-str":
+        return _sized(start_response, [b"ok", "str"], length=5)
+    if path == "/iterable-raises":
+        return _sized(start_response, [b"ok", RuntimeError("while iterating")], length=5)
+    if path == "/iterable-close-raises":
+        return _sized(start_response, [b"closing"], close_raises=True)
+    if path == "/iterable-stream":  # no Content-Length: a stream (chunked), never pulled ahead
+        start_response("200 OK", HEADERS)
+        return Body([b"s1", b"s2"])
+    if path == "/closed":
+        body = ",".join(CLOSED).encode()
+        CLOSED.clear()
+        start_response("200 OK", HEADERS)
+        return [body]
     if path == "/hold":  # "s": hold the GIL for s seconds (a C call that does not release it)
         ctypes.PyDLL(None).usleep(int(float(query) * 1e6))
         start_response("200 OK", HEADERS)
