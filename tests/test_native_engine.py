@@ -133,7 +133,8 @@ def test_a_sized_body_that_is_not_a_list_is_framed_by_the_engine_and_closed(engi
         wire = b""
         while chunk := sock.recv(1 << 16):
             wire += chunk
-    assert wire.startswith(b"HTTP/1.1 200 ") and b"Content-Length: 9\r\n" in wire and wire.endswith(b"\r\n\r\nshort")
+    assert wire.startswith(b"HTTP/1.1 200 ") and b"Content-Length: 9\r\n" in wire
+    assert wire.endswith(b"\r\n\r\nshort")
     status, body = engine.get("/closed")
     callers = body.split(b",")
     assert status == 200 and len(callers) == 3 and b"_close" not in callers  # called by the engine
@@ -148,10 +149,8 @@ def test_a_sized_body_that_is_not_a_list_is_framed_by_the_engine_and_closed(engi
     status, body = engine.get("/closed")
     callers = body.split(b",")
     assert callers[0] != b"_close" and callers[1] == b"_close"  # the stream's by the Python path
-    engine.wait_for(
-        lambda: "Error in WSGI app after the response head was sent: GET /iterable-close-raises" in engine.log(),
-        what="the close() error logged",
-    )
+    line = "Error in WSGI app after the response head was sent: GET /iterable-close-raises"
+    engine.wait_for(lambda: line in engine.log(), what="the close() error logged")
 
 
 @pytest.mark.parametrize("path", ["/iterable-long", "/iterable-str", "/iterable-raises"])
