@@ -157,13 +157,18 @@ def _ask(server, unix: str | None, xff: str) -> tuple[str, str | None]:
 APPS = {"wsgi": "apps.wsgi_apps:app", "asgi": "apps.asgi_apps:app"}
 
 
-@pytest.fixture(params=["wsgi", "asgi"])
+@pytest.fixture(params=["wsgi", "wsgi-threads", "asgi"])
 def serve(request, start_server, tmp_path):
+    interface = request.param.partition("-")[0]
+    threads = ["--threads", "4"] if request.param.endswith("threads") else []  # (the pool engine)
+
     def start(*allow: str):
         unix = str(tmp_path / f"{request.param}-{len(allow)}.sock")
-        args = ["-b", f"unix:{unix}"] + (["--forwarded-allow-ips", ",".join(allow)] if allow else [])
-        server = start_server(*args, app=APPS[request.param], workers=1)
-        server.interface = request.param
+        args = ["-b", f"unix:{unix}", *threads]
+        if allow:
+            args += ["--forwarded-allow-ips", ",".join(allow)]
+        server = start_server(*args, app=APPS[interface], workers=1)
+        server.interface = interface
         return server, unix
 
     return start

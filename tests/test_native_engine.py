@@ -65,6 +65,21 @@ def get(path: str, extra: str = "") -> bytes:
     return f"GET {path} HTTP/1.1\r\nHost: t\r\n{extra}\r\n".encode()
 
 
+def closed_by(server: Any, count: int) -> list[bytes]:
+    """Who called the close() of the last `count` sized iterable bodies (tests/apps/engine_apps.py):
+    the Python response path calls it once the response is out, so it may come a little after."""
+    callers: list[bytes] = []
+    deadline = time.monotonic() + 10
+    while len(callers) < count and time.monotonic() < deadline:
+        status, body = server.get("/closed")
+        assert status == 200
+        callers += [c for c in body.split(b",") if c]
+        if len(callers) < count:
+            time.sleep(0.02)
+    assert len(callers) == count, callers
+    return callers
+
+
 ENGINES = pytest.mark.parametrize("threads", [1, 4], ids=["engine", "pool"])
 
 
@@ -135,9 +150,7 @@ def test_a_sized_body_that_is_not_a_list_is_framed_by_the_engine_and_closed(engi
             wire += chunk
     assert wire.startswith(b"HTTP/1.1 200 ") and b"Content-Length: 9\r\n" in wire
     assert wire.endswith(b"\r\n\r\nshort")
-    status, body = engine.get("/closed")
-    callers = body.split(b",")
-    assert status == 200 and len(callers) == 3 and b"_close" not in callers  # called by the engine
+    assert b"_close" not in closed_by(engine, 3)  # called by the engine
     with connect(engine.port) as sock:
         sock.sendall(get("/iterable-close-raises") + get("/never"))
         [(status, body, _)] = responses(sock, ["GET"])
@@ -146,11 +159,38 @@ def test_a_sized_body_that_is_not_a_list_is_framed_by_the_engine_and_closed(engi
     with connect(engine.port) as sock:
         sock.sendall(get("/iterable-stream"))
         assert responses(sock, ["GET"])[0][:2] == (200, b"s1s2")  # a stream: the Python path, chunked
-    status, body = engine.get("/closed")
-    callers = body.split(b",")
+    callers = closed_by(engine, 2)
     assert callers[0] != b"_close" and callers[1] == b"_close"  # the stream's by the Python path
     line = "Error in WSGI app after the response head was sent: GET /iterable-close-raises"
     engine.wait_for(lambda: line in engine.log(), what="the close() error logged")
+
+
+def test_a_connection_the_python_loop_served_goes_back_to_the_engine(engine) -> None:
+    """A response the engine does not frame (a stream), a chunked upload (the Python parser's) and a
+    health check go through the Python loop; the keep-alive connection then comes back to the
+    engine, which frames the next sized iterable itself (its close() not called by _close)."""
+    chunked = b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    firsts = [(get("/iterable-stream"), "GET", b"s1s2"), (chunked, "POST", b"echo:abc")]
+    with connect(engine.port) as sock:
+        for raw, method, body in firsts * 2:
+            sock.sendall(raw)
+            assert responses(sock, [method])[0][:2] == (200, body)
+            sock.sendall(get("/iterable"))
+            assert responses(sock, ["GET"])[0][:2] == (200, b"iterable")
+    callers = closed_by(engine, 6)
+    assert callers[0::3] == [b"_close", b"_close"]  # the streams, by the Python path
+    assert b"_close" not in callers[1::3] + callers[2::3]  # the iterables, by the engine
+
+
+def test_a_request_through_a_proxy_is_served_by_the_engine(engine) -> None:
+    """Behind nginx or a load balancer every request has X-Forwarded-* fields: the engine serves it
+    (the trusted-proxy rules applied to its native environ), not the Python loop."""
+    proxied = "X-Forwarded-For: 203.0.113.7\r\nX-Forwarded-Proto: https\r\n"
+    with connect(engine.port) as sock:
+        sock.sendall(get("/iterable", proxied) + get("/", proxied))
+        got = responses(sock, ["GET", "GET"])
+    assert got[0][:2] == (200, b"iterable") and got[1][:2] == (200, b"GET /? -")
+    assert closed_by(engine, 1) != [b"_close"]
 
 
 @pytest.mark.parametrize("path", ["/iterable-long", "/iterable-str", "/iterable-raises"])

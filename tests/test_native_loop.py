@@ -123,6 +123,10 @@ EXTRA = [
     b"GET /app HTTP/1.1\r\nHost: h\xe9:x\r\nX_Y: 1\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n",
     b"POST /x HTTP/1.0\r\nContent-Type: a/b\r\nContent-Length: 2\r\n\r\nab",
     b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n",
+    # a trusted proxy's scheme moves the default port; a chain of proxies; no Host at all
+    b"GET /p HTTP/1.1\r\nHost: example.com\r\nX-Forwarded-Proto: https\r\n"
+    b"X-Forwarded-For: 10.0.0.1, 127.0.0.1\r\n\r\n",
+    b"GET /p HTTP/1.0\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: x\r\n\r\n",
 ]
 
 

@@ -79,7 +79,11 @@ impl<'py> AppCall<'_, 'py> {
         let length = head.content_length.map(|n| PyString::new(py, &n.to_string()));
         let headers = head.headers.iter().map(|(n, v)| (n.as_slice(), *v));
         let client = conn.client(py)?;
-        let environ = self.environ.make(py, &parts, headers, length, input, client.bind(py))?.into_any();
+        let environ = self.environ.make(py, &parts, headers, length, input, client.bind(py))?;
+        if head.forwarded {
+            self.environ.apply_forwarded(py, &environ, &head.headers, client.bind(py))?;
+        }
+        let environ = environ.into_any();
         let sr = Bound::new(
             py,
             StartResponse {

@@ -86,6 +86,16 @@ impl Conn {
         Ok(c)
     }
 
+    /// A connection the Python loop gives back (it was this engine's listener's): between two
+    /// requests since `since`, its client tuple as the environ had it.
+    pub fn adopted(fd: i32, client: &Bound<'_, PyAny>, listener: i32, environ: usize, since: f64) -> PyResult<Conn> {
+        let peer = if client.is_none() { Peer::Unix } else { Peer::Inet(client.get_item(0)?.extract()?, client.get_item(1)?.extract()?) };
+        let mut conn = Conn::new(fd, peer, listener, environ, since);
+        conn.client = Some(client.clone().unbind());
+        conn.fresh = false;
+        Ok(conn)
+    }
+
     /// Enter `phase` (its clock starts now unless it is already in it).
     pub fn wait_in(&mut self, phase: Phase) {
         if self.phase != phase {
@@ -255,7 +265,7 @@ impl Intake {
             _ => return Next::HandOver,
         };
         let n = head.content_length.unwrap_or(0) as usize;
-        if head.forwarded || n > self.inline_body || self.is_health(&head) {
+        if n > self.inline_body || self.is_health(&head) {
             return Next::HandOver;
         }
         if data.len() < head.len + n {

@@ -13,11 +13,11 @@
 //! Anything else is handed to the Python loop with the bytes not yet consumed, from the first
 //! byte of the message: a head that is not the common shape (the Python parser then gives the
 //! verdict: same rejections, limits and status codes), a body over the in-memory threshold
-//! (spooled by Python), a health check, X-Forwarded-* fields, a head over HEAD_WAIT bytes still
-//! incomplete. `run()` returns those as (fd, client, listener_fd, data, since, fresh); the
-//! connection is the Python loop's from then on. A response that is not a list body (a
-//! generator, a file, write(), an error) is finished by the Python loop too (`host._finish_slow`),
-//! which takes the connection with it.
+//! (spooled by Python), a health check, a head over HEAD_WAIT bytes still
+//! incomplete. `run()` returns those as (fd, client, listener_fd, data, since, fresh). A
+//! response whose whole body the engine does not frame (a stream, a file, write(), an error) is
+//! finished by the Python loop too (`host._finish_slow`), which takes the connection with it.
+//! Once it is between two requests again, the Python loop gives it back (`adopt`).
 //!
 //! The GIL is released only around epoll_wait. The engine starts no thread.
 
@@ -53,6 +53,8 @@ pub struct Engine {
     listeners: Vec<i32>,
     /// the Environ of each listener, by its place in the constructor's list (kept through a drain)
     environs: Vec<Py<Environ>>,
+    /// the listening fds in that order (kept through a drain)
+    listener_fds: Vec<i32>,
     accepting: bool,
     accept_paused_until: f64,
     conns: HashMap<i32, Conn>,
@@ -119,6 +121,7 @@ impl Engine {
             ep,
             outer,
             listeners: listeners.iter().map(|(fd, _)| *fd).collect(),
+            listener_fds: listeners.iter().map(|(fd, _)| *fd).collect(),
             environs: listeners.into_iter().map(|(_, environ)| environ).collect(),
             accepting: true,
             accept_paused_until: 0.0,
@@ -236,6 +239,19 @@ impl Engine {
             }
             self.close(conn);
         }
+        Ok(())
+    }
+
+    /// A connection of `listener_fd` the Python loop gives back between two requests (see
+    /// refork.serving.native_engine.NativeHost._idle_again).
+    fn adopt(&mut self, fd: i32, client: Bound<'_, PyAny>, listener_fd: i32, since: f64) -> PyResult<()> {
+        let environ = self.listener_fds.iter().position(|&l| l == listener_fd).ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a listener of the engine"))?;
+        let conn = Conn::adopted(fd, &client, listener_fd, environ, since)?;
+        if let Err(e) = self.ep.add(fd, IN) {
+            sys::close(fd);
+            return Err(e.into());
+        }
+        self.conns.insert(fd, conn);
         Ok(())
     }
 

@@ -75,6 +75,9 @@ pub struct Environ {
     server_port: Py<PyString>,
     names: Mutex<HashMap<Vec<u8>, Option<Py<PyString>>>>,
     hosts: Mutex<HashMap<Vec<u8>, NameAndPort>>,
+    /// refork.wsgi.EnvironBuilder.apply_forwarded(environ, headers, client) of its builder: the
+    /// trusted-proxy rules, for a request with X-Forwarded-* fields
+    forwarded: PyObject,
 }
 
 /// SERVER_NAME and SERVER_PORT of one Host header value.
@@ -86,7 +89,8 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 #[pymethods]
 impl Environ {
-    /// Environ(base, root_path, url_scheme, server_name, server_port): root_path latin-1 encodable.
+    /// Environ(base, root_path, url_scheme, server_name, server_port, apply_forwarded): root_path
+    /// latin-1 encodable.
     #[new]
     fn new(
         base: Bound<'_, PyDict>,
@@ -94,6 +98,7 @@ impl Environ {
         url_scheme: &str,
         server_name: Bound<'_, PyString>,
         server_port: Bound<'_, PyString>,
+        apply_forwarded: Bound<'_, PyAny>,
     ) -> PyResult<Self> {
         let root: Vec<u8> = root_path
             .chars()
@@ -107,26 +112,26 @@ impl Environ {
             server_port: server_port.unbind(),
             names: Mutex::new(HashMap::new()),
             hosts: Mutex::new(HashMap::new()),
+            forwarded: apply_forwarded.unbind(),
         })
     }
 
-    /// build(request, body, client) -> the environ dict, or None when a forwarded field is present.
+    /// build(request, body, client) -> the environ dict.
     fn build<'py>(
         &self,
         py: Python<'py>,
         request: &Bound<'py, PyAny>,
         body: &Bound<'py, PyAny>,
         client: &Bound<'py, PyAny>,
-    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+    ) -> PyResult<Bound<'py, PyDict>> {
         let headers = request.getattr(pyo3::intern!(py, "headers"))?;
         let headers = headers.downcast::<PyList>()?;
         let mut pairs: Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> = Vec::with_capacity(headers.len());
+        let mut forwarded = false;
         for item in headers.iter() {
             let pair = item.downcast::<PyTuple>()?;
             let name = pair.get_item(0)?.downcast_into::<PyBytes>()?;
-            if name.as_bytes().starts_with(b"x-forwarded-") {
-                return Ok(None);
-            }
+            forwarded |= name.as_bytes().starts_with(b"x-forwarded-");
             pairs.push((name, pair.get_item(1)?.downcast_into::<PyBytes>()?));
         }
         let length = if !request.getattr(pyo3::intern!(py, "content_length"))?.is_none()
@@ -148,7 +153,11 @@ impl Environ {
             version: version.downcast::<PyString>()?.to_str()?,
         };
         let pairs = pairs.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes()));
-        self.make(py, &parts, pairs, length, body, client).map(Some)
+        let env = self.make(py, &parts, pairs, length, body, client)?;
+        if forwarded {
+            self.forwarded.bind(py).call1((&env, headers, client))?;
+        }
+        Ok(env)
     }
 }
 
@@ -163,8 +172,25 @@ pub(crate) struct Parts<'a, 'py> {
 }
 
 impl Environ {
-    /// The environ of a request: `headers` (lower-cased name, trimmed value) without any
-    /// X-Forwarded-* field; `length` the CONTENT_LENGTH when the request has a body.
+    /// The trusted-proxy rules on an environ `make` built from `headers` (see `forwarded`).
+    pub(crate) fn apply_forwarded<'py>(
+        &self,
+        py: Python<'py>,
+        env: &Bound<'py, PyDict>,
+        headers: &[(Vec<u8>, &[u8])],
+        client: &Bound<'py, PyAny>,
+    ) -> PyResult<()> {
+        let list = PyList::empty(py);
+        for (name, value) in headers {
+            list.append((PyBytes::new(py, name), PyBytes::new(py, value)))?;
+        }
+        self.forwarded.bind(py).call1((env, list, client))?;
+        Ok(())
+    }
+
+    /// The environ of a request: `headers` (lower-cased name, trimmed value), X-Forwarded-* fields
+    /// as plain HTTP_ keys (`apply_forwarded` then); `length` the CONTENT_LENGTH when the request
+    /// has a body.
     pub(crate) fn make<'py, 'h>(
         &self,
         py: Python<'py>,

@@ -174,10 +174,10 @@ impl Shared {
         self.open.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// The connection is the Python loop's from `data` (its bytes not consumed) on.
+    /// The connection is the Python loop's from `data` (its bytes not consumed) on. It counts as
+    /// the engine's until the Python loop takes it (`take`), so a draining loop always finds it somewhere.
     fn hand_over(&self, conn: Conn, data: Vec<u8>) {
         self.ep.delete(conn.fd);
-        self.open.fetch_sub(1, Ordering::AcqRel);
         locked(&self.to_python).handed.push((conn, data));
         self.py_wake.notify();
     }
@@ -195,6 +195,8 @@ pub(crate) struct AppSide {
     control: PyObject,
     host: PyObject,
     environs: Vec<Py<Environ>>,
+    /// the listening fds, in the order of `environs`
+    listener_fds: Vec<i32>,
     hooks: Py<Hooks>,
     current: PyObject,
     make_input: PyObject,
@@ -255,6 +257,7 @@ impl PoolEngine {
         let side = AppSide {
             app: host.getattr("app")?.unbind(),
             control: host.getattr("control")?.unbind(),
+            listener_fds: listeners.iter().map(|(fd, _)| *fd).collect(),
             environs: listeners.into_iter().map(|(_, environ)| environ).collect(),
             hooks: Py::new(py, hooks)?,
             current: r("current")?,
@@ -293,6 +296,21 @@ impl PoolEngine {
         self.shared.pause.store(false, Ordering::Release);
         let io = joined.map_err(|_| PyRuntimeError::new_err("the I/O thread panicked"))?;
         *locked(&self.io) = Some(io);
+        Ok(())
+    }
+
+    /// A connection of `listener_fd` the Python loop gives back between two requests (see
+    /// refork.serving.native_engine.NativeHost._idle_again): the I/O thread's again.
+    fn adopt(&self, fd: i32, client: Bound<'_, PyAny>, listener_fd: i32, since: f64) -> PyResult<()> {
+        let environ = self.side.listener_fds.iter().position(|&l| l == listener_fd).ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a listener of the engine"))?;
+        let conn = Conn::adopted(fd, &client, listener_fd, environ, since)?;
+        let mut returned = locked(&self.shared.returned);
+        if let Err(e) = self.shared.ep.add(fd, IN) {
+            sys::close(fd);
+            return Err(e.into());
+        }
+        self.shared.open.fetch_add(1, Ordering::AcqRel);
+        returned.push(conn);
         Ok(())
     }
 
@@ -376,6 +394,7 @@ impl PoolEngine {
     fn take<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
         self.shared.py_wake.drain();
         let told = std::mem::take(&mut *locked(&self.shared.to_python));
+        self.shared.open.fetch_sub(told.handed.len(), Ordering::AcqRel); // (the caller adopts them now)
         let handed = PyList::empty(py);
         for (mut conn, data) in told.handed {
             handed.append((conn.fd, conn.client(py)?, conn.listener, PyBytes::new(py, &data), conn.since, conn.fresh))?;

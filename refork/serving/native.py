@@ -81,14 +81,14 @@ def native_environ(builder: EnvironBuilder) -> Any:
     root path beyond latin-1)."""
     try:
         return _native.Environ(builder.base, builder.root_path, builder.url_scheme, builder.server_name,
-                               builder.server_port)  # fmt: skip
+                               builder.server_port, builder.apply_forwarded)  # fmt: skip
     except ValueError:
         return None
 
 
 class NativeEnvironBuilder(EnvironBuilder):
-    """EnvironBuilder whose build() is refork._native.Environ for every request without an
-    X-Forwarded-* field (those take the Python builder: the trusted-proxy rules)."""
+    """EnvironBuilder whose build() is refork._native.Environ (with X-Forwarded-* fields, it calls
+    back apply_forwarded: the trusted-proxy rules are this class's)."""
 
     native: Any
 
@@ -104,9 +104,7 @@ class NativeEnvironBuilder(EnvironBuilder):
         return new
 
     def build(self, request: Request, body: InputStream, client: tuple[str, int] | None) -> dict[str, Any]:
-        env: dict[str, Any] | None = self.native.build(request, body, client)
-        if env is None:
-            return super().build(request, body, client)
+        env: dict[str, Any] = self.native.build(request, body, client)
         return env
 
 

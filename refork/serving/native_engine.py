@@ -6,7 +6,8 @@ one and keeps everything else, unchanged from the Python loop it extends
 (:class:`refork.serving.native._NativeLoop`): the control socket, TLS listeners, ticks, the drain,
 safe points, and every connection or response the engine does not take, which it hands over
 here with its unconsumed bytes (:meth:`_adopt`) or mid-response (:meth:`_exchange`,
-:meth:`_finish_slow`). Once handed over a connection stays with this loop.
+:meth:`_finish_slow`). Once such a connection is between two requests again, with nothing
+half-read or half-written, it goes back to the engine (:meth:`NativeHost._idle_again`).
 
 The engine starts no thread and exists only in a serving worker: a mold has none, and a
 promoted worker's child forgets the engine's connections at the safe point.
@@ -80,6 +81,39 @@ class NativeHost(_NativeLoop):
         for fd, entry in list(self.listeners.items()):
             if fd not in self.tls and isinstance(entry[1], NativeEnvironBuilder):
                 self.engine_listeners[fd] = self.listeners.pop(fd)
+        # a connection's listener, by its environ builder (one per listener)
+        self.engine_listener_of = {id(b): fd for fd, (_, b) in self.engine_listeners.items()}
+
+    def _idle_again(self, conn: Conn) -> bool:
+        """A connection the engine handed over (or a response took) that has nothing half-read or
+        half-written goes back to the engine: one file or stream response, a chunked upload or a
+        health check must not leave a keep-alive connection (an upstream one of a proxy, say) on
+        this slower loop for good."""
+        listener = self.engine_listener_of.get(id(conn.builder))
+        if (
+            listener is None
+            or self.draining
+            or conn.closed
+            or conn.busy
+            or conn.phase is not Phase.IDLE
+            or conn.writing is not None
+            or conn.request is not None
+            or conn.body is not None
+            or conn.out.backlogged
+            or conn.parser.in_message
+        ):
+            return False
+        if conn.registered:
+            self.poller.unregister(conn.fd)
+            conn.registered = False
+        if self.conns.get(conn.fd) is conn:
+            del self.conns[conn.fd]
+        conn.closed = True  # (this loop is done with it: the engine has the fd)
+        self._give_back(conn.sock.detach(), conn.client, listener, conn.since)
+        return True
+
+    def _give_back(self, fd: int, client: Any, listener: int, since: float) -> None:
+        self.engine.adopt(fd, client, listener, since)
 
     def _native_listeners(self) -> list[tuple[int, Any]]:
         """(fd, refork._native.Environ) of each listener the engine serves."""
@@ -130,6 +164,7 @@ class _EngineLoop(NativeHost):
     ) -> None:
         super().__init__(listeners, app, config, control)
         self.engine = _native.Engine(self, self._native_listeners(), refs())
+        self.returning: list[tuple[int, Any, int, float]] = []  # for the engine, after its run()
 
     def run(self) -> None:
         # the engine's requests: registered with the clock only if asked (deadlines.ENGINE)
@@ -139,8 +174,17 @@ class _EngineLoop(NativeHost):
         finally:
             deadlines.current.reset(serving)
 
+    def _give_back(self, fd: int, client: Any, listener: int, since: float) -> None:
+        # (this may run inside engine.run(): a response the engine handed over mid-request)
+        self.returning.append((fd, client, listener, since))
+
+    def _drained(self) -> bool:
+        return not self.returning and super()._drained()
+
     def _poll(self, timeout: float) -> list[tuple[int, int]]:
         """The engine serves until this loop's own fds are ready (or the timeout, or a signal)."""
+        while self.returning:
+            self.engine.adopt(*self.returning.pop())
         handed, ready = self.engine.run(timeout, not (self.draining or self.control.stopping))
         for item in handed:
             self._adopt(*item)
@@ -194,6 +238,8 @@ class _EngineLoop(NativeHost):
             self._close(conn)
         elif rest:
             self._on_data(conn, rest)
+        else:
+            self._idle_again(conn)
 
     def _steps(self, conn: Conn, data: bytes) -> Sequence[Step]:
         """Parse pipelined bytes to answer after a response (a bad one: its error, answered then)."""
@@ -211,6 +257,8 @@ class _EngineLoop(NativeHost):
         self.engine.sweep(now)
 
     def _safe_point(self) -> None:
+        while self.returning:  # the engine's again before the fork (a child forgets them with it)
+            self.engine.adopt(*self.returning.pop())
         try:
             super()._safe_point()
         except SystemExit:  # the forked child: the engine's connections are the parent's too

@@ -160,6 +160,11 @@ class _Loop(Lifetime):
         """Wait up to `timeout` s for ready fds (the native engine serves its own meanwhile)."""
         return self.poller.poll(timeout)
 
+    def _idle_again(self, conn: Conn) -> bool:
+        """A connection may be between requests now (the native engines take theirs back: see
+        refork.serving.native_engine); True when it is no longer this loop's."""
+        return False
+
     def _app_idle(self) -> bool:
         """No request is in the app or waiting for an app thread (a safe point may fork)."""
         return self.in_flight == 0
@@ -227,10 +232,11 @@ class _Loop(Lifetime):
                 if keep:
                     conn.phase = _IDLE
                     conn.since = time.monotonic()
+                    self._idle_again(conn)
                 elif keep is not None:  # None: the response waits for the client to read
                     self._close(conn)
-            else:
-                self._advance(conn, events)
+            elif not self._advance(conn, events):
+                self._idle_again(conn)
         except Exception:
             log.exception("Error serving a connection")
             self._close(conn)
@@ -441,7 +447,8 @@ class _Loop(Lifetime):
         if conn.tls is not None:
             conn.tls.polled = _IN
         try:
-            self._advance(conn, writing.rest)  # pipelined requests behind this one
+            if not self._advance(conn, writing.rest):  # pipelined requests behind this one
+                self._idle_again(conn)
         except Exception:
             log.exception("Error serving a connection")
             self._close(conn)
@@ -516,6 +523,8 @@ class _Loop(Lifetime):
             except Exception:
                 log.exception("Error serving a connection")
                 self._close(conn)
+                continue
+            if self._idle_again(conn):
                 continue
             self.poller.register(conn.fd)
             conn.registered = True

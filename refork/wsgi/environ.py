@@ -154,21 +154,38 @@ class EnvironBuilder:
         if request.content_length is not None or request.chunked:
             env["CONTENT_LENGTH"] = str(body.length)
         env["wsgi.input"] = body
-        scheme = self.url_scheme
         if client is not None:
-            peer = client[0]
-            env["REMOTE_ADDR"] = peer
+            env["REMOTE_ADDR"] = client[0]
             env["REMOTE_PORT"] = str(client[1])
-            if forwarded:
-                scheme, addr = resolve_forwarded(request.headers, peer, scheme, self.proxies)
-                if addr != peer and addr is not None:
-                    env["REMOTE_ADDR"] = addr
-                    del env["REMOTE_PORT"]
-        elif forwarded:  # a unix-socket peer: trusted only as --forwarded-allow-ips says (`unix:`)
-            scheme, addr = resolve_forwarded(request.headers, None, scheme, self.proxies)
-            if addr is not None:
-                env["REMOTE_ADDR"] = addr
+        scheme = self._forwarded(env, request.headers, client) if forwarded else self.url_scheme
         if scheme != self.url_scheme:
             env["wsgi.url_scheme"] = scheme
         env["SERVER_NAME"], env["SERVER_PORT"] = self._server(host, scheme)
         return env
+
+    def _forwarded(self, env: dict[str, Any], headers: list[tuple[bytes, bytes]],
+                   client: tuple[str, int] | None) -> str:  # fmt: skip
+        """A trusted proxy's X-Forwarded-For in REMOTE_ADDR; the scheme its X-Forwarded-Proto says."""
+        if client is not None:
+            peer = client[0]
+            scheme, addr = resolve_forwarded(headers, peer, self.url_scheme, self.proxies)
+            if addr != peer and addr is not None:
+                env["REMOTE_ADDR"] = addr
+                del env["REMOTE_PORT"]
+        else:  # a unix-socket peer: trusted only as --forwarded-allow-ips says (`unix:`)
+            scheme, addr = resolve_forwarded(headers, None, self.url_scheme, self.proxies)
+            if addr is not None:
+                env["REMOTE_ADDR"] = addr
+        return scheme
+
+    def apply_forwarded(self, env: dict[str, Any], headers: list[tuple[bytes, bytes]],
+                        client: tuple[str, int] | None) -> None:  # fmt: skip
+        """The X-Forwarded-* rules on an environ refork._native built with those fields as plain
+        HTTP_ keys: as build() would have made it (REMOTE_ADDR, the scheme, SERVER_NAME/PORT)."""
+        scheme = self._forwarded(env, headers, client)
+        if scheme != self.url_scheme:
+            env["wsgi.url_scheme"] = scheme
+            host = env.get("HTTP_HOST")
+            env["SERVER_NAME"], env["SERVER_PORT"] = self._server(
+                host.encode("latin-1") if host is not None else None, scheme
+            )
