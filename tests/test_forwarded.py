@@ -118,6 +118,20 @@ def test_repeated_forwarded_for_lines_are_one_list():
     assert resolve_forwarded(headers, "127.0.0.1", "http", LOOPBACK) == ("http", "203.0.113.7")
 
 
+def test_remembered_verdicts_are_the_same_verdicts():
+    """TrustedProxies remembers its answers per peer and per X-Forwarded-For list (an address costs
+    microseconds to parse); a full table is emptied, never wrong."""
+    proxies = TrustedProxies(["10.0.0.0/8"])
+    proxies.MEMO = 8
+    for _ in range(3):
+        for i in range(20):
+            xff = f"203.0.113.{i}, 10.0.0.{i}"
+            assert proxies.client_from(xff) == f"203.0.113.{i}"
+            assert proxies.trusts(f"10.1.2.{i}") and not proxies.trusts(f"192.0.2.{i}")
+        assert proxies.client_from("junk, 10.0.0.1") is None
+        assert len(proxies._clients) <= 8 and len(proxies._trusted) <= 8
+
+
 # ---------------------------------------------------------------------------------------------
 # Real servers: TCP and unix-socket peers, WSGI and ASGI
 

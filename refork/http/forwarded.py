@@ -72,7 +72,13 @@ class TrustedProxies:
     addresses and networks trust TCP peers (and X-Forwarded-For hops) inside them.
     """
 
+    MEMO = 4096  # remembered verdicts per table (emptied when full): proxies are few, clients repeat
+
     def __init__(self, allow: Iterable[str]) -> None:
+        # parsing an address with ipaddress costs microseconds; a request behind a proxy asks the
+        # same questions as the last one from that proxy and that client
+        self._trusted: dict[str, bool] = {}
+        self._clients: dict[str, str | None] = {}
         self.any = False
         self.unix = False
         self.addresses: set[Address] = set()
@@ -97,8 +103,27 @@ class TrustedProxies:
             return True
         if host is None:
             return self.unix
-        ip = parse_address(host)
-        return ip is not None and self.trusts_address(ip)
+        hit = self._trusted.get(host)
+        if hit is None:
+            ip = parse_address(host)
+            hit = ip is not None and self.trusts_address(ip)
+            if len(self._trusted) >= self.MEMO:
+                self._trusted.clear()
+            self._trusted[host] = hit
+        return hit
+
+    def client_from(self, forwarded_for: str) -> str | None:
+        """The client an X-Forwarded-For list names, as a normalised address; None when it names
+        none (see resolve_forwarded)."""
+        try:
+            return self._clients[forwarded_for]
+        except KeyError:
+            pass
+        client = _client_from(forwarded_for, self)
+        if len(self._clients) >= self.MEMO:
+            self._clients.clear()
+        self._clients[forwarded_for] = client
+        return client
 
     def trusts_address(self, ip: Address) -> bool:
         if self.any:
@@ -128,7 +153,7 @@ def resolve_forwarded(
             forwarded_for.append(value.decode("latin-1"))
     if proto in ("http", "https", "ws", "wss"):
         scheme = proto
-    client = _client_from(",".join(forwarded_for), proxies) if forwarded_for else None
+    client = proxies.client_from(",".join(forwarded_for)) if forwarded_for else None
     return scheme, client or peer_host
 
 
