@@ -320,7 +320,8 @@ def test_native_worker_threads_and_none_in_the_mold(start_server, threads: int) 
     assert status == 200
     engine = "engine" if threads == 1 else f"engine, {threads} app threads"
     assert f"WSGI loop: native ({engine})" in server.log()
-    assert _tasks(int(body.split()[0])) == _threads(threads)
+    pid = int(body.split()[0])  # (its threads start as it serves: count them once all are up)
+    server.wait_for(lambda: _tasks(pid) == _threads(threads), what=f"{_threads(threads)} threads")
     molds = [p["pid"] for p in server.status()["processes"] if p["role"] == "mold"]
     for mold in molds:
         assert _tasks(mold) == 1
@@ -396,4 +397,4 @@ def test_promote_under_load_then_serve_from_the_new_generation(start_server, thr
         pid = server.serving_pid()
         assert pid not in before
         assert any(w["pid"] == pid and w["generation"] == 1 for w in server.workers())
-        assert _tasks(pid) == _threads(threads)
+        server.wait_for(lambda pid=pid: _tasks(pid) == _threads(threads), what="the worker's threads")
