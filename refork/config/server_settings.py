@@ -313,8 +313,8 @@ class ServerSettings:
         "--wsgi-loop",
         coerce=c.Choice(WsgiLoop),
         help="WSGI connection loop",
-        doc="`native` does the per-request work in Rust (refork._native: head parsing, environ, "
-        "response framing), `python` is pure Python; `auto` picks native where the extension is built "
-        "(docs/native.md)",
+        doc="`native` serves with refork._native's engines, in Rust: the whole request path with "
+        "`--threads 1`, an I/O thread that needs no GIL feeding the app threads with `--threads N`; "
+        "`python` is pure Python; `auto` picks native where the extension is built (docs/native.md)",
         group="server",
     )
