@@ -1,6 +1,7 @@
 //! One request's app call, for both native loops: the environ built, the app called with the
-//! native start_response, and a list body framed (frame.rs) when it is the common response.
-//! What happens next (the send, or the Python response path) is the loop's.
+//! native start_response, and the whole body framed (frame.rs) when it is the common response: a
+//! list, or a sized iterable (`whole_body`). What happens next (the send, or the Python response
+//! path) is the loop's.
 
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -25,6 +26,9 @@ pub(crate) fn method_str<'py>(py: Python<'py>, head: &Head) -> Bound<'py, PyStri
     fast_method(py, head.method).expect("a fast method").clone()
 }
 
+/// A framed response: (status, the bytes to send, body bytes, keep the connection).
+pub(crate) type Framed = (u32, Vec<u8>, usize, bool);
+
 /// The app has been called for a request.
 pub(crate) struct Called<'py> {
     pub environ: Bound<'py, PyAny>,
@@ -34,9 +38,9 @@ pub(crate) struct Called<'py> {
     pub result: Bound<'py, PyAny>,
     /// the Exception it raised, or None
     pub exc: Bound<'py, PyAny>,
-    /// the common response, framed: (status, the bytes to send, body bytes, keep the connection);
-    /// None: the Python response path sends it (refork.wsgi.continue_wsgi)
-    pub framed: Option<(u32, Vec<u8>, usize, bool)>,
+    /// the common response, framed; None: the Python response path sends it
+    /// (refork.wsgi.continue_wsgi)
+    pub framed: Option<Framed>,
 }
 
 impl<'py> Called<'py> {
@@ -110,43 +114,36 @@ impl<'py> AppCall<'_, 'py> {
             let s = sr.borrow();
             s.exchange.is_none() && s.code != 0 && exc.is_none()
         };
-        let (items, pulled) = match started {
-            false => (None, None),
-            true => match self.whole_body(py, &sr, &result)? {
-                Body::Items(items) => (Some(items), None),
-                Body::Pulled(items, iterator) => (Some(items.clone().into_any()), Some((items, iterator))),
-                Body::Python(prefetched) => {
-                    result = prefetched;
-                    (None, None)
+        let body = if started { self.whole_body(py, &sr, &result)? } else { Body::Python(result.clone()) };
+        let framed = match body {
+            Body::Items(items) => self.frame(py, &sr, head, &items)?,
+            Body::Pulled(items, iterator) => match self.frame(py, &sr, head, items.as_any())? {
+                Some(framed) => Some(self.closed(py, framed, &result, &environ)?),
+                None => {
+                    // declined: what was pulled goes first on the Python path, then the rest
+                    result = self.hooks.get().prefetched.bind(py).call1((items, iterator, &result))?;
+                    None
                 }
             },
+            Body::Python(body) => {
+                result = body;
+                None
+            }
         };
-        let mut framed = None;
-        if let Some(items) = items {
-            let s = sr.borrow();
-            if s.exchange.is_none() {
-                framed = frame_response(
-                    py,
-                    s.code,
-                    s.reason.as_ref().expect("set with code").bind(py).as_bytes(),
-                    s.headers.as_ref().expect("set with code").bind(py),
-                    s.has_length,
-                    &items,
-                    head.method == "HEAD",
-                    head.http11,
-                    head.keep_alive && self.keep_alive,
-                )?
-                .map(|(bytes, total, keep)| (s.code, bytes, total, keep));
-            }
-        }
-        if let Some((items, iterator)) = pulled {
-            match framed {
-                Some(f) => framed = Some(self.closed(py, f, &result, &environ)?),
-                // declined: what was pulled goes first on the Python path, then the rest
-                None => result = self.hooks.get().prefetched.bind(py).call1((items, iterator, &result))?,
-            }
-        }
         Ok(Called { environ, client, start_response: sr, result, exc, framed })
+    }
+
+    /// frame.rs's framing of these body items (None: declined, nothing was sent).
+    fn frame(&self, py: Python<'py>, sr: &Bound<'py, StartResponse>, head: &Head, items: &Bound<'py, PyAny>) -> PyResult<Option<Framed>> {
+        let s = sr.borrow();
+        if s.exchange.is_some() {
+            return Ok(None); // write() was called while the body was pulled
+        }
+        let reason = s.reason.as_ref().expect("set with code").bind(py).as_bytes();
+        let headers = s.headers.as_ref().expect("set with code").bind(py);
+        let keep = head.keep_alive && self.keep_alive;
+        Ok(frame_response(py, s.code, reason, headers, s.has_length, items, head.method == "HEAD", head.http11, keep)?
+            .map(|(bytes, total, keep)| (s.code, bytes, total, keep)))
     }
 
     /// The whole body of a response the app has started, when it is one: a list or tuple; or any
@@ -213,10 +210,10 @@ impl<'py> AppCall<'_, 'py> {
     fn closed(
         &self,
         py: Python<'py>,
-        framed: (u32, Vec<u8>, usize, bool),
+        framed: Framed,
         result: &Bound<'py, PyAny>,
         environ: &Bound<'py, PyAny>,
-    ) -> PyResult<(u32, Vec<u8>, usize, bool)> {
+    ) -> PyResult<Framed> {
         let (code, bytes, total, mut keep) = framed;
         if let Ok(close) = result.getattr(pyo3::intern!(py, "close")) {
             if let Err(e) = close.call0() {
