@@ -5,11 +5,13 @@
 //! the in-memory threshold, the deadlines, the writes a client is slow to take. A complete request
 //! becomes a job in the queue below, with its connection. The **app threads** are the worker's
 //! Python threads (refork.serving.native_pool): each runs `work()`, which waits for a job with
-//! the GIL released, then builds the environ, calls the app, frames a list body (pool/serve.rs)
-//! and writes it with one `send` after letting go of the GIL; the connection then goes back to the
-//! I/O thread's epoll (EPOLLONESHOT: an app thread re-arms it, no wake-up of the I/O thread), or
-//! the same app thread serves what the client pipelined behind it. So an idle or slow connection
-//! costs no thread, and a request costs no GIL hand-off to an I/O loop.
+//! the GIL released, then builds the environ, calls the app, frames the whole body (pool/serve.rs)
+//! and writes it with one `send`; the connection then goes back to the I/O thread's epoll
+//! (EPOLLONESHOT: the app thread re-arms it, the I/O thread is not woken), or the same app thread
+//! serves what the client pipelined behind it. So an idle or slow connection costs no thread, and
+//! a request costs no GIL hand-off to an I/O loop.
+//!
+//! Connections the Python loop served come back between two requests (`adopt`).
 //!
 //! Anything else goes to the Python loop (refork.serving.threaded, through the wake-up eventfd
 //! it polls and `take()`), with its connection, from the first byte of the message: the Python

@@ -1,6 +1,6 @@
 //! An app thread's part of the pool: a connection whose buffer starts with a complete request.
 //! The request accounted (the worker's Python clock: several requests are in the app at once),
-//! the app called (call.rs), a list body framed, the access-log line; then the one `send`, and the
+//! the app called (call.rs), the whole body framed, the access-log line; then the one `send`, and the
 //! connection given back to the I/O thread, or its next pipelined request served here.
 
 use std::sync::atomic::Ordering;
@@ -13,7 +13,7 @@ use crate::conn::{describe, Conn, Next, Phase};
 use crate::parser::fast_head;
 use crate::sys;
 
-/// A request's response, as the app thread leaves the GIL.
+/// What became of a request's response once the app returned.
 enum Answer {
     /// framed here: to send
     Send { bytes: Vec<u8>, keep: bool },
