@@ -249,6 +249,36 @@ def test_the_write_timeout_cuts_a_client_that_stopped_reading(start_server, thre
 
 
 @ENGINES
+def test_out_of_descriptors_the_engine_pauses_accepts_then_serves_again(start_server, threads, tmp_path):
+    """accept() failing for want of descriptors (EMFILE) is logged once a second, not spun on; the
+    clients queued meanwhile are served once descriptors are free again."""
+    conf = tmp_path / "few_fds.py"
+    conf.write_text(
+        "import resource\n"
+        "def post_fork(config, worker):\n"
+        "    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
+        "    resource.setrlimit(resource.RLIMIT_NOFILE, (40, hard))\n"
+    )
+    server = native(start_server, threads, "-c", str(conf))
+    held = []
+    try:
+        for _ in range(40):  # more than the worker can accept
+            sock = connect(server.port)
+            sock.sendall(get("/held"))
+            held.append(sock)
+        server.wait_for(lambda: "pausing accepts for a second" in server.log(), what="the pause")
+        for sock in held:
+            sock.settimeout(10)
+        got = [responses(sock, ["GET"])[0][:2] for sock in held[:5]]  # served before the pause
+        assert got == [(200, b"GET /held? -")] * 5
+    finally:
+        for sock in held:
+            sock.close()  # descriptors free again: the queued clients get theirs
+    assert server.get("/after") == (200, b"GET /after? -")
+    assert server.log().count("accept() failed") <= 15  # once a second at most, not a spin
+
+
+@ENGINES
 def test_the_access_log_has_every_request_whichever_loop_served_it(start_server, threads: int) -> None:
     server = native(start_server, threads, "--access-logfile", "-")
     with connect(server.port) as sock:

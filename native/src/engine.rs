@@ -30,7 +30,8 @@ use pyo3::types::PyBytes;
 mod serve;
 
 use crate::clock::{Current, SlotClock};
-use crate::conn::{sweep, Conn, Expired, Intake, Next, Phase, Timeouts, RECV};
+use crate::conn::{sweep, Conn, Expired, Intake, Next, Phase, Scratch, Timeouts, RECV};
+use crate::listen::Listeners;
 use crate::environ::Environ;
 use crate::respond::Hooks;
 use crate::sys;
@@ -49,14 +50,9 @@ enum Served {
 pub struct Engine {
     ep: sys::Epoll,
     outer: i32,
-    /// listening fds (empty once draining)
-    listeners: Vec<i32>,
-    /// the Environ of each listener, by its place in the constructor's list (kept through a drain)
+    listeners: Listeners,
+    /// the Environ of each listener, by its place in `listeners`
     environs: Vec<Py<Environ>>,
-    /// the listening fds in that order (kept through a drain)
-    listener_fds: Vec<i32>,
-    accepting: bool,
-    accept_paused_until: f64,
     conns: HashMap<i32, Conn>,
     intake: Intake,
     timeouts: Timeouts,
@@ -82,7 +78,7 @@ pub struct Engine {
     events: Vec<(i32, u32)>,
     handed: Vec<PyObject>,
     /// the buffer a read goes into when its connection holds no partial request
-    scratch: Vec<u8>,
+    scratch: Scratch,
 }
 
 fn attr<'py>(o: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
@@ -120,11 +116,8 @@ impl Engine {
         Ok(Engine {
             ep,
             outer,
-            listeners: listeners.iter().map(|(fd, _)| *fd).collect(),
-            listener_fds: listeners.iter().map(|(fd, _)| *fd).collect(),
+            listeners: Listeners::new(listeners.iter().map(|(fd, _)| *fd).collect()),
             environs: listeners.into_iter().map(|(_, environ)| environ).collect(),
-            accepting: true,
-            accept_paused_until: 0.0,
             conns: HashMap::new(),
             intake,
             timeouts,
@@ -148,7 +141,7 @@ impl Engine {
             timeout_response: refs.get_item("timeout_response")?.downcast_into()?.unbind(),
             events: Vec::with_capacity(256),
             handed: Vec::new(),
-            scratch: Vec::with_capacity(RECV),
+            scratch: Scratch::new(),
         })
     }
 
@@ -178,8 +171,8 @@ impl Engine {
             for &(fd, ev) in &events {
                 if fd == self.outer {
                     outer_ready = true;
-                } else if let Some(i) = self.listeners.iter().position(|&l| l == fd) {
-                    if self.accepting {
+                } else if let Some(i) = self.listeners.event(fd) {
+                    if self.listeners.accepting() {
                         self.accept(py, i, ACCEPT_BATCH)?;
                     }
                 } else if let Some(conn) = self.conns.remove(&fd) {
@@ -205,28 +198,18 @@ impl Engine {
     fn drain(&mut self, py: Python<'_>, drain_until: f64, take_backlog: bool) -> PyResult<()> {
         self.drain_until = drain_until;
         self.keep_alive = false;
-        if take_backlog && self.accepting {
-            for i in 0..self.listeners.len() {
+        if take_backlog && self.listeners.accepting() {
+            for i in self.listeners.places() {
                 self.accept(py, i, usize::MAX)?;
             }
         }
-        for l in &self.listeners {
-            self.ep.delete(*l);
-        }
-        self.listeners.clear(); // the Python loop closes the sockets
-        self.accepting = false;
+        self.listeners.close(&self.ep); // (the Python loop closes the sockets)
         Ok(())
     }
 
     /// The once-a-second sweep: the deadlines of refork.serving.connection (same rules).
     fn sweep(&mut self, py: Python<'_>, now: f64) -> PyResult<()> {
-        if self.accept_paused_until > 0.0 && now >= self.accept_paused_until {
-            self.accept_paused_until = 0.0;
-            for l in &self.listeners {
-                let _ = self.ep.add(*l, IN);
-            }
-            self.accepting = true;
-        }
+        self.listeners.resume(&self.ep, now);
         for (conn, why) in sweep(&mut self.conns, &self.timeouts, now, self.drain_until) {
             match why {
                 Expired::RequestTimeout => {
@@ -245,7 +228,7 @@ impl Engine {
     /// A connection of `listener_fd` the Python loop gives back between two requests (see
     /// refork.serving.native_engine.NativeHost._idle_again).
     fn adopt(&mut self, fd: i32, client: Bound<'_, PyAny>, listener_fd: i32, since: f64) -> PyResult<()> {
-        let environ = self.listener_fds.iter().position(|&l| l == listener_fd).ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a listener of the engine"))?;
+        let environ = self.listeners.place(listener_fd).ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a listener of the engine"))?;
         let conn = Conn::adopted(fd, &client, listener_fd, environ, since)?;
         if let Err(e) = self.ep.add(fd, IN) {
             sys::close(fd);
@@ -272,7 +255,7 @@ impl Engine {
     fn release_after_fork(&mut self) {
         sys::release(self.conns.keys().copied());
         self.conns.clear();
-        self.listeners.clear();
+        self.listeners.forget();
     }
 
     /// The worker is done: close every connection (the listeners are the Python loop's).
@@ -285,33 +268,18 @@ impl Engine {
 
 impl Engine {
     fn accept(&mut self, py: Python<'_>, i: usize, batch: usize) -> PyResult<()> {
-        let lfd = self.listeners[i];
+        let (ep, conns) = (&self.ep, &mut self.conns);
         let now = sys::monotonic();
-        let mut n = 0;
-        while n < batch {
-            n += 1;
-            let (fd, peer) = match sys::accept(lfd) {
-                Ok(got) => got,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => return Ok(()),
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNABORTED) | Some(libc::EPROTO)) => continue,
-                Err(e) => {
-                    // out of fds or memory (or worse): back off instead of spinning on a ready listener
-                    let msg = format!("accept() failed: {e}; pausing accepts for a second");
-                    self.log_error.bind(py).call1((msg,))?;
-                    for l in &self.listeners {
-                        self.ep.delete(*l);
-                    }
-                    self.accepting = false;
-                    self.accept_paused_until = now + 1.0;
-                    return Ok(());
-                }
-            };
-            if let Err(e) = self.ep.add(fd, IN) {
+        let failed = self.listeners.accept(ep, i, batch, now, |fd, peer, lfd| {
+            if let Err(e) = ep.add(fd, IN) {
                 sys::close(fd);
-                return Err(e.into());
+                return Err(e);
             }
-            let conn = Conn::new(fd, peer, lfd, i, now);
-            self.conns.insert(fd, conn);
+            conns.insert(fd, Conn::new(fd, peer, lfd, i, now));
+            Ok(())
+        })?;
+        if let Some(line) = failed {
+            self.log_error.bind(py).call1((line,))?;
         }
         Ok(())
     }
@@ -330,12 +298,10 @@ impl Engine {
     }
 
     fn on_readable(&mut self, py: Python<'_>, mut conn: Conn) -> PyResult<()> {
-        // Read into the engine's one scratch buffer, unless part of a request waits in the
-        // connection's own: an idle connection holds no buffer.
-        let mut buf = if conn.buf.is_empty() { std::mem::take(&mut self.scratch) } else { std::mem::take(&mut conn.buf) };
+        let mut buf = self.scratch.for_read(&mut conn);
         match sys::recv(conn.fd, &mut buf, RECV) {
             Ok(0) => {
-                self.recycle(buf);
+                self.scratch.recycle(buf);
                 self.close(conn);
                 Ok(())
             }
@@ -344,38 +310,15 @@ impl Engine {
                 self.process(py, conn, buf)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {
-                self.keep_rest(&mut conn, buf, 0);
+                conn.buf = self.scratch.keep(buf, 0);
                 self.conns.insert(conn.fd, conn);
                 Ok(())
             }
             Err(_) => {
-                self.recycle(buf);
+                self.scratch.recycle(buf);
                 self.close(conn);
                 Ok(())
             }
-        }
-    }
-
-    /// What is left of `buf` from `at` stays with the connection (the rest of a request);
-    /// the scratch buffer goes back to the engine.
-    fn keep_rest(&mut self, conn: &mut Conn, mut buf: Vec<u8>, at: usize) {
-        let rest = buf.len() - at;
-        if rest == 0 {
-            conn.buf = Vec::new();
-            self.recycle(buf);
-        } else if rest * 4 < buf.capacity() {
-            conn.buf = buf[at..].to_vec(); // a little of a big buffer: copied out
-            self.recycle(buf);
-        } else {
-            buf.drain(..at);
-            conn.buf = buf;
-        }
-    }
-
-    fn recycle(&mut self, mut buf: Vec<u8>) {
-        if buf.capacity() >= RECV && buf.capacity() <= 4 * RECV && self.scratch.capacity() < RECV {
-            buf.clear();
-            self.scratch = buf;
         }
     }
 
@@ -434,7 +377,7 @@ impl Engine {
                 }
             }
         }
-        self.keep_rest(&mut conn, buf, at);
+        conn.buf = self.scratch.keep(buf, at);
         self.conns.insert(conn.fd, conn);
         Ok(())
     }

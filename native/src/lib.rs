@@ -26,6 +26,7 @@ mod conn;
 mod engine;
 mod environ;
 mod frame;
+mod listen;
 mod parser;
 mod pool;
 mod respond;

@@ -10,7 +10,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{log_notice, Shared, IN, OUT};
-use crate::conn::{sweep, Conn, Expired, Next, Phase, Timeouts, RECV};
+use crate::conn::{sweep, Conn, Expired, Next, Phase, Scratch, Timeouts, RECV};
+use crate::listen::Listeners;
 use crate::sys;
 
 const ACCEPT_BATCH: usize = 8; // per wake-up: more would starve sibling workers on the listener
@@ -18,14 +19,12 @@ const TICK: f64 = 1.0; // seconds between two sweeps (a quarter of it while drai
 
 pub(crate) struct Io {
     shared: Arc<Shared>,
-    listeners: Vec<i32>,
-    accepting: bool,
-    accept_paused_until: f64,
+    listeners: Listeners,
     conns: HashMap<i32, Conn>,
     timeouts: Timeouts,
     drain_until: f64,
     timeout_response: Vec<u8>,
-    scratch: Vec<u8>,
+    scratch: Scratch,
     events: Vec<(i32, u32)>,
 }
 
@@ -33,14 +32,12 @@ impl Io {
     pub fn new(shared: Arc<Shared>, listeners: Vec<i32>, timeouts: Timeouts, timeout_response: Vec<u8>) -> Io {
         Io {
             shared,
-            listeners,
-            accepting: true,
-            accept_paused_until: 0.0,
+            listeners: Listeners::new(listeners),
             conns: HashMap::new(),
             timeouts,
             drain_until: 0.0,
             timeout_response,
-            scratch: Vec::with_capacity(RECV),
+            scratch: Scratch::new(),
             events: Vec::with_capacity(256),
         }
     }
@@ -73,8 +70,8 @@ impl Io {
     fn on_event(&mut self, fd: i32) {
         if fd == self.shared.io_wake.fd {
             self.shared.io_wake.drain();
-        } else if let Some(i) = self.listeners.iter().position(|&l| l == fd) {
-            if self.accepting {
+        } else if let Some(i) = self.listeners.event(fd) {
+            if self.listeners.accepting() {
                 self.accept(i, ACCEPT_BATCH);
             }
         } else if let Some(conn) = self.conns.remove(&fd) {
@@ -94,30 +91,19 @@ impl Io {
     }
 
     fn accept(&mut self, i: usize, batch: usize) {
-        let lfd = self.listeners[i];
+        let (shared, conns) = (&self.shared, &mut self.conns);
         let now = sys::monotonic();
-        for _ in 0..batch {
-            let (fd, peer) = match sys::accept(lfd) {
-                Ok(got) => got,
-                Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => return,
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNABORTED) | Some(libc::EPROTO)) => continue,
-                Err(e) => {
-                    // out of fds or memory (or worse): back off instead of spinning on a ready listener
-                    log_notice(&self.shared, true, format!("accept() failed: {e}; pausing accepts for a second"));
-                    for l in &self.listeners {
-                        self.shared.ep.delete(*l);
-                    }
-                    self.accepting = false;
-                    self.accept_paused_until = now + 1.0;
-                    return;
-                }
-            };
-            if self.shared.ep.add(fd, IN).is_err() {
+        let taken = self.listeners.accept(&shared.ep, i, batch, now, |fd, peer, lfd| {
+            if shared.ep.add(fd, IN).is_err() {
                 sys::close(fd);
-                continue;
+                return Ok::<(), ()>(());
             }
-            self.shared.open.fetch_add(1, Ordering::AcqRel);
-            self.conns.insert(fd, Conn::new(fd, peer, lfd, i, now));
+            shared.open.fetch_add(1, Ordering::AcqRel);
+            conns.insert(fd, Conn::new(fd, peer, lfd, i, now));
+            Ok(())
+        });
+        if let Ok(Some(line)) = taken {
+            log_notice(shared, true, line);
         }
     }
 
@@ -130,10 +116,10 @@ impl Io {
     }
 
     fn on_readable(&mut self, mut conn: Conn) {
-        let mut buf = if conn.buf.is_empty() { std::mem::take(&mut self.scratch) } else { std::mem::take(&mut conn.buf) };
+        let mut buf = self.scratch.for_read(&mut conn);
         match sys::recv(conn.fd, &mut buf, RECV) {
             Ok(0) => {
-                self.recycle(buf);
+                self.scratch.recycle(buf);
                 self.shared.close(conn);
             }
             Ok(_) => {
@@ -141,31 +127,13 @@ impl Io {
                 self.process(conn, buf);
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
-                conn.buf = self.own(buf);
+                conn.buf = self.scratch.keep(buf, 0);
                 self.keep(conn, IN);
             }
             Err(_) => {
-                self.recycle(buf);
+                self.scratch.recycle(buf);
                 self.shared.close(conn);
             }
-        }
-    }
-
-    /// The bytes of `buf` as a buffer of their own (the scratch buffer stays here).
-    fn own(&mut self, buf: Vec<u8>) -> Vec<u8> {
-        if buf.capacity() > 4 * buf.len().max(1024) {
-            let copy = buf.clone();
-            self.recycle(buf);
-            copy
-        } else {
-            buf
-        }
-    }
-
-    fn recycle(&mut self, mut buf: Vec<u8>) {
-        if buf.capacity() >= RECV && buf.capacity() <= 4 * RECV && self.scratch.capacity() < RECV {
-            buf.clear();
-            self.scratch = buf;
         }
     }
 
@@ -174,15 +142,15 @@ impl Io {
     fn process(&mut self, mut conn: Conn, buf: Vec<u8>) {
         match self.shared.intake.next(&mut conn, &buf) {
             Next::Request(..) => {
-                conn.buf = self.own(buf);
+                conn.buf = self.scratch.keep(buf, 0);
                 self.shared.dispatch(conn);
             }
             Next::Wait => {
-                conn.buf = self.own(buf);
+                conn.buf = self.scratch.keep(buf, 0);
                 self.keep(conn, IN);
             }
             Next::HandOver => {
-                let data = self.own(buf);
+                let data = self.scratch.keep(buf, 0);
                 self.shared.hand_over(conn, data);
             }
         }
@@ -208,13 +176,7 @@ impl Io {
     }
 
     fn sweep(&mut self, now: f64) {
-        if self.accept_paused_until > 0.0 && now >= self.accept_paused_until {
-            self.accept_paused_until = 0.0;
-            for l in &self.listeners {
-                let _ = self.shared.ep.add(*l, libc::EPOLLIN as u32);
-            }
-            self.accepting = !self.listeners.is_empty();
-        }
+        self.listeners.resume(&self.shared.ep, now);
         self.take_returned();
         for (conn, why) in sweep(&mut self.conns, &self.timeouts, now, self.drain_until) {
             match why {
@@ -233,21 +195,17 @@ impl Io {
     /// See PoolEngine.drain (the thread is paused).
     pub fn drain(&mut self, drain_until: f64, take_backlog: bool) {
         self.drain_until = drain_until;
-        if take_backlog && self.accepting {
-            for i in 0..self.listeners.len() {
+        if take_backlog && self.listeners.accepting() {
+            for i in self.listeners.places() {
                 self.accept(i, usize::MAX);
             }
         }
-        for l in &self.listeners {
-            self.shared.ep.delete(*l);
-        }
-        self.listeners.clear(); // the Python loop closes the sockets
-        self.accepting = false;
+        self.listeners.close(&self.shared.ep); // (the Python loop closes the sockets)
     }
 
     /// In a forked child: the fds of every connection (the parent's), forgotten here.
     pub fn forget(&mut self) -> Vec<i32> {
-        self.listeners.clear();
+        self.listeners.forget();
         self.conns.drain().map(|(fd, _)| fd).collect()
     }
 
