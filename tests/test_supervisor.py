@@ -231,7 +231,8 @@ def test_after_two_promoted_molds_crash_a_fresh_import_is_used():
 def first_mold_fails(config_error: bool):
     sim = Sim()
     mold = sim.fork_mold(sim.handle(Boot()))
-    actions = sim.handle(messages.StartFailed(mold, messages.IMPORTING, "No module named 'nope'", config_error))
+    failure = messages.StartFailed(mold, messages.IMPORTING, "No module named 'nope'", config_error)
+    actions = sim.handle(failure)
     assert sends(actions, messages.Stop, pid=mold) == [sends(actions, messages.Stop)[0]]
     assert not sends(actions, messages.Stop)[0].message.graceful  # a fast stop
     assert of(sim.tick(), Exit) == []  # the mold is still there

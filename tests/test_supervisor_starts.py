@@ -33,7 +33,8 @@ def test_a_mold_exiting_while_warming_up_ends_the_start():
     sim = Sim()
     mold = sim.fork_mold(sim.handle(Boot()))
     sim.handle(messages.Starting(mold, "warming up the app"))
-    gave_up(sim.exit(mold, wait_status(1)), "the mold (gen 0) exited with code 1 while warming up the app", sim)
+    line = "the mold (gen 0) exited with code 1 while warming up the app"
+    gave_up(sim.exit(mold, wait_status(1)), line, sim)
 
 
 def test_a_first_mold_killed_from_outside_is_replaced_not_waited_for():
@@ -67,7 +68,7 @@ def test_a_ready_immortal_mold_that_crashes_before_any_worker_starts_a_new_gener
     mold = sim.fork_mold(sim.handle(Boot()))
     sim.handle(messages.Ready(mold, immortalized=True))
     actions = sim.exit(mold, SEGV)
-    assert "mold gen 0 (pid %d) was killed by SIGSEGV with an immortal heap" % mold in logged(actions)
+    assert f"mold gen 0 (pid {mold}) was killed by SIGSEGV with an immortal heap" in logged(actions)
     (fork,) = of(actions, ForkMold)
     assert fork.generation == 1 and sim.sup.config.immortalize is False
 
@@ -78,7 +79,7 @@ def test_workers_of_an_immortal_generation_crashing_at_start_roll_out_a_generati
     sim.handle(messages.Ready(mold, immortalized=True))
     (worker, _) = sim.spawn_workers(sim.tick(), ready=False)
     actions = sim.exit(worker, SEGV, after=0.5)
-    assert "worker 0 (pid %d) was killed by SIGSEGV with an immortal heap" % worker in logged(actions)
+    assert f"worker 0 (pid {worker}) was killed by SIGSEGV with an immortal heap" in logged(actions)
     (fork,) = of(actions, ForkMold)
     assert fork.generation == 1
     # the fallback happens once: a later crash is an ordinary crash
