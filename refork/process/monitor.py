@@ -422,8 +422,11 @@ class Monitor:
             c.status_row(slots.requests(c.slot), slots.overdue(c.slot)) if c.slot >= 0 else c.status_row(0)
             for c in children
         ]
-        for c, row in zip(children, rows, strict=True):  # open WebSockets (ASGI workers)
-            row["websockets"] = slots.websockets(c.slot) if c.slot >= 0 and c.role == "worker" else 0
+        for c, row in zip(children, rows, strict=True):  # open WebSockets (ASGI), busy app threads
+            counters = slots.counters(c.slot) if c.slot >= 0 and c.role == "worker" else None
+            row["websockets"] = counters.websockets if counters is not None else 0
+            row["busy"] = counters.busy if counters is not None else 0
+            row["threads"] = counters.threads if counters is not None else 0
         return {
             "monitor_pid": os.getpid(),
             "generation": sup.generation,

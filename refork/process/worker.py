@@ -88,7 +88,8 @@ class Worker:
         self.slots = ctx.slots
         self.timeout = config.timeout
         self.memray: object = None
-        clock = self.clock = AppClock(ctx.slots, slot, self.timeout, time.monotonic)
+        clock = AppClock(ctx.slots, slot, self.timeout, time.monotonic, heartbeat=interface == "asgi")
+        self.clock = clock
         # WorkerControl's per-request calls go straight to the clock: no wrapper on the hot path
         self.request_started: Callable[[str, bytes], object] = clock.started
         self.request_waiting: Callable[[object], None] = clock.waiting
