@@ -297,3 +297,50 @@ def test_a_prepared_heap_serves_a_call_heavy_app_right_for_10k_requests(start_se
     assert wrong == []
     assert server.proc.poll() is None and len(server.workers()) == 2
     assert "was killed by" not in server.log()
+
+
+# -- a dead monitor leaves nothing behind ------------------------------------------------------
+def cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+@every_path
+def test_a_worker_whose_monitor_died_frees_the_port_finishes_quietly_and_exits(start_server, path):
+    """With a request hung in it: the port is free at once (a restarted server can bind), it
+    says so once, spins on nothing, and is gone within --graceful-timeout."""
+    from conftest import pids_alive
+
+    server = serve(start_server, path, "--graceful-timeout", "3", workers=1)
+    worker = server.workers()[0]["pid"]
+    with socket.create_connection(("127.0.0.1", server.port)) as hung:
+        hung.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
+        server.wait_for(lambda: server.workers()[0]["busy"] == 1, what="the hung request in the app")
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait()
+        died = time.monotonic()
+
+        def port_free() -> bool:
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("127.0.0.1", server.port))
+                    s.listen()
+                except OSError:
+                    return False
+                return True
+
+        deadline = died + 5
+        while not port_free():
+            assert time.monotonic() < deadline, "the orphan kept the listening socket"
+            time.sleep(0.05)
+        before = cpu_ticks(worker)
+        while time.monotonic() < died + 1.5:
+            assert pids_alive([worker]), "exited before --graceful-timeout with a request in flight"
+            time.sleep(0.1)
+        assert cpu_ticks(worker) - before < 30, "the orphan spins"
+        while pids_alive([worker]):
+            assert time.monotonic() < died + 3 + 5, "the orphan outlived --graceful-timeout"
+            time.sleep(0.1)
+    assert server.log().count("the monitor is gone") == 1, server.log()[-2000:]
