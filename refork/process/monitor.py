@@ -144,9 +144,11 @@ class Monitor:
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> int:
         while self.exit_code is None:
-            readers = [self.wake_r, self.report_in, *self.control.sockets()]
+            now = time.monotonic()
+            control = self.control
+            readers = [self.wake_r, self.report_in, *control.readers(now)]
             metrics = self.metrics
-            writers = metrics.writers() if metrics is not None else []
+            writers = [*control.writers(), *(metrics.writers() if metrics is not None else [])]
             if metrics is not None:
                 readers += metrics.readers()
             try:
@@ -158,9 +160,14 @@ class Monitor:
             self._handle_signals()
             self._read_reports()
             self._reap()
+            now = time.monotonic()
             for sock in ready:
-                if sock in self.control.sockets():
-                    self.control.on_readable(sock)
+                if sock in control.clients or sock is control.listener:
+                    control.on_readable(sock, now)
+            for sock in writable:
+                if sock in control.clients:
+                    control.on_writable(sock)
+            control.sweep(now)
             if metrics is not None:
                 metrics.on_ready(ready, writable, time.monotonic())
             self._poll_watcher()
