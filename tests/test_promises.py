@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from conftest import Server
+from conftest import Server, read_to_end
 from load import Load
 
 from refork.memory.heap import immortalize_support
@@ -176,6 +176,25 @@ def test_a_client_that_never_reads_and_a_slowloris_cost_only_their_connections(s
     server.wait_for(lambda: "write timeout" in server.log(), what="the non-reader cut")
     loris.close()
     reader.close()
+    assert server.get("/")[0] == 200
+
+
+# -- every response answers its own request -------------------------------------------------------
+@every_path
+@pytest.mark.parametrize("status", [100, 103])
+def test_an_app_answering_an_interim_status_as_its_response_gets_a_500_and_nothing_is_mispaired(
+    start_server, path, status
+):
+    """A 1xx is interim (RFC 9110 15.2): sent as the response, the client would take the next
+    response for this request's. The app's bug is a 500 (the connection then closes), and the
+    request pipelined behind it is never answered as if it were the first's."""
+    server = serve(start_server, path, workers=1)
+    pipelined = f"GET /status?{status} HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(pipelined.encode())
+        data = read_to_end(s)
+    assert data.startswith(b"HTTP/1.1 500 ") and data.count(b"HTTP/1.1 ") == 1, data[:300]
+    assert "informational" in server.log() or "Informational" in server.log(), server.log()[-2000:]
     assert server.get("/")[0] == 200
 
 

@@ -100,6 +100,9 @@ def _check_status(status: Any) -> tuple[int, bytes]:
     code = status[:3]
     if len(status) < 4 or not code.isdigit() or not code.isascii() or status[3] != " " or code[0] == "0":
         raise ValueError(f"WSGI status must look like '200 OK', got {status!r}")
+    if code[0] == "1":  # a final response: 1xx is interim only (RFC 9110 15.2), and a client
+        # would pair the next response with this request (the ASGI path refuses it too)
+        raise ValueError(f"WSGI status {status!r} is informational (1xx): not a final response")
     reason = status[4:].strip().encode("latin-1")
     if has_control_char(reason):
         raise ValueError(f"WSGI status contains a control character: {status!r}")

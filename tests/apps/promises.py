@@ -6,6 +6,7 @@ serves the same URLs.
 - `/hang`: never answers (WSGI: a thread asleep for an hour; ASGI: an await that never returns)
 - `/block?S`: holds the worker's only loop for S seconds (ASGI: time.sleep without await)
 - `/big?N`: N bytes
+- `/status?N`: status N (any, even one no final response may have)
 - `/calls`: a call-heavy computation through classes, closures, generators, exceptions and
   containers of the preloaded heap, answered with a checksum that must never change (what an
   immortalized, frozen, specialized heap must keep computing right)
@@ -31,6 +32,8 @@ def _route(path: str, query: str) -> tuple[str, bytes | float]:
         return "block", float(query or "1")
     if path == "/big":
         return "body", b"x" * int(query or "1000000")
+    if path == "/status":
+        return "status", float(query or "200")
     if path == "/calls":
         return "body", str(heavy.checksum()).encode()
     return "body", f"{os.getpid()} {os.getppid()}".encode()
@@ -38,6 +41,9 @@ def _route(path: str, query: str) -> tuple[str, bytes | float]:
 
 def wsgi(environ: dict[str, Any], start_response: Any) -> list[bytes]:
     action, arg = _route(environ["PATH_INFO"], environ.get("QUERY_STRING", ""))
+    if action == "status":
+        start_response(f"{arg:.0f} Status", [("Content-Type", "text/plain"), ("Content-Length", "0")])
+        return []
     if action != "body":
         time.sleep(arg)  # type: ignore[arg-type]
         arg = b"slept"
@@ -56,6 +62,11 @@ async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
     action, arg = _route(scope["path"], scope["query_string"].decode())
+    if action == "status":
+        headers = [(b"content-length", b"0")]
+        await send({"type": "http.response.start", "status": int(arg), "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+        return
     if action == "sleep":
         await asyncio.sleep(arg)  # type: ignore[arg-type]
         arg = b"slept"
