@@ -273,7 +273,7 @@ class _Loop(Lifetime):
                     conn.body = BodyBuffer(self.spool, self.spool_budget, length)
                 try:
                     conn.body.write(event.data)
-                except ParseError as e:  # the spool cap: 413 or 503
+                except ParseError as e:  # the spool: 413 or 503 (its cap), 507 (its disk is full)
                     self._reject(conn, e.status)
                     return True
                 conn.received += len(event.data)
@@ -284,7 +284,11 @@ class _Loop(Lifetime):
                 if request is None:  # pragma: no cover - parser contract
                     continue
                 if conn.body is not None:
-                    stream = conn.body.finish()
+                    try:
+                        stream = conn.body.finish()
+                    except ParseError as e:  # the spool's disk is full
+                        self._reject(conn, e.status)
+                        return True
                     conn.body = None
                 else:
                     stream = EMPTY_INPUT

@@ -7,6 +7,7 @@ serves the same URLs.
 - `/block?S`: holds the worker's only loop for S seconds (ASGI: time.sleep without await)
 - `/big?N`: N bytes
 - `/status?N`: status N (any, even one no final response may have)
+- `/upload`: the length of the request body, read whole
 - `/calls`: a call-heavy computation through classes, closures, generators, exceptions and
   containers of the preloaded heap, answered with a checksum that must never change (what an
   immortalized, frozen, specialized heap must keep computing right)
@@ -34,6 +35,8 @@ def _route(path: str, query: str) -> tuple[str, bytes | float]:
         return "body", b"x" * int(query or "1000000")
     if path == "/status":
         return "status", float(query or "200")
+    if path == "/upload":
+        return "upload", b""
     if path == "/calls":
         return "body", str(heavy.checksum()).encode()
     return "body", f"{os.getpid()} {os.getppid()}".encode()
@@ -41,10 +44,12 @@ def _route(path: str, query: str) -> tuple[str, bytes | float]:
 
 def wsgi(environ: dict[str, Any], start_response: Any) -> list[bytes]:
     action, arg = _route(environ["PATH_INFO"], environ.get("QUERY_STRING", ""))
-    if action == "status":
+    if action == "upload":
+        arg = str(len(environ["wsgi.input"].read())).encode()
+    elif action == "status":
         start_response(f"{arg:.0f} Status", [("Content-Type", "text/plain"), ("Content-Length", "0")])
         return []
-    if action != "body":
+    elif action in ("sleep", "block"):
         time.sleep(arg)  # type: ignore[arg-type]
         arg = b"slept"
     body = arg if isinstance(arg, bytes) else b""
@@ -62,7 +67,14 @@ async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
     action, arg = _route(scope["path"], scope["query_string"].decode())
-    if action == "status":
+    if action == "upload":
+        size, more = 0, True
+        while more:
+            message = await receive()
+            size += len(message.get("body", b""))
+            more = message.get("more_body", False) and message["type"] == "http.request"
+        arg = str(size).encode()
+    elif action == "status":
         headers = [(b"content-length", b"0")]
         await send({"type": "http.response.start", "status": int(arg), "headers": headers})
         await send({"type": "http.response.body", "body": b""})
