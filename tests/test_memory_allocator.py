@@ -169,6 +169,32 @@ def test_malloc_trim_returns_a_bool() -> None:
     assert isinstance(malloc_trim(), bool)
 
 
+_THRESHOLDS = """
+import os, sys
+from refork.memory.allocator import fix_glibc_thresholds
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) << 10 for l in f if l.startswith("VmRSS:"))
+fixed = sys.argv[1] == "fix" and fix_glibc_thresholds()
+big = bytearray(16 << 20); big[::4096] = b"x" * len(big[::4096]); del big  # mmapped, freed
+before = rss()
+block = bytearray(12 << 20); block[::4096] = b"x" * len(block[::4096]); del block
+print(fixed, (rss() - before) >> 20)
+"""
+
+
+@pytest.mark.parametrize("fix", [True, False], ids=["fixed", "glibc-default"])
+def test_fixed_glibc_thresholds_give_a_freed_big_buffer_back(fix: bool) -> None:
+    """glibc alone raises its thresholds past a freed 16 MiB block: a 12 MiB buffer freed next stays
+    in the heap. With refork's thresholds it goes back to the OS at once."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
+    out = subprocess.run([sys.executable, "-c", _THRESHOLDS, "fix" if fix else "keep"], env=env,
+                         capture_output=True, text=True, timeout=30, check=True).stdout.split()  # fmt: skip
+    fixed, kept = out[0] == "True", int(out[1])
+    assert fixed == fix
+    assert (kept < 4) if fix else (kept >= 8), out
+
+
 def test_trimmer_is_rate_limited(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     monkeypatch.setattr(allocator, "malloc_trim", lambda: calls.append(1) or True)

@@ -20,10 +20,14 @@ import os
 import socket
 import tempfile
 import threading
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from test_promises import serve, wsgi_paths
+import pytest
+from test_promises import path_params, serve, wsgi_paths
+
+asgi_paths = pytest.mark.parametrize("path", path_params(["asgi-asyncio", "asgi-uvloop"]))
 
 MIB = 1 << 20
 
@@ -69,6 +73,38 @@ def response(sock: socket.socket) -> bytes:
             break
         body += chunk
     return head + b"\r\n\r\n" + body
+
+
+class RssSampler:
+    """The most a process's RSS reached while the `with` block ran (sampled every 10 ms)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = rss(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.peak = max(self.peak, rss(self.pid))
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.01):
+            try:
+                self.peak = max(self.peak, rss(self.pid))
+            except OSError:
+                return
+
+
+def settles_near(server, pid: int, baseline: int, margin: int) -> int:
+    """Wait until the worker's RSS is back within `margin` of `baseline`; that RSS."""
+    return server.wait_for(lambda: (now := rss(pid)) < baseline + margin and now, timeout=20,
+                           what=f"RSS back within {margin >> 20} MiB of {baseline >> 20} MiB")  # fmt: skip
 
 
 class Upload:
@@ -170,7 +206,7 @@ def test_a_full_spool_directory_is_a_507_with_retry_after(start_server, path, tm
                    preexec_fn=private_tmpfs(spool, "3m"))  # fmt: skip
     pid = server.workers()[0]["pid"]
     first = Upload(server.port, 2 * MIB, send=1536 << 10)
-    server.wait_for(lambda: any(s >= 1400 << 10 for s in spool_files(pid, spool)), what="the first body spooled")
+    server.wait_for(lambda: any(s >= 1400 << 10 for s in spool_files(pid, spool)), what="the first spooled")
     second = Upload(server.port, 2 * MIB)
     answer = second.finish()
     assert answer.startswith(b"HTTP/1.1 507 ") and b"\r\nRetry-After: 1\r\n" in answer, answer[:300]
@@ -178,3 +214,144 @@ def test_a_full_spool_directory_is_a_507_with_retry_after(start_server, path, tm
     answer = first.finish()
     assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\n%d" % (2 * MIB)), answer[:300]
     assert server.get("/")[0] == 200
+
+
+# -- WebSocket messages are bounded per connection and per worker ----------------------------------
+def masked(first: int, payload: bytes) -> bytes:
+    """A client frame: `first` (FIN, RSV, opcode), the mask bit and length, a mask, the payload."""
+    n = len(payload)
+    if n < 126:
+        length = bytes((0x80 | n,))
+    elif n < 1 << 16:
+        length = bytes((0x80 | 126,)) + n.to_bytes(2, "big")
+    else:
+        length = bytes((0x80 | 127,)) + n.to_bytes(8, "big")
+    mask = b"\x01\x02\x03\x04"
+    key = int.from_bytes((mask * (n // 4 + 1))[:n], "little")
+    data = (int.from_bytes(payload, "little") ^ key).to_bytes(n, "little") if n else b""
+    return bytes((first,)) + length + mask + data
+
+
+def deflated(size: int, fin: bool = True) -> bytes:
+    """A binary message (or its first fragment: fin False) of `size` zero bytes, compressed
+    (permessage-deflate, RFC 7692): 16 MiB make about 16 KiB on the wire."""
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    payload = c.compress(bytes(size)) + c.flush(zlib.Z_SYNC_FLUSH)
+    return masked((0x80 if fin else 0) | 0x40 | 0x02, payload[:-4] if fin else payload)
+
+
+def deflate_websocket(port: int, path: str) -> socket.socket:
+    """A WebSocket whose messages are each compressed on their own (client_no_context_takeover):
+    the same frame can be sent again and again."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(
+        f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Extensions: permessage-deflate; client_no_context_takeover\r\n\r\n".encode()
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 101 ") and b"permessage-deflate" in head, head
+    return sock
+
+
+def close_code(sock: socket.socket) -> int | None:
+    """The code of the close frame the server sends next (None: the connection ended without one)."""
+    data = b""
+    while True:
+        while len(data) >= 2 and len(data) >= 2 + (data[1] & 0x7F):  # short unmasked server frames
+            frame, data = data[: 2 + (data[1] & 0x7F)], data[2 + (data[1] & 0x7F) :]
+            if frame[0] & 0x0F == 0x8:
+                return int.from_bytes(frame[2:4], "big")
+        try:
+            chunk = sock.recv(4096)
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        data += chunk
+
+
+def ws_count(server) -> tuple[int, int]:
+    """(messages, disconnects) the app's WebSockets received in the worker."""
+    received, closed = server.get("/ws-count")[1].split()
+    return int(received), int(closed)
+
+
+def warm_websockets(server) -> int:
+    """One WebSocket message and disconnect first (the worker's first use of wsproto and zlib are
+    part of its baseline, not of the flood); the worker's RSS then."""
+    pid = server.workers()[0]["pid"]
+    warm = deflate_websocket(server.port, "/ws")
+    warm.sendall(deflated(MIB))
+    server.wait_for(lambda: ws_count(server)[0] == 1, what="the warm-up message")
+    warm.close()
+    server.wait_for(lambda: ws_count(server)[1] == 1, what="the warm-up's disconnect")
+    return rss(pid)
+
+
+@asgi_paths
+def test_deflated_websocket_messages_for_a_slow_app_keep_the_worker_near_its_baseline(start_server, path):
+    """Two clients each send 20 deflated 16 MiB messages (about 320 KiB on the wire) to an app
+    that takes one a tenth of a second: each connection holds at most --ws-max-size for its app,
+    the rest waits deflated (reading paused), so the worker's RSS stays within 64 MiB of its
+    baseline; the app gets every message; once the clients are gone the RSS comes back."""
+    server = serve(start_server, path, workers=1)
+    pid = server.workers()[0]["pid"]
+    baseline = warm_websockets(server)
+    clients = [deflate_websocket(server.port, "/ws?0.1") for _ in range(2)]
+    flood = deflated(16 * MIB) * 20
+    with RssSampler(pid) as during:
+        for c in clients:
+            threading.Thread(target=c.sendall, args=(flood,), daemon=True).start()
+        server.wait_for(lambda: ws_count(server)[0] == 41, timeout=60, what="every message to the app")
+    for c in clients:
+        c.close()
+    server.wait_for(lambda: ws_count(server)[1] == 3, what="the disconnects")
+    settles_near(server, pid, baseline, 16 * MIB)
+    assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
+
+
+@asgi_paths
+def test_websockets_hold_no_more_than_ws_max_memory_of_a_worker(start_server, path):
+    """Four clients flood an app that takes nothing for a while, under --ws-max-memory 24M: the
+    worker holds about that for them, whatever they send, and each connection either has every
+    message taken by the app or is closed with 1009 (its message could not fit while no app had one
+    to take): never the worker killed for its memory."""
+    server = serve(start_server, path, "--ws-max-memory", "24M", workers=1)
+    pid = server.workers()[0]["pid"]
+    baseline = warm_websockets(server)
+    clients = [deflate_websocket(server.port, "/ws?0.5") for _ in range(4)]
+    codes: list[int | None] = []
+    readers = [threading.Thread(target=lambda c=c: codes.append(close_code(c)), daemon=True) for c in clients]
+    with RssSampler(pid) as during:
+        for c, reader in zip(clients, readers, strict=True):
+            reader.start()
+            threading.Thread(target=c.sendall, args=(deflated(12 * MIB) * 6,), daemon=True).start()
+        server.wait_for(lambda: ws_count(server)[0] + 6 * len(codes) >= 1 + 24, timeout=60,
+                        what="every message taken, or its connection closed")  # fmt: skip
+    assert all(code == 1009 for code in codes), codes
+    for c in clients:
+        c.close()
+    server.wait_for(lambda: ws_count(server)[1] == 5, what="the disconnects")
+    settles_near(server, pid, baseline, 16 * MIB)
+    assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
+    assert server.workers()[0]["pid"] == pid
+
+
+@asgi_paths
+def test_a_message_that_cannot_fit_in_ws_max_memory_while_no_app_has_one_is_closed_with_1009(
+    start_server, path
+):
+    """Backpressure cannot make room for a message bigger than the worker's whole budget when no app
+    holds a message to take: the connection pushing past is closed with 1009, the others go on."""
+    server = serve(start_server, path, "--ws-max-memory", "2M", workers=1)
+    big = deflate_websocket(server.port, "/ws")
+    big.sendall(deflated(3 * MIB, fin=False))  # the first fragment of a message: 3 MiB, and more to come
+    assert close_code(big) == 1009
+    big.close()
+    small = deflate_websocket(server.port, "/ws")
+    small.sendall(deflated(MIB) * 3)
+    server.wait_for(lambda: ws_count(server)[0] == 3, what="the next client's messages")
+    small.close()

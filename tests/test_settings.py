@@ -55,6 +55,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "ws_ping_interval": ("off", None),
     "ws_ping_timeout": ("5", 5.0),
     "ws_max_queue": ("8", 8),
+    "ws_max_memory": ("128M", 128 << 20),
     "ws_write_limit": ("16K", 16384),
     "certfile": ("cert.pem", "cert.pem"),
     "keyfile": ("key.pem", "key.pem"),

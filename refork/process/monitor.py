@@ -26,7 +26,7 @@ from typing import Any
 from refork.config import Config, ConfigError
 from refork.loading import change_directory
 from refork.memory.accounting import read_memory
-from refork.memory.allocator import loaded_allocator
+from refork.memory.allocator import fix_glibc_thresholds, loaded_allocator
 from refork.process import messages, systemd
 from refork.process.context import ProcessContext, set_title
 from refork.process.control import ControlServer
@@ -519,6 +519,7 @@ def run(config: Config, reread: Callable[[], Config] | None = None) -> int:
         from refork.memory.allocator import reexec_with_jemalloc
 
         reexec_with_jemalloc(sys.argv)
+    fix_glibc_thresholds()  # (glibc only) inherited by the molds and workers
     change_directory(config.chdir)
     check_tls(config)  # a bad certificate or key: one line and exit 2, before anything is bound
     monitor = Monitor(config, reread)

@@ -28,8 +28,10 @@ from typing import Any
 
 from refork.asgi import HttpCycle, Lifespan
 from refork.config import Config
+from refork.http.budget import MemoryBudget
 from refork.http.forwarded import TrustedProxies
 from refork.logs import AccessLog
+from refork.memory.allocator import malloc_trim
 from refork.serving.aio_protocol import HttpProtocol
 from refork.serving.aio_websocket import WebSocketProtocol
 from refork.serving.connection import TICK, Timeouts, release_after_fork, request_limits
@@ -85,6 +87,8 @@ class Server:
         self.contexts: dict[int, Any] = {}  # listener fd -> its TLS context (the TLS listeners)
         self.handshake_timeout = config.ssl_handshake_timeout
         self.ws_enabled = config.ws != "none"  # hand WebSocket handshakes to aio_websocket
+        self.ws_memory = MemoryBudget(config.ws_max_memory)  # WebSocket messages held for the apps
+        self.ws_partial = 0  # of which: the parts of messages still arriving
         self.open_websockets = 0  # accepted and not finished: not in in_flight (see aio_websocket)
         self.servers: list[asyncio.AbstractServer] = []
         self.in_flight = 0
@@ -159,6 +163,8 @@ class Server:
         drain_until = self.drain_until if self.stopping else 0.0
         for conn in list(self.connections):
             conn.sweep(now, timeouts, drain_until)
+        if self.ws_memory.ebbed():
+            malloc_trim()  # a flood of buffered bytes is over: give the freed heap back
         if self.stopping:
             self.check_drained()
 

@@ -8,6 +8,8 @@ serves the same URLs.
 - `/big?N`: N bytes
 - `/status?N`: status N (any, even one no final response may have)
 - `/upload`: the length of the request body, read whole
+- ASGI only: a WebSocket on any path (`?S`: it sleeps S seconds before each receive()), and
+  `/ws-count`: "RECEIVED CLOSED", the messages and disconnects this worker's WebSockets received
 - `/calls`: a call-heavy computation through classes, closures, generators, exceptions and
   containers of the preloaded heap, answered with a checksum that must never change (what an
   immortalized, frozen, specialized heap must keep computing right)
@@ -21,6 +23,8 @@ import time
 from typing import Any
 
 from apps import heavy
+
+WEBSOCKETS = {"received": 0, "closed": 0}
 
 
 def _route(path: str, query: str) -> tuple[str, bytes | float]:
@@ -66,7 +70,12 @@ async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+    if scope["type"] == "websocket":
+        await websocket(scope, receive, send)
+        return
     action, arg = _route(scope["path"], scope["query_string"].decode())
+    if scope["path"] == "/ws-count":
+        action, arg = "body", f"{WEBSOCKETS['received']} {WEBSOCKETS['closed']}".encode()
     if action == "upload":
         size, more = 0, True
         while more:
@@ -89,3 +98,19 @@ async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
     headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def websocket(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Accept, then receive every message (after a nap of ?S seconds each) until the disconnect."""
+    await receive()  # websocket.connect
+    await send({"type": "websocket.accept"})
+    pause = float(scope["query_string"] or 0)
+    while True:
+        if pause:
+            await asyncio.sleep(pause)
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            WEBSOCKETS["closed"] += 1
+            return
+        WEBSOCKETS["received"] += 1
+        del message  # (not held through the next nap)
