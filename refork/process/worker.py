@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 from refork import deadlines, fork_safety, integrations, lifecycle
+from refork.config import hard_timeout
 from refork.memory.heap import after_fork_in_child
 from refork.process import descriptors, messages
 from refork.process.context import ProcessContext, set_title
@@ -79,7 +80,7 @@ class Worker:
         self.generation = generation
         self.slot = slot
         self.slots = ctx.slots
-        self.timeout = config.timeout
+        self.timeout = hard_timeout(config)  # --timeout 0: a deadline that never comes
         self.memray: object = None
         clock = self.clock = AppClock(ctx.slots, slot, self.timeout, time.monotonic)
         # WorkerControl's per-request calls go straight to the clock: no wrapper on the hot path

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from refork.config import Config
+from refork.config import Config, hard_timeout
 from refork.memory.accounting import ProcessMemory, format_bytes
 from refork.process import messages
 from refork.process.supervisor.events import SlotReading
@@ -188,7 +188,7 @@ class Roster:
                 or reading.deadline == child.nudged
             ):
                 continue
-            if now > reading.deadline - config.timeout + soft + grace:
+            if now > reading.deadline - hard_timeout(config) + soft + grace:
                 found.append((child, reading.deadline))
         return found
 
