@@ -108,7 +108,10 @@ def test_print_config(project):
     r = refork("--print-config", "-w", "3", "hello:app", env={"REFORK_THREADS": "2"})
     assert r.returncode == 0, r.stderr
     where = {line.split(" = ")[0]: line.rsplit("  # ", 1)[1] for line in r.stdout.splitlines()}
-    value = {line.split(" = ")[0]: line.split(" = ", 1)[1].rsplit("  # ", 1)[0].strip() for line in r.stdout.splitlines()}
+    value = {
+        line.split(" = ")[0]: line.split(" = ", 1)[1].rsplit("  # ", 1)[0].strip()
+        for line in r.stdout.splitlines()
+    }
     assert (value["workers"], where["workers"]) == ("3", "--workers")
     assert (value["threads"], where["threads"]) == ("2", "REFORK_THREADS")
     assert (value["app"], where["app"]) == ("'hello:app'", "APP")

@@ -156,7 +156,10 @@ def test_config_file_hooks_and_names(tmp_path):
     [
         ("post_fork = 3\n", "server hook"),
         ("post_fork = lambda worker: None\n", "must take 2 argument(s) (server, worker)"),
-        ("worker_class = 'aiohttp.GunicornWebWorker'\n", "cannot run worker class 'aiohttp.GunicornWebWorker'"),
+        (
+            "worker_class = 'aiohttp.GunicornWebWorker'\n",
+            "cannot run worker class 'aiohttp.GunicornWebWorker'",
+        ),
         ("workers = 'many'\n", "workers in "),
         ("workers = (\n", "(in config file)"),
     ],
@@ -172,7 +175,9 @@ def test_config_file_errors(tmp_path, body, needle):
 
 def test_unknown_config_names_are_ignored_and_likely_typos_named_once(tmp_path):
     """As gunicorn: names that are not settings are ignored; one WARNING lists the likely typos."""
-    path = write(tmp_path / "c.py", "worker = 2\nBASE_DIR = '/srv'\npost_forks = lambda s, w: None\nworkers = 3\n")
+    path = write(
+        tmp_path / "c.py", "worker = 2\nBASE_DIR = '/srv'\npost_forks = lambda s, w: None\nworkers = 3\n"
+    )
     config = load_config(["-c", path, "m:app"], environ={})
     assert config.workers == 3
     warnings = [text for level, text in config.notes if level == logging.WARNING]
@@ -211,7 +216,7 @@ def test_pyproject_unknown_key(tmp_path):
         (["-b", "fd://x"], "is not a valid address"),
         (["--access-log-format", "apache"], "--access-log-format must be one of common|combined|json"),
         (["--log-level", "loud"], "--log-level must be one of debug|info|warning|error|critical"),
-        (["--refork-after", "10,x"], '--refork-after must be request counts like 500,1000,2000'),
+        (["--refork-after", "10,x"], "--refork-after must be request counts like 500,1000,2000"),
         (["--max-worker-memory", "12Q"], "--max-worker-memory must be a size in bytes like"),
         (["--memory-metric", "rss"], "--memory-metric must be one of uss|pss"),
         (["--forwarded-allow-ips", "10.0.0.0/99"], "is not an address, a network"),
@@ -299,7 +304,9 @@ def test_refork_after_can_end_in_off():
 
 
 def test_reloaded_keeps_restart_only_settings_and_names_what_changed(tmp_path):
-    (tmp_path / "conf.py").write_text("workers = 2\nbind = ['127.0.0.1:9']\ndef post_fork(server, worker): pass\n")
+    (tmp_path / "conf.py").write_text(
+        "workers = 2\nbind = ['127.0.0.1:9']\ndef post_fork(server, worker): pass\n"
+    )
     current = load_config(["a:app"], environ={}, cwd=str(tmp_path))
     fresh = load_config(["-c", "conf.py", "--timeout", "7", "a:app"], environ={}, cwd=str(tmp_path))
     config, changed, kept = reloaded(current, fresh)

@@ -516,7 +516,8 @@ def secure_scheme_headers(value: Any, where: str) -> dict[str, str]:
                 raise ConfigError(f"{where} must be NAME=VALUE items, got {got(item)}")
             items[name.strip()] = expected.strip()
         value = items
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+    strings = isinstance(value, dict) and all(isinstance(x, str) for pair in value.items() for x in pair)
+    if not strings:
         raise ConfigError(f"{where} must be a dict of header names to values, got {got(value)}")
     return {name.strip().upper(): expected for name, expected in value.items()}
 

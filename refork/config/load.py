@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"refork {__version__}")
     parser.add_argument(
         "-c", "--config", dest="config_file", metavar="FILE",
-        help="Python config file (gunicorn's: PATH or python:MODULE; default: ./gunicorn.conf.py if it exists)",
+        help="Python config file, as gunicorn's: PATH or python:MODULE (default: ./gunicorn.conf.py if "
+        "it exists)",
     )  # fmt: skip
     add_arguments(parser, SETTINGS)
     _gunicorn_flags(parser)
@@ -195,15 +196,16 @@ def _check_hook(key: str, value: Any, where: str) -> Callable[..., Any]:
     """A hook must be a function taking gunicorn's arguments; post_request may take 2 to 4."""
     hook = _HOOKS[key]
     wanted = hook.arities or (len(hook.args),)
+    func: Callable[..., Any] = value
     if not callable(value):
         raise ConfigError(f"{where} is a server hook: make it a function of ({', '.join(hook.args)}), "
                           f"got {c.got(value)}")  # fmt: skip
     try:
         params = inspect.signature(value).parameters.values()
     except (TypeError, ValueError):
-        return value  # a builtin or C callable: trust it
+        return func  # a builtin or C callable: trust it
     if any(p.kind == p.VAR_POSITIONAL for p in params):
-        return value
+        return func
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     required = sum(1 for p in positional if p.default is p.empty)
     fits = [n for n in wanted if required <= n <= len(positional)]
@@ -212,11 +214,13 @@ def _check_hook(key: str, value: Any, where: str) -> Callable[..., Any]:
                           f"gunicorn calls it; it takes {len(positional)}")  # fmt: skip
     if key == "post_request" and max(fits) < 4:
         n = max(fits)
-        return lambda worker, req, environ, resp: value(*(worker, req, environ, resp)[:n])
-    return value
+        return lambda worker, req, environ, resp: func(*(worker, req, environ, resp)[:n])
+    return func
 
 
-def _from_config_file(location: str, cwd: str) -> tuple[Source, dict[str, Callable[..., Any]], list[tuple[int, str]]]:
+def _from_config_file(
+    location: str, cwd: str
+) -> tuple[Source, dict[str, Callable[..., Any]], list[tuple[int, str]]]:
     """A gunicorn.conf.py: settings are module-level names (refork's or gunicorn's), hooks are
     functions; every other name is ignored, as gunicorn ignores it, with one WARNING for the names
     that look like a misspelled setting."""
@@ -334,7 +338,10 @@ def _worker_class(config: Config) -> None:
                 if config.worker_connections
                 else f"worker_connections unset: {GREEN_THREADS}"
             )
-            how = f"{config.threads} threads per worker ({origin}, at most {MOST_GREEN_THREADS}; --threads sets it)"
+            how = (
+                f"{config.threads} threads per worker ({origin}, at most {MOST_GREEN_THREADS}; --threads "
+                "sets it)"
+            )
         else:
             how = f"--threads {config.threads}"
         config.notes.append((

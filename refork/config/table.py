@@ -293,7 +293,8 @@ HOOKS: tuple[Hook, ...] = (
     Hook("worker_int", ("worker",), "worker", "on SIGINT or SIGQUIT, or a fast stop from the monitor"),
     Hook("worker_abort", ("worker",), "worker", "on SIGABRT: the monitor sends it to a worker past "
          "`--timeout`, and SIGKILL a second later"),  # fmt: skip
-    Hook("pre_exec", ("server",), "never", "refork never re-executes its monitor (USR2 reforks, HUP reloads)"),
+    Hook("pre_exec", ("server",), "never", "refork never re-executes its monitor (USR2 reforks, HUP "
+         "reloads)"),  # fmt: skip
     Hook("pre_request", ("worker", "req"), "worker", "before the app gets a request"),
     Hook("post_request", ("worker", "req", "environ", "resp"), "worker", "after the response was sent",
          arities=(2, 3, 4)),  # fmt: skip
