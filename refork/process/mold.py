@@ -44,7 +44,9 @@ def boot_mold(ctx: ProcessContext, generation: int) -> int:
         ctx.tell(messages.MoldFailed(os.getpid(), str(e), config_error=True))
         return 2
     except Exception as e:
-        log.exception("the app failed to load")
+        from refork.loading import app_traceback
+
+        log.error("the app failed to load:\n%s", app_traceback(e))
         ctx.tell(messages.MoldFailed(os.getpid(), f"{type(e).__name__}: {e}", config_error=False))
         return 3
     return _mold_loop(ctx, cmd, app, interface, generation)

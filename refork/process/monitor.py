@@ -31,6 +31,7 @@ from refork.process import messages, systemd
 from refork.process.context import ProcessContext, set_title
 from refork.process.control import ControlServer
 from refork.process.forking import MONITOR_SIGNALS, make_subreaper, reset_signals_in_child, run_child
+from refork.process.identity import check_switch, chown_files, daemonize, drop_privileges
 from refork.process.listen_queue import listen_queue
 from refork.process.listeners import (
     Port,
@@ -101,7 +102,7 @@ class Monitor:
             listeners = activated(passed, config.backlog)
             log.info("socket activation: %d socket(s) from systemd; --bind is not used", len(passed))
         else:
-            listeners = bind(config.bind, config.backlog)
+            listeners = bind(config.bind, config.backlog, config.reuse_port)
         self.owned_listeners = [] if passed else owned(config.bind, listeners)
         self.notifier = systemd.Notifier.from_environ(os.environ, os.getpid())
         self.unix_paths = [s.getsockname() for s in listeners if s.family == socket.AF_UNIX and not passed]
@@ -133,7 +134,7 @@ class Monitor:
         )
         if config.reload:
             dirs = config.reload_dirs or [os.path.abspath(d) for d in (os.getcwd(), *config.pythonpath)]
-            self.watcher = Watcher(dirs)
+            self.watcher = Watcher(dirs, extra=config.reload_extra_files)
             log.info("--reload: watching %d *.py files under %s", len(self.watcher.files), ", ".join(dirs))
         self.feed(ev.Boot())
 
@@ -343,6 +344,7 @@ class Monitor:
             for sock in private:
                 sock.close()
             reset_signals_in_child()
+            drop_privileges(ctx.config)  # --user/--group: before the app is imported
             if config is not None:
                 from refork.logs import setup_logging
 
@@ -504,9 +506,17 @@ class Monitor:
 
 def run(config: Config, reread: Callable[[], Config] | None = None) -> int:
     """Run the server until it is stopped; return the exit status. `reread` serves HUP."""
-    from refork.logs import setup_logging
+    from refork.logs import check_log_files, log_notes, setup_logging
 
+    if config.umask is not None:
+        os.umask(config.umask)
+    check_switch(config)
+    check_log_files(config)  # a log file refork cannot write: one line, before anything starts
+    chown_files(config, [p for p in (config.error_logfile, config.access_logfile) if p and p != "-"])
+    if config.daemon:
+        daemonize(config.enable_stdio_inheritance)
     setup_logging(config)
+    log_notes(config)
     if config.allocator == "jemalloc":
         from refork.memory.allocator import reexec_with_jemalloc
 
