@@ -72,7 +72,7 @@ class Server:
         self.config = config
         self.control = control
         self.limits = request_limits(config)
-        self.proxies = TrustedProxies(config.forwarded_allow_ips) if config.forwarded_allow_ips else None
+        self.proxies = TrustedProxies(config.forwarded_allow_ips, config.secure_scheme_headers) if config.forwarded_allow_ips else None
         self.root_path = config.root_path
         self.lifespan = Lifespan(app)
         self.access_log = AccessLog.from_config(config)
