@@ -431,6 +431,8 @@ class Monitor:
         for c, row in zip(children, rows, strict=True):  # open WebSockets (ASGI workers)
             row["websockets"] = slots.websockets(c.slot) if c.slot >= 0 and c.role == "worker" else 0
         return {
+            "app": self.config.app,
+            "bind": list(self.config.bind),
             "monitor_pid": os.getpid(),
             "generation": sup.generation,
             "workers": sup.target_workers,
