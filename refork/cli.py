@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from functools import partial
 
 from refork.config import Config, describe, load_config
@@ -28,7 +29,7 @@ def check_config(config: Config) -> int:
     from refork.serving.tls import check as check_tls
 
     check_log_files(config)
-    setup_logging(config)
+    setup_logging(replace(config, capture_output=False))  # its verdict goes to the terminal
     log_notes(config)
     change_directory(config.chdir)
     check_tls(config)  # the certificate and key load (one line and exit 2 if not)
