@@ -367,3 +367,37 @@ def test_gunicorn_conf_py_is_read_by_default_and_python_module_form(tmp_path, mo
     monkeypatch.syspath_prepend(str(TESTS))
     config = load_config(["-c", "python:gunicorn_configs.gevent_chat", WSGI], environ={}, cwd=str(tmp_path))
     assert (config.worker_class, config.timeout, config.bind) == ("gevent", 0.0, ["0.0.0.0:5000"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "level", "needle"),
+    [
+        (["--strip-header-spaces"], logging.WARNING, "refuses a space before a header's colon"),
+        (["--permit-obsolete-folding"], logging.WARNING, "refuses obsolete line folding"),
+        (["--http-protocols", "h2,h1"], logging.WARNING, "refork speaks HTTP/1.1"),
+        (["--header-map", "dangerous"], logging.WARNING, "drops headers with _"),
+        (["--logger-class", "myapp.JsonLogger"], logging.WARNING, "logconfig_dict"),
+        (["--preload"], logging.INFO, "refork always preloads"),
+        (["--no-sendfile"], logging.INFO, "sendfile()"),
+        (["--reload-engine", "inotify"], logging.INFO, "polls file times"),
+        (["--statsd-host", "127.0.0.1:8125"], None, ""),  # glog's setting: a line only while it is missing
+    ],
+)
+def test_what_refork_does_its_own_way_is_one_line_at_start(argv, level, needle):
+    config = load_config([*argv, WSGI], environ={})
+    if level is None:
+        return
+    (line,) = [(lvl, text) for lvl, text in config.notes]
+    assert line[0] == level and needle in line[1] and line[1].startswith(argv[0] + ": ")
+
+
+def test_defaults_of_gunicorn_need_no_line():
+    config = load_config(["--header-map", "drop", "--http-protocols", "h1", "--logger-class", "simple", WSGI],
+                         environ={})  # fmt: skip
+    assert config.notes == []
+
+
+def test_version_short_flag():
+    result = subprocess.run([sys.executable, "-m", "refork", "-v"], capture_output=True, text=True,
+                            timeout=30)  # fmt: skip
+    assert result.returncode == 0 and result.stdout.startswith("refork ")

@@ -265,3 +265,50 @@ def test_run_example_keeps_the_app_when_given_options():
     lines = printed.stdout.splitlines()
     assert any(line.startswith("app = 'hello:app'") for line in lines)
     assert any(line.startswith("workers = 4 ") for line in lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Process settings that change what is served
+
+
+def test_reuse_port_lets_another_socket_bind_the_port(start_server):
+    server = start_server("--reuse-port", workers=1)
+    other = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", server.port))  # EADDRINUSE without --reuse-port on refork's side
+    finally:
+        other.close()
+
+
+def test_limit_request_line_zero_is_gunicorns_no_limit(start_server):
+    server = start_server("--limit-request-line", "0", workers=1)
+    assert server.get("/" + "x" * 20000)[0] == 200
+    strict = start_server(workers=1)
+    assert strict.get("/" + "x" * 20000)[0] == 414
+
+
+def test_reload_extra_file_reloads_on_a_template_change(start_server, tmp_path):
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "page.html").write_text("one")
+    server = start_server("--reload", "--reload-dir", str(tmp_path), "--reload-extra-file",
+                          str(templates / "*.html"), workers=1)  # fmt: skip
+    later = templates / "new.html"  # created after the start: the pattern finds it
+    later.write_text("two")
+    server.wait_for(lambda: server.status()["generation"] == 1, what="the reload")
+    assert "new.html changed" in server.log()
+
+
+def test_raw_env_is_set_before_the_app_is_imported(start_server, tmp_path):
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text(
+        "raw_env = ['GREETING=from raw_env']\n"
+        "def post_fork(server, worker):\n"
+        "    import os\n"
+        f"    open({str(tmp_path / 'seen')!r}, 'w').write(os.environ['GREETING'])\n"
+    )
+    start_server("-c", str(conf), workers=1)
+    assert (tmp_path / "seen").read_text() == "from raw_env"
+    start_server("-c", str(conf), "-e", "GREETING=from -e", workers=1)  # the command line's list wins
+    assert (tmp_path / "seen").read_text() == "from -e"

@@ -68,6 +68,8 @@ def _is(*defaults: Any) -> Callable[[Any], bool]:
     def harmless(value: Any) -> bool:
         if isinstance(value, str):
             value = value.strip().lower()
+        if value in (False, "false") and True in defaults:  # --no-sendfile: False is what matters
+            return False
         return value in defaults or value in (None, False, "", [], {}, "false")
 
     return harmless

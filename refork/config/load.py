@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         argument_default=argparse.SUPPRESS,
         allow_abbrev=False,
     )
-    parser.add_argument("--version", action="version", version=f"refork {__version__}")
+    parser.add_argument("-v", "--version", action="version", version=f"refork {__version__}")
     parser.add_argument(
         "-c", "--config", dest="config_file", metavar="FILE",
         help="Python config file, as gunicorn's: PATH or python:MODULE (default: ./gunicorn.conf.py if "
