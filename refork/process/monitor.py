@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import select
 import signal
 import socket
@@ -74,6 +75,7 @@ class Monitor:
         self.channels: dict[int, socket.socket] = {}  # pid -> our end of the child's command socket
         self.watcher: Watcher | None = None  # --reload
         self.exit_code: int | None = None  # set by the supervisor's Exit
+        self.last_words = ""  # the supervisor's PrintError: stderr's last line at exit
         self.notifier: systemd.Notifier | None = None  # Type=notify: $NOTIFY_SOCKET
         self.unix_paths: list[str] = []  # unix listeners to unlink at exit
         self.owned_listeners: list[socket.socket] = []  # bound by us: sealed at a graceful stop
@@ -109,7 +111,8 @@ class Monitor:
         self.report_in, report_out = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.report_in.setblocking(False)
         capacity = max(256, 4 * config.workers)
-        self.supervisor = Supervisor(config, subreaper=subreaper, capacity=capacity)
+        python = platform.python_version()
+        self.supervisor = Supervisor(config, subreaper=subreaper, capacity=capacity, python=python)
         slots = Slots(capacity, config.metrics_buckets)
         self.ctx = ProcessContext(config, listeners, report_out, slots, subreaper)
         if config.metrics_bind:
@@ -278,7 +281,7 @@ class Monitor:
 
             reopen_log_files()
         elif isinstance(action, ev.PrintError):
-            print(action.text, file=sys.stderr, flush=True)
+            self.last_words = action.text
         elif isinstance(action, ev.Announce):
             self._announce(action.milestone)
         elif isinstance(action, ev.CloseListeners):
@@ -504,6 +507,8 @@ class Monitor:
         if self.config.pidfile:
             remove_pidfile(self.config.pidfile)
         log.info("monitor %d: stopped", os.getpid())
+        if self.last_words:
+            print(self.last_words, file=sys.stderr, flush=True)
 
 
 def run(config: Config, reread: Callable[[], Config] | None = None) -> int:

@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from refork.asgi import HttpCycle, Lifespan, LifespanFailure
+from refork.asgi import HttpCycle, Lifespan
 from refork.config import Config
 from refork.http.forwarded import TrustedProxies
 from refork.logs import AccessLog
@@ -305,11 +305,7 @@ def serve_asgi(
                         _abandon_after_fork(loop, srv)
                         raise
         if main.done() and not main.cancelled():
-            exc = main.exception()
-            if isinstance(exc, LifespanFailure):
-                log.error("%s; worker exiting", exc)
-                raise SystemExit(1) from None  # reported above: no traceback for the monitor's log
-            main.result()
+            main.result()  # a LifespanFailure: the worker reports it (refork.errors.StartupError)
     finally:
         if not forked:
             _close(loop, srv, main)
