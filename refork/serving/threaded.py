@@ -77,6 +77,7 @@ class _Loop(Lifetime):
         self.spool_budget = Spool(config.max_spool, config.spool_dir)  # bytes in spool files, all conns
         self.timeouts = Timeouts.from_config(config)
         self.accept_paused_until = 0.0
+        self.accepts_held = False
         self.access_log = AccessLog.from_config(config)
         self.health = health_paths(config.health_path)
         proxies = TrustedProxies(config.forwarded_allow_ips, config.secure_scheme_headers)
@@ -135,6 +136,7 @@ class _Loop(Lifetime):
                     return
                 if control.safe_point_wanted and self._app_idle():
                     self._safe_point()
+                self._hold_accepts()
                 for fd, _ in self._poll(max(0.0, min(1.0, next_tick - time.monotonic()))):
                     conn = conns.get(fd)
                     if conn is not None:
