@@ -40,7 +40,7 @@ def test_an_app_raising_at_import_exits_3_with_its_traceback_and_one_last_line()
 
 def test_a_post_fork_hook_that_always_raises_exits_3_naming_the_hook(tmp_path):
     conf = tmp_path / "conf.py"
-    conf.write_text("def post_fork(config, worker):\n    raise RuntimeError('no database here')\n")
+    conf.write_text("def post_fork(server, worker):\n    raise RuntimeError('no database here')\n")
     result = run_cli("-b", "127.0.0.1:0", "-w", "2", "-c", str(conf), "--chdir", "tests", APP, timeout=30)
     assert result.returncode == 3, result.stderr
     assert last_line(result.stderr).startswith("refork: error: no worker could start: worker ")
@@ -53,7 +53,7 @@ def test_a_server_that_has_served_backs_off_a_crash_loop_instead_of_exiting(star
     marker = tmp_path / "broken"
     conf = tmp_path / "conf.py"
     conf.write_text(
-        f"import os\n\ndef post_fork(config, worker):\n    if os.path.exists({str(marker)!r}):\n"
+        f"import os\n\ndef post_fork(server, worker):\n    if os.path.exists({str(marker)!r}):\n"
         "        os._exit(7)\n"
     )
     server = start_server("-c", str(conf), app=APP, workers=1)

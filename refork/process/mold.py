@@ -15,7 +15,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from refork import fork_safety, integrations, lifecycle
+from refork import fork_safety, hooks, integrations, lifecycle
 from refork.config import Config
 from refork.errors import ConfigError
 from refork.memory.heap import disable_gc_early, prepare_heap_for_fork
@@ -47,7 +47,9 @@ def boot_mold(ctx: ProcessContext, generation: int) -> int:
         ctx.tell(messages.StartFailed(os.getpid(), phase.current, str(e), config_error=True))
         return 2
     except Exception as e:
-        log.exception("the app failed to load")
+        from refork.loading import app_traceback
+
+        log.error("the app failed to load:\n%s", app_traceback(e))
         ctx.tell(messages.StartFailed(os.getpid(), phase.current, messages.last_line(e)))
         return 3
     return _mold_loop(ctx, cmd, app, interface, generation)
@@ -183,9 +185,11 @@ def _fork_worker(
 ) -> int:
     integrations.before_fork()
     lifecycle.run_hooks("before_fork")
-    hook = ctx.config.hooks.get("pre_fork")
-    if hook is not None:
-        hook(ctx.config)
+    if "pre_fork" in ctx.config.hooks:
+        config, monitor = ctx.config, ctx.monitor_pid
+        worker = hooks.Worker(config, pid=hooks.BOOTING, ppid=monitor, age=order.age, nr=order.nr,
+                              generation=order.generation, app=app)  # fmt: skip
+        hooks.call(config, "pre_fork", hooks.Server(config, monitor), worker)
     descriptors.remember_before_fork()
     start = partial(_worker, ctx, app, interface, order)
     if ctx.subreaper:
@@ -203,7 +207,7 @@ def _fork_worker(
 def _worker(ctx: ProcessContext, app: Any, interface: str, order: messages.SpawnWorker) -> int:
     """The worker role, and its promotion: a worker's child raises Promoted to become the next mold."""
     try:
-        return run_worker(ctx, app, interface, order.nr, order.generation, order.slot)
+        return run_worker(ctx, app, interface, order.nr, order.generation, order.slot, order.age)
     except Promoted as promotion:
         generation = promotion.generation
     raise Unwind(partial(promoted_mold, ctx, app, interface, generation))

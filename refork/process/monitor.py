@@ -24,6 +24,7 @@ from functools import partial
 from typing import Any
 
 from refork.config import Config, ConfigError
+from refork.hooks import GunicornConfig, Server, call_logged, worker_for_exit
 from refork.loading import change_directory
 from refork.memory.accounting import read_memory
 from refork.memory.allocator import fix_glibc_thresholds, loaded_allocator
@@ -31,6 +32,7 @@ from refork.process import messages, systemd
 from refork.process.context import ProcessContext, set_title
 from refork.process.control import ControlServer
 from refork.process.forking import MONITOR_SIGNALS, make_subreaper, reset_signals_in_child, run_child
+from refork.process.identity import check_switch, chown_files, daemonize, drop_privileges
 from refork.process.listen_queue import listen_queue
 from refork.process.listeners import (
     Port,
@@ -90,6 +92,7 @@ class Monitor:
         self.control = ControlServer.open(config, self)
         if config.pidfile:
             write_pidfile(config.pidfile)
+        self.server = Server(config, os.getpid())
         self._run_hook("on_starting", config)
         subreaper = make_subreaper()
         if not subreaper:
@@ -101,7 +104,7 @@ class Monitor:
             listeners = activated(passed, config.backlog)
             log.info("socket activation: %d socket(s) from systemd; --bind is not used", len(passed))
         else:
-            listeners = bind(config.bind, config.backlog)
+            listeners = bind(config.bind, config.backlog, config.reuse_port)
         self.owned_listeners = [] if passed else owned(config.bind, listeners)
         self.notifier = systemd.Notifier.from_environ(os.environ, os.getpid())
         self.unix_paths = [s.getsockname() for s in listeners if s.family == socket.AF_UNIX and not passed]
@@ -134,7 +137,7 @@ class Monitor:
         )
         if config.reload:
             dirs = config.reload_dirs or [os.path.abspath(d) for d in (os.getcwd(), *config.pythonpath)]
-            self.watcher = Watcher(dirs)
+            self.watcher = Watcher(dirs, extra=config.reload_extra_files)
             log.info("--reload: watching %d *.py files under %s", len(self.watcher.files), ", ".join(dirs))
         self.feed(ev.Boot())
 
@@ -351,6 +354,7 @@ class Monitor:
             for sock in private:
                 sock.close()
             reset_signals_in_child()
+            drop_privileges(ctx.config)  # --user/--group: before the app is imported
             if config is not None:
                 from refork.logs import setup_logging
 
@@ -380,15 +384,20 @@ class Monitor:
 
             setup_logging(config)
 
-    def _run_hook(self, name: str, config: Config, *extra: object) -> None:
-        """A config-file hook in the monitor: its exception is logged, never the monitor's end."""
-        hook = config.hooks.get(name)
-        if hook is None:
+    def _run_hook(self, name: str, config: Config, *extra: Any) -> None:
+        """A config-file hook in the monitor, with gunicorn's arguments: its exception is logged,
+        never the monitor's end."""
+        if name not in config.hooks:
             return
-        try:
-            hook(config, *extra)
-        except Exception:
-            log.exception("the %s hook raised; carrying on", name)
+        server = self.server
+        server.config, server.cfg = config, GunicornConfig(config)
+        supervisor = getattr(self, "supervisor", None)
+        server.num_workers = supervisor.target_workers if supervisor is not None else config.workers
+        if name == "child_exit":
+            info = extra[0]
+            extra = (worker_for_exit(config, info["pid"], info["role"], info["nr"], info["generation"],
+                                     info["age"], info["status"]),)  # fmt: skip
+        call_logged(config, name, server, *extra)
 
     # -- control commands (refork.process.control.Commands) ---------------------------------------
     @property
@@ -435,6 +444,8 @@ class Monitor:
             row["busy"] = counters.busy if counters is not None else 0
             row["threads"] = counters.threads if counters is not None else 0
         return {
+            "app": self.config.app,
+            "bind": list(self.config.bind),
             "monitor_pid": os.getpid(),
             "generation": sup.generation,
             "workers": sup.target_workers,
@@ -512,9 +523,17 @@ class Monitor:
 
 def run(config: Config, reread: Callable[[], Config] | None = None) -> int:
     """Run the server until it is stopped; return the exit status. `reread` serves HUP."""
-    from refork.logs import setup_logging
+    from refork.logs import check_log_files, log_notes, setup_logging
 
+    if config.umask is not None:
+        os.umask(config.umask)
+    check_switch(config)
+    check_log_files(config)  # a log file refork cannot write: one line, before anything starts
+    chown_files(config, [p for p in (config.error_logfile, config.access_logfile) if p and p != "-"])
+    if config.daemon:
+        daemonize(config.enable_stdio_inheritance)
     setup_logging(config)
+    log_notes(config)
     if config.allocator == "jemalloc":
         from refork.memory.allocator import reexec_with_jemalloc
 

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from refork import deadlines, fork_safety, integrations, lifecycle
+from refork import deadlines, fork_safety, hooks, integrations, lifecycle
+from refork.config import hard_timeout
 from refork.errors import StartupError
 from refork.memory.heap import after_fork_in_child
 from refork.process import descriptors, messages
@@ -34,7 +35,9 @@ OVERDUE_SIGNAL = signal.SIGUSR2  # the monitor's "look at your overdue requests"
 MONITOR_GONE_SIGNAL = signal.SIGHUP  # the kernel's, when the monitor (the parent) dies
 
 
-def run_worker(ctx: ProcessContext, app: Any, interface: str, nr: int, generation: int, slot: int) -> int:
+def run_worker(
+    ctx: ProcessContext, app: Any, interface: str, nr: int, generation: int, slot: int, age: int = 0
+) -> int:
     after_fork_in_child()
     random.seed()
     set_title(f"{ctx.config.proc_name}: worker {nr} (gen {generation})")
@@ -44,23 +47,28 @@ def run_worker(ctx: ProcessContext, app: Any, interface: str, nr: int, generatio
     integrations.after_fork()
     cmd = ctx.register(messages.Spawned("worker", os.getpid(), generation, nr, slot))
     worker = Worker(ctx, cmd, app, interface, nr, generation, slot)
+    config = ctx.config
+    worker.hook_worker = hooks.Worker(
+        config, pid=os.getpid(), ppid=ctx.monitor_pid, age=age, nr=nr, generation=generation, app=app,
+        alive=lambda: not (worker.stopping or worker.exit_now),
+    )
+    worker.server = hooks.Server(config, ctx.monitor_pid)
+    hooks.become(worker.hook_worker)
     try:
         worker.starting("running the after_fork hooks")
         lifecycle.run_hooks("after_fork")
-        hook = ctx.config.hooks.get("post_fork")
-        if hook is not None:
+        if "post_fork" in config.hooks:
             worker.starting("running the post_fork hook")
-            hook(ctx.config, worker.info())
+            hooks.call(config, "post_fork", worker.server, worker.hook_worker)
         if ctx.config.memray:
             from refork.memory.profiling import start_memray
 
             worker.memray = start_memray(ctx.config.memray, os.getpid())
             # The tracker runs a thread: forking a mold from this process would not be safe.
             fork_safety.mark_fork_unsafe("--memray tracker running")
-        hook = ctx.config.hooks.get("post_worker_init")
-        if hook is not None:
+        if "post_worker_init" in config.hooks:
             worker.starting("running the post_worker_init hook")
-            hook(ctx.config, worker.info())
+            hooks.call(config, "post_worker_init", worker.hook_worker)
     except Exception as e:
         return worker.failed_to_start(e)
     return worker.run()
@@ -88,8 +96,11 @@ class Worker:
         self.generation = generation
         self.slot = slot
         self.slots = ctx.slots
-        self.timeout = config.timeout
+        self.timeout = hard_timeout(config)  # --timeout 0: a deadline that never comes
         self.memray: object = None
+        self.hook_worker = hooks.Worker(config, pid=os.getpid(), ppid=ctx.monitor_pid, nr=nr,
+                                        generation=generation)  # fmt: skip
+        self.server = hooks.Server(config, ctx.monitor_pid)  # what the hooks receive (run_worker's)
         clock = AppClock(ctx.slots, slot, self.timeout, time.monotonic, heartbeat=interface == "asgi")
         self.clock = clock
         # WorkerControl's per-request calls go straight to the clock: no wrapper on the hot path
@@ -147,9 +158,6 @@ class Worker:
         self.ctx.tell(messages.StartFailed(os.getpid(), self._phase, reason))
         return 3
 
-    def info(self) -> dict[str, int]:
-        return {"pid": os.getpid(), "nr": self.nr, "generation": self.generation}
-
     def run(self) -> int:
         from refork.serving import serve
 
@@ -158,6 +166,8 @@ class Worker:
         signal.signal(signal.SIGQUIT, self._on_quit)
         signal.signal(signal.SIGINT, self._on_quit)
         signal.signal(OVERDUE_SIGNAL, self._on_overdue_signal)  # even when off: a HUP may turn it on
+        if "worker_abort" in self.config.hooks:
+            signal.signal(signal.SIGABRT, self._on_abort)
         self._watch_the_monitor()
         deadlines.install(self.clock.extend)
         threads = self.config.threads if self.interface == "wsgi" else 0  # app threads, for the metrics
@@ -172,9 +182,7 @@ class Worker:
             if self._ready:
                 raise
             return self.failed_to_start(e)
-        hook = self.config.hooks.get("worker_exit")
-        if hook is not None:
-            hook(self.config, self.info())
+        hooks.call(self.config, "worker_exit", self.server, self.hook_worker)
         if self.memray is not None:
             from refork.memory.profiling import stop_memray
 
@@ -186,7 +194,22 @@ class Worker:
         self._stopping = True
 
     def _on_quit(self, signum: int, frame: object) -> None:
+        self._stop_now()
+
+    def _stop_now(self) -> None:
+        """A fast stop (INT/QUIT, or the monitor's): gunicorn's worker_int hook runs once."""
+        if not self._exit_now:
+            self._exit_now = True
+            hooks.call_logged(self.config, "worker_int", self.hook_worker)
+
+    def _on_abort(self, signum: int, frame: object) -> None:
+        """SIGABRT: the monitor found this worker past --timeout; gunicorn's worker_abort hook (a
+        stack dump, usually) runs, then the worker exits; SIGKILL follows if it cannot."""
+        self.hook_worker.aborted = True
         self._exit_now = True
+        hooks.call_logged(self.config, "worker_abort", self.hook_worker)
+        logging.shutdown()
+        os._exit(1)
 
     def _watch_the_monitor(self) -> None:
         """With a subreaper the monitor is this worker's parent (once the middle process of the
@@ -247,7 +270,7 @@ class Worker:
                 if message.graceful:
                     self._stopping = True
                 else:
-                    self._exit_now = True
+                    self._stop_now()
             elif isinstance(message, messages.Promote):
                 self._promote_to = message.generation
             elif isinstance(message, messages.ReopenLogs):
@@ -275,11 +298,9 @@ class Worker:
             self._report_unsafe()
             return
         integrations.before_promotion()
-        hook = self.config.hooks.get("pre_promotion")
         try:
             lifecycle.run_hooks("before_promotion")
-            if hook is not None:
-                hook(self.config, self.info())
+            hooks.call(self.config, "pre_promotion", self.server, self.hook_worker)
         except Exception:
             log.exception("a before_promotion/pre_promotion hook raised; this worker will not be promoted")
             fork_safety.mark_fork_unsafe("the pre_promotion hook raised")

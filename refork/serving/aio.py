@@ -74,7 +74,8 @@ class Server:
         self.config = config
         self.control = control
         self.limits = request_limits(config)
-        self.proxies = TrustedProxies(config.forwarded_allow_ips) if config.forwarded_allow_ips else None
+        allow, secure = config.forwarded_allow_ips, config.secure_scheme_headers
+        self.proxies = TrustedProxies(allow, secure) if allow else None
         self.root_path = config.root_path
         self.lifespan = Lifespan(app)
         self.access_log = AccessLog.from_config(config)

@@ -80,7 +80,7 @@ class _Loop(Lifetime):
         self.accepts_held = False
         self.access_log = AccessLog.from_config(config)
         self.health = health_paths(config.health_path)
-        proxies = TrustedProxies(config.forwarded_allow_ips)
+        proxies = TrustedProxies(config.forwarded_allow_ips, config.secure_scheme_headers)
         self.tls = contexts_for(listeners, config)  # listener fd -> SSLContext (TLS listeners)
         self.handshake_timeout = config.ssl_handshake_timeout
         for lsock in listeners:
