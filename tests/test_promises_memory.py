@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import socket
 import tempfile
 import threading
@@ -25,7 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_promises import path_params, serve, wsgi_paths
+from head_lines import HEAD, HEAD_LINES
+from test_promises import every_path, path_params, serve, wsgi_paths
 
 asgi_paths = pytest.mark.parametrize("path", path_params(["asgi-asyncio", "asgi-uvloop"]))
 
@@ -273,10 +275,15 @@ def close_code(sock: socket.socket) -> int | None:
         data += chunk
 
 
+def counts(server) -> tuple[int, int, int]:
+    """(messages, disconnects) the app's WebSockets received in the worker, and the body bytes its
+    /trickle requests read."""
+    received, closed, body = server.get("/counts")[1].split()
+    return int(received), int(closed), int(body)
+
+
 def ws_count(server) -> tuple[int, int]:
-    """(messages, disconnects) the app's WebSockets received in the worker."""
-    received, closed = server.get("/ws-count")[1].split()
-    return int(received), int(closed)
+    return counts(server)[:2]
 
 
 def warm_websockets(server) -> int:
@@ -355,3 +362,170 @@ def test_a_message_that_cannot_fit_in_ws_max_memory_while_no_app_has_one_is_clos
     small.sendall(deflated(MIB) * 3)
     server.wait_for(lambda: ws_count(server)[0] == 3, what="the next client's messages")
     small.close()
+
+
+# -- request heads and bodies are bounded as they arrive ------------------------------------------
+class Flood:
+    """Connections that each send a request (head, and body) in pieces, never finishing it: one
+    piece per connection per round, as far as the server reads (nothing blocks on a connection it
+    stopped reading); the answers it gives meanwhile are collected."""
+
+    def __init__(self, port: int, clients: int, start: bytes) -> None:
+        self.socks: list[socket.socket] = []
+        self.unsent: list[bytes] = []
+        for _ in range(clients):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.setblocking(False)
+            self.socks.append(s)
+            self.unsent.append(start)
+        self.answers: dict[int, bytes] = {}
+        self.round(b"")
+
+    def round(self, piece: bytes) -> None:
+        """Each connection not answered yet sends what it can of its bytes and `piece`; the answers
+        that came are read."""
+        poller = select.poll()
+        for i, s in enumerate(self.socks):
+            if i not in self.answers:
+                poller.register(s, select.POLLIN)
+        ready = {fd for fd, _ in poller.poll(0)}
+        for i, s in enumerate(self.socks):
+            if i in self.answers:
+                continue
+            if s.fileno() in ready:
+                self.answers[i] = self._answer(s)
+                continue
+            data = self.unsent[i] + piece
+            try:
+                sent = s.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self.answers[i] = self._answer(s)
+                continue
+            self.unsent[i] = data[sent:]
+
+    def _answer(self, s: socket.socket) -> bytes:
+        try:
+            return s.recv(65536) or b"(closed)"
+        except BlockingIOError:
+            return b"(nothing)"
+        except OSError:
+            return b"(reset)"
+
+    def wait(self, server, answered: int) -> None:
+        """Until at least `answered` connections have their answer (sending what is left meanwhile)."""
+        server.wait_for(lambda: self.round(b"") or len(self.answers) >= answered, timeout=30,
+                        what=f"{answered} answers ({len(self.answers)} so far)")  # fmt: skip
+
+    def statuses(self) -> dict[bytes, int]:
+        """How many connections got each answer (its status line's code), so far."""
+        counts: dict[bytes, int] = {}
+        for answer in self.answers.values():
+            code = answer[9:12] if answer.startswith(b"HTTP/1.1 ") else answer
+            counts[code] = counts.get(code, 0) + 1
+        return counts
+
+    def close(self) -> None:
+        for s in self.socks:
+            s.close()
+
+
+@every_path
+def test_a_line_past_its_limit_is_answered_as_soon_as_it_is_past_it(start_server, path):
+    """The table of tests/head_lines.py, on every path (the native engines' read path waits for a
+    head's end itself): a line past its limit is answered at once, without another byte; one
+    within it is waited for and served."""
+    server = serve(start_server, path, workers=1)
+    for name, raw, status, rest in HEAD_LINES:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.sendall(raw)
+            if status is None:
+                s.sendall(rest)
+            answer = response(s)
+        expected = b"HTTP/1.1 %d " % (status or 200)
+        assert answer.startswith(expected), (name, answer[:200])
+
+
+
+
+@every_path
+def test_a_flood_of_endless_header_lines_is_refused_as_it_arrives_and_costs_the_worker_little(
+    start_server, path
+):
+    """300 connections each send 600 KB of one header line that never ends: each is answered 431
+    once its line passes --limit-request-field-size (not at the end of the line, nor at the
+    head's cap), and the worker's RSS stays within 64 MiB of its baseline and comes back to it."""
+    server = serve(start_server, path, workers=1)
+    pid = server.workers()[0]["pid"]
+    server.get("/")
+    baseline = rss(pid)
+    with RssSampler(pid) as during:
+        flood = Flood(server.port, 300, HEAD + b"X-Long: ")
+        for _ in range(600 // 16):
+            flood.round(b"v" * (16 << 10))
+        flood.wait(server, 300)
+        statuses = flood.statuses()
+        flood.close()
+    assert statuses == {b"431": 300}, statuses
+    settles_near(server, pid, baseline, 16 * MIB)
+    assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
+    assert server.get("/")[0] == 200
+
+
+@every_path
+def test_heads_held_past_max_request_memory_are_refused_and_the_worker_stays_near_its_baseline(
+    start_server, path
+):
+    """300 connections each send header lines within every limit (8000 bytes, 90 of them) and never
+    end the head: 216 MB if all were kept. The worker holds --max-request-memory (16 MiB) of them
+    at most: the connections pushing past it get 503 with Retry-After; its RSS stays within 64 MiB
+    of its baseline, and comes back to it once they are gone."""
+    server = serve(start_server, path, workers=1)
+    pid = server.workers()[0]["pid"]
+    server.get("/")
+    baseline = rss(pid)
+    with RssSampler(pid) as during:
+        flood = Flood(server.port, 300, HEAD)
+        for i in range(90):
+            flood.round(b"X-%d: " % i + b"v" * 7990 + b"\r\n")
+        flood.wait(server, 300 - (16 << 20) // (90 * 8000))  # the most it can hold whole
+        statuses = flood.statuses()
+        answers = list(flood.answers.values())
+        flood.close()
+    assert set(statuses) == {b"503"}, statuses
+    assert all(b"\r\nRetry-After: 1\r\n" in a for a in answers)
+    settles_near(server, pid, baseline, 16 * MIB)
+    assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
+    assert server.get("/")[0] == 200
+
+
+@every_path
+def test_bodies_held_in_memory_are_bounded_per_worker(start_server, path):
+    """300 uploads of a body under --body-spool-threshold stop 100 KB short of its end: 270 MB if
+    each were kept whole. A WSGI worker holds them in memory until they are whole: up to
+    --max-request-memory, the rest goes to the spool on disk; an ASGI worker holds what the app has
+    not read yet (it reads a piece every 0.2 s): up to that budget, and stops reading the others
+    meanwhile. Its RSS stays within 64 MiB of its baseline and comes back to it once they are gone."""
+    server = serve(start_server, path, workers=1)
+    pid = server.workers()[0]["pid"]
+    server.get("/")
+    baseline = rss(pid)
+    with RssSampler(pid) as during:
+        target = b"/trickle?0.2" if "asgi" in path else b"/upload"
+        head = b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n" % target
+        flood = Flood(server.port, 300, head)
+        for _ in range(900 // 30):
+            flood.round(b"b" * 30000)
+        if "wsgi" in path:  # all read: what is not in memory is in the spool
+            server.wait_for(lambda: flood.round(b"") or sum(spool_files(pid)) + (16 << 20) >= 300 * 900_000,
+                            what="the bodies over the budget spooled")  # fmt: skip
+        else:  # all read by the app, as fast as it wants: what waits for it waits in the budget
+            server.wait_for(lambda: flood.round(b"") or counts(server)[2] == 300 * 900_000, timeout=60,
+                            what="every body read by the app")  # fmt: skip
+        statuses = flood.statuses()
+        flood.close()
+    assert statuses == {}, statuses  # nobody refused, nobody cut
+    settles_near(server, pid, baseline, 16 * MIB)
+    assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
+    assert server.get("/")[0] == 200

@@ -70,6 +70,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "limit_request_body": ("1K", 1024),
     "body_spool_threshold": ("2M", 2 << 20),
     "max_spool": ("3G", 3 << 30),
+    "max_request_memory": ("8M", 8 << 20),
     "spool_dir": ("/var/tmp", "/var/tmp"),
     "access_logfile": ("-", "-"),
     "access_log_format": ("json", "json"),

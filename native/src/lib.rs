@@ -40,6 +40,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::PoolEngine>()?;
     m.add_class::<respond::StartResponse>()?;
     m.add_class::<clock::Current>()?;
+    m.add_class::<conn::MemoryBudget>()?;
     m.add_function(wrap_pyfunction!(frame::frame_list, m)?)?;
     Ok(())
 }

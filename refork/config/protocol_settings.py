@@ -218,6 +218,19 @@ class ProtocolSettings:
         shown_default="`1M`",
         group="HTTP limits",
     )
+    max_request_memory: int = setting(
+        16 << 20,
+        "--max-request-memory",
+        coerce=c.size,
+        metavar="SIZE",
+        help="per worker: bytes of requests still arriving held in memory (0: no cap)",
+        doc="per worker: request bytes held in memory while they arrive, over all connections: "
+        "partial heads, and bodies (WSGI: up to `--body-spool-threshold`, past it they go to the "
+        "spool sooner; ASGI: not yet taken by `receive()`, past it reading waits); a head that does "
+        "not fit gets 503 with `Retry-After` (0: no cap)",
+        shown_default="`16M`",
+        group="HTTP limits",
+    )
     max_spool: int = setting(
         4 << 30,
         "--max-spool",

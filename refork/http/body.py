@@ -19,8 +19,9 @@ import errno
 import io
 import tempfile
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
+from refork.http.budget import MemoryBudget
 from refork.http.events import ParseError
 
 
@@ -143,16 +144,22 @@ def _disk_full(exc: OSError) -> ParseError:
 class BodyBuffer:
     """Collects de-chunked body pieces; spills to a temp file past `threshold` bytes.
 
-    Spilled bytes are charged to `spool` as they arrive. When the body spills, a declared `length`
+    Bytes held in memory are charged to `memory` (the worker's --max-request-memory) as they
+    arrive; when it is full the body spills at once, whatever its size. Spilled bytes are charged
+    to `spool` as they arrive. When the body spills, a declared `length`
     that could never fit is refused at once (413), and one that does not fit beside the bytes the
     other uploads hold now gets a 503 before it fills the disk; a body then never holds more of the
     budget than what has arrived of it (a declared length reserves nothing). write() and finish()
     raise ParseError 413, 503, or 507 when the spool directory is full (500 if it fails otherwise).
     """
 
-    __slots__ = ("_parts", "_size", "_file", "_threshold", "_spool", "_length", "_charged")
+    __slots__ = (
+        "_parts", "_size", "_file", "_threshold", "_spool", "_length", "_charged", "_memory", "_in_memory",
+    )  # fmt: skip
 
-    def __init__(self, threshold: int, spool: Spool = _NO_SPOOL, length: int | None = None) -> None:
+    def __init__(
+        self, threshold: int, spool: Spool = _NO_SPOOL, length: int | None = None, memory: Any = None
+    ) -> None:
         self._parts: list[bytes] = []
         self._size = 0
         self._file: BinaryIO | None = None
@@ -160,6 +167,8 @@ class BodyBuffer:
         self._spool = spool
         self._length = length
         self._charged = 0
+        self._memory: MemoryBudget | None = memory  # the worker's: a body past it is spooled sooner
+        self._in_memory = 0  # bytes of _parts charged to it
 
     def write(self, data: bytes) -> None:
         self._size += len(data)
@@ -171,8 +180,14 @@ class BodyBuffer:
                 raise _disk_full(exc) from None
             return
         self._parts.append(data)
+        memory = self._memory
         if self._size > self._threshold:
             self._spill()
+        elif memory is not None:
+            if memory.take(len(data)):
+                self._in_memory += len(data)
+            else:  # the worker holds enough bodies in memory: this one goes to disk now
+                self._spill()
 
     def _spill(self) -> None:
         """Move the parts to a temp file: the declared length is checked, what arrived charged."""
@@ -197,6 +212,13 @@ class BodyBuffer:
             raise
         self._file = f
         self._parts = []
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """The parts are no longer this buffer's to hold in memory: give their bytes back."""
+        if self._in_memory:
+            self._memory.give_back(self._in_memory)  # type: ignore[union-attr]
+            self._in_memory = 0
 
     def _charge(self, n: int) -> None:
         spool = self._spool
@@ -221,6 +243,7 @@ class BodyBuffer:
             return _SpooledInput(f, self._size, self._spool, charged)
         parts = self._parts
         self._parts = []
+        self._let_go()  # (the app's now, no longer arriving)
         if not parts:
             return EMPTY_INPUT
         data = parts[0] if len(parts) == 1 else b"".join(parts)
@@ -235,3 +258,4 @@ class BodyBuffer:
             self._spool.give_back(self._charged)
             self._charged = 0
         self._parts = []
+        self._let_go()

@@ -90,6 +90,9 @@ class Server:
         self.ws_enabled = config.ws != "none"  # hand WebSocket handshakes to aio_websocket
         self.ws_memory = MemoryBudget(config.ws_max_memory)  # WebSocket messages held for the apps
         self.ws_partial = 0  # of which: the parts of messages still arriving
+        self.request_memory = MemoryBudget(config.max_request_memory)  # heads, unread bodies
+        self.ws_memory.on_full = self._ws_memory_full
+        self.request_memory.on_full = self._request_memory_full
         self.open_websockets = 0  # accepted and not finished: not in in_flight (see aio_websocket)
         self.servers: list[asyncio.AbstractServer] = []
         self.in_flight = 0
@@ -164,10 +167,25 @@ class Server:
         drain_until = self.drain_until if self.stopping else 0.0
         for conn in list(self.connections):
             conn.sweep(now, timeouts, drain_until)
-        if self.ws_memory.ebbed():
+        self.ws_memory.nudge()
+        self.request_memory.nudge()
+        if self.ws_memory.ebbed() | self.request_memory.ebbed():  # (both: each resets its peak)
             malloc_trim()  # a flood of buffered bytes is over: give the freed heap back
         if self.stopping:
             self.check_drained()
+
+    def _request_memory_full(self) -> None:
+        """--max-request-memory filled up: every connection receiving a body stops reading now
+        (each would read ahead once more before it heard), until there is room again."""
+        for conn in self.connections:
+            if type(conn) is HttpProtocol and conn.reading is not None:
+                conn.pause_reading()
+
+    def _ws_memory_full(self) -> None:
+        """--ws-max-memory filled up: every WebSocket stops reading now, until there is room."""
+        for conn in self.connections:
+            if type(conn) is WebSocketProtocol:
+                conn.memory_full()
 
     def idle(self) -> None:
         """No request in flight: if a safe point is wanted, leave run_forever to take it there."""

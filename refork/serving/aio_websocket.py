@@ -89,6 +89,7 @@ log = logging.getLogger("refork")
 CLOSE_TIMEOUT = 5.0  # seconds the peer has to answer a close frame the server sent
 INFLATE_RATIO = 1032  # the most one byte of deflate inflates to (a 258-byte match in two bits)
 INFLATE_STEP = 1 << 20  # the most one step of wsproto inflates (it copies a piece twice meanwhile)
+READ_SIZE = 256 * 1024  # the most a connection let read may take at once (asyncio's read)
 GOING_AWAY, SERVICE_RESTART = 1001, 1012  # RFC 6455 7.4.1; 1012: IANA registry
 _OPEN = ConnectionState.OPEN
 _REMOTE_CLOSING = ConnectionState.REMOTE_CLOSING
@@ -355,7 +356,12 @@ class WebSocketProtocol(asyncio.Protocol):
             self._drop_partial()
             self.close_server(1009, "message too big for the server now")
             return
-        memory.wait(self, self._room_made)
+        memory.wait(self, self._room_made, READ_SIZE)
+
+    def memory_full(self) -> None:
+        """The worker's --ws-max-memory filled up (see Server._ws_memory_full): stop reading now,
+        until there is room (each connection would read ahead once more before it heard)."""
+        self._flow()
 
     def _room_made(self) -> None:
         """Room was made: read on soon (once, however many times it is called meanwhile)."""

@@ -27,10 +27,12 @@ from typing import Any
 from refork import deadlines
 from refork.config import Config
 from refork.http.body import EMPTY_INPUT, BodyBuffer, InputStream, Spool
+from refork.http.budget import MemoryBudget
 from refork.http.events import Body, EndOfMessage, ParseError, Request
 from refork.http.forwarded import TrustedProxies
 from refork.http.response import CONTINUE, simple_response
 from refork.logs import AccessLog
+from refork.memory.allocator import malloc_trim
 from refork.serving.connection import TICK, Phase, Timeouts, log_access, request_limits
 from refork.serving.contract import WorkerControl
 from refork.serving.health import health_paths, health_response
@@ -75,6 +77,7 @@ class _Loop(Lifetime):
         self.in_flight = 0
         self.spool = config.body_spool_threshold
         self.spool_budget = Spool(config.max_spool, config.spool_dir)  # bytes in spool files, all conns
+        self.memory = self._memory_budget(config.max_request_memory)  # request bytes held, all conns
         self.timeouts = Timeouts.from_config(config)
         self.accept_paused_until = 0.0
         self.accepts_held = False
@@ -155,8 +158,15 @@ class _Loop(Lifetime):
                     next_tick = now + (TICK / 4 if self.draining else TICK)
                     control.tick()
                     self._sweep(now)
+                    if self.memory.ebbed():  # a flood of buffered requests is over:
+                        malloc_trim()  # give its freed heap back
         finally:
             self._shutdown()
+
+    def _memory_budget(self, limit: int) -> Any:
+        """The worker's budget of request bytes held in memory (a native loop's is shared with its
+        engine: refork._native.MemoryBudget, the same interface)."""
+        return MemoryBudget(limit)
 
     def _poll(self, timeout: float) -> list[tuple[int, int]]:
         """Wait up to `timeout` s for ready fds (the native engine serves its own meanwhile)."""
@@ -215,13 +225,23 @@ class _Loop(Lifetime):
 
     def _on_data(self, conn: Conn, data: bytes) -> None:
         """Parse what the client sent and answer every request it completes."""
+        parser = conn.parser
         try:
-            events: Sequence[Step] = conn.parser.feed(data)
+            events: Sequence[Step] = parser.feed(data)
         except ParseError as e:
+            self.memory.note(len(data))  # (its bytes went through, if only to be refused)
             if not e.events:
                 self._reject(conn, e.status)
                 return
             events = [*e.events, e]  # the requests before the bad bytes are answered first
+        else:
+            if conn.held or parser.in_message:
+                refused = self._hold(conn)
+                if refused is not None:
+                    if not events:
+                        self._reject(conn, refused.status)
+                        return
+                    events = [*events, refused]
         try:
             if (
                 len(events) == 2
@@ -242,6 +262,23 @@ class _Loop(Lifetime):
         except Exception:
             log.exception("Error serving a connection")
             self._close(conn)
+
+    def _hold(self, conn: Conn) -> ParseError | None:
+        """Charge what the connection's parser holds now to the worker's --max-request-memory; a
+        head that does not fit is refused (503: the server is short of room now, not the request
+        too big), other bytes (kept for a replay) are charged all the same."""
+        parser = conn.parser
+        held = parser.buffered if parser.in_message else 0
+        more = held - conn.held
+        if more > 0:
+            if not self.memory.take(more):
+                if parser.head_held:
+                    return ParseError(503, "no room for more request heads (--max-request-memory)")
+                self.memory.charge(more)
+        elif more < 0:
+            self.memory.give_back(-more)
+        conn.held = held
+        return None
 
     def _reject(self, conn: Conn, status: int) -> None:
         try:
@@ -270,7 +307,7 @@ class _Loop(Lifetime):
             elif type(event) is Body:
                 if conn.body is None:
                     length = conn.request.content_length if conn.request is not None else None
-                    conn.body = BodyBuffer(self.spool, self.spool_budget, length)
+                    conn.body = BodyBuffer(self.spool, self.spool_budget, length, self.memory)
                 try:
                     conn.body.write(event.data)
                 except ParseError as e:  # the spool: 413 or 503 (its cap), 507 (its disk is full)

@@ -54,6 +54,7 @@ class Lifetime:
     tls: dict[int, ssl.SSLContext]
     handshake_timeout: float
     pool: AppThreads | None
+    memory: Any  # the worker's MemoryBudget (refork.http.budget, or refork._native's)
     parked: list[Job]
     wake_r: socket.socket | None
     wake_w: socket.socket | None
@@ -234,6 +235,10 @@ class Lifetime:
         if conn.body is not None:
             conn.body.discard()
             conn.body = None
+        conn.parser.release()
+        if conn.held:
+            self.memory.give_back(conn.held)
+            conn.held = 0
         if conn.tls is not None:
             conn.tls.close_notify()
         try:

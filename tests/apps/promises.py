@@ -8,8 +8,10 @@ serves the same URLs.
 - `/big?N`: N bytes
 - `/status?N`: status N (any, even one no final response may have)
 - `/upload`: the length of the request body, read whole
-- ASGI only: a WebSocket on any path (`?S`: it sleeps S seconds before each receive()), and
-  `/ws-count`: "RECEIVED CLOSED", the messages and disconnects this worker's WebSockets received
+- ASGI only: a WebSocket on any path (`?S`: it sleeps S seconds before each receive());
+  `/trickle?S`: reads the request body, sleeping S seconds before each receive(), and never
+  answers (it returns when the client is gone); `/counts`: "MESSAGES DISCONNECTS BODY", what this
+  worker's WebSockets received and the body bytes `/trickle` read
 - `/calls`: a call-heavy computation through classes, closures, generators, exceptions and
   containers of the preloaded heap, answered with a checksum that must never change (what an
   immortalized, frozen, specialized heap must keep computing right)
@@ -24,7 +26,7 @@ from typing import Any
 
 from apps import heavy
 
-WEBSOCKETS = {"received": 0, "closed": 0}
+COUNTS = {"received": 0, "closed": 0, "body": 0}
 
 
 def _route(path: str, query: str) -> tuple[str, bytes | float]:
@@ -74,8 +76,20 @@ async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await websocket(scope, receive, send)
         return
     action, arg = _route(scope["path"], scope["query_string"].decode())
-    if scope["path"] == "/ws-count":
-        action, arg = "body", f"{WEBSOCKETS['received']} {WEBSOCKETS['closed']}".encode()
+    if scope["path"] == "/counts":
+        action, arg = "body", "{received} {closed} {body}".format(**COUNTS).encode()
+    elif scope["path"] == "/trickle":
+        pause = float(scope["query_string"] or 0)
+        more = True
+        while more:
+            await asyncio.sleep(pause)
+            message = await receive()
+            COUNTS["body"] += len(message.get("body", b""))
+            more = message.get("more_body", False)
+            del message  # (not held through the next nap)
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        return
     if action == "upload":
         size, more = 0, True
         while more:
@@ -110,7 +124,7 @@ async def websocket(scope: dict[str, Any], receive: Any, send: Any) -> None:
             await asyncio.sleep(pause)
         message = await receive()
         if message["type"] == "websocket.disconnect":
-            WEBSOCKETS["closed"] += 1
+            COUNTS["closed"] += 1
             return
-        WEBSOCKETS["received"] += 1
+        COUNTS["received"] += 1
         del message  # (not held through the next nap)

@@ -158,14 +158,21 @@ impl Io {
     /// What `buf` (non-empty) starts with: a request for the app threads, more to wait for, or
     /// the Python loop's.
     fn process(&mut self, mut conn: Conn, buf: Vec<u8>) {
-        match self.shared.intake.next(&mut conn, &buf) {
+        let intake = &self.shared.intake;
+        match intake.next(&mut conn, &buf) {
             Next::Request(..) => {
                 conn.buf = self.scratch.keep(buf, 0);
+                intake.keep(&mut conn, true); // (until an app thread takes it)
                 self.shared.dispatch(conn);
             }
             Next::Wait => {
                 conn.buf = self.scratch.keep(buf, 0);
-                self.keep(conn, IN);
+                if intake.keep(&mut conn, false) {
+                    self.keep(conn, IN);
+                } else {
+                    let data = std::mem::take(&mut conn.buf);
+                    self.shared.hand_over(conn, data);
+                }
             }
             Next::HandOver => {
                 let data = self.scratch.keep(buf, 0);
