@@ -153,7 +153,7 @@ def test_choices_come_from_the_literal_types():
     hints = typing.get_type_hints(Config)
     literal_fields = {name for name, hint in hints.items() if typing.get_origin(hint) is typing.Literal}
     assert literal_fields == {
-        "interface", "loop", "access_log_format", "log_level", "fork_safety", "memory_metric", "allocator",
+        "interface", "loop", "log_level", "fork_safety", "memory_metric", "allocator",
         "ready_when", "wsgi_loop", "ws",
     }  # fmt: skip
     for s in SETTINGS:

@@ -268,7 +268,9 @@ impl AccessLog<'_> {
         let started: f64 = started.extract(py)?;
         let took = self.perf_counter.bind(py).call0()?.extract::<f64>()? - started;
         let remote = called.environ.get_item(pyo3::intern!(py, "REMOTE_ADDR")).ok();
-        self.log_access.bind(py).call1((self.log.bind(py), called.request()?, remote, status, length, took))?;
+        let headers = called.start_response.borrow().headers.as_ref().map(|h| h.clone_ref(py));
+        let args = (self.log.bind(py), called.request()?, remote, status, length, took, &called.environ, headers);
+        self.log_access.bind(py).call1(args)?;
         Ok(())
     }
 }

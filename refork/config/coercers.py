@@ -16,6 +16,7 @@ from refork.addresses import BIND_SYNTAX, parse_bind
 from refork.errors import ConfigError
 from refork.http.forwarded import parse_proxy
 from refork.integrations import NAMES
+from refork.log_format import BUILT_IN, FormatError, check_format
 
 T = TypeVar("T")
 Coercer = Callable[[Any, str], T]
@@ -109,6 +110,18 @@ def nonempty_string(value: Any, where: str) -> str:
     if not text:
         raise ConfigError(f"{where} must not be empty")
     return text
+
+
+def access_log_format(value: Any, where: str) -> str:
+    """A built-in name (any case) or a gunicorn format string, checked by the code that compiles it."""
+    text = string(value, where)
+    if text.strip().lower() in BUILT_IN:
+        return text.strip().lower()
+    try:
+        return check_format(text)
+    except FormatError as e:
+        raise ConfigError(f"{where}: {e} in {got(text)} (gunicorn's atoms like %(h)s, or "
+                          f"{', '.join(BUILT_IN)})") from None  # fmt: skip
 
 
 def optional_string(value: Any, where: str) -> str | None:

@@ -19,15 +19,15 @@ from refork.config.protocol_settings import ProtocolSettings, WebSockets
 from refork.config.server_settings import Interface, Loop, ReadyWhen, ServerSettings, WsgiLoop
 from refork.config.settings import Setting, setting, settings_of
 from refork.integrations import NAMES
+from refork.log_format import GUNICORN_DEFAULT
 
-AccessLogFormat = Literal["common", "combined", "json"]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 ForkSafety = Literal["warn", "strict", "off"]
 MemoryMetric = Literal["uss", "pss"]
 Allocator = Literal["system", "jemalloc"]
 
 __all__ = [
-    "HOOK_NAMES", "RESTART_ONLY", "SETTINGS", "AccessLogFormat", "Allocator", "Config", "ForkSafety",
+    "HOOK_NAMES", "RESTART_ONLY", "SETTINGS", "Allocator", "Config", "ForkSafety",
     "Interface", "LogLevel", "Loop", "MemoryMetric", "ReadyWhen", "WebSockets", "WsgiLoop", "setting_named",
 ]
 
@@ -45,11 +45,17 @@ class Config(ProtocolSettings, ServerSettings):
         shown_default="off",
         group="logging",
     )
-    access_log_format: AccessLogFormat = setting(
-        "common",
+    access_log_format: str = setting(
+        GUNICORN_DEFAULT,
+        "--access-logformat",
         "--access-log-format",
-        coerce=c.Choice(AccessLogFormat),
-        help="access log format",
+        coerce=c.access_log_format,
+        metavar="FORMAT",
+        help="gunicorn's %%(h)s-style atoms, or common, combined, json (default: gunicorn's)",
+        doc="a gunicorn format string (atoms `h l u t r m U q H s B b f a T M D L p`, `%({header}i)s`, "
+        "`%({header}o)s`, `%({VAR}e)s`), or `common`, `combined`, `json`; see "
+        "[configuration.md](configuration.md#access-log-formats)",
+        shown_default="gunicorn's, `%(h)s %(l)s %(u)s %(t)s \"%(r)s\" %(s)s %(b)s \"%(f)s\" \"%(a)s\"`",
         group="logging",
     )
     error_logfile: str = setting(

@@ -75,7 +75,7 @@ class Server:
         self.proxies = TrustedProxies(config.forwarded_allow_ips) if config.forwarded_allow_ips else None
         self.root_path = config.root_path
         self.lifespan = Lifespan(app)
-        self.access_log = AccessLog.from_config(config)
+        self.access_log = AccessLog.from_config(config, asgi=True)
         self.health = health_paths(config.health_path)
         self.timeouts = Timeouts.from_config(config)
         self.connections: set[HttpProtocol | WebSocketProtocol] = set()

@@ -206,7 +206,7 @@ class HttpProtocol(asyncio.Protocol):
         if srv.access_log is not None:
             response = cycle.response
             log_access(srv.access_log, cycle.request, cycle.remote, response.status, response.body_bytes,
-                       self.loop.time() - cycle.started_at)  # fmt: skip
+                       self.loop.time() - cycle.started_at, None, response.headers)  # fmt: skip
         if self.cycle is cycle:
             self.cycle = None
         if not keep_alive or self.closing or srv.stopping or (self.eof and not self.queue):

@@ -234,7 +234,7 @@ class _EngineLoop(NativeHost):
             steps = self._steps(conn, rest)
             self._start_writing(conn, Writing(outcome, request, environ, stream, token, began, steps))
             return
-        if not self._finished(request, environ, stream, token, began, outcome) or conn.closed:
+        if not self._finished(request, environ, stream, token, began, outcome, ex) or conn.closed:
             self._close(conn)
         elif rest:
             self._on_data(conn, rest)

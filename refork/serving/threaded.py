@@ -41,6 +41,7 @@ from refork.serving.threaded_conn import NO_EVENTS, Conn, Job, Step, Writing
 from refork.serving.threaded_lifetime import Lifetime
 from refork.serving.tls import TlsConn, contexts_for, log_failure
 from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
+from refork.wsgi.response import _Exchange
 
 log = logging.getLogger("refork")
 
@@ -358,7 +359,7 @@ class _Loop(Lifetime):
         status, length, keep = outcome  # type: ignore[misc]
         if self.access_log is not None:
             log_access(self.access_log, request, environ.get("REMOTE_ADDR"), status, length,
-                       time.perf_counter() - started)  # fmt: skip
+                       time.perf_counter() - started, environ, out.exchange.headers)  # fmt: skip
         return keep
 
     def _start_writing(self, conn: Conn, writing: Writing) -> None:
@@ -399,14 +400,15 @@ class _Loop(Lifetime):
             return False
 
     def _finished(self, request: Request, environ: dict[str, Any], stream: InputStream, token: object,
-                  started: float, outcome: Outcome) -> bool:  # fmt: skip
+                  started: float, outcome: Outcome, ex: _Exchange) -> bool:  # fmt: skip
+        """A response is done: account it and log it (`ex`: its state); True to keep the connection."""
         self.control.request_finished(token, outcome[0])
         if stream is not EMPTY_INPUT:
             stream.close()
         status, length, keep = outcome
         if self.access_log is not None:
             log_access(self.access_log, request, environ.get("REMOTE_ADDR"), status, length,
-                       time.perf_counter() - started)  # fmt: skip
+                       time.perf_counter() - started, environ, ex.headers)  # fmt: skip
         return keep
 
     def _on_writable(self, conn: Conn) -> None:
@@ -467,7 +469,7 @@ class _Loop(Lifetime):
         conn.out.clear()
         self.in_flight -= 1
         return self._finished(writing.request, writing.environ, writing.stream, writing.token,
-                              writing.started, outcome)  # fmt: skip
+                              writing.started, outcome, writing.streaming.ex)  # fmt: skip
 
     # ---------------------------------------------------------------- the pool (threads > 1)
 
