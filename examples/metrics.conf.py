@@ -1,7 +1,7 @@
 """The fix: start the metrics thread in each worker, after the fork."""
 
 
-def post_fork(config, worker):
+def post_fork(server, worker):
     import metrics
 
     metrics.start_flusher()

@@ -56,7 +56,12 @@ def project(tmp_path):
 
 def test_bad_option():
     r = refork("--foo", "m:app")
-    assert_one_line_error(r, "unrecognized arguments: --foo", "refork --help")
+    assert_one_line_error(r, "unknown option --foo", "refork --help")
+
+
+def test_mistyped_option_gets_a_suggestion():
+    r = refork("--wrokers", "4", "m:app")
+    assert_one_line_error(r, "unknown option --wrokers (did you mean '--workers'?)", "refork --help")
 
 
 def test_bad_value():
@@ -102,8 +107,15 @@ def test_user_import_error_shows_traceback(project):
 def test_print_config(project):
     r = refork("--print-config", "-w", "3", "hello:app", env={"REFORK_THREADS": "2"})
     assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
-    assert "workers = 3" in lines and "threads = 2" in lines and "app = 'hello:app'" in lines
+    where = {line.split(" = ")[0]: line.rsplit("  # ", 1)[1] for line in r.stdout.splitlines()}
+    value = {
+        line.split(" = ")[0]: line.split(" = ", 1)[1].rsplit("  # ", 1)[0].strip()
+        for line in r.stdout.splitlines()
+    }
+    assert (value["workers"], where["workers"]) == ("3", "--workers")
+    assert (value["threads"], where["threads"]) == ("2", "REFORK_THREADS")
+    assert (value["app"], where["app"]) == ("'hello:app'", "APP")
+    assert where["timeout"] == "default"
 
 
 def test_version():

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import textwrap
 
 import pytest
 
 from refork.config import (
+    NOT_SETTINGS,
     RESTART_ONLY,
     SETTINGS,
     Config,
@@ -24,8 +26,8 @@ def write(path, text):
     return str(path)
 
 
-def test_every_field_but_hooks_is_a_setting():
-    names = set(Config.__dataclass_fields__) - {"hooks"}
+def test_every_field_but_hooks_notes_and_sources_is_a_setting():
+    names = set(Config.__dataclass_fields__) - set(NOT_SETTINGS)
     assert names == {s.name for s in SETTINGS}
 
 
@@ -136,10 +138,10 @@ def test_config_file_hooks_and_names(tmp_path):
         bind = ["unix:/tmp/x.sock"]
         globals()["max-requests"] = 7
 
-        def post_fork(config, worker):
+        def post_fork(server, worker):
             pass
 
-        def on_starting(config):
+        def on_starting(server):
             pass
         """,
     )
@@ -152,9 +154,12 @@ def test_config_file_hooks_and_names(tmp_path):
 @pytest.mark.parametrize(
     "body, needle",
     [
-        ("worker = 2\n", "'worker' in "),
-        ("post_forks = lambda c, w: None\n", "did you mean 'post_fork'"),
         ("post_fork = 3\n", "server hook"),
+        ("post_fork = lambda worker: None\n", "must take 2 argument(s) (server, worker)"),
+        (
+            "worker_class = 'aiohttp.GunicornWebWorker'\n",
+            "cannot run worker class 'aiohttp.GunicornWebWorker'",
+        ),
         ("workers = 'many'\n", "workers in "),
         ("workers = (\n", "(in config file)"),
     ],
@@ -168,11 +173,18 @@ def test_config_file_errors(tmp_path, body, needle):
     assert path in msg
 
 
-def test_unknown_config_name_did_you_mean(tmp_path):
-    path = write(tmp_path / "c.py", "worker = 2\n")
-    pattern = r"unknown setting 'worker' in .*c\.py \(did you mean 'workers'\?\)"
-    with pytest.raises(ConfigError, match=pattern):
-        load_config(["-c", path, "m:app"], environ={})
+def test_unknown_config_names_are_ignored_and_likely_typos_named_once(tmp_path):
+    """As gunicorn: names that are not settings are ignored; one WARNING lists the likely typos."""
+    path = write(
+        tmp_path / "c.py", "worker = 2\nBASE_DIR = '/srv'\npost_forks = lambda s, w: None\nworkers = 3\n"
+    )
+    config = load_config(["-c", path, "m:app"], environ={})
+    assert config.workers == 3
+    warnings = [text for level, text in config.notes if level == logging.WARNING]
+    assert len(warnings) == 1
+    assert "worker (did you mean 'workers'?)" in warnings[0]
+    assert "post_forks (did you mean 'post_fork'?)" in warnings[0]
+    assert "BASE_DIR" not in warnings[0]
 
 
 def test_missing_config_file(tmp_path):
@@ -194,17 +206,17 @@ def test_pyproject_unknown_key(tmp_path):
         (["--health-path", "/"], "--health-path must be a path of its own like /_refork/health, not '/'"),
         (["--health-path", "health"], "--health-path must start with '/', got \"health\""),
         (["--threads", "0"], "--threads must be a positive integer, got 0"),
-        (["--timeout", "0"], "--timeout must be a number of seconds > 0"),
-        (["--graceful-timeout", "-1"], "--graceful-timeout must be a number of seconds > 0"),
-        (["--keepalive", "soon"], "--keepalive must be a number of seconds > 0"),
+        (["--timeout", "-1"], '--timeout must be a number of seconds (0 or "off": none)'),
+        (["--graceful-timeout", "-1"], "--graceful-timeout must be a number of seconds >= 0"),
+        (["--keepalive", "soon"], "--keepalive must be a number of seconds >= 0"),
         (["--interface", "wsgo"], "--interface must be one of auto|wsgi|asgi"),
         (["--loop", "trio"], "--loop must be one of auto|asyncio|uvloop"),
-        (["-b", "localhost"], "use HOST:PORT, [V6]:PORT, :PORT, unix:PATH or fd://N"),
+        (["-b", "local host"], "use HOST:PORT, [V6]:PORT, :PORT, unix:PATH or fd://N"),
         (["-b", "1.2.3.4:99999"], "is not a valid address"),
         (["-b", "fd://x"], "is not a valid address"),
         (["--access-log-format", "apache"], "--access-log-format: no atom in \"apache\" (gunicorn's atoms"),
         (["--log-level", "loud"], "--log-level must be one of debug|info|warning|error|critical"),
-        (["--refork-after", "10,x"], '--refork-after must be request counts like 500,1000,2000'),
+        (["--refork-after", "10,x"], "--refork-after must be request counts like 500,1000,2000"),
         (["--max-worker-memory", "12Q"], "--max-worker-memory must be a size in bytes like"),
         (["--memory-metric", "rss"], "--memory-metric must be one of uss|pss"),
         (["--forwarded-allow-ips", "10.0.0.0/99"], "is not an address, a network"),
@@ -214,7 +226,8 @@ def test_pyproject_unknown_key(tmp_path):
         (["--body-timeout", "0"], "--body-timeout must be a number of seconds > 0"),
         (["--body-min-rate", "-1"], "--body-min-rate must be a number >= 0"),
         (["--mold-idle-exit", "soon"], '--mold-idle-exit must be a number of seconds >= 0 or "off"'),
-        (["--foo"], "unrecognized arguments: --foo (see refork --help)"),
+        (["--foo"], "unknown option --foo (see refork --help)"),
+        (["--wrokers", "2"], "unknown option --wrokers (did you mean '--workers'?)"),
     ],
 )
 def test_validation_one_line(argv, message):
@@ -281,8 +294,8 @@ def test_body_and_write_timeouts_are_their_own_not_the_worker_timeout():
 
 def test_describe_is_name_value_lines():
     text = describe(Config(app="m:app"))
-    assert "app = 'm:app'" in text.splitlines()
-    assert all(" = " in line for line in text.splitlines())
+    assert any(line.startswith("app = 'm:app'  ") for line in text.splitlines())
+    assert all(" = " in line and "  # " in line for line in text.splitlines())
 
 
 def test_refork_after_can_end_in_off():
@@ -291,7 +304,9 @@ def test_refork_after_can_end_in_off():
 
 
 def test_reloaded_keeps_restart_only_settings_and_names_what_changed(tmp_path):
-    (tmp_path / "conf.py").write_text("workers = 2\nbind = ['127.0.0.1:9']\ndef post_fork(config): pass\n")
+    (tmp_path / "conf.py").write_text(
+        "workers = 2\nbind = ['127.0.0.1:9']\ndef post_fork(server, worker): pass\n"
+    )
     current = load_config(["a:app"], environ={}, cwd=str(tmp_path))
     fresh = load_config(["-c", "conf.py", "--timeout", "7", "a:app"], environ={}, cwd=str(tmp_path))
     config, changed, kept = reloaded(current, fresh)

@@ -129,7 +129,7 @@ def test_a_worker_promoted_under_load_holds_no_connection_but_its_clients(start_
 
 def test_a_pre_promotion_hook_closes_connections_before_the_fork(start_server, peer, tmp_path):
     conf = tmp_path / "refork.conf.py"
-    conf.write_text("def pre_promotion(config, worker):\n    import apps.leaky\n    apps.leaky.close_all()\n")
+    conf.write_text("def pre_promotion(server, worker):\n    import apps.leaky\n    apps.leaky.close_all()\n")
     server = start_server("-c", str(conf), "--fork-safety", "strict", app="apps.leaky:app", workers=1,
                           env=leaky_env(peer))
     server.get("/connect")

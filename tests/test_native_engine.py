@@ -255,7 +255,7 @@ def test_out_of_descriptors_the_engine_pauses_accepts_then_serves_again(start_se
     conf = tmp_path / "few_fds.py"
     conf.write_text(
         "import resource\n"
-        "def post_fork(config, worker):\n"
+        "def post_fork(server, worker):\n"
         "    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
         "    resource.setrlimit(resource.RLIMIT_NOFILE, (40, hard))\n"
     )

@@ -145,7 +145,7 @@ def test_hung_worker_is_killed_after_timeout_and_replaced(start_server):
 
 def test_crash_loop_backs_off_and_says_why(start_server, tmp_path):
     conf = tmp_path / "crash.conf.py"
-    conf.write_text("import os\n\ndef post_fork(config, worker):\n    os._exit(7)\n")
+    conf.write_text("import os\n\ndef post_fork(server, worker):\n    os._exit(7)\n")
     server = start_server("-c", str(conf), workers=1, wait=False)
     time.sleep(3.0)
     log = server.log()

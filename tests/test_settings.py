@@ -92,11 +92,32 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "print_config": ("1", True),
     "reload": ("true", True),
     "reload_dirs": ("/src", ["/src"]),
+    "worker_class": ("gthread", "gthread"),
+    "worker_connections": ("100", 100),
+    "daemon": ("true", True),
+    "user": ("0", "0"),
+    "group": ("root", "root"),
+    "initgroups": ("yes", True),
+    "umask": ("022", 0o22),
+    "raw_env": ("A=1", ["A=1"]),
+    "reuse_port": ("1", True),
+    "secure_scheme_headers": ("X-Scheme=https", {"X-SCHEME": "https"}),
+    "reload_extra_files": ("/srv/templates/*.html", ["/srv/templates/*.html"]),
+    "capture_output": ("true", True),
+    "enable_stdio_inheritance": ("true", True),
+    "logconfig": ("/etc/log.ini", "/etc/log.ini"),
+    "logconfig_dict": ('{"version": 1}', {"version": 1}),
+    "logconfig_json": ("/etc/log.json", "/etc/log.json"),
+    "syslog": ("true", True),
+    "syslog_addr": ("unix:///dev/log", "unix:///dev/log"),
+    "syslog_prefix": ("web", "web"),
+    "syslog_facility": ("local0", "local0"),
+    "disable_redirect_access_to_syslog": ("true", True),
 }
 
 
 def test_every_setting_has_flags_env_help_and_a_check():
-    assert {s.name for s in SETTINGS} == set(Config.__dataclass_fields__) - {"hooks"}
+    assert {s.name for s in SETTINGS} == set(Config.__dataclass_fields__) - {"hooks", "notes", "sources"}
     for s in SETTINGS:
         assert s.flags and s.help and s.doc and callable(s.coerce), s.name
         assert s.env == f"REFORK_{s.name.upper()}"

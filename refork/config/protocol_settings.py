@@ -159,28 +159,29 @@ class ProtocolSettings:
     limit_request_line: int = setting(
         8190,
         "--limit-request-line",
-        coerce=c.integer(1),
+        coerce=c.limit(1 << 20),
         metavar="N",
-        help="max request line bytes",
-        doc="max request line bytes (414 above)",
+        help="max request line bytes (0: 1M, gunicorn's no limit)",
+        doc="max request line bytes (414 above); 0 = gunicorn's no limit, which is 1M",
         group="HTTP limits",
     )
     limit_request_fields: int = setting(
         100,
         "--limit-request-fields",
-        coerce=c.integer(1),
+        coerce=c.limit(32768, 32768),
         metavar="N",
-        help="max header count",
-        doc="max header count (431 above)",
+        help="max header count (0: 32768, gunicorn's most)",
+        doc="max header count (431 above); 0 or more than 32768 = 32768, as in gunicorn",
         group="HTTP limits",
     )
     limit_request_field_size: int = setting(
         8190,
+        "--limit-request-field_size",
         "--limit-request-field-size",
-        coerce=c.integer(1),
+        coerce=c.limit(1 << 20),
         metavar="N",
-        help="max header line bytes",
-        doc="max header line bytes (431 above)",
+        help="max header line bytes (0: 1M)",
+        doc="max header line bytes (431 above); 0 = no limit of its own (1M, like a request line)",
         group="HTTP limits",
     )
     limit_request_body: int = setting(

@@ -129,11 +129,13 @@ class ServerSettings:
     )
     timeout: float = setting(
         30.0,
+        "-t",
         "--timeout",
-        coerce=c.positive_seconds,
+        coerce=c.timeout_seconds,
         metavar="S",
-        help="kill a worker whose app holds a request longer than this (client I/O not counted)",
-        doc="a worker whose app holds a request longer than this is killed and replaced; time "
+        help="kill a worker whose app holds a request longer than this (client I/O not counted; 0: never)",
+        doc="a worker whose app holds a request longer than this is killed and replaced (0 or `off`: "
+        "never, as in gunicorn); time "
         "waiting on the client (a slow body, a slow reader) is not counted: the body and write "
         "timeouts bound it per connection",
         group="server",
@@ -141,7 +143,7 @@ class ServerSettings:
     graceful_timeout: float = setting(
         30.0,
         "--graceful-timeout",
-        coerce=c.positive_seconds,
+        coerce=c.non_negative_seconds,
         metavar="S",
         help="time to finish in-flight requests on stop",
         doc="how long a stopping worker may finish in-flight requests",
@@ -194,11 +196,13 @@ class ServerSettings:
     )
     keepalive: float = setting(
         5.0,
+        "--keep-alive",
         "--keepalive",
-        coerce=c.positive_seconds,
+        coerce=c.non_negative_seconds,
         metavar="S",
-        help="idle keep-alive connection timeout",
-        doc="idle keep-alive connections are closed after this",
+        help="idle keep-alive connection timeout (0: close after each response)",
+        doc="idle keep-alive connections are closed after this; 0 closes a connection after each "
+        "response",
         group="server",
     )
     header_timeout: float = setting(
@@ -275,7 +279,7 @@ class ServerSettings:
         "refork",
         "-n",
         "--name",
-        coerce=c.nonempty_string,
+        coerce=c.proc_name,
         metavar="NAME",
         help="process title prefix",
         doc="process titles and the default control socket name",

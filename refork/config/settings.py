@@ -83,6 +83,9 @@ def setting(
     if isinstance(default, list):
         items = list(default)
         return cast(T, dataclasses.field(default_factory=lambda: list(items), metadata=metadata))
+    if isinstance(default, dict):
+        mapping = dict(default)
+        return cast(T, dataclasses.field(default_factory=lambda: dict(mapping), metadata=metadata))
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -110,14 +113,19 @@ def add_arguments(parser: argparse.ArgumentParser, settings: Iterable[Setting[An
         if s.group not in groups:
             groups[s.group] = parser.add_argument_group(s.group)
         add = groups[s.group].add_argument
+        shown = _default(s).replace("`", "")
+        text = s.help
+        if shown and s.action != "store_true" and "default" not in text:
+            text = f"{text} (default: {shown})"
+        text = text.replace("%", "%%")
         if s.positional:
-            add(s.name, nargs="?", metavar=s.flags[0], help=s.help)
+            add(s.name, nargs="?", metavar=s.flags[0], help=text)
         elif s.action == "store_true":  # not argparse's store_true: its False default would not be absent
-            add(*s.flags, dest=s.name, action="store_const", const=True, help=s.help)
+            add(*s.flags, dest=s.name, action="store_const", const=True, help=text)
         elif s.action == "boolean_optional":
-            add(*s.flags, dest=s.name, action=argparse.BooleanOptionalAction, help=s.help)
+            add(*s.flags, dest=s.name, action=argparse.BooleanOptionalAction, help=text)
         else:
-            add(*s.flags, dest=s.name, action=s.action, metavar=s.metavar, help=s.help)
+            add(*s.flags, dest=s.name, action=s.action, metavar=s.metavar, help=text)
 
 
 def given(namespace: argparse.Namespace, settings: Sequence[Setting[Any]]) -> list[tuple[str, Any, str]]:
@@ -149,7 +157,7 @@ def _default(s: Setting[Any]) -> str:
     if s.shown_default is not None:
         return s.shown_default
     value = s.default
-    if value is None or value == "" or value == []:
+    if value is None or value == "" or value == [] or value == {}:
         return ""
     if isinstance(value, bool):
         text = "on" if value else "off"

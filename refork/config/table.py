@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from refork.config import coercers as c
+from refork.config.process_settings import ProcessSettings
 from refork.config.protocol_settings import ProtocolSettings, WebSockets
 from refork.config.server_settings import Interface, Loop, ReadyWhen, ServerSettings, WsgiLoop
 from refork.config.settings import Setting, setting, settings_of
@@ -33,7 +34,7 @@ __all__ = [
 
 
 @dataclass
-class Config(ProtocolSettings, ServerSettings):
+class Config(ProcessSettings, ProtocolSettings, ServerSettings):
     # Logging
     access_logfile: str | None = setting(
         None,
@@ -60,6 +61,7 @@ class Config(ProtocolSettings, ServerSettings):
     )
     error_logfile: str = setting(
         "-",
+        "--log-file",
         "--error-logfile",
         coerce=c.nonempty_string,
         metavar="FILE",
@@ -219,8 +221,10 @@ class Config(ProtocolSettings, ServerSettings):
         restart_only=True,
     )
 
-    # Hooks (from the config file only): callables named like gunicorn's; not a setting
-    hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    # Not settings: what loading found besides values
+    hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)  # config file functions (HOOKS)
+    notes: list[tuple[int, str]] = field(default_factory=list, compare=False)  # (level, line) for the start
+    sources: dict[str, str] = field(default_factory=dict, compare=False)  # setting -> where it came from
 
     # Modes
     check_config: bool = setting(
@@ -262,26 +266,63 @@ class Config(ProtocolSettings, ServerSettings):
 
 
 SETTINGS: tuple[Setting[Any], ...] = settings_of(Config)
-"""Every setting, in field order: all Config fields but ``hooks``."""
+"""Every setting, in field order: all Config fields but ``hooks``, ``notes`` and ``sources``."""
+NOT_SETTINGS = ("hooks", "notes", "sources")
 
 _BY_NAME: dict[str, Setting[Any]] = {s.name: s for s in SETTINGS}
 
 RESTART_ONLY: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.restart_only)
 """Settings the monitor holds for its whole life (sockets, cwd, title, malloc): HUP keeps them."""
 
-HOOK_NAMES = (
-    "on_starting",  # monitor, before the first mold: (config)
-    "when_ready",  # monitor, after the first workers are ready: (config)
-    "pre_fork",  # mold, before forking a worker: (config)
-    "post_fork",  # worker, right after fork: (config, worker_info)
-    "post_worker_init",  # worker, when ready to serve: (config, worker_info)
-    "warmup",  # mold, after the app is imported and before the first fork: (app)
-    "pre_promotion",  # worker, before it forks a new mold (close connections here): (config, worker_info)
-    "worker_exit",  # worker, before it exits: (config, worker_info)
-    "child_exit",  # monitor, after a child was reaped: (config, child_info)
-    "on_reload",  # monitor, on HUP once the config was re-read: (config)
-    "on_exit",  # monitor, before exit: (config)
+@dataclass(frozen=True)
+class Hook:
+    """A server hook a config file may define: gunicorn's (same name and arguments) or refork's."""
+
+    name: str
+    args: tuple[str, ...]
+    runs_in: str  # the process that calls it
+    when: str
+    gunicorn: bool = True
+    arities: tuple[int, ...] = ()  # accepted argument counts, when not just len(args)
+
+
+HOOKS: tuple[Hook, ...] = (
+    Hook("on_starting", ("server",), "monitor", "before the sockets are bound"),
+    Hook("on_reload", ("server",), "monitor", "on HUP, once the config was read again"),
+    Hook("when_ready", ("server",), "monitor", "once the server is ready (`--ready-when`)"),
+    Hook("pre_fork", ("server", "worker"), "mold", "before it forks a worker (gunicorn: the master); "
+         "`worker.pid` is `[booting]`"),  # fmt: skip
+    Hook("post_fork", ("server", "worker"), "worker", "right after the fork"),
+    Hook("post_worker_init", ("worker",), "worker", "when it is about to serve (the app was loaded by the "
+         "mold)"),  # fmt: skip
+    Hook("worker_int", ("worker",), "worker", "on SIGINT or SIGQUIT, or a fast stop from the monitor"),
+    Hook("worker_abort", ("worker",), "worker", "on SIGABRT: the monitor sends it to a worker past "
+         "`--timeout`, and SIGKILL a second later"),  # fmt: skip
+    Hook("pre_exec", ("server",), "never", "refork never re-executes its monitor (USR2 reforks, HUP "
+         "reloads)"),  # fmt: skip
+    Hook("pre_request", ("worker", "req"), "worker", "before the app gets a request"),
+    Hook("post_request", ("worker", "req", "environ", "resp"), "worker", "after the response was sent",
+         arities=(2, 3, 4)),  # fmt: skip
+    Hook("child_exit", ("server", "worker"), "monitor", "after a worker (or a mold: `worker.role`) was "
+         "reaped"),  # fmt: skip
+    Hook("worker_exit", ("server", "worker"), "worker", "before it exits"),
+    Hook("nworkers_changed", ("server", "new_value", "old_value"), "monitor", "when the worker count is "
+         "set (at start, `old_value` None), by TTIN/TTOU, `refork ttin` or a reload"),  # fmt: skip
+    Hook("on_exit", ("server",), "monitor", "before it exits"),
+    Hook("ssl_context", ("config", "default_ssl_context_factory"), "monitor", "when the TLS context is "
+         "built (start and HUP); returns the `SSLContext`"),  # fmt: skip
+    Hook("warmup", ("app",), "mold", "after the app is imported, before the first fork", gunicorn=False),
+    Hook("pre_promotion", ("server", "worker"), "worker", "before it forks the next mold (close "
+         "connections here)", gunicorn=False),  # fmt: skip
 )
+HOOK_NAMES = tuple(hook.name for hook in HOOKS)
+NO_TIMEOUT = 1e9
+"""--timeout 0 (none): the deadline a worker's slot gets, never reached."""
+
+
+def hard_timeout(config: Config) -> float:
+    """The --timeout deadlines are counted with (0 = none)."""
+    return config.timeout or NO_TIMEOUT
 
 
 def setting_named(name: str) -> Setting[Any]:

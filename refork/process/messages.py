@@ -26,6 +26,7 @@ class Spawned:
     generation: int
     nr: int = -1
     slot: int = -1
+    age: int = 0
 
 
 @dataclass
@@ -85,6 +86,7 @@ class SpawnWorker:
     nr: int
     generation: int
     slot: int
+    age: int = 0  # the monitor's count of workers asked for: gunicorn's worker.age
 
 
 @dataclass

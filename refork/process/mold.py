@@ -14,7 +14,7 @@ import socket
 from functools import partial
 from typing import Any
 
-from refork import fork_safety, integrations, lifecycle
+from refork import fork_safety, hooks, integrations, lifecycle
 from refork.config import Config
 from refork.errors import ConfigError
 from refork.memory.heap import disable_gc_early, prepare_heap_for_fork
@@ -157,9 +157,11 @@ def _fork_worker(
 ) -> int:
     integrations.before_fork()
     lifecycle.run_hooks("before_fork")
-    hook = ctx.config.hooks.get("pre_fork")
-    if hook is not None:
-        hook(ctx.config)
+    if "pre_fork" in ctx.config.hooks:
+        config, monitor = ctx.config, ctx.monitor_pid
+        worker = hooks.Worker(config, pid=hooks.BOOTING, ppid=monitor, age=order.age, nr=order.nr,
+                              generation=order.generation, app=app)  # fmt: skip
+        hooks.call(config, "pre_fork", hooks.Server(config, monitor), worker)
     descriptors.remember_before_fork()
     start = partial(_worker, ctx, app, interface, order)
     if ctx.subreaper:
@@ -177,7 +179,7 @@ def _fork_worker(
 def _worker(ctx: ProcessContext, app: Any, interface: str, order: messages.SpawnWorker) -> int:
     """The worker role, and its promotion: a worker's child raises Promoted to become the next mold."""
     try:
-        return run_worker(ctx, app, interface, order.nr, order.generation, order.slot)
+        return run_worker(ctx, app, interface, order.nr, order.generation, order.slot, order.age)
     except Promoted as promotion:
         generation = promotion.generation
     raise Unwind(partial(promoted_mold, ctx, app, interface, generation))

@@ -23,6 +23,7 @@ from functools import partial
 from typing import Any
 
 from refork.config import Config, ConfigError
+from refork.hooks import GunicornConfig, Server, call_logged, worker_for_exit
 from refork.loading import change_directory
 from refork.memory.accounting import read_memory
 from refork.memory.allocator import loaded_allocator
@@ -88,6 +89,7 @@ class Monitor:
         self.control = ControlServer.open(config, self)
         if config.pidfile:
             write_pidfile(config.pidfile)
+        self.server = Server(config, os.getpid())
         self._run_hook("on_starting", config)
         subreaper = make_subreaper()
         if not subreaper:
@@ -370,15 +372,20 @@ class Monitor:
 
             setup_logging(config)
 
-    def _run_hook(self, name: str, config: Config, *extra: object) -> None:
-        """A config-file hook in the monitor: its exception is logged, never the monitor's end."""
-        hook = config.hooks.get(name)
-        if hook is None:
+    def _run_hook(self, name: str, config: Config, *extra: Any) -> None:
+        """A config-file hook in the monitor, with gunicorn's arguments: its exception is logged,
+        never the monitor's end."""
+        if name not in config.hooks:
             return
-        try:
-            hook(config, *extra)
-        except Exception:
-            log.exception("the %s hook raised; carrying on", name)
+        server = self.server
+        server.config, server.cfg = config, GunicornConfig(config)
+        supervisor = getattr(self, "supervisor", None)
+        server.num_workers = supervisor.target_workers if supervisor is not None else config.workers
+        if name == "child_exit":
+            info = extra[0]
+            extra = (worker_for_exit(config, info["pid"], info["role"], info["nr"], info["generation"],
+                                     info["age"], info["status"]),)  # fmt: skip
+        call_logged(config, name, server, *extra)
 
     # -- control commands (refork.process.control.Commands) ---------------------------------------
     @property

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from refork import deadlines, fork_safety, integrations, lifecycle
+from refork import deadlines, fork_safety, hooks, integrations, lifecycle
+from refork.config import hard_timeout
 from refork.memory.heap import after_fork_in_child
 from refork.process import descriptors, messages
 from refork.process.context import ProcessContext, set_title
@@ -31,7 +32,9 @@ PROMOTION_RETRY = 10.0  # seconds before asking to be promoted again
 OVERDUE_SIGNAL = signal.SIGUSR2  # the monitor's "look at your overdue requests" (a blocked loop)
 
 
-def run_worker(ctx: ProcessContext, app: Any, interface: str, nr: int, generation: int, slot: int) -> int:
+def run_worker(
+    ctx: ProcessContext, app: Any, interface: str, nr: int, generation: int, slot: int, age: int = 0
+) -> int:
     after_fork_in_child()
     random.seed()
     set_title(f"{ctx.config.proc_name}: worker {nr} (gen {generation})")
@@ -41,19 +44,22 @@ def run_worker(ctx: ProcessContext, app: Any, interface: str, nr: int, generatio
     integrations.after_fork()
     cmd = ctx.register(messages.Spawned("worker", os.getpid(), generation, nr, slot))
     worker = Worker(ctx, cmd, app, interface, nr, generation, slot)
+    config = ctx.config
+    worker.hook_worker = hooks.Worker(
+        config, pid=os.getpid(), ppid=ctx.monitor_pid, age=age, nr=nr, generation=generation, app=app,
+        alive=lambda: not (worker.stopping or worker.exit_now),
+    )
+    worker.server = hooks.Server(config, ctx.monitor_pid)
+    hooks.become(worker.hook_worker)
     lifecycle.run_hooks("after_fork")
-    hook = ctx.config.hooks.get("post_fork")
-    if hook is not None:
-        hook(ctx.config, worker.info())
+    hooks.call(config, "post_fork", worker.server, worker.hook_worker)
     if ctx.config.memray:
         from refork.memory.profiling import start_memray
 
         worker.memray = start_memray(ctx.config.memray, os.getpid())
         # The tracker runs a thread: forking a mold from this process would not be safe.
         fork_safety.mark_fork_unsafe("--memray tracker running")
-    hook = ctx.config.hooks.get("post_worker_init")
-    if hook is not None:
-        hook(ctx.config, worker.info())
+    hooks.call(config, "post_worker_init", worker.hook_worker)
     return worker.run()
 
 
@@ -79,8 +85,11 @@ class Worker:
         self.generation = generation
         self.slot = slot
         self.slots = ctx.slots
-        self.timeout = config.timeout
+        self.timeout = hard_timeout(config)  # --timeout 0: a deadline that never comes
         self.memray: object = None
+        self.hook_worker = hooks.Worker(config, pid=os.getpid(), ppid=ctx.monitor_pid, nr=nr,
+                                        generation=generation)  # fmt: skip
+        self.server = hooks.Server(config, ctx.monitor_pid)  # what the hooks receive (run_worker's)
         clock = self.clock = AppClock(ctx.slots, slot, self.timeout, time.monotonic)
         # WorkerControl's per-request calls go straight to the clock: no wrapper on the hot path
         self.request_started: Callable[[str, bytes], object] = clock.started
@@ -117,9 +126,6 @@ class Worker:
         """Counted as started (readiness, rollouts) only once the loop can serve."""
         self.ctx.tell(messages.Ready(os.getpid()))
 
-    def info(self) -> dict[str, int]:
-        return {"pid": os.getpid(), "nr": self.nr, "generation": self.generation}
-
     def run(self) -> int:
         from refork.serving import serve
 
@@ -128,15 +134,15 @@ class Worker:
         signal.signal(signal.SIGQUIT, self._on_quit)
         signal.signal(signal.SIGINT, self._on_quit)
         signal.signal(OVERDUE_SIGNAL, self._on_overdue_signal)  # even when off: a HUP may turn it on
+        if "worker_abort" in self.config.hooks:
+            signal.signal(signal.SIGABRT, self._on_abort)
         deadlines.install(self.clock.extend)
         threads = self.config.threads if self.interface == "wsgi" else 0  # app threads, for the metrics
         self.slots.claim(self.slot, os.getpid(), time.monotonic() + self.timeout, threads, time.time())
         if not fork_safety.is_fork_safe():  # marked while starting (a hook, --memray): say so now
             self._report_unsafe()
         serve(self.ctx.listeners, self.app, self.interface, self.config, self)
-        hook = self.config.hooks.get("worker_exit")
-        if hook is not None:
-            hook(self.config, self.info())
+        hooks.call(self.config, "worker_exit", self.server, self.hook_worker)
         if self.memray is not None:
             from refork.memory.profiling import stop_memray
 
@@ -148,7 +154,22 @@ class Worker:
         self._stopping = True
 
     def _on_quit(self, signum: int, frame: object) -> None:
+        self._stop_now()
+
+    def _stop_now(self) -> None:
+        """A fast stop (INT/QUIT, or the monitor's): gunicorn's worker_int hook runs once."""
+        if not self._exit_now:
+            self._exit_now = True
+            hooks.call_logged(self.config, "worker_int", self.hook_worker)
+
+    def _on_abort(self, signum: int, frame: object) -> None:
+        """SIGABRT: the monitor found this worker past --timeout; gunicorn's worker_abort hook (a
+        stack dump, usually) runs, then the worker exits; SIGKILL follows if it cannot."""
+        self.hook_worker.aborted = True
         self._exit_now = True
+        hooks.call_logged(self.config, "worker_abort", self.hook_worker)
+        logging.shutdown()
+        os._exit(1)
 
     # WorkerControl
     def fileno(self) -> int:
@@ -171,7 +192,7 @@ class Worker:
                 if message.graceful:
                     self._stopping = True
                 else:
-                    self._exit_now = True
+                    self._stop_now()
             elif isinstance(message, messages.Promote):
                 self._promote_to = message.generation
             elif isinstance(message, messages.ReopenLogs):
@@ -199,11 +220,9 @@ class Worker:
             self._report_unsafe()
             return
         integrations.before_promotion()
-        hook = self.config.hooks.get("pre_promotion")
         try:
             lifecycle.run_hooks("before_promotion")
-            if hook is not None:
-                hook(self.config, self.info())
+            hooks.call(self.config, "pre_promotion", self.server, self.hook_worker)
         except Exception:
             log.exception("a before_promotion/pre_promotion hook raised; this worker will not be promoted")
             fork_safety.mark_fork_unsafe("the pre_promotion hook raised")

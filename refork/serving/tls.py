@@ -28,6 +28,7 @@ import ssl
 from collections.abc import Iterable
 from typing import Any
 
+from refork import hooks
 from refork.config import Config
 from refork.errors import ConfigError
 from refork.serving.outbox import Outbox
@@ -56,9 +57,22 @@ def is_tls_listener(sock: socket.socket) -> bool:
 
 def server_context(config: Config) -> ssl.SSLContext | None:
     """The server-side context the settings describe (None without --certfile); OSError / SSLError
-    on bad files (see :func:`check` for the readable form)."""
+    on bad files (see :func:`check` for the readable form). A config file's ssl_context(config,
+    default_ssl_context_factory) hook gets to make it, as in gunicorn."""
     if not config.certfile:
         return None
+    if "ssl_context" in config.hooks:
+        cfg, factory = hooks.GunicornConfig(config), lambda: _default_context(config)
+        made = hooks.call(config, "ssl_context", cfg, factory)
+        if not isinstance(made, ssl.SSLContext):
+            what = type(made).__name__
+            raise ConfigError(f"the ssl_context hook must return an ssl.SSLContext, got {what}")
+        return made
+    return _default_context(config)
+
+
+def _default_context(config: Config) -> ssl.SSLContext:
+    assert config.certfile is not None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_SINGLE_ECDH_USE

@@ -57,6 +57,7 @@ from refork.process.supervisor.rollout import crash_loop_over, may_promote, recy
 from refork.process.supervisor.roster import Child, Roster, exit_description, restart_cause
 
 NUDGE_GRACE = 2.0  # a worker whose loop runs reports --request-timeout itself within a tick (1s)
+ABORT_GRACE = 1.0  # after a timeout's SIGABRT (the worker_abort hook), seconds before SIGKILL
 REPORT_GRACE = 2.0  # seconds for a promoted mold to report once the worker that forked it died
 REFUSED_REFORK = "no promotable worker (see the log)"
 REFUSED_RELOAD = "a new mold is already starting"
@@ -71,6 +72,7 @@ class Supervisor(Phases):
         self.roster = Roster()
         self.slot_allocator = SlotAllocator(capacity)
         self.target_workers = config.workers
+        self.worker_age = 0  # workers asked for so far: each one's `age` (gunicorn's hooks read it)
         self.generation = 0  # of the current mold; workers of older generations are rolled out
         self.started = False  # the first mold became ready
         self.stopping: StopMode | None = None
@@ -148,6 +150,7 @@ class Supervisor(Phases):
         elif isinstance(event, HandshakesCounted):
             self._handshakes_counted(event.pending)
         elif isinstance(event, Boot):
+            self._hook("nworkers_changed", self.config, self.target_workers, None)
             self._spawn_mold(self.generation)
         else:
             self._report(event)
@@ -232,7 +235,8 @@ class Supervisor(Phases):
         cause = restart_cause(child, bool(self.stopping))
         if cause is not None:
             self.restarts[cause] = self.restarts.get(cause, 0) + 1
-        info = {"pid": pid, "role": child.role, "nr": child.nr, "status": status}
+        info = {"pid": pid, "role": child.role, "nr": child.nr, "generation": child.generation,
+                "age": child.age, "status": status}  # fmt: skip
         self._hook("child_exit", self.config, info)
 
     def _crash_backoff(self, why: str) -> None:
@@ -260,6 +264,10 @@ class Supervisor(Phases):
             self.slot_allocator.give_back(pending.slot)
         for child, reason in self.roster.overdue(now, self.slots, self.config):
             self._kill(child, reason)
+        for child in self.roster.workers():
+            if child.aborted_at and now > child.aborted_at + ABORT_GRACE:
+                child.aborted_at = 0.0
+                self._emit(Signal(child.pid, signal.SIGKILL))
         blocked = self.roster.blocked_past_soft_deadline(now, self.slots, self.config, NUDGE_GRACE)
         for child, deadline in blocked:
             child.nudged = deadline  # once per request holding the deadline
@@ -286,6 +294,12 @@ class Supervisor(Phases):
 
     def _kill(self, child: Child, reason: str) -> None:
         child.kill_reason = reason
+        if reason.startswith("timeout") and child.role == "worker" and "worker_abort" in self.config.hooks:
+            # gunicorn's way: SIGABRT runs the worker_abort hook (a stack dump); SIGKILL follows
+            self._log(WARNING, "%s (pid %d): %s; aborting it (SIGABRT)", child.label, child.pid, reason)
+            child.aborted_at = self.now
+            self._emit(Signal(child.pid, signal.SIGABRT))
+            return
         self._log(WARNING, "%s (pid %d): %s; killing it", child.label, child.pid, reason)
         self._emit(Signal(child.pid, signal.SIGKILL))
 
@@ -310,7 +324,8 @@ class Supervisor(Phases):
         slot = self.slot_allocator.take()
         self.mold_busy_at = self.now
         self.roster.expect_worker(nr, mold.generation, slot, self.now)
-        self._emit(Send(mold.pid, messages.SpawnWorker(nr, mold.generation, slot)))
+        self.worker_age += 1
+        self._emit(Send(mold.pid, messages.SpawnWorker(nr, mold.generation, slot, self.worker_age)))
 
     def _rollout(self) -> None:
         """Replace workers of older generations, at most rollout_limit at a time."""
@@ -357,8 +372,10 @@ class Supervisor(Phases):
         most = self.slot_allocator.capacity // 2  # a replacement and the worker it replaces
         if count > most:
             self._log(WARNING, "at most %d workers for this monitor (restart with -w to go higher)", most)
-        self.target_workers = max(1, min(count, most))
+        old, self.target_workers = self.target_workers, max(1, min(count, most))
         self._log(INFO, "worker count is now %d", self.target_workers)
+        if self.target_workers != old:
+            self._hook("nworkers_changed", self.config, self.target_workers, old)
 
     # -- molds: a fresh import (the start, HUP, a crash) -----------------------------------------
     def _spawn_mold(self, generation: int, config: Config | None = None) -> None:

@@ -201,7 +201,8 @@ class CloseChannel:
 
 @dataclass(frozen=True)
 class RunHook:
-    """Run a config-file hook with (config, *extra); its exception is logged, never fatal."""
+    """Run a config-file hook in the monitor with (server, *extra) (child_exit: the child's facts
+    as a dict, made its `worker` object by the monitor); its exception is logged, never fatal."""
 
     name: str
     config: Config

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from refork.config import Config
+from refork.config import Config, hard_timeout
 from refork.memory.accounting import ProcessMemory, format_bytes
 from refork.process import messages
 from refork.process.supervisor.events import SlotReading
@@ -26,6 +26,8 @@ class Child:
     nr: int = -1
     slot: int = -1
     started: float = 0.0
+    age: int = 0  # gunicorn's worker.age: the how-manieth worker asked for
+    aborted_at: float = 0.0  # sent SIGABRT for --timeout (worker_abort hook); SIGKILL follows
     ready: bool = False
     ready_at: float = 0.0
     stopping: bool = False
@@ -188,7 +190,7 @@ class Roster:
                 or reading.deadline == child.nudged
             ):
                 continue
-            if now > reading.deadline - config.timeout + soft + grace:
+            if now > reading.deadline - hard_timeout(config) + soft + grace:
                 found.append((child, reading.deadline))
         return found
 
@@ -249,7 +251,8 @@ class Roster:
             pending = self._pending_workers.pop(report.nr, None)
             if pending is None or pending.slot != report.slot:
                 return None
-            child = Child(report.pid, "worker", report.generation, report.nr, report.slot, started=now)
+            child = Child(report.pid, "worker", report.generation, report.nr, report.slot, started=now,
+                          age=report.age)  # fmt: skip
             self._children[report.pid] = child
             return child
         mold = self._children.get(report.pid)
