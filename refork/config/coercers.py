@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar, get_args
 
-from refork.addresses import BIND_SYNTAX, parse_bind
+from refork.addresses import BIND_SYNTAX, STATSD_SYNTAX, parse_bind, parse_statsd
 from refork.errors import ConfigError
 from refork.http.forwarded import parse_proxy
 from refork.integrations import NAMES
@@ -347,6 +347,27 @@ def optional_bind_address(value: Any, where: str) -> str | None:
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "off")):
         return None
     return bind_address(value, where)
+
+
+def statsd_address(value: Any, where: str) -> str | None:
+    """--statsd-host: a StatsD server's address (refork.addresses.parse_statsd), or off (None)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "off")):
+        return None
+    text = string(value, where).strip()
+    try:
+        parse_statsd(text)
+    except ValueError:
+        raise ConfigError(f"{where}: {got(text)} is not a StatsD address; use {STATSD_SYNTAX}") from None
+    return text
+
+
+def statsd_tags(value: Any, where: str) -> str:
+    """--dogstatsd-tags: comma-separated tags, ASCII, nothing that would end a StatsD line."""
+    text = string(value, where).strip()
+    if text and (not text.isascii() or any(c in text for c in "|#\n\r") or not all(text.split(","))):
+        raise ConfigError(f"{where} must be comma-separated ASCII tags like env:prod,team:web, "
+                          f"got {got(text)}")  # fmt: skip
+    return text
 
 
 def histogram_buckets(value: Any, where: str) -> list[float]:

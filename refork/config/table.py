@@ -220,6 +220,35 @@ class Config(ProcessSettings, ProtocolSettings, ServerSettings):
         group="metrics",
         restart_only=True,
     )
+    statsd_host: str | None = setting(
+        None,
+        "--statsd-host",
+        coerce=c.statsd_address,
+        metavar="HOST:PORT|unix:PATH",
+        help="send gunicorn's StatsD metrics here (UDP, or a unix datagram socket), from the monitor",
+        doc="send gunicorn's StatsD metrics (`gunicorn.requests`, `gunicorn.request.duration`, ...) and "
+        "each worker's memory to this address: `HOST:PORT` (UDP; port 8125 by default) or `unix:PATH` "
+        "(a datagram socket); sent by the monitor once a second, never by a request; see "
+        "[metrics.md](metrics.md#statsd)",
+        shown_default="off",
+        group="metrics",
+    )
+    statsd_prefix: str = setting(
+        "",
+        "--statsd-prefix",
+        coerce=c.string,
+        metavar="PREFIX",
+        help="prefix of every StatsD metric name (a '.' is added)",
+        group="metrics",
+    )
+    dogstatsd_tags: str = setting(
+        "",
+        "--dogstatsd-tags",
+        coerce=c.statsd_tags,
+        metavar="TAG,...",
+        help="DogStatsD tags added to every metric, e.g. env:prod,team:web",
+        group="metrics",
+    )
 
     # Not settings: what loading found besides values
     hooks: dict[str, Callable[..., Any]] = field(default_factory=dict)  # config file functions (HOOKS)

@@ -46,6 +46,7 @@ from refork.process.metrics import ListenerSample, Snapshot, Totals, WorkerSampl
 from refork.process.metrics_server import MetricsServer
 from refork.process.pidfile import remove_pidfile, write_pidfile
 from refork.process.slots import Slots
+from refork.process.statsd import Statsd, WorkerView, count_logs
 from refork.process.supervisor import events as ev
 from refork.process.supervisor.core import Supervisor
 from refork.process.watch import Watcher
@@ -78,6 +79,7 @@ class Monitor:
         self.owned_listeners: list[socket.socket] = []  # bound by us: sealed at a graceful stop
         self.sealed_ports: list[Port] = []  # their TCP ports, once sealed
         self.metrics: MetricsServer | None = None  # --metrics-bind
+        self.statsd: Statsd | None = None  # --statsd-host
         self.totals = Totals(len(config.metrics_buckets))  # the counts of exited workers (metrics)
 
     # -- set-up ----------------------------------------------------------------------------------
@@ -113,6 +115,7 @@ class Monitor:
         self.ctx = ProcessContext(config, listeners, report_out, slots, subreaper)
         if config.metrics_bind:
             self.metrics = MetricsServer.open(config.metrics_bind, self.metrics_text)
+        self._start_statsd(config)
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
@@ -125,6 +128,8 @@ class Monitor:
             log.info("control socket: %s", self.control.path)
         if self.metrics is not None:
             log.info("metrics: GET /metrics on %s", self.metrics.address)
+        if self.statsd is not None:
+            log.info("statsd: metrics to %s", self.statsd.address)
         log.info(
             "monitor %d: %d worker(s), %s",
             os.getpid(),
@@ -164,6 +169,8 @@ class Monitor:
                 metrics.on_ready(ready, writable, time.monotonic())
             self._poll_watcher()
             self.feed(ev.Tick(self._read_slots()))
+            if self.statsd is not None:
+                self.statsd.tick(time.monotonic(), self._statsd_workers())
             if self.notifier is not None:
                 self.notifier.tick(time.monotonic(), self._status_text())
         self.shutdown()
@@ -257,6 +264,8 @@ class Monitor:
                 pass
         elif isinstance(action, ev.ReleaseSlot):
             self.totals.fold(self.ctx.slots.counters(action.slot))  # server-wide counters never go down
+            if self.statsd is not None:
+                self.statsd.worker_gone(action.slot)
             self.ctx.slots.release(action.slot)
         elif isinstance(action, ev.CloseChannel):
             conn = self.channels.pop(action.pid, None)
@@ -371,6 +380,30 @@ class Monitor:
             from refork.logs import setup_logging
 
             setup_logging(config)
+            if self.statsd is not None:
+                count_logs(self.statsd.count_monitor_log)  # (setup_logging replaced the handlers)
+        statsd = (config.statsd_host, config.statsd_prefix, config.dogstatsd_tags)
+        if statsd != (previous.statsd_host, previous.statsd_prefix, previous.dogstatsd_tags):
+            if self.statsd is not None:
+                self.statsd.close()
+                self.statsd = None
+            self._start_statsd(config)
+
+    def _start_statsd(self, config: Config) -> None:
+        if config.statsd_host:
+            self.statsd = Statsd(config.statsd_host, config.statsd_prefix, config.dogstatsd_tags,
+                                 self.ctx.slots)  # fmt: skip
+
+    def _statsd_workers(self) -> list[WorkerView]:
+        """The workers StatsD reads: those that claimed their slot."""
+        slots = self.ctx.slots
+        out = []
+        for c in self.supervisor.roster.workers():
+            if c.slot >= 0 and slots.owner(c.slot) == c.pid:
+                m = c.memory
+                uss, pss = (m.uss, m.pss) if m is not None else (None, None)
+                out.append(WorkerView(c.slot, c.pid, c.nr, uss, pss, c.memory_at))
+        return out
 
     def _run_hook(self, name: str, config: Config, *extra: Any) -> None:
         """A config-file hook in the monitor, with gunicorn's arguments: its exception is logged,
@@ -485,6 +518,9 @@ class Monitor:
     # -- stopping --------------------------------------------------------------------------------
     def shutdown(self) -> None:
         self._run_hook("on_exit", self.config)
+        if self.statsd is not None:
+            self.statsd.flush(self._statsd_workers())
+            self.statsd.close()
         self.control.close()
         if self.metrics is not None:
             self.metrics.close()

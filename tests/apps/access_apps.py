@@ -1,5 +1,6 @@
-"""One small app as WSGI (`wsgi`) and ASGI (`asgi`) with the same responses, for the access-log tests:
-a path picks the response (status, headers, a body whole or streamed); anything else is 200."""
+"""One small app as WSGI (`wsgi`) and ASGI (`asgi`) with the same responses, for the access-log and
+StatsD tests: a path picks the response (status, headers, a body whole or streamed; /boom raises);
+anything else is 200."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ HEADERS = [("Content-Type", "text/plain"), ("X-Quote", 'say "hi" \\ bye')]
 
 def _answer(path: str) -> tuple[int, list[tuple[str, str]], list[bytes]]:
     """(status, headers, body parts) for a path; no Content-Length on /stream (chunked)."""
+    if path.startswith("/boom"):
+        raise RuntimeError("boom on purpose")
     if path.startswith("/missing"):
         body = [b"not found\n"]
         return 404, [("Content-Type", "text/plain"), ("Content-Length", str(len(body[0])))], body
