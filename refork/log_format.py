@@ -151,7 +151,7 @@ _ATOM_EXPRESSIONS = {
     "q": "req.query.decode('latin-1').replace('\"', '\\\\\"')",
     "H": "'HTTP/' + req.http_version",
     "B": "length",
-    "b": "str(length)",
+    "b": "length",
     "T": "us // 1000000",
     "D": "us",
     "M": "us // 1000",
@@ -172,10 +172,12 @@ class _Probe(dict):  # type: ignore[type-arg]
         return _SAMPLE.get(key, "-")
 
 
-def _directives(fmt: str) -> tuple[str, list[str]]:
-    """The format with each ``%(key)spec`` made a positional ``%spec``, and the keys in order."""
-    out: list[str] = []
-    keys: list[str] = []
+Piece = str | tuple[str, str]  # literal text, or (atom, %-spec without the "%")
+
+
+def _directives(fmt: str) -> list[Piece]:
+    """The format as literal text and ``%(key)spec`` directives, in order."""
+    out: list[Piece] = []
     at = 0
     while True:
         i = fmt.find("%", at)
@@ -190,14 +192,13 @@ def _directives(fmt: str) -> tuple[str, list[str]]:
         if key is None:
             if spec != "%":
                 raise FormatError(f"{m.group()!r} names no atom: write it like %(h)s")
-            out.append("%%")
+            out.append("%")
         else:
             if "*" in spec:
                 raise FormatError(f"{m.group()!r}: a '*' width takes no atom")
-            out.append("%" + spec)
-            keys.append(key)
+            out.append((key, spec))
         at = m.end()
-    return "".join(out), keys
+    return out
 
 
 def _atom_code(key: str, headers: dict[bytes, str], joined: dict[bytes, str], asgi: bool) -> str:
@@ -213,7 +214,7 @@ def _atom_code(key: str, headers: dict[bytes, str], joined: dict[bytes, str], as
         else:
             var = joined.setdefault(name, f"j{len(joined)}")
         if key == "u":
-            return f"_basic_user({var})"
+            return f"'-' if {var} is None else _basic_user({var})"
         return f"'-' if {var} is None else {var}.decode('latin-1').replace('\"', '\\\\\"')"
     if key.startswith("{") and len(key) > 3 and key[-2] == "}":
         atom, kind = key[1:-2].lower(), key[-1].lower()
@@ -229,13 +230,30 @@ def _atom_code(key: str, headers: dict[bytes, str], joined: dict[bytes, str], as
 
 
 def _generate(fmt: str, asgi: bool) -> LineFunction:
-    positional, keys = _directives(fmt)
+    """The line function's source: each atom computed into a local, then one f-string (``%s`` is
+    str(), as an f-string's field; any other spec is applied with %)."""
+    pieces = _directives(fmt)
     headers: dict[bytes, str] = {}
     joined: dict[bytes, str] = {}
-    values = [_atom_code(key, headers, joined, asgi) for key in keys]
+    keys = [p[0] for p in pieces if isinstance(p, tuple)]
     body = ["def line(req, remote, status, length, duration, environ, rh):"]
     if any(key in ("T", "D", "M", "L") for key in keys):
         body.append("    us = int(duration * 1000000)")
+    values: list[str] = []
+    parts: list[str] = []
+    for piece in pieces:
+        if isinstance(piece, str):
+            if piece:
+                parts.append(repr(piece))
+            continue
+        key, spec = piece
+        code = _atom_code(key, headers, joined, asgi)
+        if code == "'-'" and spec == "s":  # l, unknown atoms: constant
+            parts.append("'-'")
+            continue
+        var = f"v{len(values)}"
+        values.append(f"    {var} = {code}" if spec == "s" else f"    {var} = {'%' + spec!r} % ({code},)")
+        parts.append(f'f"{{{var}}}"')
     if headers or joined:
         body.append("    " + " = ".join([*headers.values(), *joined.values()]) + " = None")
         body.append("    for n, v in req.headers:")
@@ -250,7 +268,8 @@ def _generate(fmt: str, asgi: bool) -> LineFunction:
             else:
                 body.append(f"        {branch} n == {name!r}: {join}")
                 branch = "elif"
-    body.append(f"    return {positional!r} % ({''.join(v + ', ' for v in values)})")
+    body += values
+    body.append(f"    return {' '.join(parts) or repr('')}")
     scope: dict[str, Any] = {
         "_clf_time": clf_time,
         "_time": time.time,
@@ -343,7 +362,7 @@ def check_format(fmt: str) -> str:
         return fmt
     if not fmt.strip():
         raise FormatError("an empty format")
-    if not _directives(fmt)[1]:
+    if not any(isinstance(piece, tuple) for piece in _directives(fmt)):
         raise FormatError("no atom")
     try:
         fmt % _Probe()  # noqa: B018 - Python's own verdict on the directives and the atoms' types
