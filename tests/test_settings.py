@@ -31,6 +31,8 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "metrics_bind": ("127.0.0.1:9101", "127.0.0.1:9101"),
     "metrics_buckets": ("0.1,1,10", [0.1, 1.0, 10.0]),
     "statsd_host": ("localhost:9125", "localhost:9125"),
+    "proxy_protocol": ("v2", "v2"),
+    "proxy_allow_ips": ("10.0.0.0/8,192.0.2.1", ["10.0.0.0/8", "192.0.2.1"]),
     "statsd_prefix": ("web", "web"),
     "dogstatsd_tags": ("env:prod", "env:prod"),
     "forwarded_allow_ips": ("10.0.0.0/8", ["10.0.0.0/8"]),

@@ -349,6 +349,21 @@ def optional_bind_address(value: Any, where: str) -> str | None:
     return bind_address(value, where)
 
 
+_PROXY_MODES = {
+    "off": "off", "false": "off", "0": "off", "none": "off", "no": "off",
+    "auto": "auto", "true": "auto", "1": "auto", "yes": "auto", "v1": "v1", "v2": "v2",
+}  # fmt: skip
+
+
+def proxy_protocol(value: Any, where: str) -> str:
+    """--proxy-protocol: off, v1, v2 or auto; gunicorn's spellings too (a bool, None, true/false)."""
+    if value is None or isinstance(value, bool):
+        return "auto" if value else "off"
+    if isinstance(value, str) and value.strip().lower() in _PROXY_MODES:
+        return _PROXY_MODES[value.strip().lower()]
+    raise ConfigError(f"{where} must be one of off|v1|v2|auto, got {got(value)}")
+
+
 def statsd_address(value: Any, where: str) -> str | None:
     """--statsd-host: a StatsD server's address (refork.addresses.parse_statsd), or off (None)."""
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "off")):

@@ -52,7 +52,7 @@ class Config(ProcessSettings, ProtocolSettings, ServerSettings):
         "--access-log-format",
         coerce=c.access_log_format,
         metavar="FORMAT",
-        help="gunicorn's %%(h)s-style atoms, or common, combined, json (default: gunicorn's)",
+        help="gunicorn's %(h)s-style atoms, or common, combined, json (default: gunicorn's)",
         doc="a gunicorn format string (atoms `h l u t r m U q H s B b f a T M D L p`, `%({header}i)s`, "
         "`%({header}o)s`, `%({VAR}e)s`), or `common`, `combined`, `json`; see "
         "[configuration.md](configuration.md#access-log-formats)",

@@ -29,8 +29,10 @@ from typing import Any
 from refork.asgi import HttpCycle, Lifespan, LifespanFailure
 from refork.config import Config
 from refork.http.forwarded import TrustedProxies
+from refork.http.proxy_protocol import policy
 from refork.logs import AccessLog
 from refork.serving.aio_protocol import HttpProtocol
+from refork.serving.aio_proxied import ProxiedListener
 from refork.serving.aio_websocket import WebSocketProtocol
 from refork.serving.connection import TICK, Timeouts, release_after_fork, request_limits
 from refork.serving.contract import WorkerControl
@@ -87,6 +89,8 @@ class Server:
         self.ws_enabled = config.ws != "none"  # hand WebSocket handshakes to aio_websocket
         self.open_websockets = 0  # accepted and not finished: not in in_flight (see aio_websocket)
         self.servers: list[asyncio.AbstractServer] = []
+        self.proxy = policy(config.proxy_protocol, config.proxy_allow_ips)
+        self.proxied: list[ProxiedListener] = []  # listeners read for a PROXY header (proxy on)
         self.in_flight = 0
         self.stopping = False
         self.adopting = 0  # connections from the backlog on their way to a protocol
@@ -110,6 +114,9 @@ class Server:
             self.contexts = contexts_for(self.listeners, self.config)  # built here: after the fork
             for sock in self.listeners:
                 ctx = self.contexts.get(sock.fileno())
+                if self.proxy is not None:
+                    self.proxied.append(ProxiedListener(self, sock, ctx, self.proxy))
+                    continue
                 server = await loop.create_server(
                     self._protocol_factory(ctx is not None), sock=sock, backlog=self.config.backlog,
                     **self._tls(ctx),
@@ -177,6 +184,8 @@ class Server:
             self._take_backlog()
         for server in self.servers:
             server.close()
+        for listener in self.proxied:
+            listener.close()
         for conn in list(self.connections):
             conn.stop()
         deadline = self.loop.time() + self.config.graceful_timeout
@@ -186,7 +195,9 @@ class Server:
     def _take_backlog(self) -> None:
         """The server stops: accept what waits in the listen backlog (before server.close() lets go
         of the listener) and serve it, so a queued connection is not reset."""
-        for sock in self.listeners:
+        for listener in self.proxied:
+            listener.accept(1 << 30)
+        for sock in self.listeners if not self.proxied else ():
             while True:
                 try:
                     conn, _ = sock.accept()
@@ -327,6 +338,10 @@ def _close(loop: asyncio.AbstractEventLoop, srv: Server, main: asyncio.Task[None
             conn.transport.abort()
         for server in srv.servers:
             server.close()
+        for listener in srv.proxied:
+            listener.close()
+            for fd in listener.fds():
+                os.close(fd)
         tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
         for task in tasks:
             task.cancel()
@@ -368,7 +383,7 @@ def _abandon_after_fork(loop: asyncio.AbstractEventLoop, srv: Server) -> None:
 
 
 def _client_fds(srv: Server) -> list[int]:
-    fds = []
+    fds = [fd for listener in srv.proxied for fd in listener.fds()]
     for conn in srv.connections:
         sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
         if sock is not None:

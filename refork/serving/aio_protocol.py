@@ -46,11 +46,12 @@ class HttpProtocol(asyncio.Protocol):
     __slots__ = (
         "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
         "queue", "read_paused", "write_blocked_since", "closing", "since", "pending_error", "eof",
-        "trusted", "body_bytes", "scheme", "tls", "fresh", "drain_waiter", "__weakref__",
+        "trusted", "body_bytes", "scheme", "tls", "fresh", "drain_waiter", "proxied", "__weakref__",
     )  # fmt: skip
 
-    def __init__(self, srv: Server) -> None:
+    def __init__(self, srv: Server, proxied: tuple[str, int] | None = None) -> None:
         self.srv = srv
+        self.proxied = proxied  # the client a PROXY header named (refork.serving.aio_proxied)
         self.loop = srv.loop
         self.parser = RequestParser(srv.limits, hand_off_websocket=srv.ws_enabled)
         self.transport: Any = None
@@ -85,6 +86,8 @@ class HttpProtocol(asyncio.Protocol):
             if isinstance(sockname, bytes):
                 sockname = sockname.decode("utf-8", "surrogateescape")
             self.server_addr = (sockname or "", None)
+        if self.proxied is not None:
+            self.client_addr = self.proxied
         proxies = self.srv.proxies  # a unix-socket peer (no client address) is None to trusts()
         self.trusted = proxies is not None and proxies.trusts(self.client_addr and self.client_addr[0])
         ssl_object = transport.get_extra_info("ssl_object")

@@ -83,6 +83,8 @@ class NativeHost(_NativeLoop):
                 self.engine_listeners[fd] = self.listeners.pop(fd)
         # a connection's listener, by its environ builder (one per listener)
         self.engine_listener_of = {id(b): fd for fd, (_, b) in self.engine_listeners.items()}
+        # what the engines answer a refused PROXY header with (native/src/proxy.rs; self.proxy)
+        self.proxy_responses = (simple_response(400), simple_response(403))
 
     def _idle_again(self, conn: Conn) -> bool:
         """A connection the engine handed over (or a response took) that has nothing half-read or

@@ -29,6 +29,7 @@ from refork.config import Config
 from refork.http.body import EMPTY_INPUT, BodyBuffer, InputStream, Spool
 from refork.http.events import Body, EndOfMessage, ParseError, Request
 from refork.http.forwarded import TrustedProxies
+from refork.http.proxy_protocol import INCOMPLETE, ProxyError, ProxyHeader, policy
 from refork.http.response import CONTINUE, simple_response
 from refork.logs import AccessLog
 from refork.serving.connection import TICK, Phase, Timeouts, log_access, request_limits
@@ -37,6 +38,7 @@ from refork.serving.health import health_paths, health_response
 from refork.serving.poller import IN as _IN
 from refork.serving.poller import Poller
 from refork.serving.pool import AppThreads
+from refork.serving.proxied import CLOSED, peer_host, read_preface, refuse
 from refork.serving.threaded_conn import NO_EVENTS, Conn, Job, Step, Writing
 from refork.serving.threaded_lifetime import Lifetime
 from refork.serving.tls import TlsConn, contexts_for, log_failure
@@ -82,6 +84,7 @@ class _Loop(Lifetime):
         self.health = health_paths(config.health_path)
         proxies = TrustedProxies(config.forwarded_allow_ips)
         self.tls = contexts_for(listeners, config)  # listener fd -> SSLContext (TLS listeners)
+        self.proxy = policy(config.proxy_protocol, config.proxy_allow_ips)
         self.handshake_timeout = config.ssl_handshake_timeout
         for lsock in listeners:
             lsock.setblocking(False)
@@ -193,6 +196,8 @@ class _Loop(Lifetime):
         return data
 
     def _on_readable(self, conn: Conn) -> None:
+        if conn.preface is not None and not self._read_preface(conn):
+            return
         tconn = conn.tls
         if tconn is not None:
             data = self._tls_read(conn, tconn)
@@ -211,6 +216,38 @@ class _Loop(Lifetime):
             return
         conn.fresh = False
         self._on_data(conn, data)
+
+    def _read_preface(self, conn: Conn) -> bool:
+        """The PROXY header at the start of a connection (refork.serving.proxied): True once it is
+        read (or there is none) and the connection's own bytes may be read; its client is then the
+        connection's. False: wait for more, or the connection is closed."""
+        assert self.proxy is not None and conn.preface is not None
+        peer = peer_host(conn.client)
+        try:
+            verdict, conn.preface = read_preface(conn.sock, conn.preface, self.proxy, peer)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except ProxyError as e:
+            refuse(conn.sock, peer, e, conn.tls is not None)
+            self._close(conn)
+            return False
+        if verdict is INCOMPLETE:
+            conn.fresh = False
+            if conn.phase is not _HEAD:  # the header timeout bounds it, as a request head's
+                conn.phase = _HEAD
+                conn.since = time.monotonic()
+            return False
+        if verdict is CLOSED:
+            self._close(conn)
+            return False
+        conn.preface = None
+        if isinstance(verdict, ProxyHeader):
+            conn.fresh = False
+            conn.phase = _IDLE
+            conn.since = time.monotonic()
+            if verdict.client is not None:
+                conn.client = conn.out.client = verdict.client
+        return True
 
     def _on_data(self, conn: Conn, data: bytes) -> None:
         """Parse what the client sent and answer every request it completes."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from refork.http.body import InputStream
 from refork.http.events import Request
 from refork.http.parser import Limits
+from refork.http.proxy_protocol import ProxyPolicy
 from refork.http.response import simple_response
 from refork.serving.connection import Expiry, Timeouts, log_write_timeout, release_after_fork
 from refork.serving.contract import WorkerControl
@@ -50,6 +51,7 @@ class Lifetime:
     timeouts: Timeouts
     accept_paused_until: float
     tls: dict[int, ssl.SSLContext]
+    proxy: ProxyPolicy | None
     handshake_timeout: float
     pool: AppThreads | None
     parked: list[Job]
@@ -189,6 +191,8 @@ class Lifetime:
                 out = Outbox(sock, client, self.timeouts.write, self.control, buffering=self.pool is None)
                 conn = self.conn_type(sock, client, builder, self.limits, out)
             conn.since = now
+            if self.proxy is not None:
+                conn.preface = b""  # a PROXY header may come first (see threaded._read_preface)
             self.conns[conn.fd] = conn
             self.poller.register(conn.fd)
             conn.registered = True

@@ -1,6 +1,6 @@
-"""One small app as WSGI (`wsgi`) and ASGI (`asgi`) with the same responses, for the access-log and
-StatsD tests: a path picks the response (status, headers, a body whole or streamed; /boom raises);
-anything else is 200."""
+"""One small app as WSGI (`wsgi`) and ASGI (`asgi`) with the same responses, for the access-log,
+StatsD and PROXY protocol tests: a path picks the response (status, headers, a body whole or
+streamed; /boom raises; /peer says "ADDRESS PORT SCHEME" of the client); anything else is 200."""
 
 from __future__ import annotations
 
@@ -25,7 +25,17 @@ def _answer(path: str) -> tuple[int, list[tuple[str, str]], list[bytes]]:
 _REASONS = {200: "OK", 204: "No Content", 404: "Not Found"}
 
 
+def _peer(address, port, scheme) -> tuple[list[tuple[str, str]], bytes]:
+    body = f"{address} {port} {scheme}".encode()
+    return [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))], body
+
+
 def wsgi(environ, start_response):
+    if environ["PATH_INFO"] == "/peer":
+        scheme = environ["wsgi.url_scheme"]
+        headers, body = _peer(environ.get("REMOTE_ADDR"), environ.get("REMOTE_PORT"), scheme)
+        start_response("200 OK", headers)
+        return [body]
     status, headers, parts = _answer(environ["PATH_INFO"])
     start_response(f"{status} {_REASONS[status]}", headers)
     if environ["PATH_INFO"].startswith("/stream"):
@@ -42,6 +52,13 @@ async def asgi(scope, receive, send):
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+    if scope["path"] == "/peer":
+        client = scope["client"] or (None, None)
+        headers, body = _peer(client[0], client[1], scope["scheme"])
+        raw = [(n.lower().encode(), v.encode()) for n, v in headers]
+        await send({"type": "http.response.start", "status": 200, "headers": raw})
+        await send({"type": "http.response.body", "body": body})
+        return
     status, headers, parts = _answer(scope["path"])
     raw = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers]
     await send({"type": "http.response.start", "status": status, "headers": raw})

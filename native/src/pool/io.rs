@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{log_notice, Shared, IN, OUT};
-use crate::conn::{sweep, Conn, Expired, Next, Phase, Scratch, Timeouts, RECV};
+use crate::conn::{sweep, Conn, Expired, Next, Phase, Preface, Scratch, Timeouts, RECV};
 use crate::listen::Listeners;
 use crate::sys;
 
@@ -139,7 +139,8 @@ impl Io {
 
     /// What `buf` (non-empty) starts with: a request for the app threads, more to wait for, or
     /// the Python loop's.
-    fn process(&mut self, mut conn: Conn, buf: Vec<u8>) {
+    fn process(&mut self, conn: Conn, buf: Vec<u8>) {
+        let Some((mut conn, buf)) = self.preface(conn, buf) else { return };
         match self.shared.intake.next(&mut conn, &buf) {
             Next::Request(..) => {
                 conn.buf = self.scratch.keep(buf, 0);
@@ -154,6 +155,28 @@ impl Io {
                 self.shared.hand_over(conn, data);
             }
         }
+    }
+
+    /// A fresh connection's PROXY header (conn.rs `Intake::preface`): the connection and what
+    /// follows the header when a request may be in it; None when it waits or is closed.
+    fn preface(&mut self, mut conn: Conn, mut buf: Vec<u8>) -> Option<(Conn, Vec<u8>)> {
+        if !conn.preface {
+            return Some((conn, buf));
+        }
+        match self.shared.intake.preface(&mut conn, &mut buf) {
+            Preface::Ready if !buf.is_empty() => return Some((conn, buf)),
+            Preface::Ready | Preface::Wait => {
+                conn.buf = self.scratch.keep(buf, 0);
+                self.keep(conn, IN);
+            }
+            Preface::Refused(refusal) => {
+                let _ = sys::send(conn.fd, self.shared.intake.refusal(refusal.forbidden));
+                self.scratch.recycle(buf);
+                self.shared.close(conn);
+                log_notice(&self.shared, false, refusal.line);
+            }
+        }
+        None
     }
 
     /// The client read some of a waiting response: write on; once it is out, go on with what
