@@ -105,7 +105,12 @@ impl<'py> AppCall<'_, 'py> {
                 keep_alive: self.keep_alive,
             },
         )?;
-        let (mut result, exc) = match self.app.call1((&environ, &sr)) {
+        // gunicorn's pre_request first, if set (its error is answered as the app's would be)
+        let returned = match &self.hooks.get().pre_request {
+            Some(pre) => pre.bind(py).call1((StartResponse::request(&sr)?, &environ)).and_then(|_| self.app.call1((&environ, &sr))),
+            None => self.app.call1((&environ, &sr)),
+        };
+        let (mut result, exc) = match returned {
             Ok(r) => (r, py.None().into_bound(py)),
             Err(e) if e.is_instance_of::<PyException>(py) => (py.None().into_bound(py), e.into_value(py).into_bound(py).into_any()),
             Err(e) => return Err(e), // SystemExit, KeyboardInterrupt: out of the loop

@@ -37,6 +37,7 @@ from refork.serving.aio_websocket import WebSocketProtocol
 from refork.serving.connection import TICK, Timeouts, release_after_fork, request_limits
 from refork.serving.contract import WorkerControl
 from refork.serving.health import health_paths
+from refork.serving.request_hooks import RequestHooks
 from refork.serving.tls import contexts_for
 
 log = logging.getLogger("refork")
@@ -78,6 +79,7 @@ class Server:
         self.root_path = config.root_path
         self.lifespan = Lifespan(app)
         self.access_log = AccessLog.from_config(config, asgi=True)
+        self.request_hooks = RequestHooks.from_config(config)  # pre_request / post_request, if any
         self.health = health_paths(config.health_path)
         self.timeouts = Timeouts.from_config(config)
         self.connections: set[HttpProtocol | WebSocketProtocol] = set()

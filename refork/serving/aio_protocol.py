@@ -210,6 +210,10 @@ class HttpProtocol(asyncio.Protocol):
             response = cycle.response
             log_access(srv.access_log, cycle.request, cycle.remote, response.status, response.body_bytes,
                        self.loop.time() - cycle.started_at, None, response.headers)  # fmt: skip
+        if srv.request_hooks is not None:
+            response = cycle.response
+            srv.request_hooks.after_asgi(cycle.hook_request, cycle.request, cycle.remote, response.status,
+                                         response.body_bytes, response.headers)  # fmt: skip
         if self.cycle is cycle:
             self.cycle = None
         if not keep_alive or self.closing or srv.stopping or (self.eof and not self.queue):
@@ -292,12 +296,18 @@ class HttpProtocol(asyncio.Protocol):
         )
         if self.tls is not None:
             scope["extensions"]["tls"] = self.tls.copy()
-        if srv.access_log is not None:
+        app = srv.app
+        if srv.access_log is not None or srv.request_hooks is not None:
             cycle.started_at = self.loop.time()
             client = scope["client"]
             cycle.remote = client[0] if client else None
+            if srv.request_hooks is not None:  # gunicorn's pre_request (its error: the app's, a 500)
+                cycle.hook_request, failed = srv.request_hooks.before_asgi(
+                    cycle.request, tuple(client) if client else None, scope["scheme"]
+                )
+                app = failed or app
         serving = deadlines.current.set(cycle.token)  # the task copies it: refork.extend_deadline()
-        cycle.task = self.loop.create_task(cycle.run(srv.app, scope))
+        cycle.task = self.loop.create_task(cycle.run(app, scope))
         deadlines.current.reset(serving)
 
     def answer_health(self, cycle: HttpCycle) -> None:

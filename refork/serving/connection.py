@@ -26,12 +26,11 @@ import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from refork.config import Config
 from refork.http.events import Request
 from refork.http.parser import Limits
-from refork.logs import AccessLog
 
 log = logging.getLogger("refork")
 
@@ -131,8 +130,17 @@ def request_limits(config: Config) -> Limits:
     )
 
 
+class RequestEnd(Protocol):
+    """What a loop tells when a response is done: the access log (refork.logs.AccessLog), or
+    refork.serving.request_hooks.Finisher (the line, then gunicorn's post_request hook)."""
+
+    def write(self, request: Request, remote: str | None, status: int, length: int, duration: float,
+              environ: dict[str, Any] | None = ...,
+              response_headers: list[tuple[bytes, bytes]] | None = ...) -> None: ...  # fmt: skip
+
+
 def log_access(
-    access_log: AccessLog,
+    access_log: RequestEnd,
     request: Request,
     remote: str | None,
     status: int,

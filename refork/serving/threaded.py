@@ -31,14 +31,14 @@ from refork.http.events import Body, EndOfMessage, ParseError, Request
 from refork.http.forwarded import TrustedProxies
 from refork.http.proxy_protocol import INCOMPLETE, ProxyError, ProxyHeader, policy
 from refork.http.response import CONTINUE, simple_response
-from refork.logs import AccessLog
-from refork.serving.connection import TICK, Phase, Timeouts, log_access, request_limits
+from refork.serving.connection import TICK, Phase, RequestEnd, Timeouts, log_access, request_limits
 from refork.serving.contract import WorkerControl
 from refork.serving.health import health_paths, health_response
 from refork.serving.poller import IN as _IN
 from refork.serving.poller import Poller
 from refork.serving.pool import AppThreads
 from refork.serving.proxied import CLOSED, peer_host, read_preface, refuse
+from refork.serving.request_hooks import RequestHooks, request_end
 from refork.serving.threaded_conn import NO_EVENTS, Conn, Job, Step, Writing
 from refork.serving.threaded_lifetime import Lifetime
 from refork.serving.tls import TlsConn, contexts_for, log_failure
@@ -80,7 +80,8 @@ class _Loop(Lifetime):
         self.spool_budget = Spool(config.max_spool, config.spool_dir)  # bytes in spool files, all conns
         self.timeouts = Timeouts.from_config(config)
         self.accept_paused_until = 0.0
-        self.access_log = AccessLog.from_config(config)
+        self.request_hooks = RequestHooks.from_config(config)  # pre_request / post_request, if any
+        self.access_log: RequestEnd | None = request_end(config, self.request_hooks)
         self.health = health_paths(config.health_path)
         proxies = TrustedProxies(config.forwarded_allow_ips)
         self.tls = contexts_for(listeners, config)  # listener fd -> SSLContext (TLS listeners)
@@ -382,7 +383,10 @@ class _Loop(Lifetime):
         try:
             environ = conn.builder.build(request, stream, conn.client)
             keep_alive = not (self.draining or control.stopping)
-            outcome = self.start_wsgi(self.app, environ, request, out, keep_alive)
+            app = self.app
+            if self.request_hooks is not None:
+                app = self.request_hooks.wrap_wsgi(app, request, environ)
+            outcome = self.start_wsgi(app, environ, request, out, keep_alive)
             if type(outcome) is Streaming:
                 writing = True
                 self._start_writing(conn, Writing(outcome, request, environ, stream, token, started, rest))
