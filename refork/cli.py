@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from functools import partial
 
 from refork.config import Config, describe, load_config
@@ -22,15 +23,24 @@ def check_config(config: Config) -> int:
     The TLS files are loaded too. With --fork-safety strict a connection or thread left open is
     an error (exit 2): the guard a CI job runs so that nobody adds a load-time connection unnoticed.
     """
-    from refork.loading import change_directory
-    from refork.logs import setup_logging
+    from refork.loading import app_traceback, change_directory
+    from refork.logs import check_log_files, log_notes, setup_logging
     from refork.process.mold import load_checked
     from refork.serving.tls import check as check_tls
 
-    setup_logging(config)
+    check_log_files(config)
+    setup_logging(replace(config, capture_output=False))  # its verdict goes to the terminal
+    log_notes(config)
     change_directory(config.chdir)
     check_tls(config)  # the certificate and key load (one line and exit 2 if not)
-    _, interface, hazards = load_checked(config, set(), "the loaded app")
+    try:
+        _, interface, hazards = load_checked(config, set(), "the loaded app")
+    except ConfigError:
+        raise
+    except Exception as e:  # the app's own import failed: its traceback, from its own frames
+        print(app_traceback(e), file=sys.stderr)
+        print(f"refork: error: the app failed to load: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     note = f"; fork safety: {len(hazards)} warning(s) above" if hazards else ""
     print(f"config ok: {config.app} ({interface}){note}")
     return 0
@@ -45,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         return status.run(argv)
     try:
         config = load_config(argv)
+        for item in config.raw_env:  # -e KEY=VALUE: before the app is imported
+            key, _, value = item.partition("=")
+            os.environ[key] = value
         if config.print_config:
             try:
                 print(describe(config), flush=True)
@@ -53,9 +66,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if config.check_config:
             return check_config(config)
+        from refork.loading import check_app_path
         from refork.serving import check_wsgi_loop
 
         check_wsgi_loop(config)  # --wsgi-loop native without the extension: exit 2, one line
+        check_app_path(config.app, config.chdir, config.pythonpath)  # before binding: one line
         from refork.process.monitor import run
 
         return run(config, partial(load_config, argv, os.environ, os.getcwd()))

@@ -96,6 +96,46 @@ def _import(module: str) -> Any:
         raise  # an import inside the app's own code failed: the user's bug, keep the traceback
 
 
+def check_app_path(spec: str, chdir: str | None, pythonpath: list[str]) -> None:
+    """Before anything is bound: a module APP names that is nowhere on the path is one line now,
+    not a mold failure later. Nothing is imported: packages are looked up as files, so the
+    monitor still never runs app code; whatever cannot be told without importing passes."""
+    import importlib.machinery
+
+    module, _, _ = _parse_spec(spec)
+    base = os.path.abspath(chdir) if chdir else os.getcwd()
+    paths = [base] + [os.path.join(base, p) for p in pythonpath] + [p for p in sys.path if p]
+    search: list[str] | None = paths
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if i == 0 and (part in sys.builtin_module_names or part in sys.modules):
+            return
+        found = importlib.machinery.PathFinder.find_spec(part, search)
+        if found is None:
+            missing = ".".join(parts[: i + 1])
+            raise ConfigError(
+                f"cannot import {module!r}: no module named {missing!r} ({_FIX}; cwd is {base})"
+            )
+        if found.submodule_search_locations is None:
+            return  # a module: what follows is its attributes, known only by importing
+        search = list(found.submodule_search_locations)
+
+
+def app_traceback(error: BaseException) -> str:
+    """The traceback of an error raised while importing the app, without refork's and importlib's
+    frames above the app's own (as `python -m` shows a script's)."""
+    import traceback
+
+    te = traceback.TracebackException.from_exception(error)
+    machinery = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(importlib.__file__), "<frozen ")
+    frames = list(te.stack)
+    while frames and frames[0].filename.startswith(machinery):
+        frames.pop(0)
+    if frames:
+        te.stack = traceback.StackSummary.from_list(frames)
+    return "".join(te.format()).rstrip("\n")
+
+
 def load_app(spec: str) -> Any:
     """Import and return the app callable named by spec (calling it first if it is a factory)."""
     module_name, names, call = _parse_spec(spec)

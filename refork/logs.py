@@ -7,13 +7,18 @@ handler on the main thread.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import socket
 import sys
 import threading
 import weakref
+from logging.handlers import SysLogHandler
 from typing import IO, Any
 
 from refork.config import Config
+from refork.errors import ConfigError
 from refork.http.events import Request
 from refork.log_format import GUNICORN_DEFAULT, compile_format
 
@@ -23,22 +28,110 @@ DATE_FORMAT = "%Y-%m-%d %H:%M:%S %z"
 _open_access_logs: weakref.WeakSet[AccessLog] = weakref.WeakSet()
 
 
+def check_log_files(config: Config) -> None:
+    """The log files open for appending, or one line naming the file and why (exit 2)."""
+    files = (("--error-logfile", config.error_logfile), ("--access-logfile", config.access_logfile))
+    for flag, path in files:
+        if path and path != "-":
+            try:
+                with open(path, "a", encoding="utf-8"):
+                    pass
+            except OSError as e:
+                folder = os.path.dirname(os.path.abspath(path))
+                hint = "; create the directory" if not os.path.isdir(folder) else ""
+                raise ConfigError(f"{flag} {path}: {e.strerror}{hint}") from None
+
+
 def setup_logging(config: Config) -> logging.Logger:
-    """Configure the "refork" logger: gunicorn-like lines to stderr or config.error_logfile."""
+    """Configure the "refork" logger: gunicorn-like lines to stderr or config.error_logfile, and
+    syslog; then gunicorn's logconfig_dict / logconfig_json / logconfig, where "gunicorn.error" is
+    another name of the "refork" logger."""
     logger = logging.getLogger("refork")
-    for handler in list(logger.handlers):
-        logger.removeHandler(handler)
-        if isinstance(handler, logging.FileHandler):
-            handler.close()
+    for old in list(logger.handlers):
+        logger.removeHandler(old)
+        if isinstance(old, (logging.FileHandler, SysLogHandler)):
+            old.close()
+    handler: logging.Handler
     if config.error_logfile in ("-", ""):
         handler = logging.StreamHandler(sys.stderr)
     else:
-        handler = logging.FileHandler(config.error_logfile, mode="a", encoding="utf-8")
+        try:
+            handler = logging.FileHandler(config.error_logfile, mode="a", encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"--error-logfile {config.error_logfile}: {e.strerror}") from None
+        if config.capture_output:  # print() and tracebacks of every process go to the file too
+            sys.stdout.flush()
+            sys.stderr.flush()
+            fd = handler.stream.fileno()  # type: ignore[union-attr]
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
     handler.setFormatter(logging.Formatter(LOG_FORMAT, DATE_FORMAT))
     logger.addHandler(handler)
+    if config.syslog:
+        logger.addHandler(syslog_handler(config))
     logger.setLevel(config.log_level.upper())
     logger.propagate = False
+    _user_logging(config, logger)
     return logger
+
+
+def syslog_handler(config: Config) -> logging.Handler:
+    """gunicorn's --log-syslog: unix://PATH[#dgram|#stream], udp://HOST:PORT, tcp://HOST:PORT."""
+    scheme, _, rest = config.syslog_addr.partition("://")
+    address: str | tuple[str, int]
+    socktype = socket.SOCK_DGRAM
+    if scheme == "unix":
+        address, _, kind = rest.partition("#")
+        socktype = socket.SOCK_STREAM if kind == "stream" else socket.SOCK_DGRAM
+    else:
+        host, _, port = rest.rpartition(":")
+        address = (host.strip("[]") or "localhost", int(port or 514))
+        socktype = socket.SOCK_STREAM if scheme == "tcp" else socket.SOCK_DGRAM
+    try:
+        handler = SysLogHandler(address, SysLogHandler.facility_names[config.syslog_facility], socktype)
+    except OSError as e:
+        raise ConfigError(f"--log-syslog-to {config.syslog_addr}: {e.strerror or e}") from None
+    name = f"refork.{config.syslog_prefix}" if config.syslog_prefix else config.proc_name
+    handler.setFormatter(logging.Formatter(f"{name}: [%(process)d] [%(levelname)s] %(message)s"))
+    return handler
+
+
+def _user_logging(config: Config, logger: logging.Logger) -> None:
+    """logconfig_dict (first), else logconfig_json, else logconfig (fileConfig), as gunicorn."""
+    import logging.config
+
+    try:
+        if config.logconfig_dict:
+            logging.config.dictConfig({"disable_existing_loggers": False, **config.logconfig_dict})
+        elif config.logconfig_json:
+            with open(config.logconfig_json, encoding="utf-8") as f:
+                logging.config.dictConfig({"disable_existing_loggers": False, **json.load(f)})
+        elif config.logconfig:
+            if not os.path.exists(config.logconfig):
+                raise ConfigError(f"--log-config {config.logconfig}: no such file")
+            logging.config.fileConfig(config.logconfig, disable_existing_loggers=False)
+        else:
+            return
+    except ConfigError:
+        raise
+    except (OSError, ValueError, TypeError, AttributeError, ImportError, KeyError) as e:
+        raise ConfigError(f"the logging config does not apply: {type(e).__name__}: {e}") from None
+    alias = logging.getLogger("gunicorn.error")  # what gunicorn configs name the error log
+    if alias.handlers:
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        for handler in alias.handlers:
+            logger.addHandler(handler)
+        if alias.level:
+            logger.setLevel(alias.level)
+    logger.disabled = False
+
+
+def log_notes(config: Config) -> None:
+    """The lines loading left for the start: gunicorn settings refork does not need, or does its
+    own way, and likely typos in the config file."""
+    for level, text in config.notes:
+        logging.getLogger("refork").log(level, "%s", text)
 
 
 def reopen_log_files() -> None:

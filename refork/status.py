@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 from refork.config import setting_named
 from refork.memory.accounting import format_bytes
-from refork.process.control import ControlError, default_path, request
+from refork.process.control import ControlError, default_path, request, servers
 
 # C0 controls, DEL, C1 controls (ESC and CSI start terminal escape sequences) and the bidi
 # overrides that reorder what a terminal shows: printed as \xNN / \uNNNN text, never raw.
@@ -47,6 +47,13 @@ def run(argv: list[str]) -> int:
         default=name_setting.default,
         help=f"the server's --name (default: {name_setting.default})",
     )
+    parser.add_argument(
+        "-b",
+        "--bind",
+        dest="bind",
+        metavar="ADDR",
+        help="the server's first --bind address, when several servers run (default: the only one)",
+    )
     parser.add_argument("--json", action="store_true", help="print the raw JSON answer")
     parser.add_argument(
         "--watch",
@@ -57,7 +64,9 @@ def run(argv: list[str]) -> int:
         help=f"status only: refresh every SECONDS (default {WATCH_DEFAULT:g}) until Ctrl-C",
     )
     args = parser.parse_args(argv)
-    path = args.control_socket or default_path(args.proc_name)
+    path = args.control_socket or _find(args.proc_name, args.bind)
+    if path is None:
+        return 2
     if args.watch is not None:
         if args.command != "status" or args.json:
             parser.error("--watch goes with `status`, without --json")
@@ -77,6 +86,20 @@ def run(argv: list[str]) -> int:
     else:
         print(printable(answer.get("error") or answer.get("message") or "ok"))
     return 0 if answer.get("ok") is True else 1
+
+
+def _find(proc_name: str, bind: str | None) -> str | None:
+    """The control socket of the one server this user runs with --name `proc_name` (or of the
+    one on `bind`); None after one line when several run and none was picked."""
+    if bind is not None:
+        return default_path(proc_name, bind)
+    live = servers(proc_name)
+    if len(live) > 1:
+        names = ", ".join(os.path.basename(p)[len(proc_name) + 1 : -4] for p in live)
+        pick = "pick one with -b ADDR or --control-socket"
+        print(f"refork: error: several refork servers run ({names}); {pick}", file=sys.stderr)
+        return None
+    return live[0] if live else default_path(proc_name)
 
 
 def _ask(path: str, command: str) -> dict[str, Any] | None:
@@ -231,7 +254,9 @@ def format_status(status: dict[str, Any]) -> str:
         )
     rows = [tuple(printable(cell) for cell in row) for row in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    where = ", ".join(status.get("bind", [])) or "?"
     lines = [
+        printable(f"server {status.get('app', '?')} on {where} (monitor {status['monitor_pid']})"),
         printable(
             f"monitor {status['monitor_pid']}  gen {status['generation']}  workers {status['workers']}  "
             f"allocator {status['allocator']}  total PSS {format_bytes(status['total_pss'])}"

@@ -221,11 +221,14 @@ def pids_alive(pids) -> list[int]:
     return alive
 
 
-def run_cli(*args: str, timeout: float = 30.0, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """`python -m refork ARGS`; a server it starts gets a control socket of its own (another refork
-    on this machine may hold the default one and make it print a warning)."""
+def run_cli(
+    *args: str, timeout: float = 30.0, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """`python -m refork ARGS` (with `env` added to the environment); a server it starts gets a
+    control socket of its own (another refork on this machine may hold the default one and make it
+    print a warning)."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "REFORK_CONTROL_SOCKET": os.path.join(tmp, "ctl")}
+        env = {**os.environ, "REFORK_CONTROL_SOCKET": os.path.join(tmp, "ctl"), **(env or {})}
         return subprocess.run(
             [sys.executable, "-m", "refork", *args],
             capture_output=True,

@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from refork.config import Config  # noqa: E402
+from refork.errors import StartupError  # noqa: E402
 from refork.serving import serve  # noqa: E402
 
 
@@ -113,7 +114,11 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: control.signal(b"T"))
     signal.signal(signal.SIGINT, lambda *_: control.signal(b"I"))
     print("READY", flush=True)
-    serve([sock], app, interface, config, control)
+    try:
+        serve([sock], app, interface, config, control)
+    except StartupError as e:  # as a worker reports it: one line
+        print(f"{e}; worker exiting", file=sys.stderr, flush=True)
+        sys.exit(1)
     print(f"SERVED {control.served}", flush=True)
 
 

@@ -12,6 +12,8 @@ import pytest
 from refork import __version__
 from refork.cli import main
 
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -148,8 +150,8 @@ def test_main_hands_config_to_monitor(monkeypatch):
     import refork.process
 
     monkeypatch.setattr(refork.process, "monitor", fake, raising=False)
-    assert main(["-w", "2", "hello:app"]) == 0
-    assert got[0].workers == 2 and got[0].app == "hello:app"
+    assert main(["-w", "2", "--chdir", str(TESTS), "apps.procs:app"]) == 0
+    assert got[0].workers == 2 and got[0].app == "apps.procs:app"
     assert got[1] == got[0] and got[1] is not got[0]  # HUP builds it again from the same sources
 
 

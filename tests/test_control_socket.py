@@ -244,11 +244,45 @@ def test_server_makes_the_default_dir_and_the_client_finds_it(shared_tmp):
         assert json.loads(status.stdout)["monitor_pid"] == proc.pid
         st = os.lstat(directory)
         assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
-        sock = os.lstat(os.path.join(directory, f"{name}.ctl"))
+        sock = os.lstat(os.path.join(directory, f"{name}-127.0.0.1:{port}.ctl"))  # one per server
         assert stat.S_ISSOCK(sock.st_mode) and stat.S_IMODE(sock.st_mode) == 0o600
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(20)
+
+
+def test_two_servers_have_their_own_default_sockets_and_status_says_which(shared_tmp):
+    env = {**private_env(shared_tmp), "PYTHONPATH": str(ROOT)}
+    name = f"t{secrets.token_hex(3)}"
+    ports = [free_port(), free_port()]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "refork", "-b", f"127.0.0.1:{port}", "-n", name, "-w", "1", app],
+            cwd=TESTS, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        for port, app in zip(ports, ("apps.procs:app", "apps.wsgi_apps:app"), strict=True)
+    ]
+    try:
+        for proc, port, app in zip(procs, ports, ("apps.procs:app", "apps.wsgi_apps:app"), strict=True):
+            deadline = time.monotonic() + 30
+            while (status := refork_cli("status", "-n", name, "-b", f"127.0.0.1:{port}", env=env)).returncode:
+                assert proc.poll() is None and time.monotonic() < deadline, status.stderr
+                time.sleep(0.1)
+            first = status.stdout.splitlines()[0]
+            assert first == f"server {app} on 127.0.0.1:{port} (monitor {proc.pid})"
+        both = refork_cli("status", "-n", name, env=env)
+        assert both.returncode == 2
+        assert both.stderr.count("\n") == 1 and "several refork servers run" in both.stderr
+        assert f"127.0.0.1:{ports[0]}" in both.stderr and f"127.0.0.1:{ports[1]}" in both.stderr
+        procs[0].send_signal(signal.SIGINT)
+        procs[0].wait(20)
+        alone = refork_cli("status", "-n", name, env=env)  # the one left is found without -b
+        assert alone.returncode == 0 and f"on 127.0.0.1:{ports[1]} (monitor {procs[1].pid})" in alone.stdout
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                proc.wait(20)
 
 
 def test_refuses_a_loose_xdg_runtime_dir(tmp_path):

@@ -176,9 +176,9 @@ def serve(request, start_server, tmp_path):
     interface = request.param.partition("-")[0]
     threads = ["--threads", "4"] if request.param.endswith("threads") else []  # (the pool engine)
 
-    def start(*allow: str):
+    def start(*allow: str, extra: tuple[str, ...] = ()):
         unix = str(tmp_path / f"{request.param}-{len(allow)}.sock")
-        args = ["-b", f"unix:{unix}", *threads]
+        args = ["-b", f"unix:{unix}", *threads, *extra]
         if allow:
             args += ["--forwarded-allow-ips", ",".join(allow)]
         server = start_server(*args, app=APPS[interface], workers=1)
@@ -213,3 +213,31 @@ def test_forwarded_for_that_is_not_an_address_is_ignored(serve):
         assert _ask(server, None, junk) == ("https", "127.0.0.1"), junk
         assert _ask(server, unix, junk) == ("https", None), junk
     assert _ask(server, None, "203.0.113.7:4711") == ("https", "203.0.113.7")
+
+
+def _scheme(server, headers: dict[str, str]) -> str:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request("GET", "/environ" if server.interface == "wsgi" else "/scope", headers=headers)
+        seen = json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+    return seen["wsgi.url_scheme"] if server.interface == "wsgi" else seen["scheme"]
+
+
+def test_gunicorn_secure_scheme_headers_by_default(serve):
+    """gunicorn's default: X-Forwarded-Proto https, X-Forwarded-Ssl on, X-Forwarded-Protocol ssl."""
+    server, _ = serve()
+    assert _scheme(server, {"X-Forwarded-Ssl": "on"}) == "https"
+    assert _scheme(server, {"X-Forwarded-Protocol": "ssl"}) == "https"
+    assert _scheme(server, {"X-Forwarded-Ssl": "off"}) == "http"
+    assert _scheme(server, {}) == "http"
+
+
+def test_secure_scheme_headers_replace_the_default(serve, tmp_path):
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text("secure_scheme_headers = {'X-FORWARDED-SCHEME': 'https'}\n")
+    server, _ = serve(extra=("-c", str(conf)))
+    assert _scheme(server, {"X-Forwarded-Scheme": "https"}) == "https"
+    assert _scheme(server, {"X-Forwarded-Proto": "https"}) == "http"  # no longer a secure header
+    assert _scheme(server, {"X-Forwarded-Ssl": "on"}) == "http"

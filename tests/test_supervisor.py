@@ -231,7 +231,8 @@ def test_after_two_promoted_molds_crash_a_fresh_import_is_used():
 def first_mold_fails(config_error: bool):
     sim = Sim()
     mold = sim.fork_mold(sim.handle(Boot()))
-    actions = sim.handle(messages.MoldFailed(mold, "No module named 'nope'", config_error))
+    failure = messages.StartFailed(mold, messages.IMPORTING, "No module named 'nope'", config_error)
+    actions = sim.handle(failure)
     assert sends(actions, messages.Stop, pid=mold) == [sends(actions, messages.Stop)[0]]
     assert not sends(actions, messages.Stop)[0].message.graceful  # a fast stop
     assert of(sim.tick(), Exit) == []  # the mold is still there
@@ -246,10 +247,10 @@ def test_first_mold_with_a_bad_app_path_exits_2_with_one_line():
     assert of(sim.tick(), Exit) == []  # said once
 
 
-def test_first_mold_whose_app_raises_at_import_exits_3():
+def test_first_mold_whose_app_raises_at_import_exits_3_with_one_line():
     sim, failed, stopped = first_mold_fails(config_error=False)
-    assert "the app failed to load: No module named 'nope'" in logged(failed)
-    assert of(failed, PrintError) == []
+    line = "no worker could start: the mold (gen 0) failed while importing the app: No module named 'nope'"
+    assert of(failed, PrintError) == [PrintError(f"refork: error: {line}")]
     assert of(stopped, Exit) == [Exit(3)]
 
 
@@ -268,7 +269,7 @@ def test_new_mold_that_fails_on_reload_keeps_the_current_generation():
     (fork,) = of(actions, ForkMold)
     assert fork.generation == 1 and fork.config is not None and fork.config.workers == 3
     new = sim.fork_mold(actions)
-    actions = sim.handle(messages.MoldFailed(new, "SyntaxError: bad", False))
+    actions = sim.handle(messages.StartFailed(new, messages.IMPORTING, "SyntaxError: bad", False))
     assert "new mold (gen 1) failed to load the app: SyntaxError: bad; keeping gen 0" in logged(actions)
     sim.exit(new, wait_status(3))
     actions = sim.tick()
@@ -283,7 +284,7 @@ def test_a_reload_right_after_a_failed_one_starts_at_once():
     sim = Sim()
     sim.up()
     new = sim.fork_mold(reload(sim))
-    sim.handle(messages.MoldFailed(new, "RuntimeError: broken deploy", False))
+    sim.handle(messages.StartFailed(new, messages.IMPORTING, "RuntimeError: broken deploy", False))
     assert sim.sup.roster.pending_mold() is None
     actions = reload(sim)
     assert len(of(actions, ForkMold)) == 1 and "reload ignored" not in logged(actions)
@@ -399,7 +400,7 @@ def test_worker_whose_promoted_mold_refused_is_never_promoted_again():
     actions = sim.handle(ReforkRequested(dict(sim.slots)))
     (promote,) = sends(actions, messages.Promote, pid=w0)
     sim.handle(messages.Spawned("mold", 7000, 1))
-    actions = sim.handle(messages.MoldFailed(7000, "a connection is open at fork", True))
+    actions = sim.handle(messages.StartFailed(7000, messages.IMPORTING, "a connection is open at fork", True))
     assert f"worker 0 (pid {w0}) will not be promoted again: its mold (gen 1) refused" in logged(actions)
     sim.exit(7000, wait_status(2))
     assert sim.sup.roster.get(w0).fork_unsafe
@@ -497,7 +498,7 @@ def test_a_reload_announces_reloading_then_ready_however_it_ends():
     sim.handle(messages.Ready(new))
     assert announced(sim.tick()) == ["reloaded"]
     new = sim.fork_mold(reload(sim))
-    sim.handle(messages.MoldFailed(new, "SyntaxError: bad", False))
+    sim.handle(messages.StartFailed(new, messages.IMPORTING, "SyntaxError: bad", False))
     assert announced(sim.tick()) == ["reloaded"]  # systemd waits for READY=1 after RELOADING=1
 
 

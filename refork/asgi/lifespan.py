@@ -7,11 +7,12 @@ import logging
 from typing import Any
 
 from refork.asgi.scope import ASGI_INFO
+from refork.errors import StartupError
 
 log = logging.getLogger("refork")
 
 
-class LifespanFailure(RuntimeError):
+class LifespanFailure(StartupError):
     """The app reported (or raised during) lifespan startup: the worker must not serve."""
 
 

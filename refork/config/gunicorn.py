@@ -1,6 +1,6 @@
 """gunicorn's settings, each mapped to what refork does with it: the one table of the migration.
 
-Every setting of gunicorn (its config names, flags and special values, from gunicorn/config.py)
+Every setting of gunicorn 27 (its config names, flags and special values, from gunicorn/config.py)
 is a row: the same refork setting; a refork setting of another name; nothing, because refork
 does not need it (one INFO line at start when it is given); something refork does differently
 (one WARNING when it is given a value refork cannot honour); a value refork refuses (one error
@@ -68,6 +68,8 @@ def _is(*defaults: Any) -> Callable[[Any], bool]:
     def harmless(value: Any) -> bool:
         if isinstance(value, str):
             value = value.strip().lower()
+        if value in (False, "false") and True in defaults:  # --no-sendfile: False is what matters
+            return False
         return value in defaults or value in (None, False, "", [], {}, "false")
 
     return harmless
@@ -78,6 +80,11 @@ def _hook(name: str, note: str = "") -> Row:
 
 
 # -- conversions of gunicorn's values ---------------------------------------------------------
+
+
+def _no_limit_if_zero(value: Any, where: str) -> Any:
+    """websocket_max_message_size 0 (gunicorn: no limit): refork's --ws-max-size of 1T."""
+    return "1T" if value in (0, "0") else value
 
 
 def _off_if_true(value: Any, where: str) -> Any:
@@ -321,6 +328,12 @@ ROWS: tuple[Row, ...] = (
         default="h1",
         note="refork speaks HTTP/1.1; ALPN offers `http/1.1`, so HTTP/2 clients use it",
     ),  # fmt: skip
+    _differs(
+        "http2_cleartext",
+        "--http2-cleartext",
+        default="off",
+        note="refork speaks HTTP/1.1 only; an h2c connection gets 400",
+    ),  # fmt: skip
     _unneeded(
         "http2_max_concurrent_streams",
         "--http2-max-concurrent-streams",
@@ -341,12 +354,6 @@ ROWS: tuple[Row, ...] = (
         "--http2-max-header-list-size",
         default=65536,
         note="refork speaks HTTP/1.1 only",
-    ),  # fmt: skip
-    _differs(
-        "http2_cleartext",
-        "--http2-cleartext",
-        default="off",
-        note="refork speaks HTTP/1.1 only; an h2c connection gets 400",
     ),  # fmt: skip
     _unneeded(
         "raw_paste_global_conf",
@@ -415,6 +422,13 @@ ROWS: tuple[Row, ...] = (
         default=3,
         note="refork sends http.disconnect and lets the app finish",
     ),  # fmt: skip
+    _renamed(
+        "websocket_max_message_size",
+        "ws_max_size",
+        "--websocket-max-message-size",
+        convert=_no_limit_if_zero,
+        note="0: no limit (1T)",
+    ),
     _unneeded(
         "http_parser",
         "--http-parser",

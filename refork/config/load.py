@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         argument_default=argparse.SUPPRESS,
         allow_abbrev=False,
     )
-    parser.add_argument("--version", action="version", version=f"refork {__version__}")
+    parser.add_argument("-v", "--version", action="version", version=f"refork {__version__}")
     parser.add_argument(
         "-c", "--config", dest="config_file", metavar="FILE",
         help="Python config file, as gunicorn's: PATH or python:MODULE (default: ./gunicorn.conf.py if "
@@ -218,6 +218,28 @@ def _check_hook(key: str, value: Any, where: str) -> Callable[..., Any]:
     return func
 
 
+def _distance(a: str, b: str) -> int:
+    """Edits (insert, delete, replace, swap two neighbours) from a to b."""
+    rows = [list(range(len(b) + 1))]
+    for i, ca in enumerate(a, 1):
+        row = [i]
+        for j, cb in enumerate(b, 1):
+            row.append(min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + (ca != cb)))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                row[j] = min(row[j], rows[-2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]
+
+
+def _typo_of(name: str, known: list[str]) -> str | None:
+    """The setting `name` is a slip of the keyboard from (one or two edits), if any: helper names
+    that merely contain a setting's name (`timeout_str`, `use_loglevel`) are not slips."""
+    most = 2 if len(name) >= 6 else 1
+    close = [(_distance(name, k), k) for k in known if abs(len(k) - len(name)) <= most]
+    hits = sorted((d, k) for d, k in close if 0 < d <= most)
+    return hits[0][1] if hits else None
+
+
 def _from_config_file(
     location: str, cwd: str
 ) -> tuple[Source, dict[str, Callable[..., Any]], list[tuple[int, str]]]:
@@ -243,8 +265,8 @@ def _from_config_file(
             values.append((key, value, where))
         elif key in gunicorn.BY_NAME:
             values.append((_GUNICORN + key, value, where))
-        elif not inspect.isclass(value) and (hint := _did_you_mean(key, known, cutoff=0.8)):
-            misspelled.append(f"{key}{hint}")
+        elif not inspect.isclass(value) and (typo := _typo_of(key, known)):
+            misspelled.append(f"{key} (did you mean {typo!r}?)")
     if "pre_exec" in hooks:
         notes.append((INFO, f"pre_exec in {label}: {gunicorn.BY_NAME['pre_exec'].note}"))
     if misspelled:

@@ -206,7 +206,8 @@ class ProcessSettings:
         "--log-syslog",
         coerce=c.boolean,
         action="store_true",
-        help="also send the error and access logs to syslog",
+        help="also send the error log to syslog",
+        doc="also send the error log to syslog (the access log stays in `--access-logfile`)",
         group="logging",
     )
     syslog_addr: str = setting(
@@ -239,6 +240,6 @@ class ProcessSettings:
         "--disable-redirect-access-to-syslog",
         coerce=c.boolean,
         action="store_true",
-        help="with --log-syslog, keep the access log out of syslog",
+        help="gunicorn's: keep the access log out of syslog (refork never sends it there)",
         group="logging",
     )

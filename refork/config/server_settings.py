@@ -318,7 +318,8 @@ class ServerSettings:
         help="unix socket for `refork status`",
         doc="what `refork status` talks to; `off` disables; a location another user owns or can replace is "
         "refused at start",
-        shown_default="`$XDG_RUNTIME_DIR/NAME.ctl` or `/tmp/refork-UID/NAME.ctl`",
+        shown_default="`$XDG_RUNTIME_DIR/NAME-BIND.ctl` or `/tmp/refork-UID/NAME-BIND.ctl` (BIND: the "
+        "first `--bind`)",
         group="server",
         restart_only=True,
     )

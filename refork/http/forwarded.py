@@ -7,10 +7,13 @@ address, or ``None`` for a unix-socket peer) and about every hop of X-Forwarded-
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+SECURE_SCHEME_HEADERS = {"X-FORWARDED-PROTOCOL": "ssl", "X-FORWARDED-PROTO": "https", "X-FORWARDED-SSL": "on"}
+"""gunicorn's default secure_scheme_headers."""
 
 UNIX = "unix:"
 """The entry that trusts unix-socket peers (nginx's ``set_real_ip_from unix:`` spelling)."""
@@ -74,7 +77,11 @@ class TrustedProxies:
 
     MEMO = 4096  # remembered verdicts per table (emptied when full): proxies are few, clients repeat
 
-    def __init__(self, allow: Iterable[str]) -> None:
+    def __init__(self, allow: Iterable[str], secure_headers: Mapping[str, str] | None = None) -> None:
+        # gunicorn's secure_scheme_headers: a trusted proxy's header that says https (names
+        # case-insensitive, values exact); X-Forwarded-Proto may also say http, ws or wss
+        headers = SECURE_SCHEME_HEADERS if secure_headers is None else secure_headers
+        self.secure_headers = {name.lower().encode("latin-1"): value for name, value in headers.items()}
         # parsing an address with ipaddress costs microseconds; a request behind a proxy asks the
         # same questions as the last one from that proxy and that client
         self._trusted: dict[str, bool] = {}
@@ -145,14 +152,22 @@ def resolve_forwarded(
     if not proxies.trusts(peer_host):
         return scheme, peer_host
     proto = None
+    secure: bool | None = None  # what the other secure_scheme_headers say
     forwarded_for: list[str] = []  # repeated lines are one comma-separated list
+    expected = proxies.secure_headers
     for name, value in headers:
-        if name == b"x-forwarded-proto":
-            proto = value.decode("latin-1").split(",")[-1].strip().lower()
-        elif name == b"x-forwarded-for":
+        if name == b"x-forwarded-for":
             forwarded_for.append(value.decode("latin-1"))
+        elif name in expected:
+            text = value.decode("latin-1").split(",")[-1].strip()
+            if name == b"x-forwarded-proto" and expected[name] == "https":
+                proto = text.lower()
+            else:
+                secure = secure or text == expected[name]
     if proto in ("http", "https", "ws", "wss"):
         scheme = proto
+    elif secure is not None:
+        scheme = "https" if secure else "http"
     client = proxies.client_from(",".join(forwarded_for)) if forwarded_for else None
     return scheme, client or peer_host
 

@@ -13,10 +13,12 @@ only to its own uid or root.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import logging
 import os
 import pwd
+import re
 import socket
 import stat
 import struct
@@ -37,15 +39,43 @@ class ControlError(Exception):
     """The control socket could not be trusted or understood: one line for the user."""
 
 
-def default_path(proc_name: str) -> str:
-    """Where the control socket lives unless --control-socket says otherwise.
+def default_dir() -> str:
+    """`$XDG_RUNTIME_DIR` (private to the user by the XDG spec, checked by the server), else
+    `refork-<uid>` under the temp directory, a directory the server creates with mode 0700."""
+    return os.environ.get("XDG_RUNTIME_DIR") or os.path.join(tempfile.gettempdir(), f"refork-{os.geteuid()}")
 
-    `$XDG_RUNTIME_DIR` (private to the user by the XDG spec, checked by the server), else
-    `refork-<uid>` under the temp directory, a directory the server creates with mode 0700.
-    Computing it has no side effects: the client never creates anything.
+
+def default_path(proc_name: str, bind: str | None = None) -> str:
+    """Where the control socket lives unless --control-socket says otherwise: one per server,
+    named by its --name and first --bind address (`refork-127.0.0.1:8000.ctl`), so two servers of
+    one user never share one. Computing it has no side effects: the client never creates anything.
     """
-    base = os.environ.get("XDG_RUNTIME_DIR") or os.path.join(tempfile.gettempdir(), f"refork-{os.geteuid()}")
-    return os.path.join(base, f"{proc_name}.ctl")
+    if bind is None:
+        return os.path.join(default_dir(), f"{proc_name}.ctl")
+    return os.path.join(default_dir(), f"{proc_name}-{_slug(bind)}.ctl")
+
+
+def _slug(bind: str) -> str:
+    """A bind address as a file name: `unix:/run/app.sock` -> `unix:_run_app.sock`."""
+    return re.sub(r"[^\w.:\[\]-]", "_", bind)[-80:]
+
+
+def servers(proc_name: str) -> list[str]:
+    """The default control sockets of this user's servers named `proc_name` that answer a
+    connect (a crashed server's file is skipped), newest first."""
+    found = glob.glob(os.path.join(glob.escape(default_dir()), f"{glob.escape(proc_name)}-*.ctl"))
+    found += [p for p in [default_path(proc_name)] if os.path.exists(p)]
+    live = []
+    for path in found:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+            live.append(path)
+        except OSError:
+            pass
+        finally:
+            probe.close()
+    return sorted(live, key=lambda p: os.stat(p).st_mtime if os.path.exists(p) else 0, reverse=True)
 
 
 def _who(uid: int) -> str:
@@ -156,7 +186,7 @@ class ControlServer:
         """Bind the control socket; ConfigError when its location is not safe (see check_location)."""
         if config.control_socket == "off":
             return cls(None, None, commands)
-        path = config.control_socket or default_path(config.proc_name)
+        path = config.control_socket or default_path(config.proc_name, config.bind[0])
         check_location(path, explicit=bool(config.control_socket))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

@@ -25,12 +25,13 @@ _SYN_RECV = (1 << 3) | (1 << 12)  # TCPF_SYN_RECV | TCPF_NEW_SYN_RECV: a SYN ans
 Port = tuple[int, int]  # (address family, TCP port) of a listener
 
 
-def bind(addresses: list[str], backlog: int) -> list[socket.socket]:
-    """Bind and listen on every address, or raise ConfigError saying which one failed and why."""
+def bind(addresses: list[str], backlog: int, reuse_port: bool = False) -> list[socket.socket]:
+    """Bind and listen on every address, or raise ConfigError saying which one failed and why.
+    reuse_port: SO_REUSEPORT on TCP listeners (another server may bind the same port)."""
     listeners = []
     try:
         for text in addresses:
-            listeners.append(_bind_one(text, backlog))
+            listeners.append(_bind_one(text, backlog, reuse_port))
     except BaseException:
         for sock in listeners:
             sock.close()
@@ -129,7 +130,7 @@ def activated(fds: list[tuple[int, str]], backlog: int) -> list[socket.socket]:
     return listeners
 
 
-def _bind_one(text: str, backlog: int) -> socket.socket:
+def _bind_one(text: str, backlog: int, reuse_port: bool = False) -> socket.socket:
     try:
         address = parse_bind(text)
     except ValueError:  # config validation parses the same way: only a Config built by hand gets here
@@ -141,6 +142,8 @@ def _bind_one(text: str, backlog: int) -> socket.socket:
     try:
         if family != socket.AF_UNIX:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)

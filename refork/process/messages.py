@@ -35,15 +35,31 @@ class Ready:
 
     pid: int
     detail: str = ""
+    immortalized: bool = False  # a mold whose heap was made immortal
+
+
+IMPORTING = "importing the app"  # a fresh mold's first phase
+HEAP = "preparing the heap"  # a mold's last phase before Ready: collect, immortalize, freeze
 
 
 @dataclass
-class MoldFailed:
-    """The app could not be loaded; `config_error` means the user's APP/config is wrong."""
+class Starting:
+    """The child enters a phase of its start (importing the app, a fork hook...): if it dies
+    before it is ready, the monitor can say where."""
 
     pid: int
+    phase: str
+
+
+@dataclass
+class StartFailed:
+    """The child could not start: `reason` is the exception's last line; `config_error` means
+    the user's APP or config is wrong (exit 2 rather than 3)."""
+
+    pid: int
+    phase: str
     reason: str
-    config_error: bool
+    config_error: bool = False
 
 
 @dataclass
@@ -108,11 +124,16 @@ class ReopenLogs:
 
 # What a child may report, and what the monitor may command.
 Report: TypeAlias = (
-    Spawned | Ready | MoldFailed | WantsPromotion | WantsRetirement | ForkUnsafe | WorkerExited
+    Spawned | Starting | Ready | StartFailed | WantsPromotion | WantsRetirement | ForkUnsafe | WorkerExited
 )
 Command: TypeAlias = SpawnWorker | Promote | Stop | ReopenLogs
 Message: TypeAlias = Report | Command
 MESSAGE_TYPES: dict[str, type[Message]] = {cls.__name__: cls for cls in get_args(Message)}
+
+
+def last_line(error: BaseException) -> str:
+    """An exception as the last line of its traceback (a StartFailed reason)."""
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 def encode(message: Message) -> bytes:

@@ -11,6 +11,7 @@ import logging
 import os
 import select
 import socket
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -38,16 +39,32 @@ def boot_mold(ctx: ProcessContext, generation: int) -> int:
     mode = ctx.config.fork_safety
     if mode != "off":  # what the monitor left open here is refork's, not the app's: quietly
         descriptors.make_harmless(_own_fds(ctx, cmd), "the mold", logging.DEBUG)
+    phase = Phases(ctx)
     try:
-        app, interface, _ = load_checked(ctx.config, _own_fds(ctx, cmd), f"the mold (gen {generation})")
+        who = f"the mold (gen {generation})"
+        app, interface, _ = load_checked(ctx.config, _own_fds(ctx, cmd), who, phase)
     except ConfigError as e:
-        ctx.tell(messages.MoldFailed(os.getpid(), str(e), config_error=True))
+        ctx.tell(messages.StartFailed(os.getpid(), phase.current, str(e), config_error=True))
         return 2
     except Exception as e:
-        log.exception("the app failed to load")
-        ctx.tell(messages.MoldFailed(os.getpid(), f"{type(e).__name__}: {e}", config_error=False))
+        from refork.loading import app_traceback
+
+        log.error("the app failed to load:\n%s", app_traceback(e))
+        ctx.tell(messages.StartFailed(os.getpid(), phase.current, messages.last_line(e)))
         return 3
     return _mold_loop(ctx, cmd, app, interface, generation)
+
+
+class Phases:
+    """Tells the monitor each phase of a start as it begins (where a crash happened, if one does)."""
+
+    def __init__(self, ctx: ProcessContext) -> None:
+        self.ctx = ctx
+        self.current = messages.IMPORTING
+
+    def __call__(self, name: str) -> None:
+        self.current = name
+        self.ctx.tell(messages.Starting(os.getpid(), name))
 
 
 def promoted_mold(ctx: ProcessContext, app: Any, interface: str, generation: int) -> int:
@@ -65,7 +82,7 @@ def promoted_mold(ctx: ProcessContext, app: Any, interface: str, generation: int
         try:
             fork_check.judge(connections, ctx.config.fork_safety, "the promoted mold", CUT)
         except ConfigError as e:
-            ctx.tell(messages.MoldFailed(os.getpid(), str(e), config_error=False))
+            ctx.tell(messages.StartFailed(os.getpid(), "checking fork safety", str(e)))
             return 3
         fork_check.cut(connections)
         # the worker's files, pipes and event loop: its own, quietly
@@ -79,7 +96,9 @@ def _own_fds(ctx: ProcessContext, cmd: socket.socket) -> set[int]:
     return {cmd.fileno(), ctx.report.fileno(), *(sock.fileno() for sock in ctx.listeners)}
 
 
-def load_checked(config: Config, own: set[int], who: str) -> tuple[Any, str, list[fork_check.Hazard]]:
+def load_checked(
+    config: Config, own: set[int], who: str, phase: Callable[[str], None] = lambda name: None
+) -> tuple[Any, str, list[fork_check.Hazard]]:
     """Import and warm the app as a mold does, then judge what a fork would still copy.
 
     Load-time connects and thread starts are traced; the fork integrations then close what the app
@@ -91,7 +110,9 @@ def load_checked(config: Config, own: set[int], who: str) -> tuple[Any, str, lis
     for variable in integrations.prepare_environment(config.fork_integrations):
         log.debug("fork integrations: set %s before importing the app", variable)
     with fork_check.tracing(config.fork_safety) as tracer:
+        phase(messages.IMPORTING)
         app, interface = _load(config)
+        phase("warming up the app")
         run_warmup(app, interface, config)
     integrations.activate(config.fork_integrations)
     integrations.before_fork()  # what the app opened at load, closed before the check sees it
@@ -116,13 +137,14 @@ def _load(config: Config) -> tuple[Any, str]:
 
 
 def _mold_loop(ctx: ProcessContext, cmd: socket.socket, app: Any, interface: str, generation: int) -> int:
+    ctx.tell(messages.Starting(os.getpid(), messages.HEAP))
     report = prepare_heap_for_fork(immortalize=ctx.config.immortalize)
     detail = (
         f"heap: collected {report.collected}, frozen {report.frozen}, immortalize {report.immortalize}"
         f" ({report.seconds * 1000:.0f} ms)"
     )
     log.info("mold (gen %d) ready; %s", generation, detail)
-    ctx.tell(messages.Ready(os.getpid(), detail))
+    ctx.tell(messages.Ready(os.getpid(), detail, immortalized=report.immortalized > 0))
     children: set[int] = set()  # only without a subreaper: then workers are our children
     while True:
         if not ctx.subreaper:
@@ -147,7 +169,13 @@ def _mold_loop(ctx: ProcessContext, cmd: socket.socket, app: Any, interface: str
 
             reopen_log_files()
         elif isinstance(message, messages.SpawnWorker):
-            pid = _fork_worker(ctx, cmd, app, interface, message)
+            try:
+                pid = _fork_worker(ctx, cmd, app, interface, message)
+            except Exception as e:  # a before_fork / pre_fork hook: no worker can come of this mold
+                log.exception("the mold cannot fork a worker")
+                phase = "running the pre_fork hooks"
+                ctx.tell(messages.StartFailed(os.getpid(), phase, messages.last_line(e)))
+                return 3
             if pid:
                 children.add(pid)
 

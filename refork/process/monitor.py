@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import select
 import signal
 import socket
@@ -31,6 +32,7 @@ from refork.process import messages, systemd
 from refork.process.context import ProcessContext, set_title
 from refork.process.control import ControlServer
 from refork.process.forking import MONITOR_SIGNALS, make_subreaper, reset_signals_in_child, run_child
+from refork.process.identity import check_switch, chown_files, daemonize, drop_privileges
 from refork.process.listen_queue import listen_queue
 from refork.process.listeners import (
     Port,
@@ -74,6 +76,7 @@ class Monitor:
         self.channels: dict[int, socket.socket] = {}  # pid -> our end of the child's command socket
         self.watcher: Watcher | None = None  # --reload
         self.exit_code: int | None = None  # set by the supervisor's Exit
+        self.last_words = ""  # the supervisor's PrintError: stderr's last line at exit
         self.notifier: systemd.Notifier | None = None  # Type=notify: $NOTIFY_SOCKET
         self.unix_paths: list[str] = []  # unix listeners to unlink at exit
         self.owned_listeners: list[socket.socket] = []  # bound by us: sealed at a graceful stop
@@ -103,14 +106,15 @@ class Monitor:
             listeners = activated(passed, config.backlog)
             log.info("socket activation: %d socket(s) from systemd; --bind is not used", len(passed))
         else:
-            listeners = bind(config.bind, config.backlog)
+            listeners = bind(config.bind, config.backlog, config.reuse_port)
         self.owned_listeners = [] if passed else owned(config.bind, listeners)
         self.notifier = systemd.Notifier.from_environ(os.environ, os.getpid())
         self.unix_paths = [s.getsockname() for s in listeners if s.family == socket.AF_UNIX and not passed]
         self.report_in, report_out = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.report_in.setblocking(False)
         capacity = max(256, 4 * config.workers)
-        self.supervisor = Supervisor(config, subreaper=subreaper, capacity=capacity)
+        python = platform.python_version()
+        self.supervisor = Supervisor(config, subreaper=subreaper, capacity=capacity, python=python)
         slots = Slots(capacity, config.metrics_buckets)
         self.ctx = ProcessContext(config, listeners, report_out, slots, subreaper)
         if config.metrics_bind:
@@ -138,7 +142,7 @@ class Monitor:
         )
         if config.reload:
             dirs = config.reload_dirs or [os.path.abspath(d) for d in (os.getcwd(), *config.pythonpath)]
-            self.watcher = Watcher(dirs)
+            self.watcher = Watcher(dirs, extra=config.reload_extra_files)
             log.info("--reload: watching %d *.py files under %s", len(self.watcher.files), ", ".join(dirs))
         self.feed(ev.Boot())
 
@@ -286,7 +290,7 @@ class Monitor:
 
             reopen_log_files()
         elif isinstance(action, ev.PrintError):
-            print(action.text, file=sys.stderr, flush=True)
+            self.last_words = action.text
         elif isinstance(action, ev.Announce):
             self._announce(action.milestone)
         elif isinstance(action, ev.CloseListeners):
@@ -352,6 +356,7 @@ class Monitor:
             for sock in private:
                 sock.close()
             reset_signals_in_child()
+            drop_privileges(ctx.config)  # --user/--group: before the app is imported
             if config is not None:
                 from refork.logs import setup_logging
 
@@ -462,6 +467,8 @@ class Monitor:
         for c, row in zip(children, rows, strict=True):  # open WebSockets (ASGI workers)
             row["websockets"] = slots.websockets(c.slot) if c.slot >= 0 and c.role == "worker" else 0
         return {
+            "app": self.config.app,
+            "bind": list(self.config.bind),
             "monitor_pid": os.getpid(),
             "generation": sup.generation,
             "workers": sup.target_workers,
@@ -536,13 +543,23 @@ class Monitor:
         if self.config.pidfile:
             remove_pidfile(self.config.pidfile)
         log.info("monitor %d: stopped", os.getpid())
+        if self.last_words:
+            print(self.last_words, file=sys.stderr, flush=True)
 
 
 def run(config: Config, reread: Callable[[], Config] | None = None) -> int:
     """Run the server until it is stopped; return the exit status. `reread` serves HUP."""
-    from refork.logs import setup_logging
+    from refork.logs import check_log_files, log_notes, setup_logging
 
+    if config.umask is not None:
+        os.umask(config.umask)
+    check_switch(config)
+    check_log_files(config)  # a log file refork cannot write: one line, before anything starts
+    chown_files(config, [p for p in (config.error_logfile, config.access_logfile) if p and p != "-"])
+    if config.daemon:
+        daemonize(config.enable_stdio_inheritance)
     setup_logging(config)
+    log_notes(config)
     if config.allocator == "jemalloc":
         from refork.memory.allocator import reexec_with_jemalloc
 

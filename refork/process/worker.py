@@ -20,6 +20,7 @@ from typing import Any
 
 from refork import deadlines, fork_safety, hooks, integrations, lifecycle
 from refork.config import hard_timeout
+from refork.errors import StartupError
 from refork.memory.heap import after_fork_in_child
 from refork.process import descriptors, messages, statsd
 from refork.process.context import ProcessContext, set_title
@@ -51,15 +52,23 @@ def run_worker(
     )
     worker.server = hooks.Server(config, ctx.monitor_pid)
     hooks.become(worker.hook_worker)
-    lifecycle.run_hooks("after_fork")
-    hooks.call(config, "post_fork", worker.server, worker.hook_worker)
-    if ctx.config.memray:
-        from refork.memory.profiling import start_memray
+    try:
+        worker.starting("running the after_fork hooks")
+        lifecycle.run_hooks("after_fork")
+        if "post_fork" in config.hooks:
+            worker.starting("running the post_fork hook")
+            hooks.call(config, "post_fork", worker.server, worker.hook_worker)
+        if ctx.config.memray:
+            from refork.memory.profiling import start_memray
 
-        worker.memray = start_memray(ctx.config.memray, os.getpid())
-        # The tracker runs a thread: forking a mold from this process would not be safe.
-        fork_safety.mark_fork_unsafe("--memray tracker running")
-    hooks.call(config, "post_worker_init", worker.hook_worker)
+            worker.memray = start_memray(ctx.config.memray, os.getpid())
+            # The tracker runs a thread: forking a mold from this process would not be safe.
+            fork_safety.mark_fork_unsafe("--memray tracker running")
+        if "post_worker_init" in config.hooks:
+            worker.starting("running the post_worker_init hook")
+            hooks.call(config, "post_worker_init", worker.hook_worker)
+    except Exception as e:
+        return worker.failed_to_start(e)
     return worker.run()
 
 
@@ -105,6 +114,8 @@ class Worker:
         self._hung_shown = 0  # the OVERDUE count last written to the slot
         self._stopping = False
         self._exit_now = False
+        self._ready = False  # the loop serves (ready_for_requests)
+        self._phase = "starting"  # what it does before it is ready (see starting())
         self._promote_to: int | None = None
         self._retire_at = 0
         if config.max_requests > 0:
@@ -128,7 +139,24 @@ class Worker:
 
     def ready_for_requests(self) -> None:
         """Counted as started (readiness, rollouts) only once the loop can serve."""
+        self._ready = True
         self.ctx.tell(messages.Ready(os.getpid()))
+
+    def starting(self, phase: str) -> None:
+        """Tell the monitor what this worker does before it is ready (named if it dies there)."""
+        self._phase = phase
+        self.ctx.tell(messages.Starting(os.getpid(), phase))
+
+    def failed_to_start(self, error: Exception) -> int:
+        """An exception before the worker was ready: logged, reported with its phase; exit 3."""
+        if isinstance(error, StartupError):  # its message says it all
+            reason = str(error)
+            log.error("worker %d failed while %s: %s", self.nr, self._phase, reason)
+        else:
+            reason = messages.last_line(error)
+            log.exception("worker %d failed while %s", self.nr, self._phase)
+        self.ctx.tell(messages.StartFailed(os.getpid(), self._phase, reason))
+        return 3
 
     def run(self) -> int:
         from refork.serving import serve
@@ -145,7 +173,14 @@ class Worker:
         self.slots.claim(self.slot, os.getpid(), time.monotonic() + self.timeout, threads, time.time())
         if not fork_safety.is_fork_safe():  # marked while starting (a hook, --memray): say so now
             self._report_unsafe()
-        serve(self.ctx.listeners, self.app, self.interface, self.config, self)
+        if self.interface == "asgi":
+            self.starting("running the ASGI lifespan startup")
+        try:
+            serve(self.ctx.listeners, self.app, self.interface, self.config, self)
+        except Exception as e:
+            if self._ready:
+                raise
+            return self.failed_to_start(e)
         hooks.call(self.config, "worker_exit", self.server, self.hook_worker)
         if self.memray is not None:
             from refork.memory.profiling import stop_memray

@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from refork.asgi import HttpCycle, Lifespan, LifespanFailure
+from refork.asgi import HttpCycle, Lifespan
 from refork.config import Config
 from refork.http.forwarded import TrustedProxies
 from refork.http.proxy_protocol import policy
@@ -75,7 +75,8 @@ class Server:
         self.config = config
         self.control = control
         self.limits = request_limits(config)
-        self.proxies = TrustedProxies(config.forwarded_allow_ips) if config.forwarded_allow_ips else None
+        allow, secure = config.forwarded_allow_ips, config.secure_scheme_headers
+        self.proxies = TrustedProxies(allow, secure) if allow else None
         self.root_path = config.root_path
         self.lifespan = Lifespan(app)
         self.access_log = AccessLog.from_config(config, asgi=True)
@@ -317,11 +318,7 @@ def serve_asgi(
                         _abandon_after_fork(loop, srv)
                         raise
         if main.done() and not main.cancelled():
-            exc = main.exception()
-            if isinstance(exc, LifespanFailure):
-                log.error("%s; worker exiting", exc)
-                raise SystemExit(1) from None  # reported above: no traceback for the monitor's log
-            main.result()
+            main.result()  # a LifespanFailure: the worker reports it (refork.errors.StartupError)
     finally:
         if not forked:
             _close(loop, srv, main)

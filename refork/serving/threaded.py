@@ -83,7 +83,7 @@ class _Loop(Lifetime):
         self.request_hooks = RequestHooks.from_config(config)  # pre_request / post_request, if any
         self.access_log: RequestEnd | None = request_end(config, self.request_hooks)
         self.health = health_paths(config.health_path)
-        proxies = TrustedProxies(config.forwarded_allow_ips)
+        proxies = TrustedProxies(config.forwarded_allow_ips, config.secure_scheme_headers)
         self.tls = contexts_for(listeners, config)  # listener fd -> SSLContext (TLS listeners)
         self.proxy = policy(config.proxy_protocol, config.proxy_allow_ips)
         self.handshake_timeout = config.ssl_handshake_timeout

@@ -55,6 +55,7 @@ from refork.process.supervisor.events import (
 from refork.process.supervisor.phases import Phases
 from refork.process.supervisor.rollout import crash_loop_over, may_promote, recycle, rollout_limit, to_retire
 from refork.process.supervisor.roster import Child, Roster, exit_description, restart_cause
+from refork.process.supervisor.starts import Starts
 
 NUDGE_GRACE = 2.0  # a worker whose loop runs reports --request-timeout itself within a tick (1s)
 ABORT_GRACE = 1.0  # after a timeout's SIGABRT (the worker_abort hook), seconds before SIGKILL
@@ -63,11 +64,12 @@ REFUSED_REFORK = "no promotable worker (see the log)"
 REFUSED_RELOAD = "a new mold is already starting"
 
 
-class Supervisor(Phases):
+class Supervisor(Phases, Starts):
     """The monitor's state and decisions. Construct, feed `Boot()`, then every event as it comes."""
 
-    def __init__(self, config: Config, *, subreaper: bool, capacity: int) -> None:
+    def __init__(self, config: Config, *, subreaper: bool, capacity: int, python: str = "") -> None:
         self.config = config
+        self.python = python  # the interpreter's version, for the immortalization fallback's warning
         self.subreaper = subreaper
         self.roster = Roster()
         self.slot_allocator = SlotAllocator(capacity)
@@ -181,12 +183,17 @@ class Supervisor(Phases):
         if isinstance(message, messages.Ready):
             child.ready = True
             child.ready_at = self.now
+            self._started(child, message)
             if child.role == "mold":
                 self._mold_ready(child)
             else:
                 self._log(INFO, "worker %d ready (pid %d, gen %d)", child.nr, child.pid, child.generation)
-        elif isinstance(message, messages.MoldFailed):
-            self._mold_failed(child, message)
+        elif isinstance(message, messages.Starting):
+            self._starting(child, message)
+        elif isinstance(message, messages.StartFailed):
+            self._start_failed(child, message)
+            if child.role == "mold":
+                self._mold_failed(child, message)
         elif isinstance(message, messages.WantsRetirement):
             if not child.stopping and child.retire_reason is None:
                 self._log(INFO, "worker %d (pid %d) %s; replacing it", child.nr, child.pid, message.reason)
@@ -223,7 +230,7 @@ class Supervisor(Phases):
         how = exit_description(status)
         expected = child.stopping or bool(self.stopping)
         if child.role == "mold":
-            self._mold_exited(child, how, expected)
+            self._mold_exited(child, how, expected, status, lived)
         else:
             level = INFO if expected else WARNING
             reason = f" ({child.kill_reason})" if child.kill_reason else ""
@@ -232,6 +239,7 @@ class Supervisor(Phases):
             )
             if not expected and child.kill_reason is None and (not child.ready or lived < 1.0):
                 self._crash_backoff(f"worker {child.nr} {how} {lived:.1f}s after start")
+                self._crash_at_start(child, status, lived)
         cause = restart_cause(child, bool(self.stopping))
         if cause is not None:
             self.restarts[cause] = self.restarts.get(cause, 0) + 1
@@ -380,6 +388,8 @@ class Supervisor(Phases):
     # -- molds: a fresh import (the start, HUP, a crash) -----------------------------------------
     def _spawn_mold(self, generation: int, config: Config | None = None) -> None:
         """Ask for a fresh mold (it imports the app), with a reloaded config if given."""
+        if config is not None:
+            config = self._without_immortalization(config)
         pending = self.roster.expect_mold(generation, self.now)
         pending.config = config if config is not None and config is not self.config else None
         self._emit(ForkMold(generation, pending.config))
@@ -397,8 +407,7 @@ class Supervisor(Phases):
     def _keep_a_mold(self, now: float) -> None:
         """No usable mold and none coming: replace a crashed one, or summon a shed one if needed."""
         if (
-            not self.started
-            or self.roster.usable_mold() is not None
+            self.roster.usable_mold() is not None
             or self.roster.pending_mold() is not None
             or now < self.mold_crashes.next_at
         ):
@@ -514,15 +523,14 @@ class Supervisor(Phases):
             self.started = True
             self._hook("when_ready", self.config)
 
-    def _mold_failed(self, mold: Child, failure: messages.MoldFailed) -> None:
-        mold.failed = failure.reason
+    def _mold_failed(self, mold: Child, failure: messages.StartFailed) -> None:
         if not self.started:
-            self.exit_code = 2 if failure.config_error else 3
             if failure.config_error:
+                self.exit_code = 2
                 self._emit(PrintError(f"refork: error: {failure.reason}"))
+                self._begin_stop("fast")
             else:
-                self._log(ERROR, "the app failed to load: %s", failure.reason)
-            self._begin_stop("fast")
+                self._give_up(f"the mold (gen {mold.generation}) {self._how(mold, 0)}")
             return
         pending = self.roster.pending_mold()
         if pending is None or pending.pid != mold.pid:
@@ -548,15 +556,18 @@ class Supervisor(Phases):
             self.generation,
         )
 
-    def _mold_exited(self, mold: Child, how: str, expected: bool) -> None:
+    def _mold_exited(self, mold: Child, how: str, expected: bool, status: int, lived: float) -> None:
         if self.roster.current_mold() is None:
             for pending in self.roster.drop_pending_workers():
                 self.slot_allocator.give_back(pending.slot)
-        if expected or mold.failed:
+        if expected:
             self._log(INFO, "mold (gen %d, pid %d) %s", mold.generation, mold.pid, how)
             return
-        self._log(WARNING, "mold (gen %d, pid %d) %s", mold.generation, mold.pid, how)
-        if self.roster.current_mold() is None and self.roster.pending_mold() is None and self.started:
+        level = INFO if mold.failed else WARNING
+        self._log(level, "mold (gen %d, pid %d) %s", mold.generation, mold.pid, how)
+        if self._crash_at_start(mold, status, lived) or mold.failed:
+            return
+        if self.roster.current_mold() is None and self.roster.pending_mold() is None:
             delay = self.mold_crashes.failed(self.now)
             self._log(
                 WARNING,

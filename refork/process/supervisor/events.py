@@ -2,7 +2,7 @@
 
 Small frozen dataclasses, like h11's events: the monitor turns signals, reports, exits, control
 commands and the passing of time into events, and carries out the actions the core returns.
-Children's reports (refork.process.messages: Spawned, Ready, MoldFailed, WantsRetirement,
+Children's reports (refork.process.messages: Spawned, Starting, Ready, StartFailed, WantsRetirement,
 WantsPromotion, ForkUnsafe) are events as they are.
 """
 
@@ -133,8 +133,9 @@ class HandshakesCounted:
 
 Report = (
     messages.Spawned
+    | messages.Starting
     | messages.Ready
-    | messages.MoldFailed
+    | messages.StartFailed
     | messages.WantsRetirement
     | messages.WantsPromotion
     | messages.ForkUnsafe
@@ -243,7 +244,8 @@ class ReopenLogFiles:
 
 @dataclass(frozen=True)
 class PrintError:
-    """One line on stderr, for the user (a config error at start)."""
+    """One line on stderr for the user (why the server cannot start), printed as the monitor's
+    last words when it exits, after its log lines."""
 
     text: str
 

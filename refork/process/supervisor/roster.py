@@ -37,7 +37,8 @@ class Child:
     restart_cause: str | None = None  # why it is replaced: the metrics' cause (see restart_cause())
     nudged: float = 0.0  # the slot deadline it was last sent SIGUSR2 for (--request-timeout)
     fork_unsafe: str | None = None
-    failed: str | None = None
+    failed: str | None = None  # why it could not start (StartFailed)
+    phase: str = ""  # what it was doing before it was ready (Starting), for the log if it dies
     memory: ProcessMemory | None = None
     memory_at: float = 0.0
     new_config: Config | None = None  # a mold started by HUP with a re-read config

@@ -1,0 +1,20 @@
+# Behind HAProxy with the PROXY protocol, strict parsing relaxed for an old load balancer.
+bind = ["127.0.0.1:8000"]
+workers = 2
+proxy_protocol = "auto"
+proxy_allow_ips = "127.0.0.1,10.0.0.0/8"
+forwarded_allow_ips = "*"
+forwarder_headers = "SCRIPT_NAME,PATH_INFO"
+header_map = "drop"
+permit_obsolete_folding = False
+strip_header_spaces = False
+permit_unconventional_http_method = False
+permit_unconventional_http_version = False
+casefold_http_method = False
+reuse_port = True
+sendfile = None
+protocol = "http"
+uwsgi_allow_ips = "127.0.0.1,::1"
+root_path = ""
+control_socket_mode = 0o600
+control_socket_disable = True
