@@ -9,11 +9,12 @@ per response with what they have at hand::
 bytes sent, `duration` seconds, `environ` the WSGI environ or None (ASGI), `response_headers` the
 app's (name, value) byte pairs or None).
 
-A gunicorn format is compiled to one %-format over a tuple of just the atoms it names, each
-computed the way gunicorn's ``Logger.atoms`` computes it: same values, same defaults (``-``),
-same escaping (a ``"`` in a string atom becomes ``\\"``, nothing else), same case rules
-(``{name}i``/``o``/``e`` case-insensitive, the other atoms exact). The built-in formats escape
-Apache-style instead (quotes, backslashes and non-printable bytes as ``\\xNN``).
+A gunicorn format is compiled to a function that computes just the atoms it names into locals
+and joins them with one f-string (a ``%s`` field is an f-string field; any other spec is applied
+with % to its atom), each atom computed as gunicorn's ``Logger.atoms`` computes it: same values,
+same defaults (``-``), same escaping (a ``"`` in a string atom becomes ``\\"``, nothing else),
+same case rules (``{name}i``/``o``/``e`` case-insensitive, the other atoms exact). The built-in
+formats escape Apache-style instead (quotes, backslashes and non-printable bytes as ``\\xNN``).
 """
 
 from __future__ import annotations
