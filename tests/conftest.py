@@ -93,7 +93,9 @@ class LoggedProcess:
 class Server(LoggedProcess):
     """One `python -m refork ...` process tree."""
 
-    def __init__(self, tmp: Path, args: list[str], app: str, env: dict[str, str] | None) -> None:
+    def __init__(
+        self, tmp: Path, args: list[str], app: str, env: dict[str, str] | None, preexec_fn: Any = None
+    ) -> None:
         self.port = free_port()
         self.control = str(tmp / f"refork-{self.port}.ctl")
         self.log_path = tmp / f"refork-{self.port}.log"
@@ -117,6 +119,7 @@ class Server(LoggedProcess):
             stdout=self.log_file,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            preexec_fn=preexec_fn,
         )
 
     # --- control socket ---
@@ -193,11 +196,12 @@ def start_server(tmp_path):
         workers: int | None = 2,
         wait: bool = True,
         env: dict[str, str] | None = None,
+        preexec_fn: Any = None,
     ) -> Server:
         extra = list(args)
         if workers is not None:
             extra = ["-w", str(workers), *extra]
-        server = Server(tmp_path, extra, app, env)
+        server = Server(tmp_path, extra, app, env, preexec_fn)
         servers.append(server)
         if wait:
             server.wait_ready(workers or 1)

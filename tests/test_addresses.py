@@ -36,6 +36,9 @@ def test_parse_bind(text, expected):
 def test_parse_bind_rejects(text):
     with pytest.raises(ValueError, match="use HOST:PORT, \\[V6\\]:PORT, :PORT, unix:PATH or fd://N"):
         parse_bind(text)
+    if text in ("localhost", "[::1]"):  # gunicorn's host alone: port 8000
+        assert load_config(["-b", text, "m:app"], environ={}).bind == [f"{text}:8000"]
+        return
     with pytest.raises(ConfigError, match="is not a valid address; use HOST:PORT"):
         load_config(["-b", text, "m:app"], environ={})
 

@@ -220,3 +220,19 @@ def test_extend_deadline_outside_a_request_is_a_no_op_and_checks_its_argument() 
             deadlines.current.reset(serving)
     finally:
         deadlines.install(None)
+
+
+def test_an_event_loops_clock_watches_the_loop_not_its_awaiting_requests() -> None:
+    slots, clock = Slots(1), Clock()
+    app_clock = AppClock(slots, 0, 30.0, clock, heartbeat=True)
+    hung = app_clock.started()  # an ASGI request awaiting something that never comes
+    clock.now = 200.0
+    app_clock.tick()  # the loop runs: it ticks
+    assert slots.deadline(0) == 230.0 and app_clock.busy
+    other = app_clock.started()
+    clock.now = 210.0
+    app_clock.finished(other)
+    assert slots.deadline(0) == 240.0  # the hung request holds nothing
+    clock.now = 300.0  # no tick since 210: the loop is blocked in the app, and the worker is late
+    assert slots.deadline(0) < clock.now
+    assert app_clock.overdue(60.0) == [hung]  # the soft deadline still sees the request itself

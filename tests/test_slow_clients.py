@@ -139,11 +139,10 @@ def test_a_slow_but_steady_download_longer_than_timeout_completes(start_server, 
     assert _same_worker(server, pid)
 
 
-@pytest.mark.parametrize("interface", ["asgi", "wsgi"])
-def test_time_in_the_app_still_holds_the_deadline(start_server, interface):
-    """A response started and then stuck in the app (WSGI: in next() of its body, pulled after
-    the socket had filled up and the client read on) gets the worker replaced."""
-    server, pid = _start(start_server, interface)
+def test_time_in_the_app_still_holds_the_deadline(start_server):
+    """A response started and then stuck in the app (in next() of its body, pulled after the
+    socket had filled up and the client read on) gets the worker replaced."""
+    server, pid = _start(start_server, "wsgi")
     with _connect(server.port, rcvbuf=4096) as stuck:
         stuck.sendall(b"GET /stuck HTTP/1.1\r\nHost: a\r\n\r\n")
         received = len(read_to_end(stuck))  # until the monitor's SIGKILL ends the connection
@@ -151,6 +150,19 @@ def test_time_in_the_app_still_holds_the_deadline(start_server, interface):
         server.wait_for(lambda: [w["pid"] for w in server.workers()] not in ([], [pid]),
                         what="the stuck worker to be replaced")  # fmt: skip
     assert "timeout" in server.log()
+
+
+def test_an_asgi_response_awaiting_past_timeout_costs_its_worker_nothing(start_server):
+    """The ASGI deadline watches the event loop: a started response whose app awaits for longer
+    than --timeout (2 s) holds no thread, so the worker keeps serving and is never killed for it."""
+    server, pid = _start(start_server, "asgi")
+    with _connect(server.port) as stuck:
+        stuck.sendall(b"GET /stuck HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert stuck.recv(100).startswith(b"HTTP/1.1 200")
+        until = time.monotonic() + 4  # a negative: nothing may happen in twice --timeout
+        while time.monotonic() < until:
+            assert _same_worker(server, pid)
+    assert "killing it" not in server.log()
 
 
 @pytest.mark.parametrize("interface", ["asgi", "wsgi"])

@@ -10,16 +10,18 @@ use crate::sys::{self, Epoll, Peer};
 pub(crate) struct Listeners {
     /// in the order of the loop's Environs
     fds: Vec<i32>,
-    /// registered in the loop's epoll and accepted from (not while paused, nor once closed)
+    /// registered in the loop's epoll and accepted from (not while paused or full, nor once closed)
     accepting: bool,
     closed: bool,
     paused_until: f64,
+    /// no app thread is free (`hold`): accept nothing, other workers take the connections
+    full: bool,
 }
 
 impl Listeners {
     /// `fds`, already registered (EPOLLIN) in the loop's epoll.
     pub fn new(fds: Vec<i32>) -> Listeners {
-        Listeners { fds, accepting: true, closed: false, paused_until: 0.0 }
+        Listeners { fds, accepting: true, closed: false, paused_until: 0.0, full: false }
     }
 
     /// The place of a listening fd in the constructor's list (its Environ); kept once closed, to
@@ -76,13 +78,38 @@ impl Listeners {
     pub fn resume(&mut self, ep: &Epoll, now: f64) {
         if self.paused_until > 0.0 && now >= self.paused_until {
             self.paused_until = 0.0;
-            if !self.closed {
-                for l in &self.fds {
-                    let _ = ep.add(*l, libc::EPOLLIN as u32);
-                }
-                self.accepting = true;
+            if !self.closed && !self.full {
+                self.register(ep);
             }
         }
+    }
+
+    /// Every app thread is busy (`full`), or one is free again: a worker accepts only connections
+    /// it can start serving, so the kernel offers the rest to its siblings (as Puma's reactor
+    /// waits for a free thread). A request queued behind hung ones would be lost with them.
+    pub fn hold(&mut self, ep: &Epoll, full: bool) {
+        if full == self.full {
+            return;
+        }
+        self.full = full;
+        if self.closed || self.paused_until > 0.0 {
+            return; // not registered either way; resume() looks at `full`
+        }
+        if full {
+            for l in &self.fds {
+                ep.delete(*l);
+            }
+            self.accepting = false;
+        } else {
+            self.register(ep);
+        }
+    }
+
+    fn register(&mut self, ep: &Epoll) {
+        for l in &self.fds {
+            let _ = ep.add(*l, libc::EPOLLIN as u32);
+        }
+        self.accepting = true;
     }
 
     /// The worker stops: accept no more.

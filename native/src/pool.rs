@@ -64,6 +64,9 @@ struct Queue {
     /// native requests in `jobs`, and being served by app threads
     queued: usize,
     serving: usize,
+    /// jobs of either kind given to the app threads and not done (parked ones too): at
+    /// `Shared::threads`, no thread is free and the I/O thread accepts nothing
+    busy: usize,
     /// app threads blocked waiting for a job (no wake-up call when there are none)
     waiting: usize,
 }
@@ -101,6 +104,11 @@ pub(crate) struct Shared {
     to_python: Mutex<ToPython>,
     pause: AtomicBool,
     holding: AtomicBool,
+    /// the app threads' count (`busy` reaching it stops accepts)
+    threads: usize,
+    /// the I/O thread stopped accepting for want of a free thread: the app thread that frees one
+    /// wakes it
+    full: AtomicBool,
     /// False once the worker stops: every response says "Connection: close"
     keep_alive: AtomicBool,
     /// connections the engine owns, wherever they are (the drain waits for 0)
@@ -112,6 +120,7 @@ impl Shared {
     /// A request is complete: to an app thread (or parked while the worker waits for a safe point).
     fn dispatch(&self, conn: Conn) {
         let mut q = locked(&self.queue);
+        q.busy += 1;
         if self.holding.load(Ordering::Acquire) {
             q.parked.push(conn);
             return;
@@ -154,8 +163,23 @@ impl Shared {
         }
     }
 
-    fn served(&self) {
-        locked(&self.queue).serving -= 1;
+    /// App threads free now (none: accept nothing).
+    fn free(&self) -> usize {
+        self.threads.saturating_sub(locked(&self.queue).busy)
+    }
+
+    /// A job is done (`native`: a request of the engine's): a thread is free again; if the I/O
+    /// thread stopped accepting for want of one, wake it.
+    fn done(&self, native: bool) {
+        let mut q = locked(&self.queue);
+        if native {
+            q.serving -= 1;
+        }
+        q.busy -= 1;
+        drop(q);
+        if self.full.load(Ordering::Acquire) {
+            self.io_wake.notify();
+        }
     }
 
     /// An app thread is done with a connection: the I/O thread's again, waiting for `events`.
@@ -242,6 +266,8 @@ impl PoolEngine {
             to_python: Mutex::new(ToPython::default()),
             pause: AtomicBool::new(false),
             holding: AtomicBool::new(false),
+            threads: host.getattr("threads")?.extract()?,
+            full: AtomicBool::new(false),
             keep_alive: AtomicBool::new(true),
             open: AtomicUsize::new(0),
             intake,
@@ -335,11 +361,13 @@ impl PoolEngine {
             };
             match job {
                 Job::Python(args) => {
-                    handler.call1(args.bind(py).downcast::<PyTuple>()?)?;
+                    let result = handler.call1(args.bind(py).downcast::<PyTuple>()?);
+                    self.shared.done(false);
+                    result?;
                 }
                 Job::Request(conn) => {
                     let result = self.serve(py, conn);
-                    self.shared.served();
+                    self.shared.done(true);
                     result?;
                 }
             }
@@ -349,6 +377,7 @@ impl PoolEngine {
     /// A job of the Python loop for the app threads (see `work`).
     fn submit(&self, job: Bound<'_, PyTuple>) {
         let mut q = locked(&self.shared.queue);
+        q.busy += 1;
         q.jobs.push_back(Job::Python(job.into_any().unbind()));
         self.shared.wake_one(q);
     }
@@ -377,6 +406,13 @@ impl PoolEngine {
     fn in_flight(&self) -> usize {
         let q = locked(&self.shared.queue);
         q.queued + q.serving
+    }
+
+    /// App threads free now, for the jobs of either loop (the Python loop accepts on its own
+    /// listeners only while one is).
+    #[getter]
+    fn free_threads(&self) -> usize {
+        self.shared.free()
     }
 
     /// No connection is left (a draining worker may stop).
@@ -449,12 +485,14 @@ impl PoolEngine {
         conns.extend(locked(&self.shared.to_python).handed.drain(..).map(|(c, _)| c));
         {
             let mut q = locked(&self.shared.queue);
+            q.busy -= q.parked.len();
             conns.append(&mut q.parked);
             let jobs = std::mem::take(&mut q.jobs);
             for job in jobs {
                 match job {
                     Job::Request(c) => {
                         q.queued -= 1;
+                        q.busy -= 1;
                         conns.push(c);
                     }
                     other => q.jobs.push_back(other),

@@ -248,12 +248,17 @@ def workers(value: Any, where: str) -> int:
 
 
 def bind_address(value: Any, where: str) -> str:
-    """Checked with the parser the monitor binds with (refork.addresses); kept as text."""
+    """--bind: checked with the parser the monitor binds with (refork.addresses); kept as text. A
+    host alone is port 8000 and a `tcp://` prefix is dropped, as gunicorn reads them."""
     text = string(value, where).strip()
     if text.startswith("tcp://"):
         text = text[len("tcp://") :]
-    if re.fullmatch(r"[\w.-]+|\[[0-9a-fA-F:.]+\]", text):  # a host alone: port 8000, as gunicorn
+    if re.fullmatch(r"[\w.-]+|\[[0-9a-fA-F:.]+\]", text):
         text += ":8000"
+    return _address(text, where)
+
+
+def _address(text: str, where: str) -> str:
     try:
         parse_bind(text)
     except ValueError:
@@ -346,7 +351,7 @@ def optional_bind_address(value: Any, where: str) -> str | None:
     """--metrics-bind: an address as --bind takes it, or off (None)."""
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "off")):
         return None
-    return bind_address(value, where)
+    return _address(string(value, where).strip(), where)
 
 
 _PROXY_MODES = {

@@ -171,7 +171,9 @@ def _read_config_file(location: str, cwd: str) -> tuple[dict[str, Any], set[str]
         module = location[len("python:") :]
         sys.path.insert(0, cwd)
         try:
-            return dict(vars(importlib.import_module(module))), set(), location
+            loaded = sys.modules.get(module)  # HUP reads it again, edits included
+            found = importlib.reload(loaded) if loaded is not None else importlib.import_module(module)
+            return dict(vars(found)), set(), location
         except ImportError as e:
             raise ConfigError(f"cannot import config module {module!r} (-c {location}): {e}") from None
         finally:

@@ -13,6 +13,7 @@ only to its own uid or root.
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import json
 import logging
@@ -32,6 +33,9 @@ log = logging.getLogger("refork")
 
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 MAX_ANSWER = 4 << 20  # a status table of thousands of processes is well under this
+MAX_REQUEST = 65536  # a request line (commands are a few bytes)
+MAX_CLIENTS = 64  # connections served at once; more wait in the listen backlog
+CLIENT_TIMEOUT = 5.0  # seconds to send a request, and to take its answer
 COMMANDS = ("status", "refork", "reload", "ttin", "ttou")
 
 
@@ -172,13 +176,36 @@ class Commands(Protocol):
     def target_workers(self) -> int: ...
 
 
+class _Client:
+    """One control connection: what it sent so far, and what it is still owed."""
+
+    __slots__ = ("sock", "since", "buffer", "out", "stranger")
+
+    def __init__(self, sock: socket.socket, now: float, stranger: bool) -> None:
+        self.sock = sock
+        self.since = now  # when it connected (reading), or when its answer was ready (writing)
+        self.buffer = b""
+        self.out: bytes | None = None  # the answer being written
+        self.stranger = stranger  # gets "permission denied"
+
+
 class ControlServer:
+    """The monitor's side: non-blocking, bounded, and never its end.
+
+    A request is one line of at most MAX_REQUEST bytes, read within CLIENT_TIMEOUT of the
+    connect; its answer is written as the client takes it, within CLIENT_TIMEOUT; at most
+    MAX_CLIENTS connections at once (more wait in the backlog); accept() failing for want of
+    descriptors or memory pauses accepting for a second. Whatever a client sends (random bytes,
+    JSON nested ten thousand deep, a command whose handler raises) gets an error answer, and
+    the monitor carries on: it is the one process that must not die.
+    """
+
     def __init__(self, listener: socket.socket | None, path: str | None, commands: Commands) -> None:
         self.listener = listener
         self.path = path
         self.commands = commands
-        self.clients: dict[socket.socket, bytes] = {}
-        self.strangers: set[socket.socket] = set()  # clients that get "permission denied"
+        self.clients: dict[socket.socket, _Client] = {}
+        self.paused_until = 0.0  # accept() failed for want of resources: not before then
         self.served: dict[str, int] = {}  # commands answered, by name (the metrics)
 
     @classmethod
@@ -216,35 +243,83 @@ class ControlServer:
         return cls(listener, path, commands)
 
     def sockets(self) -> list[socket.socket]:
+        """Every socket it owns (a forked child closes them all)."""
         return ([self.listener] if self.listener else []) + list(self.clients)
 
-    def on_readable(self, sock: socket.socket) -> None:
+    def readers(self, now: float) -> list[socket.socket]:
+        """What to wait on for reading: the listener while it may accept, clients still sending."""
+        readers = [c.sock for c in self.clients.values() if c.out is None]
+        if self.listener is not None and now >= self.paused_until and len(self.clients) < MAX_CLIENTS:
+            readers.append(self.listener)
+        return readers
+
+    def writers(self) -> list[socket.socket]:
+        return [c.sock for c in self.clients.values() if c.out is not None]
+
+    def on_readable(self, sock: socket.socket, now: float) -> None:
         if sock is self.listener:
-            with contextlib.suppress(BlockingIOError, InterruptedError):
-                client, _ = sock.accept()
-                client.setblocking(False)
-                self.clients[client] = b""
-                if self._is_stranger(client):
-                    self.strangers.add(client)
+            self._accept(now)
+            return
+        client = self.clients.get(sock)
+        if client is None or client.out is not None:
             return
         try:
-            data = sock.recv(65536)
+            data = sock.recv(MAX_REQUEST + 1)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
             data = b""
-        buffer = self.clients.get(sock, b"") + data
-        if not data or b"\n" in buffer or len(buffer) > 65536:
-            line = buffer.split(b"\n", 1)[0]
-            if sock in self.strangers:
-                self.strangers.discard(sock)
-                reply = {"ok": False, "error": "permission denied: not the server's user or root"}
-            else:
-                reply = self._answer(line)  # may fork a mold: sock must still be listed for it to close
-            self.clients.pop(sock, None)
-            self._reply(sock, reply)
-        else:
-            self.clients[sock] = buffer
+        client.buffer += data
+        if data and b"\n" not in client.buffer and len(client.buffer) <= MAX_REQUEST:
+            return
+        if b"\n" not in client.buffer and len(client.buffer) > MAX_REQUEST:
+            reply = {"ok": False, "error": f"bad request: longer than {MAX_REQUEST} bytes"}
+        elif client.stranger:
+            reply = {"ok": False, "error": "permission denied: not the server's user or root"}
+        else:  # may fork a mold: the socket must still be listed for the child to close it
+            reply = self._answer(client.buffer.split(b"\n", 1)[0])
+        client.out = json.dumps(reply).encode() + b"\n"
+        client.since = now
+        self.on_writable(sock)
+
+    def on_writable(self, sock: socket.socket) -> None:
+        client = self.clients.get(sock)
+        if client is None or client.out is None:
+            return
+        try:
+            sent = sock.send(client.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            sent = len(client.out)  # the client left: nothing more to say
+        client.out = client.out[sent:]
+        if not client.out:
+            self._drop(client)
+
+    def sweep(self, now: float) -> None:
+        """Close what took longer than CLIENT_TIMEOUT to ask, or to take its answer."""
+        for client in [c for c in self.clients.values() if now - c.since > CLIENT_TIMEOUT]:
+            self._drop(client)
+
+    def _accept(self, now: float) -> None:
+        assert self.listener is not None
+        for _ in range(MAX_CLIENTS - len(self.clients)):
+            try:
+                sock, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:  # out of descriptors or memory: try again later, never spin
+                if e.errno in (errno.ECONNABORTED, errno.EPROTO):
+                    continue
+                log.error("control socket: accept() failed: %s; pausing it for a second", e)
+                self.paused_until = now + 1.0
+                return
+            sock.setblocking(False)
+            self.clients[sock] = _Client(sock, now, self._is_stranger(sock))
+
+    def _drop(self, client: _Client) -> None:
+        self.clients.pop(client.sock, None)
+        client.sock.close()
 
     @staticmethod
     def _is_stranger(client: socket.socket) -> bool:
@@ -262,22 +337,22 @@ class ControlServer:
         log.warning("control socket: refused a client running as %s", _who(uid))
         return True
 
-    @staticmethod
-    def _reply(sock: socket.socket, reply: dict[str, Any]) -> None:
-        with contextlib.suppress(OSError):
-            sock.setblocking(True)
-            sock.settimeout(2.0)
-            sock.sendall(json.dumps(reply).encode() + b"\n")
-        sock.close()
-
     def _answer(self, line: bytes) -> dict[str, Any]:
         try:
             request = json.loads(line or b"{}")
-            command = request.get("command", "status")
-        except (ValueError, AttributeError):
+        except (ValueError, RecursionError, MemoryError):
+            request = None
+        if not isinstance(request, dict) or not isinstance(command := request.get("command", "status"), str):
             return {"ok": False, "error": "bad request: send one JSON object per line"}
         counted = command if command in COMMANDS else "unknown"
         self.served[counted] = self.served.get(counted, 0) + 1
+        try:
+            return self._run(command)
+        except Exception as e:  # a command's failure is its answer, never the monitor's end
+            log.exception("control socket: the %s command failed", command)
+            return {"ok": False, "error": f"{command} failed: {type(e).__name__}: {e}"}
+
+    def _run(self, command: str) -> dict[str, Any]:
         if command == "status":
             return {"ok": True, **self.commands.status()}
         if command == "refork":
@@ -296,10 +371,8 @@ class ControlServer:
         return {"ok": False, "error": f"unknown command {command!r}"}
 
     def close(self) -> None:
-        for client in list(self.clients):
-            client.close()
-        self.clients.clear()
-        self.strangers.clear()
+        for client in list(self.clients.values()):
+            self._drop(client)
         if self.listener is not None:
             self.listener.close()
             with contextlib.suppress(OSError):

@@ -19,6 +19,7 @@ import signal
 from collections.abc import Callable
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
 # What the monitor handles; a new child puts each back to the default before its role decides.
 MONITOR_SIGNALS = (
     signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1,
@@ -64,6 +65,16 @@ def make_subreaper() -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         result: int = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        return result == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def signal_when_parent_dies(signum: int) -> bool:
+    """Have the kernel send `signum` to this process when its parent dies; False if it cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        result: int = libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
         return result == 0
     except (OSError, AttributeError):
         return False

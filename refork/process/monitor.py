@@ -152,9 +152,11 @@ class Monitor:
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> int:
         while self.exit_code is None:
-            readers = [self.wake_r, self.report_in, *self.control.sockets()]
+            now = time.monotonic()
+            control = self.control
+            readers = [self.wake_r, self.report_in, *control.readers(now)]
             metrics = self.metrics
-            writers = metrics.writers() if metrics is not None else []
+            writers = [*control.writers(), *(metrics.writers() if metrics is not None else [])]
             if metrics is not None:
                 readers += metrics.readers()
             try:
@@ -166,9 +168,14 @@ class Monitor:
             self._handle_signals()
             self._read_reports()
             self._reap()
+            now = time.monotonic()
             for sock in ready:
-                if sock in self.control.sockets():
-                    self.control.on_readable(sock)
+                if sock in control.clients or sock is control.listener:
+                    control.on_readable(sock, now)
+            for sock in writable:
+                if sock in control.clients:
+                    control.on_writable(sock)
+            control.sweep(now)
             if metrics is not None:
                 metrics.on_ready(ready, writable, time.monotonic())
             self._poll_watcher()
@@ -464,8 +471,11 @@ class Monitor:
             c.status_row(slots.requests(c.slot), slots.overdue(c.slot)) if c.slot >= 0 else c.status_row(0)
             for c in children
         ]
-        for c, row in zip(children, rows, strict=True):  # open WebSockets (ASGI workers)
-            row["websockets"] = slots.websockets(c.slot) if c.slot >= 0 and c.role == "worker" else 0
+        for c, row in zip(children, rows, strict=True):  # open WebSockets (ASGI), busy app threads
+            counters = slots.counters(c.slot) if c.slot >= 0 and c.role == "worker" else None
+            row["websockets"] = counters.websockets if counters is not None else 0
+            row["busy"] = counters.busy if counters is not None else 0
+            row["threads"] = counters.threads if counters is not None else 0
         return {
             "app": self.config.app,
             "bind": list(self.config.bind),

@@ -209,12 +209,23 @@ class AppClock:
     """
 
     def __init__(
-        self, slots: Slots, index: int, timeout: float, now: Callable[[], float], record: bool = False
+        self,
+        slots: Slots,
+        index: int,
+        timeout: float,
+        now: Callable[[], float],
+        heartbeat: bool = False,
+        record: bool = False,
     ) -> None:
         self._slots = slots
         self._index = index
         self._timeout = timeout
         self._now = now
+        # An event loop's worker (ASGI): the deadline watches the loop, not the requests. A request
+        # awaiting something holds no thread and costs its worker nothing, so it never gets the
+        # worker killed (gunicorn's --timeout for async workers); the loop blocked in app code
+        # stops its ticks and is caught. The soft deadline (overdue()) still sees every request.
+        self._heartbeat = heartbeat
         self._lock = threading.Lock()
         self._in_app: dict[object, float] = {}  # token -> when it entered the app (insertion = time order)
         self._waiting: set[object] = set()  # tokens waiting on their client
@@ -250,7 +261,7 @@ class AppClock:
             token = InFlight(now, method, path, threading.get_ident())
             in_app = self._in_app
             in_app[token] = now
-            if len(in_app) == 1:
+            if len(in_app) == 1 or self._heartbeat:
                 self._slots.set_deadline(self._index, now + self._timeout)
             self._ints[self._starts_at] += 1  # metrics: in flight = started - served
         return token
@@ -297,7 +308,7 @@ class AppClock:
             since = next(iter(in_app.values())) if in_app else now
             if self._marked:
                 since = self._settle(token, since)
-            self._slots.set_deadline(self._index, since + self._timeout)
+            self._slots.set_deadline(self._index, (now if self._heartbeat else since) + self._timeout)
             served = self._ints[self._requests_at] + 1
             # metrics: the duration sum and one count by (status class, bucket)
             took = now - token.began  # type: ignore[attr-defined]  # an InFlight from started()
@@ -357,7 +368,7 @@ class AppClock:
         return bool(self._in_app or self._extended)
 
     def tick(self) -> None:
-        if self._marked:
+        if self._marked or self._heartbeat:
             with self._lock:
                 self._update()  # also corrects a deadline started() left late (see extend())
         elif not self._in_app:
@@ -368,7 +379,10 @@ class AppClock:
         self._ints[self._waiting_at] = len(self._waiting)  # in flight, holding no thread
 
     def _oldest(self) -> float:
-        """When the request holding the deadline entered the app (its extension added); now if none."""
+        """When the request holding the deadline entered the app (its extension added); now if none
+        (and always for a loop's heartbeat)."""
+        if self._heartbeat:
+            return self._now()
         in_app, extended = self._in_app, self._extended
         since = next(iter(in_app.values())) if in_app else None
         if extended:

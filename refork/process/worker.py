@@ -9,6 +9,7 @@ only when the loop hands control back, never in the middle of a request.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import signal
@@ -24,13 +25,14 @@ from refork.errors import StartupError
 from refork.memory.heap import after_fork_in_child
 from refork.process import descriptors, messages, statsd
 from refork.process.context import ProcessContext, set_title
-from refork.process.forking import Promoted, fork_detached
+from refork.process.forking import Promoted, fork_detached, signal_when_parent_dies
 from refork.process.slots import AppClock
 from refork.process.stacks import request_stack  # at import: never import in a signal handler
 
 log = logging.getLogger("refork")
 PROMOTION_RETRY = 10.0  # seconds before asking to be promoted again
 OVERDUE_SIGNAL = signal.SIGUSR2  # the monitor's "look at your overdue requests" (a blocked loop)
+MONITOR_GONE_SIGNAL = signal.SIGHUP  # the kernel's, when the monitor (the parent) dies
 
 
 def run_worker(
@@ -100,7 +102,9 @@ class Worker:
                                         generation=generation)  # fmt: skip
         self.server = hooks.Server(config, ctx.monitor_pid)  # what the hooks receive (run_worker's)
         record = bool(config.statsd_host)  # StatsD: status codes, durations and log lines in the slot
-        clock = self.clock = AppClock(ctx.slots, slot, self.timeout, time.monotonic, record)
+        clock = AppClock(ctx.slots, slot, self.timeout, time.monotonic, heartbeat=interface == "asgi",
+                         record=record)  # fmt: skip
+        self.clock = clock
         if record:
             slots = ctx.slots
             statsd.count_logs(lambda level: slots.count_log(slot, level))
@@ -114,6 +118,7 @@ class Worker:
         self._hung_shown = 0  # the OVERDUE count last written to the slot
         self._stopping = False
         self._exit_now = False
+        self._orphaned = False  # the monitor is gone (_monitor_gone)
         self._ready = False  # the loop serves (ready_for_requests)
         self._phase = "starting"  # what it does before it is ready (see starting())
         self._promote_to: int | None = None
@@ -168,6 +173,7 @@ class Worker:
         signal.signal(OVERDUE_SIGNAL, self._on_overdue_signal)  # even when off: a HUP may turn it on
         if "worker_abort" in self.config.hooks:
             signal.signal(signal.SIGABRT, self._on_abort)
+        self._watch_the_monitor()
         deadlines.install(self.clock.extend)
         threads = self.config.threads if self.interface == "wsgi" else 0  # app threads, for the metrics
         self.slots.claim(self.slot, os.getpid(), time.monotonic() + self.timeout, threads, time.time())
@@ -210,6 +216,45 @@ class Worker:
         logging.shutdown()
         os._exit(1)
 
+    def _watch_the_monitor(self) -> None:
+        """With a subreaper the monitor is this worker's parent (once the middle process of the
+        double fork is gone): the kernel signals its death, even to a thread stuck in the app."""
+        signal.signal(MONITOR_GONE_SIGNAL, self._on_monitor_gone)
+        if not self.ctx.subreaper:
+            return  # the mold is the parent: its death is not the monitor's (EOF still says it)
+        monitor, until = self.ctx.monitor_pid, time.monotonic() + 1.0
+        while (parent := os.getppid()) != monitor and parent != 1 and time.monotonic() < until:
+            time.sleep(0.001)  # still the double fork's middle process: it exits at once
+        if parent == monitor and signal_when_parent_dies(MONITOR_GONE_SIGNAL) and os.getppid() == monitor:
+            return
+        if os.getppid() != monitor:
+            self._monitor_gone()  # it died before we could ask
+
+    def _on_monitor_gone(self, signum: int, frame: object) -> None:
+        if os.getppid() != self.ctx.monitor_pid:  # not a HUP sent by someone else
+            self._monitor_gone()
+
+    def _monitor_gone(self) -> None:
+        """The monitor died (its socket's EOF, or the kernel's signal: this may run in a signal
+        handler, on a thread stuck in the app). Nobody will replace this worker or stop it: stop
+        accepting and let go of the listening sockets now (a restarted server can bind), finish
+        what is in flight, and exit after --graceful-timeout whatever is still running. Said once;
+        the dead command socket is swapped for a descriptor that is never readable, so no loop
+        spins on its end of file."""
+        if self._orphaned:
+            return
+        self._orphaned = True
+        self._stopping = True
+        grace = max(1, math.ceil(self.config.graceful_timeout))
+        log.warning("worker %d: the monitor is gone; finishing in-flight requests, exiting within %ds",
+                    self.nr, grace)  # fmt: skip
+        quiet = os.eventfd(0, os.EFD_CLOEXEC)
+        for fd in (self.cmd.fileno(), *(sock.fileno() for sock in self.ctx.listeners)):
+            if fd >= 0:
+                os.dup2(quiet, fd)  # the number stays taken: the loops holding it see nothing
+        os.close(quiet)
+        signal.alarm(grace)  # SIGALRM's default action ends the process
+
     # WorkerControl
     def fileno(self) -> int:
         return self.cmd.fileno()
@@ -223,8 +268,7 @@ class Worker:
             except OSError:
                 received = None
             if received is None:
-                log.warning("worker %d: the monitor is gone; stopping", self.nr)
-                self._stopping = True
+                self._monitor_gone()
                 return
             message, _ = received
             if isinstance(message, messages.Stop):

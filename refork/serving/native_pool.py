@@ -105,6 +105,9 @@ class _PoolLoop(NativeHost):
     def _app_idle(self) -> bool:
         return self.in_flight == 0 and self.engine.in_flight == 0
 
+    def _free_threads(self) -> int:
+        return int(self.engine.free_threads)  # the engine counts the jobs of both loops
+
     # ---------------------------------------------------------------- responses the engine does not frame
     # (both on an app thread)
 

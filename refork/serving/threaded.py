@@ -80,6 +80,7 @@ class _Loop(Lifetime):
         self.spool_budget = Spool(config.max_spool, config.spool_dir)  # bytes in spool files, all conns
         self.timeouts = Timeouts.from_config(config)
         self.accept_paused_until = 0.0
+        self.accepts_held = False
         self.request_hooks = RequestHooks.from_config(config)  # pre_request / post_request, if any
         self.access_log: RequestEnd | None = request_end(config, self.request_hooks)
         self.health = health_paths(config.health_path)
@@ -140,6 +141,7 @@ class _Loop(Lifetime):
                     return
                 if control.safe_point_wanted and self._app_idle():
                     self._safe_point()
+                self._hold_accepts()
                 for fd, _ in self._poll(max(0.0, min(1.0, next_tick - time.monotonic()))):
                     conn = conns.get(fd)
                     if conn is not None:

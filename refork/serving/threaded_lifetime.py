@@ -50,6 +50,8 @@ class Lifetime:
     in_flight: int
     timeouts: Timeouts
     accept_paused_until: float
+    threads: int
+    accepts_held: bool  # no app thread is free: the listeners are out of the poller (_hold_accepts)
     tls: dict[int, ssl.SSLContext]
     proxy: ProxyPolicy | None
     handshake_timeout: float
@@ -122,10 +124,32 @@ class Lifetime:
             for conn, request, stream, rest in parked:
                 self._dispatch(conn, request, stream, rest, force=True)
 
+    def _free_threads(self) -> int:
+        """App threads free for a new request (a pool's; without one the loop is the app thread)."""
+        return 1 << 30 if self.pool is None else max(0, self.threads - self.in_flight)
+
+    def _hold_accepts(self) -> None:
+        """Accept only while an app thread is free: a connection accepted with every thread busy
+        would wait behind them (and be lost with them if a hung one gets the worker killed), while
+        a sibling worker could serve it. The kernel offers it to those while this one holds."""
+        if self.pool is None or self.draining:
+            return
+        full = self._free_threads() == 0
+        if full == self.accepts_held:
+            return
+        self.accepts_held = full
+        if self.accept_paused_until:
+            return  # out of the poller already; _sweep looks at accepts_held
+        for fd in self.listeners:
+            if full:
+                self.poller.unregister(fd)
+            else:
+                self.poller.register(fd)
+
     def _sweep(self, now: float) -> None:
         if self.accept_paused_until and now >= self.accept_paused_until:
             self.accept_paused_until = 0.0
-            if not self.draining:
+            if not self.draining and not self.accepts_held:
                 for fd in self.listeners:
                     self.poller.register(fd)
         expiry = self.timeouts.expiry
@@ -161,6 +185,8 @@ class Lifetime:
         lsock, builder = entry
         inet = lsock.family in (socket.AF_INET, socket.AF_INET6)
         now = time.monotonic()
+        if not self.draining:
+            batch = min(batch, self._free_threads())
         for _ in range(batch):
             try:
                 sock, addr = lsock.accept()

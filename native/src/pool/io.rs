@@ -53,6 +53,7 @@ impl Io {
             let mut events = std::mem::take(&mut self.events);
             let waited = sys::epoll_wait(self.shared.ep.fd, &mut events, ms);
             self.take_returned();
+            self.hold_accepts();
             if waited.is_ok() {
                 for &(fd, _) in &events {
                     self.on_event(fd);
@@ -71,8 +72,9 @@ impl Io {
         if fd == self.shared.io_wake.fd {
             self.shared.io_wake.drain();
         } else if let Some(i) = self.listeners.event(fd) {
-            if self.listeners.accepting() {
-                self.accept(i, ACCEPT_BATCH);
+            let free = self.shared.free();
+            if self.listeners.accepting() && free > 0 {
+                self.accept(i, ACCEPT_BATCH.min(free));
             }
         } else if let Some(conn) = self.conns.remove(&fd) {
             if conn.phase == Phase::Writing {
@@ -81,6 +83,22 @@ impl Io {
                 self.on_readable(conn);
             }
         }
+    }
+
+    /// Accept only while an app thread is free (see Listeners::hold). `full` is set before the
+    /// count is read again, so an app thread that frees one meanwhile sees it and wakes this one.
+    fn hold_accepts(&mut self) {
+        if self.shared.free() > 0 {
+            self.shared.full.store(false, Ordering::Release);
+            self.listeners.hold(&self.shared.ep, false);
+            return;
+        }
+        self.shared.full.store(true, Ordering::Release);
+        let full = self.shared.free() == 0;
+        if !full {
+            self.shared.full.store(false, Ordering::Release);
+        }
+        self.listeners.hold(&self.shared.ep, full);
     }
 
     fn take_returned(&mut self) {
