@@ -18,6 +18,7 @@ import time
 
 import pytest
 from conftest import TESTS, free_port, read_to_end
+from request_paths import PATHS
 
 from refork.config import ConfigError, load_config
 from refork.http.events import Request
@@ -47,14 +48,6 @@ REQUESTS = [
     b"POST /post HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n",
 ]
 
-PATHS = {
-    "python-1": ("wsgi", ["--wsgi-loop", "python", "--threads", "1"]),
-    "python-4": ("wsgi", ["--wsgi-loop", "python", "--threads", "4"]),
-    "engine": ("wsgi", ["--wsgi-loop", "native"]),
-    "pool": ("wsgi", ["--wsgi-loop", "native", "--threads", "4"]),
-    "asyncio": ("asgi", ["--loop", "asyncio"]),
-    "uvloop": ("asgi", ["--loop", "uvloop"]),
-}
 
 
 def _send_all(port: int, requests: list[bytes] = REQUESTS) -> None:

@@ -22,6 +22,7 @@ import pytest
 from conftest import free_port, read_to_end
 from proxy_vectors import SIG, VECTORS, v2
 from refork._native import parse_proxy
+from request_paths import PATHS
 from services import ensure_installed
 from test_tls import Certs
 
@@ -35,14 +36,6 @@ from refork.http.proxy_protocol import (
     parse,
 )
 
-PATHS = {
-    "python-1": ("wsgi", ["--wsgi-loop", "python", "--threads", "1"]),
-    "python-4": ("wsgi", ["--wsgi-loop", "python", "--threads", "4"]),
-    "engine": ("wsgi", ["--wsgi-loop", "native"]),
-    "pool": ("wsgi", ["--wsgi-loop", "native", "--threads", "4"]),
-    "asyncio": ("asgi", ["--loop", "asyncio"]),
-    "uvloop": ("asgi", ["--loop", "uvloop"]),
-}
 CLIENT = "127.0.0.2"  # the client's address; haproxy and the direct tests' allowed peer are 127.0.0.1
 
 

@@ -16,6 +16,7 @@ import time
 
 import pytest
 from conftest import read_to_end
+from request_paths import PATHS
 
 HOOKS = """
 import json, os
@@ -40,14 +41,6 @@ def post_request(worker, req, environ, resp):
         raise RuntimeError("post_request is broken")
 """
 
-PATHS = {
-    "python-1": ("wsgi", ["--wsgi-loop", "python", "--threads", "1"]),
-    "python-4": ("wsgi", ["--wsgi-loop", "python", "--threads", "4"]),
-    "engine": ("wsgi", ["--wsgi-loop", "native"]),
-    "pool": ("wsgi", ["--wsgi-loop", "native", "--threads", "4"]),
-    "asyncio": ("asgi", ["--loop", "asyncio"]),
-    "uvloop": ("asgi", ["--loop", "uvloop"]),
-}
 
 
 def _send(port: int, raw: bytes) -> bytes:

@@ -15,6 +15,7 @@ import time
 from collections import Counter
 
 import pytest
+from request_paths import PATHS
 
 from refork.addresses import TcpAddress, UnixAddress, parse_statsd
 from refork.config import ConfigError, load_config
@@ -24,11 +25,6 @@ LINE = re.compile(
     r"(?P<name>[^:|]+):(?P<value>[^|]+)\|(?P<type>c|g|ms)(?:\|@(?P<rate>[\d.]+))?(?:\|#(?P<tags>.*))?"
 )
 
-PATHS = {
-    "engine": ("wsgi", ["--wsgi-loop", "native"]),
-    "python": ("wsgi", ["--wsgi-loop", "python", "--threads", "4"]),
-    "asgi": ("asgi", []),
-}
 
 
 class Listener:
@@ -74,7 +70,7 @@ def _get(port: int, path: str) -> int:
     return int(data.split()[1])
 
 
-@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("path", ["engine", "python-4", "asyncio"])  # both clocks, both interfaces
 def test_gunicorns_metrics_arrive(path, udp, start_server):
     interface, args = PATHS[path]
     port = udp.sock.getsockname()[1]

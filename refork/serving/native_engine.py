@@ -83,12 +83,16 @@ class NativeHost(_NativeLoop):
                 self.engine_listeners[fd] = self.listeners.pop(fd)
         # a connection's listener, by its environ builder (one per listener)
         self.engine_listener_of = {id(b): fd for fd, (_, b) in self.engine_listeners.items()}
-        # what the engines answer a refused PROXY header with (native/src/proxy.rs; self.proxy)
-        self.proxy_responses = (simple_response(400), simple_response(403))
-        # gunicorn's pre_request, which the engines call before the app (call.rs); post_request
-        # runs where the access-log line is written (self.access_log: a Finisher)
+
+    # what the engines answer a refused PROXY header with (native/src/proxy.rs; self.proxy)
+    proxy_responses = (simple_response(400), simple_response(403))
+
+    @property
+    def pre_request_hook(self) -> Any:
+        """gunicorn's pre_request as the engines call it before the app (call.rs), or None;
+        post_request runs where the access-log line is written (self.access_log: a Finisher)."""
         hooks = self.request_hooks
-        self.pre_request_hook = hooks.before_wsgi if hooks is not None else None
+        return hooks.before_wsgi if hooks is not None else None
 
     def _idle_again(self, conn: Conn) -> bool:
         """A connection the engine handed over (or a response took) that has nothing half-read or
