@@ -226,13 +226,11 @@ def test_refork_check_config_accepts_the_command_line(name, tmp_path):
 SERVED = {"django_vm", "fastapi_docker", "gevent_chat", "tls_h2", "asgi_worker", "behind_proxy"}
 
 
-@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("name", [n for n in CONFIGS if n != "privileges"])  # test_gunicorn_process starts it
 def test_the_config_file_starts_refork(name, start_server, tmp_path):
     env = _env(tmp_path)
     env.pop("PORT")  # the fixture's --bind decides
     app = ASGI if name in ("fastapi_docker", "asgi_worker") else WSGI
-    if name == "privileges":
-        pytest.skip("run by test_user_and_group_drop_privileges (needs its own set-up)")
     server = start_server(
         "-c", str(TESTS / "gunicorn_configs" / f"{name}.py"), app=app, workers=None, env=env
     )

@@ -180,6 +180,7 @@ class Monitor:
                 metrics.on_ready(ready, writable, time.monotonic())
             self._poll_watcher()
             self.feed(ev.Tick(self._read_slots()))
+            self._count_free_threads()
             if self.statsd is not None:
                 self.statsd.tick(time.monotonic(), self._statsd_workers())
             if self.notifier is not None:
@@ -248,6 +249,17 @@ class Monitor:
             for c in self.supervisor.roster.workers()
             if c.slot >= 0
         }
+
+    def _count_free_threads(self) -> None:
+        """App threads free in the serving workers, for the shared page: a worker with none free
+        of its own stops accepting while another has one (refork.serving.threaded_lifetime)."""
+        slots = self.ctx.slots
+        free = sum(
+            slots.free_threads(c.slot)
+            for c in self.supervisor.roster.workers()
+            if c.ready and not c.stopping and c.slot >= 0 and slots.owner(c.slot) == c.pid
+        )
+        self.ctx.readiness.set_free_threads(free)
 
     # -- events in, actions out ------------------------------------------------------------------
     def feed(self, event: ev.Event) -> list[ev.Action]:

@@ -352,6 +352,13 @@ class Worker:
         return self.ctx.readiness.health(kind)
 
     @property
+    def free_threads_elsewhere(self) -> bool:
+        return self.ctx.readiness.free_threads > 0  # ours are all busy when this is asked
+
+    def free_threads_address(self) -> int:
+        return self.ctx.readiness.free_threads_address()
+
+    @property
     def server_draining(self) -> bool:
         return self.ctx.readiness.draining
 

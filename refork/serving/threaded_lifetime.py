@@ -129,12 +129,14 @@ class Lifetime:
         return 1 << 30 if self.pool is None else max(0, self.threads - self.in_flight)
 
     def _hold_accepts(self) -> None:
-        """Accept only while an app thread is free: a connection accepted with every thread busy
-        would wait behind them (and be lost with them if a hung one gets the worker killed), while
-        a sibling worker could serve it. The kernel offers it to those while this one holds."""
+        """Accept only while an app thread is free, or no other worker has one: a connection
+        accepted with every thread busy would wait behind them (and be lost with them if a hung
+        one gets the worker killed) while a sibling could serve it; the kernel offers it to the
+        siblings while this one holds. With none free anywhere it has nowhere better to go (and a
+        health check on it is answered by this loop)."""
         if self.pool is None or self.draining:
             return
-        full = self._free_threads() == 0
+        full = self._free_threads() == 0 and self.control.free_threads_elsewhere
         if full == self.accepts_held:
             return
         self.accepts_held = full
@@ -185,8 +187,8 @@ class Lifetime:
         lsock, builder = entry
         inet = lsock.family in (socket.AF_INET, socket.AF_INET6)
         now = time.monotonic()
-        if not self.draining:
-            batch = min(batch, self._free_threads())
+        if self.pool is not None and not self.draining:
+            batch = min(batch, max(1, self._free_threads()))  # no more than it can start
         for _ in range(batch):
             try:
                 sock, addr = lsock.accept()

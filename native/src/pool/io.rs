@@ -72,8 +72,8 @@ impl Io {
         if fd == self.shared.io_wake.fd {
             self.shared.io_wake.drain();
         } else if let Some(i) = self.listeners.event(fd) {
-            let free = self.shared.free();
-            if self.listeners.accepting() && free > 0 {
+            if self.listeners.accepting() {
+                let free = self.shared.free().max(1); // none free: accepting only when nobody has one
                 self.accept(i, ACCEPT_BATCH.min(free));
             }
         } else if let Some(conn) = self.conns.remove(&fd) {
@@ -85,10 +85,11 @@ impl Io {
         }
     }
 
-    /// Accept only while an app thread is free (see Listeners::hold). `full` is set before the
+    /// Accept only while an app thread is free, or no other worker has one (see Listeners::hold;
+    /// with none free anywhere a connection has nowhere better to go). `full` is set before the
     /// count is read again, so an app thread that frees one meanwhile sees it and wakes this one.
     fn hold_accepts(&mut self) {
-        if self.shared.free() > 0 {
+        if self.shared.free() > 0 || !self.shared.free_elsewhere() {
             self.shared.full.store(false, Ordering::Release);
             self.listeners.hold(&self.shared.ep, false);
             return;
