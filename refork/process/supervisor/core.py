@@ -29,6 +29,7 @@ from refork.process.supervisor.events import (
     FilesChanged,
     ForkMold,
     HandshakesCounted,
+    ImmortalizationUnsafe,
     Log,
     MemorySampled,
     MoldForked,
@@ -154,6 +155,8 @@ class Supervisor(Phases, Starts):
         elif isinstance(event, Boot):
             self._hook("nworkers_changed", self.config, self.target_workers, None)
             self._spawn_mold(self.generation)
+        elif isinstance(event, ImmortalizationUnsafe):
+            self._immortalization_unsafe(event.detail)
         else:
             self._report(event)
 
