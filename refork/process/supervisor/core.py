@@ -372,6 +372,8 @@ class Supervisor(Phases, Starts):
             if child is None:
                 continue
             child.memory, child.memory_at = memory, self.now
+            if memory is not None and child.ready and child.first_private is None and child.role == "worker":
+                child.first_private = (memory.uss, self._requests(child))
             over = child.over_memory_limit(self.config) if check_limit else None
             if over is not None:
                 self._log(WARNING, "worker %d (pid %d): %s; replacing it", child.nr, child.pid, over)
