@@ -46,6 +46,7 @@ from refork.process.listeners import (
 )
 from refork.process.metrics import ListenerSample, Snapshot, Totals, WorkerSample, render
 from refork.process.metrics_server import MetricsServer
+from refork.process.monitor_heap import prepare_monitor_heap
 from refork.process.pidfile import remove_pidfile, write_pidfile
 from refork.process.slots import Slots
 from refork.process.statsd import Statsd, WorkerView, count_logs
@@ -144,6 +145,10 @@ class Monitor:
             dirs = config.reload_dirs or [os.path.abspath(d) for d in (os.getcwd(), *config.pythonpath)]
             self.watcher = Watcher(dirs, extra=config.reload_extra_files)
             log.info("--reload: watching %d *.py files under %s", len(self.watcher.files), ", ".join(dirs))
+        safe, detail = prepare_monitor_heap(config.immortalize)  # last: all it made is shared
+        log.debug("monitor heap: %s", detail)
+        if not safe:
+            self.feed(ev.ImmortalizationUnsafe(detail))
         self.feed(ev.Boot())
 
     def _on_signal(self, signum: int, frame: object) -> None:
