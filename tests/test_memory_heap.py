@@ -36,9 +36,11 @@ def test_support_reports_a_reason() -> None:
     if sys.version_info < (3, 12):
         assert not ok
         assert reason == f"Python 3.{sys.version_info[1]} (needs CPython 3.12+)"
-    elif sys.version_info < (3, 15) and not any(map(sysconfig_flag, ("Py_GIL_DISABLED", "Py_DEBUG"))):
+    elif sys.version_info < (3, 16) and not any(map(sysconfig_flag, ("Py_GIL_DISABLED", "Py_DEBUG"))):
         assert ok, reason
         assert reason == ""
+    else:
+        assert not ok and reason, reason
 
 
 def sysconfig_flag(name: str) -> bool:
@@ -104,6 +106,40 @@ def test_disable_and_enable_gc() -> None:
         assert gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+HEADER = """
+import ctypes, sys
+from refork.memory.heap import prepare_heap_for_fork
+
+def header(obj):  # 64-bit little-endian: the low 32 bits count, ob_flags is the top 16 (3.14+)
+    word = ctypes.c_uint64.from_address(id(obj)).value
+    return word & 0xFFFFFFFF, word >> 48
+
+class Local:
+    pass
+
+THING = Local()
+prepare_heap_for_fork(immortalize=True)
+print(*header(THING), *header(None), *header(Local))
+"""
+
+
+@needs_immortal
+def test_immortal_header_is_the_one_cpython_writes() -> None:
+    """The refcount word and ob_flags of an immortalized object are those of CPython's own
+    _Py_SetImmortalUntracked in this version (0xFFFFFFFF before 3.14, 3 << 30 and the
+    immortal flag from 3.14); the statically allocated flag stays with static objects."""
+    proc = run_python(HEADER)
+    assert proc.returncode == 0, proc.stderr
+    count, flags, none_count, none_flags, cls_count, cls_flags = map(int, proc.stdout.split())
+    if sys.version_info >= (3, 14):
+        immortal_flag, static_flag = 1 << 0, 1 << 2  # _Py_IMMORTAL_FLAGS, _Py_STATICALLY_ALLOCATED_FLAG
+        assert (count, flags) == (3 << 30, immortal_flag)
+        assert (cls_count, cls_flags) == (3 << 30, immortal_flag)
+        assert none_count == 3 << 30 and none_flags == immortal_flag | static_flag
+    else:
+        assert (count, cls_count, none_count) == (0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF)
 
 
 @needs_immortal
