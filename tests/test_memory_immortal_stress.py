@@ -12,8 +12,6 @@ same runs check the fork discipline alone and the reason given.
 
 from __future__ import annotations
 
-import concurrent.futures
-import http.client
 import signal
 import subprocess
 import sys
@@ -93,39 +91,3 @@ def test_a_worker_killed_by_a_signal_fails_the_run() -> None:
     proc = run_stress("segfault")
     assert proc.returncode == 1, explain(proc)
     assert "child running segfault was killed by SIGSEGV" in proc.stderr
-
-
-def test_a_server_serves_a_call_heavy_app_from_the_prepared_heap(start_server) -> None:
-    """`python -m refork` with the default flags: the mold immortalizes (3.12+) and its workers
-    answer 10k requests of the call-heavy app, each answer checked against this process's own."""
-    from apps import callheavy
-
-    expected = {n: str(callheavy.answer(n)).encode() for n in range(64)}
-    server = start_server(app="apps.callheavy:app")
-    workers = {w["pid"] for w in server.workers()}
-    wrong: list[str] = []
-
-    def client(offset: int) -> int:
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-        try:
-            for i in range(1250):
-                n = (offset + i) % 64
-                conn.request("GET", f"/{n}")
-                resp = conn.getresponse()
-                body = resp.read()
-                if resp.status != 200 or body != expected[n]:
-                    wrong.append(f"/{n}: {resp.status} {body[:80]!r}")
-            return 1250
-        finally:
-            conn.close()
-
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        served = sum(pool.map(client, range(0, 64, 8)))
-    assert served == 10_000 and not wrong, wrong[:5]
-    log = server.log()
-    if sys.version_info >= (3, 12):
-        assert "immortalize on (" in log, log
-    else:
-        assert f"immortalize unsupported: Python 3.{sys.version_info[1]} (needs CPython 3.12+)" in log, log
-    assert "Segmentation fault" not in log and "SIGSEGV" not in log, log
-    assert {w["pid"] for w in server.workers()} == workers, "a worker was replaced"
