@@ -1,4 +1,4 @@
-"""Copy-on-write memory benchmark on the generated monolith (issue 3).
+"""Copy-on-write memory benchmark on the generated monolith.
 
 Serves benchmarks/monolith_generated (make_monolith.py) with refork and its peers, 4 workers each,
 one after another; sends every server the same warm load; then measures the whole process tree
