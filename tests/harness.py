@@ -91,6 +91,13 @@ class HarnessControl:
         return 200
 
     @property
+    def free_threads_elsewhere(self) -> bool:
+        return False  # the only loop
+
+    def free_threads_address(self) -> int:
+        return 0
+
+    @property
     def server_draining(self) -> bool:
         return False
 

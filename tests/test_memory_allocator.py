@@ -108,14 +108,24 @@ def test_jemalloc_accepts_the_default_conf() -> None:
     assert "narenas:1" in JEMALLOC_CONF and "tcache:false" in JEMALLOC_CONF  # measured: memory_creep.py
 
 
+def loaded_library(name: str) -> str:
+    """The path of a shared library this process has mapped whose file name starts with `name`."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1]
+            if os.path.basename(path).startswith(name):
+                return path
+    return ""
+
+
 @needs_jemalloc
 @linux_only
 def test_reexec_keeps_user_settings(tmp_path: Path) -> None:
     import json
 
-    libm = "/lib/x86_64-linux-gnu/libm.so.6"
+    libm = loaded_library("libm.so")  # the one this interpreter runs with (its glibc's)
     extra = {"MALLOC_CONF": "narenas:3"}  # not refork's own
-    if os.path.exists(libm):
+    if libm:
         extra["LD_PRELOAD"] = libm
     proc = run_probe(tmp_path, extra)
     assert proc.returncode == 0, proc.stderr

@@ -1,5 +1,5 @@
-"""The memory and disk promises, on every request path each applies to (the paths and helpers of
-tests/test_promises.py): what one client's bytes can hold of a worker.
+"""The memory and disk promises, on every request path each applies to (tests/request_paths.py,
+and the helpers of tests/test_promises.py): what one client's bytes can hold of a worker.
 
 - Request heads are bounded as they arrive: a line longer than its limit is refused as soon as that
   many bytes came without its end, the heads being received hold at most --max-request-memory of a
@@ -27,9 +27,10 @@ from pathlib import Path
 
 import pytest
 from head_lines import HEAD, HEAD_LINES
-from test_promises import every_path, path_params, serve, wsgi_paths
+from request_paths import PATHS, every_path, wsgi_paths
+from test_promises import serve
 
-asgi_paths = pytest.mark.parametrize("path", path_params(["asgi-asyncio", "asgi-uvloop"]))
+asgi_paths = pytest.mark.parametrize("path", [p for p, (kind, _) in PATHS.items() if kind == "asgi"])
 
 MIB = 1 << 20
 
@@ -512,12 +513,13 @@ def test_bodies_held_in_memory_are_bounded_per_worker(start_server, path):
     server.get("/")
     baseline = rss(pid)
     with RssSampler(pid) as during:
-        target = b"/trickle?0.2" if "asgi" in path else b"/upload"
+        asgi = PATHS[path][0] == "asgi"
+        target = b"/trickle?0.2" if asgi else b"/upload"
         head = b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n" % target
         flood = Flood(server.port, 300, head)
         for _ in range(900 // 30):
             flood.round(b"b" * 30000)
-        if "wsgi" in path:  # all read: what is not in memory is in the spool
+        if not asgi:  # all read: what is not in memory is in the spool
             server.wait_for(lambda: flood.round(b"") or sum(spool_files(pid)) + (16 << 20) >= 300 * 900_000,
                             what="the bodies over the budget spooled")  # fmt: skip
         else:  # all read by the app, as fast as it wants: what waits for it waits in the budget

@@ -308,6 +308,7 @@ class Control:
         self.exit_now = False
         self.safe_point_wanted = False
         self.server_draining = False
+        self.free_threads_elsewhere = False  # the only loop
         self.ready_status = 200
         self.safe_point_threads: list[list[str]] = []
         self.safe_point_tasks: list[list[str]] = []  # every OS thread (a native one too), by name
@@ -317,6 +318,9 @@ class Control:
 
     def fileno(self) -> int:
         return self._r.fileno()
+
+    def free_threads_address(self) -> int:
+        return 0
 
     def on_readable(self) -> None:
         try:

@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::parser::{parse_head, Head, HeadLimits, Parsed};
+use crate::proxy::{Policy, Verdict};
 use crate::sys::{self, Peer};
 
 /// An incomplete head longer than this goes to the Python parser (its limits decide).
@@ -164,6 +165,8 @@ pub(crate) struct Conn {
     pub close_after: bool,
     /// "METHOD target" of the response waiting in `out` (for the write-timeout line)
     pub writing: Option<String>,
+    /// nothing read yet: a PROXY header may come first (see `Intake::preface`)
+    pub preface: bool,
     /// the bytes of `buf` charged to the worker's budget (given back when the request is taken or
     /// the connection is dropped)
     held: usize,
@@ -193,6 +196,7 @@ impl Conn {
             out_at: 0,
             close_after: false,
             writing: None,
+            preface: true,
             held: 0,
             budget: None,
         }
@@ -256,6 +260,7 @@ impl Conn {
         let mut conn = Conn::new(fd, peer, listener, environ, since);
         conn.client = Some(client.clone().unbind());
         conn.fresh = false;
+        conn.preface = false;
         Ok(conn)
     }
 
@@ -433,9 +438,21 @@ pub(crate) enum Next<'a> {
     HandOver,
 }
 
+/// What a fresh connection's first bytes were (`Intake::preface`).
+pub(crate) enum Preface {
+    /// no PROXY header, or one taken out of the buffer: requests may follow in it
+    Ready,
+    /// part of a header: wait for more (the header timeout runs)
+    Wait,
+    /// a malformed header (400) or one from a peer not allowed (403): answer, log, close
+    Refused(crate::proxy::Refusal),
+}
+
 /// What the native loops serve themselves and what they hand to the Python loop.
 pub(crate) struct Intake {
     pub limits: HeadLimits,
+    /// proxy_protocol on: the header a connection's first bytes may be
+    pub proxy: Option<Policy>,
     /// bodies up to this many bytes are read into memory (larger: spooled by the Python loop)
     pub inline_body: usize,
     /// the --health-path paths (answered by the Python loop)
@@ -457,11 +474,51 @@ impl Intake {
         let memory = host.getattr("memory")?;
         let memory = memory.downcast::<MemoryBudget>()?.get().inner.clone();
         Ok(Intake {
+            proxy: Policy::from_host(host)?,
             limits: HeadLimits::from_py(&host.getattr("limits")?)?,
             inline_body: host.getattr("spool")?.extract()?,
             health,
             memory,
         })
+    }
+
+    /// A fresh connection's first bytes (`conn.preface`): a PROXY header, when proxy_protocol is on,
+    /// is taken out of `buf` and the client it names becomes the connection's peer.
+    pub fn preface(&self, conn: &mut Conn, buf: &mut Vec<u8>) -> Preface {
+        let Some(policy) = &self.proxy else {
+            conn.preface = false;
+            return Preface::Ready;
+        };
+        match policy.check(buf, &conn.peer) {
+            Ok(Verdict::Incomplete) => {
+                conn.wait_in(Phase::Head);
+                Preface::Wait
+            }
+            Ok(Verdict::NotProxy) => {
+                conn.preface = false;
+                Preface::Ready
+            }
+            Ok(Verdict::Header { len, client, .. }) => {
+                conn.preface = false;
+                buf.drain(..len);
+                if let Some((host, port)) = client {
+                    conn.peer = Peer::Inet(host, port);
+                    conn.client = None;
+                }
+                conn.idle();
+                Preface::Ready
+            }
+            Err(refusal) => Preface::Refused(refusal),
+        }
+    }
+
+    /// The answer to a refused header.
+    pub fn refusal(&self, forbidden: bool) -> &[u8] {
+        match &self.proxy {
+            Some(p) if forbidden => &p.forbidden,
+            Some(p) => &p.bad_request,
+            None => b"",
+        }
     }
 
     /// The next request in `data` (non-empty), the connection's phase and clock set when it waits.

@@ -31,7 +31,7 @@ use pyo3::types::PyBytes;
 mod serve;
 
 use crate::clock::{Current, SlotClock};
-use crate::conn::{sweep, Conn, Expired, Intake, Next, Phase, Scratch, Timeouts, RECV};
+use crate::conn::{sweep, Conn, Expired, Intake, Next, Phase, Preface, Scratch, Timeouts, RECV};
 use crate::listen::Listeners;
 use crate::environ::Environ;
 use crate::respond::Hooks;
@@ -347,7 +347,24 @@ impl Engine {
     }
 
     /// Serve what `conn.buf` holds: complete requests in order, then wait for more bytes.
-    fn process(&mut self, py: Python<'_>, mut conn: Conn, buf: Vec<u8>) -> PyResult<()> {
+    fn process(&mut self, py: Python<'_>, mut conn: Conn, mut buf: Vec<u8>) -> PyResult<()> {
+        if conn.preface {
+            match self.intake.preface(&mut conn, &mut buf) {
+                Preface::Ready => {}
+                Preface::Wait => {
+                    conn.buf = self.scratch.keep(buf, 0);
+                    self.conns.insert(conn.fd, conn);
+                    return Ok(());
+                }
+                Preface::Refused(refusal) => {
+                    let _ = sys::send(conn.fd, self.intake.refusal(refusal.forbidden));
+                    self.scratch.recycle(buf);
+                    self.close(conn);
+                    self.log_warning.bind(py).call1((refusal.line,))?;
+                    return Ok(());
+                }
+            }
+        }
         let mut at = 0;
         loop {
             let data = &buf[at..];

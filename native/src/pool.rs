@@ -109,6 +109,8 @@ pub(crate) struct Shared {
     /// the I/O thread stopped accepting for want of a free thread: the app thread that frees one
     /// wakes it
     full: AtomicBool,
+    /// the shared word where the monitor counts the server's free app threads (0: no such word)
+    free_elsewhere: usize,
     /// False once the worker stops: every response says "Connection: close"
     keep_alive: AtomicBool,
     /// connections the engine owns, wherever they are (the drain waits for 0)
@@ -167,6 +169,18 @@ impl Shared {
     /// App threads free now (none: accept nothing).
     fn free(&self) -> usize {
         self.threads.saturating_sub(locked(&self.queue).busy)
+    }
+
+    /// Another worker has an app thread free, as the monitor last counted (this worker's being
+    /// all busy, the count is theirs): then a worker with none free steps aside.
+    fn free_elsewhere(&self) -> bool {
+        if self.free_elsewhere == 0 {
+            return false;
+        }
+        // SAFETY: an aligned 8-byte word of a MAP_SHARED page the worker keeps mapped for its
+        // life (refork.process.readiness), written by the monitor with plain 8-byte stores.
+        let word = unsafe { &*(self.free_elsewhere as *const std::sync::atomic::AtomicI64) };
+        word.load(Ordering::Relaxed) > 0
     }
 
     /// A job is done (`native`: a request of the engine's): a thread is free again; if the I/O
@@ -270,6 +284,7 @@ impl PoolEngine {
             holding: AtomicBool::new(false),
             threads: host.getattr("threads")?.extract()?,
             full: AtomicBool::new(false),
+            free_elsewhere: host.getattr("control")?.call_method0("free_threads_address")?.extract()?,
             keep_alive: AtomicBool::new(true),
             open: AtomicUsize::new(0),
             intake,

@@ -80,12 +80,13 @@ class Channel(Protocol):
 class HttpCycle:
     """One request/response: the receive() and send() the app sees, and the unread request body.
 
-    ``token``, ``task``, ``started_at`` and ``remote`` are the connection's bookkeeping.
+    ``token``, ``task``, ``started_at``, ``remote`` and ``hook_request`` are the connection's
+    bookkeeping.
     """
 
     __slots__ = (
         "channel", "loop", "request", "response", "state", "unread", "buffered", "memory", "continue_owed",
-        "receive_waiter", "send_waiter", "token", "task", "started_at", "remote", "eof",
+        "receive_waiter", "send_waiter", "token", "task", "started_at", "remote", "eof", "hook_request",
     )  # fmt: skip
 
     def __init__(
@@ -108,6 +109,7 @@ class HttpCycle:
         self.started_at = 0.0
         self.remote: str | None = None
         self.eof = False  # the client half-closed after the whole request: see peer_closed()
+        self.hook_request: Any = None  # the `req` of gunicorn's pre_request/post_request hooks
 
     # Driven by the connection ----------------------------------------------------------------
 

@@ -3,14 +3,16 @@
 Allocated by the monitor before any fork (like the slots page), so a worker answering a health
 check reads the server-wide state with one memory load and no message: whether the server is
 ready (``--ready-when``) and whether it is draining (a TERM arrived: ``--shutdown-delay``, then the
-stop). Only the monitor writes it.
+stop), and how many app threads its workers have free (a worker with none free stops accepting
+only while a sibling could serve the connection instead). Only the monitor writes it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 
-READY, DRAINING = 0, 1
+READY, DRAINING, FREE_THREADS = 0, 1, 2
 
 
 class Readiness:
@@ -25,6 +27,10 @@ class Readiness:
     def set_draining(self) -> None:
         self._words[DRAINING] = 1
 
+    def set_free_threads(self, count: int) -> None:
+        """App threads free in the server's thread-pool workers, as the monitor counted them."""
+        self._words[FREE_THREADS] = count
+
     # everyone's
     @property
     def ready(self) -> bool:
@@ -33,6 +39,15 @@ class Readiness:
     @property
     def draining(self) -> bool:
         return bool(self._words[DRAINING])
+
+    @property
+    def free_threads(self) -> int:
+        return int(self._words[FREE_THREADS])
+
+    def free_threads_address(self) -> int:
+        """Where the native pool engine's I/O thread reads free_threads (without the GIL)."""
+        self._pin = ctypes.c_char.from_buffer(self._map)  # the page stays mapped, and this alive
+        return ctypes.addressof(self._pin) + FREE_THREADS * 8
 
     def health(self, kind: str) -> int:
         """The status a health check of `kind` gets: "live" 200; "ready" 200 or 503."""

@@ -30,13 +30,16 @@ from refork.asgi import HttpCycle, Lifespan
 from refork.config import Config
 from refork.http.budget import MemoryBudget
 from refork.http.forwarded import TrustedProxies
+from refork.http.proxy_protocol import policy
 from refork.logs import AccessLog
 from refork.memory.allocator import malloc_trim
 from refork.serving.aio_protocol import HttpProtocol
+from refork.serving.aio_proxied import ProxiedListener
 from refork.serving.aio_websocket import WebSocketProtocol
 from refork.serving.connection import TICK, Timeouts, release_after_fork, request_limits
 from refork.serving.contract import WorkerControl
 from refork.serving.health import health_paths
+from refork.serving.request_hooks import RequestHooks
 from refork.serving.tls import contexts_for
 
 log = logging.getLogger("refork")
@@ -78,7 +81,8 @@ class Server:
         self.proxies = TrustedProxies(allow, secure) if allow else None
         self.root_path = config.root_path
         self.lifespan = Lifespan(app)
-        self.access_log = AccessLog.from_config(config)
+        self.access_log = AccessLog.from_config(config, asgi=True)
+        self.request_hooks = RequestHooks.from_config(config)  # pre_request / post_request, if any
         self.health = health_paths(config.health_path)
         self.timeouts = Timeouts.from_config(config)
         self.connections: set[HttpProtocol | WebSocketProtocol] = set()
@@ -95,6 +99,8 @@ class Server:
         self.request_memory.on_full = self._request_memory_full
         self.open_websockets = 0  # accepted and not finished: not in in_flight (see aio_websocket)
         self.servers: list[asyncio.AbstractServer] = []
+        self.proxy = policy(config.proxy_protocol, config.proxy_allow_ips)
+        self.proxied: list[ProxiedListener] = []  # listeners read for a PROXY header (proxy on)
         self.in_flight = 0
         self.stopping = False
         self.adopting = 0  # connections from the backlog on their way to a protocol
@@ -118,6 +124,9 @@ class Server:
             self.contexts = contexts_for(self.listeners, self.config)  # built here: after the fork
             for sock in self.listeners:
                 ctx = self.contexts.get(sock.fileno())
+                if self.proxy is not None:
+                    self.proxied.append(ProxiedListener(self, sock, ctx, self.proxy))
+                    continue
                 server = await loop.create_server(
                     self._protocol_factory(ctx is not None), sock=sock, backlog=self.config.backlog,
                     **self._tls(ctx),
@@ -202,6 +211,8 @@ class Server:
             self._take_backlog()
         for server in self.servers:
             server.close()
+        for listener in self.proxied:
+            listener.close()
         for conn in list(self.connections):
             conn.stop()
         deadline = self.loop.time() + self.config.graceful_timeout
@@ -211,7 +222,9 @@ class Server:
     def _take_backlog(self) -> None:
         """The server stops: accept what waits in the listen backlog (before server.close() lets go
         of the listener) and serve it, so a queued connection is not reset."""
-        for sock in self.listeners:
+        for listener in self.proxied:
+            listener.accept(1 << 30)
+        for sock in self.listeners if not self.proxied else ():
             while True:
                 try:
                     conn, _ = sock.accept()
@@ -348,6 +361,10 @@ def _close(loop: asyncio.AbstractEventLoop, srv: Server, main: asyncio.Task[None
             conn.transport.abort()
         for server in srv.servers:
             server.close()
+        for listener in srv.proxied:
+            listener.close()
+            for fd in listener.fds():
+                os.close(fd)
         tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
         for task in tasks:
             task.cancel()
@@ -389,7 +406,7 @@ def _abandon_after_fork(loop: asyncio.AbstractEventLoop, srv: Server) -> None:
 
 
 def _client_fds(srv: Server) -> list[int]:
-    fds = []
+    fds = [fd for listener in srv.proxied for fd in listener.fds()]
     for conn in srv.connections:
         sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
         if sock is not None:

@@ -51,11 +51,12 @@ class HttpProtocol(asyncio.Protocol):
     __slots__ = (
         "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
         "queue", "read_paused", "write_blocked_since", "closing", "since", "pending_error", "eof",
-        "trusted", "body_bytes", "scheme", "tls", "fresh", "drain_waiter", "held", "__weakref__",
+        "trusted", "body_bytes", "scheme", "tls", "fresh", "drain_waiter", "held", "proxied", "__weakref__",
     )  # fmt: skip
 
-    def __init__(self, srv: Server) -> None:
+    def __init__(self, srv: Server, proxied: tuple[str, int] | None = None) -> None:
         self.srv = srv
+        self.proxied = proxied  # the client a PROXY header named (refork.serving.aio_proxied)
         self.loop = srv.loop
         self.parser = RequestParser(srv.limits, hand_off_websocket=srv.ws_enabled)
         self.transport: Any = None
@@ -93,6 +94,8 @@ class HttpProtocol(asyncio.Protocol):
             if isinstance(sockname, bytes):
                 sockname = sockname.decode("utf-8", "surrogateescape")
             self.server_addr = (sockname or "", None)
+        if self.proxied is not None:
+            self.client_addr = self.proxied
         proxies = self.srv.proxies  # a unix-socket peer (no client address) is None to trusts()
         self.trusted = proxies is not None and proxies.trusts(self.client_addr and self.client_addr[0])
         ssl_object = transport.get_extra_info("ssl_object")
@@ -241,7 +244,11 @@ class HttpProtocol(asyncio.Protocol):
         if srv.access_log is not None:
             response = cycle.response
             log_access(srv.access_log, cycle.request, cycle.remote, response.status, response.body_bytes,
-                       self.loop.time() - cycle.started_at)  # fmt: skip
+                       self.loop.time() - cycle.started_at, None, response.headers)  # fmt: skip
+        if srv.request_hooks is not None:
+            response = cycle.response
+            srv.request_hooks.after_asgi(cycle.hook_request, cycle.request, cycle.remote, response.status,
+                                         response.body_bytes, response.headers)  # fmt: skip
         if self.cycle is cycle:
             self.cycle = None
         if not keep_alive or self.closing or srv.stopping or (self.eof and not self.queue):
@@ -326,12 +333,18 @@ class HttpProtocol(asyncio.Protocol):
         )
         if self.tls is not None:
             scope["extensions"]["tls"] = self.tls.copy()
-        if srv.access_log is not None:
+        app = srv.app
+        if srv.access_log is not None or srv.request_hooks is not None:
             cycle.started_at = self.loop.time()
             client = scope["client"]
             cycle.remote = client[0] if client else None
+            if srv.request_hooks is not None:  # gunicorn's pre_request (its error: the app's, a 500)
+                cycle.hook_request, failed = srv.request_hooks.before_asgi(
+                    cycle.request, tuple(client) if client else None, scope["scheme"]
+                )
+                app = failed or app
         serving = deadlines.current.set(cycle.token)  # the task copies it: refork.extend_deadline()
-        cycle.task = self.loop.create_task(cycle.run(srv.app, scope))
+        cycle.task = self.loop.create_task(cycle.run(app, scope))
         deadlines.current.reset(serving)
 
     def answer_health(self, cycle: HttpCycle) -> None:

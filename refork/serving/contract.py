@@ -70,6 +70,15 @@ class WorkerControl(Protocol):
         Called on the loop thread; reads shared memory only (no message, no lock)."""
 
     @property
+    def free_threads_elsewhere(self) -> bool:
+        """Another worker has an app thread free (the monitor's last count): a worker whose own
+        are all busy stops accepting then, so the kernel offers new connections to that one."""
+
+    def free_threads_address(self) -> int:
+        """Where the count behind free_threads_elsewhere lives, for a native I/O thread that
+        reads it without the GIL (an 8-byte word of a shared page); 0 when there is none."""
+
+    @property
     def server_draining(self) -> bool:
         """The whole server is stopping (not just this worker): a stopping worker then takes every
         connection queued in the listen backlog before it stops accepting, so none is reset."""

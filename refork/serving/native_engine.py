@@ -87,6 +87,16 @@ class NativeHost(_NativeLoop):
     def _memory_budget(self, limit: int) -> Any:
         return _native.MemoryBudget(limit)  # shared with the engine's threads (see Intake in conn.rs)
 
+    # what the engines answer a refused PROXY header with (native/src/proxy.rs; self.proxy)
+    proxy_responses = (simple_response(400), simple_response(403))
+
+    @property
+    def pre_request_hook(self) -> Any:
+        """gunicorn's pre_request as the engines call it before the app (call.rs), or None;
+        post_request runs where the access-log line is written (self.access_log: a Finisher)."""
+        hooks = self.request_hooks
+        return hooks.before_wsgi if hooks is not None else None
+
     def _idle_again(self, conn: Conn) -> bool:
         """A connection the engine handed over (or a response took) that has nothing half-read or
         half-written goes back to the engine: one file or stream response, a chunked upload or a
@@ -243,7 +253,7 @@ class _EngineLoop(NativeHost):
             steps = self._steps(conn, rest)
             self._start_writing(conn, Writing(outcome, request, environ, stream, token, began, steps))
             return
-        if not self._finished(request, environ, stream, token, began, outcome) or conn.closed:
+        if not self._finished(request, environ, stream, token, began, outcome, ex) or conn.closed:
             self._close(conn)
         elif rest:
             self._on_data(conn, rest)

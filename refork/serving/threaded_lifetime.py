@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from refork.http.body import InputStream
 from refork.http.events import Request
 from refork.http.parser import Limits
+from refork.http.proxy_protocol import ProxyPolicy
 from refork.http.response import simple_response
 from refork.serving.connection import Expiry, Timeouts, log_write_timeout, release_after_fork
 from refork.serving.contract import WorkerControl
@@ -52,6 +53,7 @@ class Lifetime:
     threads: int
     accepts_held: bool  # no app thread is free: the listeners are out of the poller (_hold_accepts)
     tls: dict[int, ssl.SSLContext]
+    proxy: ProxyPolicy | None
     handshake_timeout: float
     pool: AppThreads | None
     memory: Any  # the worker's MemoryBudget (refork.http.budget, or refork._native's)
@@ -128,12 +130,14 @@ class Lifetime:
         return 1 << 30 if self.pool is None else max(0, self.threads - self.in_flight)
 
     def _hold_accepts(self) -> None:
-        """Accept only while an app thread is free: a connection accepted with every thread busy
-        would wait behind them (and be lost with them if a hung one gets the worker killed), while
-        a sibling worker could serve it. The kernel offers it to those while this one holds."""
+        """Accept only while an app thread is free, or no other worker has one: a connection
+        accepted with every thread busy would wait behind them (and be lost with them if a hung
+        one gets the worker killed) while a sibling could serve it; the kernel offers it to the
+        siblings while this one holds. With none free anywhere it has nowhere better to go (and a
+        health check on it is answered by this loop)."""
         if self.pool is None or self.draining:
             return
-        full = self._free_threads() == 0
+        full = self._free_threads() == 0 and self.control.free_threads_elsewhere
         if full == self.accepts_held:
             return
         self.accepts_held = full
@@ -184,8 +188,8 @@ class Lifetime:
         lsock, builder = entry
         inet = lsock.family in (socket.AF_INET, socket.AF_INET6)
         now = time.monotonic()
-        if not self.draining:
-            batch = min(batch, self._free_threads())
+        if self.pool is not None and not self.draining:
+            batch = min(batch, max(1, self._free_threads()))  # no more than it can start
         for _ in range(batch):
             try:
                 sock, addr = lsock.accept()
@@ -216,6 +220,8 @@ class Lifetime:
                 out = Outbox(sock, client, self.timeouts.write, self.control, buffering=self.pool is None)
                 conn = self.conn_type(sock, client, builder, self.limits, out)
             conn.since = now
+            if self.proxy is not None:
+                conn.preface = b""  # a PROXY header may come first (see threaded._read_preface)
             self.conns[conn.fd] = conn
             self.poller.register(conn.fd)
             conn.registered = True

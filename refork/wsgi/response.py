@@ -30,6 +30,7 @@ class Output(Protocol):
     """
 
     zero_copy: bool  # sendfile() is available
+    exchange: Any  # the _Exchange of the response being written (for the access log)
 
     def send(self, data: bytes) -> None:
         """Write (or queue) all of it; OSError when the client is gone or stopped reading."""
@@ -48,7 +49,7 @@ class Output(Protocol):
 class _Callables:
     """An Output over blocking send / sendfile callables: never backlogged."""
 
-    __slots__ = ("send", "_sendfile", "zero_copy")
+    __slots__ = ("send", "_sendfile", "zero_copy", "exchange")
 
     backlogged = False
 
@@ -56,6 +57,7 @@ class _Callables:
         self.send = send
         self._sendfile = sendfile
         self.zero_copy = sendfile is not None
+        self.exchange: Any = None
 
     def sendfile(self, fd: int, offset: int, count: int | None) -> int:
         assert self._sendfile is not None
@@ -144,6 +146,7 @@ class _Exchange:
     def __init__(self, framer: ResponseFramer, out: Output) -> None:
         self.framer = framer
         self.out = out
+        out.exchange = self
         self.code = 0
         self.reason = b""
         self.headers: list[tuple[bytes, bytes]] = []

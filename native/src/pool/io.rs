@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{log_notice, Shared, IN, OUT};
-use crate::conn::{sweep, Conn, Expired, Next, Phase, Scratch, Timeouts, RECV};
+use crate::conn::{sweep, Conn, Expired, Next, Phase, Preface, Scratch, Timeouts, RECV};
 use crate::listen::Listeners;
 use crate::sys;
 
@@ -72,8 +72,8 @@ impl Io {
         if fd == self.shared.io_wake.fd {
             self.shared.io_wake.drain();
         } else if let Some(i) = self.listeners.event(fd) {
-            let free = self.shared.free();
-            if self.listeners.accepting() && free > 0 {
+            if self.listeners.accepting() {
+                let free = self.shared.free().max(1); // none free: accepting only when nobody has one
                 self.accept(i, ACCEPT_BATCH.min(free));
             }
         } else if let Some(conn) = self.conns.remove(&fd) {
@@ -85,10 +85,11 @@ impl Io {
         }
     }
 
-    /// Accept only while an app thread is free (see Listeners::hold). `full` is set before the
+    /// Accept only while an app thread is free, or no other worker has one (see Listeners::hold;
+    /// with none free anywhere a connection has nowhere better to go). `full` is set before the
     /// count is read again, so an app thread that frees one meanwhile sees it and wakes this one.
     fn hold_accepts(&mut self) {
-        if self.shared.free() > 0 {
+        if self.shared.free() > 0 || !self.shared.free_elsewhere() {
             self.shared.full.store(false, Ordering::Release);
             self.listeners.hold(&self.shared.ep, false);
             return;
@@ -157,7 +158,8 @@ impl Io {
 
     /// What `buf` (non-empty) starts with: a request for the app threads, more to wait for, or
     /// the Python loop's.
-    fn process(&mut self, mut conn: Conn, buf: Vec<u8>) {
+    fn process(&mut self, conn: Conn, buf: Vec<u8>) {
+        let Some((mut conn, buf)) = self.preface(conn, buf) else { return };
         let intake = &self.shared.intake;
         match intake.next(&mut conn, &buf) {
             Next::Request(..) => {
@@ -179,6 +181,28 @@ impl Io {
                 self.shared.hand_over(conn, data);
             }
         }
+    }
+
+    /// A fresh connection's PROXY header (conn.rs `Intake::preface`): the connection and what
+    /// follows the header when a request may be in it; None when it waits or is closed.
+    fn preface(&mut self, mut conn: Conn, mut buf: Vec<u8>) -> Option<(Conn, Vec<u8>)> {
+        if !conn.preface {
+            return Some((conn, buf));
+        }
+        match self.shared.intake.preface(&mut conn, &mut buf) {
+            Preface::Ready if !buf.is_empty() => return Some((conn, buf)),
+            Preface::Ready | Preface::Wait => {
+                conn.buf = self.scratch.keep(buf, 0);
+                self.keep(conn, IN);
+            }
+            Preface::Refused(refusal) => {
+                let _ = sys::send(conn.fd, self.shared.intake.refusal(refusal.forbidden));
+                self.scratch.recycle(buf);
+                self.shared.close(conn);
+                log_notice(&self.shared, false, refusal.line);
+            }
+        }
+        None
     }
 
     /// The client read some of a waiting response: write on; once it is out, go on with what
