@@ -186,6 +186,22 @@ class Server(LoggedProcess):
 
 
 
+PINNED = {"--refork-after": "off", "--mold-idle-exit": "off"}
+
+
+def pinned_generation(args: tuple[str, ...]) -> list[str]:
+    """Flags that keep one generation and its mold for a test about something else.
+
+    The defaults refork after a few dozen requests and stop an idle mold; a test that counts a
+    worker's requests or signals the mold would race them. Tests of the defaults themselves (the
+    promise matrix) pass ``defaults=True``; a test naming either flag, or a config file, keeps its own.
+    """
+    if any(a in ("-c", "--config") or a.startswith("--config=") for a in args):
+        return []
+    named = {a.split("=")[0] for a in args}
+    return [item for flag, value in PINNED.items() if flag not in named for item in (flag, value)]
+
+
 @pytest.fixture
 def start_server(tmp_path):
     servers: list[Server] = []
@@ -197,8 +213,9 @@ def start_server(tmp_path):
         wait: bool = True,
         env: dict[str, str] | None = None,
         preexec_fn: Any = None,
+        defaults: bool = False,
     ) -> Server:
-        extra = list(args)
+        extra = list(args) if defaults else [*pinned_generation(args), *args]
         if workers is not None:
             extra = ["-w", str(workers), *extra]
         server = Server(tmp_path, extra, app, env, preexec_fn)

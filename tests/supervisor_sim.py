@@ -37,7 +37,9 @@ CLEAN = 0
 
 
 def config(**overrides: Any) -> Config:
-    return replace(Config(app="app:app", workers=2), **overrides)
+    """A config with one generation and its mold kept, unless a test names the policy it studies."""
+    pinned: dict[str, Any] = {"refork_after": None, "mold_idle_exit": None}
+    return replace(Config(app="app:app", workers=2), **{**pinned, **overrides})
 
 
 class Sim:

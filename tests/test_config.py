@@ -15,6 +15,7 @@ from refork.config import (
     ConfigError,
     cpu_quota,
     describe,
+    idle_mold_linger,
     load_config,
     parse_size,
     reloaded,
@@ -222,10 +223,10 @@ def test_pyproject_unknown_key(tmp_path):
         (["--forwarded-allow-ips", "10.0.0.0/99"], "is not an address, a network"),
         (["--warmup", "health"], "--warmup must start with '/'"),
         (["--max-requests", "-1"], "--max-requests must be an integer >= 0"),
-        (["--mold-idle-exit", "-1"], '--mold-idle-exit must be a number of seconds >= 0 or "off"'),
+        (["--mold-idle-exit", "-1"], '--mold-idle-exit must be "auto", a number of seconds >= 0 or "off"'),
         (["--body-timeout", "0"], "--body-timeout must be a number of seconds > 0"),
         (["--body-min-rate", "-1"], "--body-min-rate must be a number >= 0"),
-        (["--mold-idle-exit", "soon"], '--mold-idle-exit must be a number of seconds >= 0 or "off"'),
+        (["--mold-idle-exit", "soon"], '--mold-idle-exit must be "auto", a number of seconds >= 0 or "off"'),
         (["--foo"], "unknown option --foo (see refork --help)"),
         (["--wrokers", "2"], "unknown option --wrokers (did you mean '--workers'?)"),
     ],
@@ -277,8 +278,15 @@ def test_parse_size_rejects(text: str) -> None:
         parse_size(text)
 
 
-def test_mold_idle_exit_takes_seconds_zero_or_off():
-    for raw, expected in (("off", None), ("0", 0.0), ("0.00", 0.0), ("2.5", 2.5)):
+def test_the_defaults_refork_like_pitchfork_and_let_an_idle_mold_go():
+    config = load_config(["m:app"], environ={})
+    assert (config.refork_after, config.mold_idle_exit) == ([50, 100, 1000], "auto")
+    assert idle_mold_linger("auto", 2) == 1.0 and idle_mold_linger("auto", 1) is None
+    assert idle_mold_linger(30.0, 1) == 30.0 and idle_mold_linger(None, 4) is None
+
+
+def test_mold_idle_exit_takes_auto_seconds_zero_or_off():
+    for raw, expected in (("auto", "auto"), ("off", None), ("0", 0.0), ("0.00", 0.0), ("2.5", 2.5)):
         assert load_config(["--mold-idle-exit", raw, "m:app"], environ={}).mold_idle_exit == expected
     with pytest.raises(ConfigError, match="REFORK_MOLD_IDLE_EXIT"):
         load_config(["m:app"], environ={"REFORK_MOLD_IDLE_EXIT": "x"})

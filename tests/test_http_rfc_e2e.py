@@ -107,7 +107,8 @@ def test_chunk_lines_the_rfc_forbids_are_refused(server: Server, line: bytes) ->
 
 # --- 3. the status of a bad head does not depend on how its bytes were cut --------------------
 
-LONG = b"X-Long: " + b"a" * FIELD_LIMIT + b"\r\n"
+LONG = b"X-Long: " + b"a" * (FIELD_LIMIT - 5) + b"\r\n"  # over the limit, yet within the slack the
+# bound applies while a line is still arriving: it is found once its head is whole
 
 
 @pytest.mark.parametrize(

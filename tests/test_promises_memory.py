@@ -24,11 +24,19 @@ import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import Server
 from head_lines import HEAD, HEAD_LINES
 from request_paths import PATHS, every_path, wsgi_paths
-from test_promises import serve
+from test_promises import serve as serve_with_defaults
+
+
+def serve(start_server: Callable[..., Server], path: str, *args: str, **kw: Any) -> Server:
+    """One worker's memory watched over a flood: no refork replaces it meanwhile (the policy's
+    own promises are in test_promises)."""
+    return serve_with_defaults(start_server, path, "--refork-after", "off", *args, **kw)
 
 asgi_paths = pytest.mark.parametrize("path", [p for p, (kind, _) in PATHS.items() if kind == "asgi"])
 

@@ -11,6 +11,7 @@ import logging
 import signal
 from dataclasses import replace
 
+import pytest
 from supervisor_sim import CLEAN, EXIT_1, KILLED, Sim, logged, of, sends, wait_status
 
 from refork.process import messages
@@ -186,6 +187,13 @@ def idle_server(**overrides):
     sim.exit(mold, CLEAN)
     assert sim.sup.mold_shed
     return sim, workers
+
+
+@pytest.mark.parametrize(("workers", "shed"), [(1, False), (2, True)])
+def test_by_default_an_idle_mold_is_let_go_when_a_warm_worker_could_replace_it(workers, shed):
+    sim = Sim(workers=workers, mold_idle_exit="auto")
+    mold, _ = sim.up()
+    assert bool(sends(sim.tick(after=2.0), messages.Stop, pid=mold)) == shed
 
 
 def test_idle_mold_is_kept_without_a_subreaper():

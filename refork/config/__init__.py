@@ -31,6 +31,7 @@ from refork.config.table import (
     Loop,
     MemoryMetric,
     hard_timeout,
+    idle_mold_linger,
     setting_named,
 )
 from refork.errors import ConfigError
@@ -54,6 +55,7 @@ __all__ = [
     "describe",
     "gunicorn_value",
     "hard_timeout",
+    "idle_mold_linger",
     "load_config",
     "parse_args",
     "parse_size",

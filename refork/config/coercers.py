@@ -10,7 +10,7 @@ import math
 import os
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 from refork.addresses import BIND_SYNTAX, STATSD_SYNTAX, parse_bind, parse_statsd
 from refork.errors import ConfigError
@@ -85,6 +85,18 @@ def off_or_seconds(value: Any, where: str) -> float | None:
     if seconds is None or seconds < 0:
         raise ConfigError(f'{where} must be a number of seconds >= 0 or "off", got {got(value)}')
     return seconds
+
+
+def auto_off_or_seconds(value: Any, where: str) -> float | Literal["auto"] | None:
+    """`auto`, or a delay that can be switched off (see off_or_seconds)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return off_or_seconds(value, where)
+    except ConfigError:
+        raise ConfigError(
+            f'{where} must be "auto", a number of seconds >= 0 or "off", got {got(value)}'
+        ) from None
 
 
 class Choice:

@@ -27,9 +27,21 @@ ForkSafety = Literal["warn", "strict", "off"]
 MemoryMetric = Literal["uss", "pss"]
 Allocator = Literal["system", "jemalloc"]
 
+REFORKS: list[int] | None = [50, 100, 1000]  # --refork-after: Pitchfork's, measured on a real app
+IDLE_MOLD_SECONDS = 1.0  # --mold-idle-exit auto, with two or more workers: measured on a real app
+
+
+def idle_mold_linger(setting: float | Literal["auto"] | None, workers: int) -> float | None:
+    """Seconds an idle mold lives on (None: it stays). `auto` lets it go only with two or more
+    workers: with one, a crash would find no warm worker to promote and start cold."""
+    if setting == "auto":
+        return IDLE_MOLD_SECONDS if workers >= 2 else None
+    return setting
+
 __all__ = [
-    "HOOK_NAMES", "RESTART_ONLY", "SETTINGS", "Allocator", "Config", "ForkSafety",
-    "Interface", "LogLevel", "Loop", "MemoryMetric", "ReadyWhen", "WebSockets", "WsgiLoop", "setting_named",
+    "HOOK_NAMES", "IDLE_MOLD_SECONDS", "RESTART_ONLY", "SETTINGS", "Allocator", "Config", "ForkSafety",
+    "Interface", "LogLevel", "Loop", "MemoryMetric", "ReadyWhen", "WebSockets", "WsgiLoop",
+    "idle_mold_linger", "setting_named",
 ]
 
 
@@ -99,14 +111,14 @@ class Config(ProcessSettings, ProtocolSettings, ServerSettings):
         group="memory",
     )
     refork_after: list[int] | None = setting(
-        None,
+        REFORKS,
         "--refork-after",
         coerce=c.refork_after,
         metavar="N,N,...|off",
         help="requests per generation before promoting a new mold",
         doc="requests per generation before a worker is promoted to be the next mold (the last count "
-        "repeats unless the list ends in `off`)",
-        shown_default="off",
+        "repeats unless the list ends in `off`); `off` never reforks on its own",
+        shown_default="50,100,1000",
         group="memory",
     )
     refork_max_unavailable: int | None = setting(
@@ -118,13 +130,15 @@ class Config(ProcessSettings, ProtocolSettings, ServerSettings):
         shown_default="10% of the workers, rounded up",
         group="memory",
     )
-    mold_idle_exit: float | None = setting(
-        None,
+    mold_idle_exit: float | Literal["auto"] | None = setting(
+        "auto",
         "--mold-idle-exit",
-        coerce=c.off_or_seconds,
-        metavar="S|off",
+        coerce=c.auto_off_or_seconds,
+        metavar="auto|S|off",
         help="stop the mold after S idle seconds to free its memory; a worker is promoted when needed",
-        shown_default="off",
+        doc="stop the mold after S idle seconds to free the pages only it still holds; a worker is promoted "
+        f"to mold when one is needed. `auto`: {IDLE_MOLD_SECONDS:g} s with two or more workers, off with "
+        "one (its crash would be a cold start)",
         group="memory",
     )
     fork_safety: ForkSafety = setting(

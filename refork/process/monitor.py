@@ -23,7 +23,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from refork.config import Config, ConfigError
+from refork.config import Config, ConfigError, idle_mold_linger
 from refork.hooks import GunicornConfig, Server, call_logged, worker_for_exit
 from refork.loading import change_directory
 from refork.memory.accounting import read_memory
@@ -100,7 +100,7 @@ class Monitor:
         subreaper = make_subreaper()
         if not subreaper:
             log.warning("child subreaper unavailable: workers are children of the mold; reforking is off")
-            if config.mold_idle_exit is not None:
+            if isinstance(config.mold_idle_exit, float):
                 log.warning("--mold-idle-exit needs a child subreaper; the mold will stay")
         passed = systemd.take_listen_fds(os.environ, os.getpid())
         if passed:
@@ -502,7 +502,7 @@ class Monitor:
             "allocator": loaded_allocator("self"),
             "subreaper": self.ctx.subreaper,
             "refork_pending": sup.roster.pending_mold() is not None,
-            "mold_idle_exit": self.config.mold_idle_exit,
+            "mold_idle_exit": idle_mold_linger(self.config.mold_idle_exit, sup.target_workers),
             "mold_shed": sup.mold_shed and sup.roster.current_mold() is None,
             "total_pss": sum(r["pss"] or 0 for r in rows),
             "restarts": dict(sup.restarts),  # workers replaced, by cause (as the metrics count them)

@@ -13,7 +13,7 @@ import signal
 from collections.abc import Mapping
 from logging import DEBUG, ERROR, INFO, WARNING
 
-from refork.config import Config, reloaded
+from refork.config import Config, idle_mold_linger, reloaded
 from refork.memory.accounting import ProcessMemory
 from refork.process import messages
 from refork.process.slots import SlotAllocator
@@ -587,7 +587,7 @@ class Supervisor(Phases, Starts):
         Once every worker has copied a page, the mold's original is private to the mold: on 3.11
         that is most of the heap it touched. The next worker needed comes from a promoted worker.
         """
-        linger = self.config.mold_idle_exit
+        linger = idle_mold_linger(self.config.mold_idle_exit, self.target_workers)
         mold = self.roster.usable_mold()
         if linger is None or mold is None or not self.subreaper or now - self.mold_busy_at < linger:
             return
