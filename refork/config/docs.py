@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from refork.config import gunicorn
+import refork.config.gunicorn as gunicorn
 from refork.config.settings import Setting, options_markdown
 from refork.config.table import HOOKS, SETTINGS
 

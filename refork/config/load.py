@@ -23,9 +23,9 @@ from dataclasses import fields, replace
 from logging import INFO, WARNING
 from typing import Any, NoReturn
 
+import refork.config.coercers as c
+import refork.config.gunicorn as gunicorn
 from refork import __version__
-from refork.config import coercers as c
-from refork.config import gunicorn
 from refork.config.settings import add_arguments, given
 from refork.config.table import HOOKS, NOT_SETTINGS, RESTART_ONLY, SETTINGS, Config, setting_named
 from refork.errors import ConfigError

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from refork.config import coercers as c
+import refork.config.coercers as c
 from refork.config.settings import setting
 
 Interface = Literal["auto", "wsgi", "asgi"]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from refork.config import coercers as c
+import refork.config.coercers as c
 from refork.config.process_settings import ProcessSettings
 from refork.config.protocol_settings import ProtocolSettings, WebSockets
 from refork.config.server_settings import Interface, Loop, ReadyWhen, ServerSettings, WsgiLoop
