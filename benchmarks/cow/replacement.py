@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from refork.process.control import request  # noqa: E402  (stdlib only)
 
 APP = "monolith_generated.app:app"
-CONFIGS = {"standing mold": [], "--mold-idle-exit 1": ["--mold-idle-exit", "1"]}
+CONFIGS = {"standing mold": ["--mold-idle-exit", "off"], "--mold-idle-exit 1": ["--mold-idle-exit", "1"]}
 
 
 def ready_workers(control: str) -> set[int]:

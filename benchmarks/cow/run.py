@@ -42,6 +42,10 @@ FREEZE_CONF = Path(__file__).resolve().parent / "gunicorn_freeze.conf.py"
 BASELINE = "gunicorn-preload-freeze"
 
 
+ONE_GENERATION = ["--refork-after", "off", "--mold-idle-exit", "off"]  # no refork, the mold kept
+REFORK_200_400 = ["--refork-after", "200,400"]
+
+
 def warm_paths(n: int) -> list[str]:
     return [f"/w/{i}" for i in range(n)]
 
@@ -55,12 +59,13 @@ def servers(venv: Path, workers: int, port: int, warmup: list[str], monolith: st
     gunicorn = [str(b / "gunicorn"), "-b", f"{bind}:{{port}}", "--log-level", "warning", "--timeout", "120"]
     specs = [
         ("one-copy", [*gunicorn, "-w", "1", app]),
-        ("refork", [*refork, app]),
-        ("refork-warmup", [*refork, *warm, app]),
-        ("refork-after", [*refork, "--refork-after", "200,400", app]),
-        ("refork-warmup-after", [*refork, *warm, "--refork-after", "200,400", app]),
-        ("refork-idle-exit", [*refork, "--mold-idle-exit", "1", app]),
-        ("refork-after-idle-exit", [*refork, "--refork-after", "200,400", "--mold-idle-exit", "1", app]),
+        ("refork", [*refork, app]),  # the defaults: --refork-after 50,100,1000 --mold-idle-exit auto
+        ("refork-one-generation", [*refork, *ONE_GENERATION, app]),
+        ("refork-warmup", [*refork, *ONE_GENERATION, *warm, app]),
+        ("refork-after", [*refork, *REFORK_200_400, "--mold-idle-exit", "off", app]),
+        ("refork-warmup-after", [*refork, *warm, *REFORK_200_400, "--mold-idle-exit", "off", app]),
+        ("refork-idle-exit", [*refork, "--refork-after", "off", "--mold-idle-exit", "1", app]),
+        ("refork-after-idle-exit", [*refork, *REFORK_200_400, "--mold-idle-exit", "1", app]),
         ("gunicorn", [*gunicorn, "-w", str(workers), app]),
         ("gunicorn-preload", [*gunicorn, "-w", str(workers), "--preload", app]),
         (BASELINE, [*gunicorn, "-w", str(workers), "--preload", "-c", str(FREEZE_CONF), app]),
