@@ -138,3 +138,35 @@ def run_child(start: Callable[[], int]) -> None:
         sys.stderr.flush()
     finally:
         os._exit(code)
+
+
+def child_pids() -> list[int]:
+    """This process's children, alive or not yet reaped (Linux's /proc/<pid>/task/*/children)."""
+    pids: list[int] = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids += [int(pid) for pid in f.read().split()]
+        except OSError:
+            continue
+    return pids
+
+
+def kill_strays() -> None:
+    """Kill and reap the children still here when the monitor is done with every child it knows.
+
+    A worker is the monitor's child from its fork, before the monitor hears of it: one forked as
+    the mold was stopped is known to no one. It must not outlive the monitor, hold its port, or
+    print after the monitor's last line.
+    """
+    pids = child_pids()
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid in pids:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass

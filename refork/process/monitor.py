@@ -31,7 +31,13 @@ from refork.memory.allocator import fix_glibc_thresholds, loaded_allocator
 from refork.process import messages, systemd
 from refork.process.context import ProcessContext, set_title
 from refork.process.control import ControlServer
-from refork.process.forking import MONITOR_SIGNALS, make_subreaper, reset_signals_in_child, run_child
+from refork.process.forking import (
+    MONITOR_SIGNALS,
+    kill_strays,
+    make_subreaper,
+    reset_signals_in_child,
+    run_child,
+)
 from refork.process.identity import check_switch, chown_files, daemonize, drop_privileges
 from refork.process.listen_queue import listen_queue
 from refork.process.listeners import (
@@ -569,6 +575,7 @@ class Monitor:
             self.notifier.close()
         if self.config.pidfile:
             remove_pidfile(self.config.pidfile)
+        kill_strays()
         log.info("monitor %d: stopped", os.getpid())
         if self.last_words:
             print(self.last_words, file=sys.stderr, flush=True)
