@@ -301,7 +301,10 @@ def next_body(s: socket.socket, buffer: list[bytes]) -> bytes | None:
             length = int(match.group(1))
             buffer[0] = rest[length:]
             return rest[:length]
-        data = s.recv(65536)
+        try:
+            data = s.recv(65536)
+        except ConnectionResetError:  # closed with requests of ours unread: they go again
+            return None
         if not data:
             return None
         buffer[0] += data
