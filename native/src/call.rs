@@ -32,7 +32,7 @@ pub(crate) type Framed = (u32, Vec<u8>, usize, bool);
 /// The app has been called for a request.
 pub(crate) struct Called<'py> {
     pub environ: Bound<'py, PyAny>,
-    pub client: PyObject,
+    pub client: Py<PyAny>,
     pub start_response: Bound<'py, StartResponse>,
     /// what the app returned (None if it raised)
     pub result: Bound<'py, PyAny>,
@@ -181,7 +181,7 @@ impl<'py> AppCall<'_, 'py> {
                 Some(Ok(item)) => item,
                 Some(Err(e)) => return self.raised(py, items, e, result),
             };
-            let fits = match item.downcast_exact::<PyBytes>() {
+            let fits = match item.cast_exact::<PyBytes>() {
                 Ok(b) => {
                     total += b.as_bytes().len();
                     total <= declared
@@ -250,12 +250,12 @@ fn declared_length(s: &StartResponse, py: Python<'_>) -> Option<usize> {
         return None;
     }
     for pair in s.headers.as_ref()?.bind(py).iter() {
-        let pair = pair.downcast_into::<PyTuple>().ok()?;
+        let pair = pair.cast_into::<PyTuple>().ok()?;
         let name = pair.get_item(0).ok()?;
-        let name = name.downcast::<PyBytes>().ok()?.as_bytes();
+        let name = name.cast::<PyBytes>().ok()?.as_bytes();
         if name.eq_ignore_ascii_case(b"content-length") {
             let value = pair.get_item(1).ok()?;
-            return std::str::from_utf8(value.downcast::<PyBytes>().ok()?.as_bytes()).ok()?.parse().ok();
+            return std::str::from_utf8(value.cast::<PyBytes>().ok()?.as_bytes()).ok()?.parse().ok();
         }
     }
     None
@@ -263,13 +263,13 @@ fn declared_length(s: &StartResponse, py: Python<'_>) -> Option<usize> {
 
 /// The access-log line of a request answered by a native loop (refork.serving.connection.log_access).
 pub(crate) struct AccessLog<'a> {
-    pub log: &'a PyObject,
-    pub log_access: &'a PyObject,
-    pub perf_counter: &'a PyObject,
+    pub log: &'a Py<PyAny>,
+    pub log_access: &'a Py<PyAny>,
+    pub perf_counter: &'a Py<PyAny>,
 }
 
 impl AccessLog<'_> {
-    pub fn write(&self, py: Python<'_>, called: &Called<'_>, started: &PyObject, status: u32, length: usize) -> PyResult<()> {
+    pub fn write(&self, py: Python<'_>, called: &Called<'_>, started: &Py<PyAny>, status: u32, length: usize) -> PyResult<()> {
         let started: f64 = started.extract(py)?;
         let took = self.perf_counter.bind(py).call0()?.extract::<f64>()? - started;
         let remote = called.environ.get_item(pyo3::intern!(py, "REMOTE_ADDR")).ok();
@@ -281,7 +281,7 @@ impl AccessLog<'_> {
 }
 
 /// The request body as wsgi.input: the shared empty stream, or a stream over `body`.
-pub(crate) fn input_stream<'py>(py: Python<'py>, body: &[u8], empty: &PyObject, make: &PyObject) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn input_stream<'py>(py: Python<'py>, body: &[u8], empty: &Py<PyAny>, make: &Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
     if body.is_empty() {
         Ok(empty.bind(py).clone())
     } else {

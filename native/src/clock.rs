@@ -98,12 +98,12 @@ pub struct Current {
     began: f64,
     method: &'static str,
     path: Vec<u8>,
-    token: Option<PyObject>,
-    adopt: PyObject,
+    token: Option<Py<PyAny>>,
+    adopt: Py<PyAny>,
 }
 
 impl Current {
-    pub fn new(adopt: PyObject) -> Current {
+    pub fn new(adopt: Py<PyAny>) -> Current {
         Current { active: false, began: 0.0, method: "", path: Vec::new(), token: None, adopt }
     }
 
@@ -117,7 +117,7 @@ impl Current {
     }
 
     /// The request is over: its token if it got one (the Python clock finishes it), and when it began.
-    pub fn end(&mut self) -> (Option<PyObject>, f64) {
+    pub fn end(&mut self) -> (Option<Py<PyAny>>, f64) {
         self.active = false;
         (self.token.take(), self.began)
     }
@@ -128,7 +128,7 @@ impl Current {
     /// The token of the engine's request in the app (registered now if it has none); None when
     /// the engine has no request in the app, or `blocking` is False and the clock's lock is held.
     #[pyo3(signature = (blocking=true))]
-    fn __call__(slf: &Bound<'_, Self>, blocking: bool) -> PyResult<Option<PyObject>> {
+    fn __call__(slf: &Bound<'_, Self>, blocking: bool) -> PyResult<Option<Py<PyAny>>> {
         let py = slf.py();
         let (method, path, began, adopt) = {
             let this = slf.borrow();

@@ -145,7 +145,7 @@ pub(crate) struct Conn {
     pub fd: i32,
     pub peer: Peer,
     /// the peer as the environ's client tuple (host, port) or None, made on first use
-    pub client: Option<PyObject>,
+    pub client: Option<Py<PyAny>>,
     pub listener: i32,
     /// the place of its listener's Environ in the loop's list
     pub environ: usize,
@@ -241,7 +241,7 @@ impl Conn {
     }
 
     /// The client tuple of the environ (made once per connection).
-    pub fn client(&mut self, py: Python<'_>) -> PyResult<PyObject> {
+    pub fn client(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         if let Some(c) = &self.client {
             return Ok(c.clone_ref(py));
         }
@@ -472,7 +472,7 @@ impl Intake {
             health.push(hp.getattr("ready")?.extract::<Vec<u8>>()?);
         }
         let memory = host.getattr("memory")?;
-        let memory = memory.downcast::<MemoryBudget>()?.get().inner.clone();
+        let memory = memory.cast::<MemoryBudget>()?.get().inner.clone();
         Ok(Intake {
             proxy: Policy::from_host(host)?,
             limits: HeadLimits::from_py(&host.getattr("limits")?)?,

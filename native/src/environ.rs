@@ -77,7 +77,7 @@ pub struct Environ {
     hosts: Mutex<HashMap<Vec<u8>, NameAndPort>>,
     /// refork.wsgi.EnvironBuilder.apply_forwarded(environ, headers, client) of its builder: the
     /// trusted-proxy rules, for a request with X-Forwarded-* fields
-    forwarded: PyObject,
+    forwarded: Py<PyAny>,
 }
 
 /// SERVER_NAME and SERVER_PORT of one Host header value.
@@ -125,14 +125,14 @@ impl Environ {
         client: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let headers = request.getattr(pyo3::intern!(py, "headers"))?;
-        let headers = headers.downcast::<PyList>()?;
+        let headers = headers.cast::<PyList>()?;
         let mut pairs: Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> = Vec::with_capacity(headers.len());
         let mut forwarded = false;
         for item in headers.iter() {
-            let pair = item.downcast::<PyTuple>()?;
-            let name = pair.get_item(0)?.downcast_into::<PyBytes>()?;
+            let pair = item.cast::<PyTuple>()?;
+            let name = pair.get_item(0)?.cast_into::<PyBytes>()?;
             forwarded |= name.as_bytes().starts_with(b"x-forwarded-");
-            pairs.push((name, pair.get_item(1)?.downcast_into::<PyBytes>()?));
+            pairs.push((name, pair.get_item(1)?.cast_into::<PyBytes>()?));
         }
         let length = if !request.getattr(pyo3::intern!(py, "content_length"))?.is_none()
             || request.getattr(pyo3::intern!(py, "chunked"))?.is_truthy()?
@@ -147,10 +147,10 @@ impl Environ {
         let version = request.getattr(pyo3::intern!(py, "http_version"))?;
         let parts = Parts {
             method: &request.getattr(pyo3::intern!(py, "method"))?,
-            target: target.downcast::<PyBytes>()?.as_bytes(),
-            path: path.downcast::<PyBytes>()?.as_bytes(),
-            query: query.downcast::<PyBytes>()?.as_bytes(),
-            version: version.downcast::<PyString>()?.to_str()?,
+            target: target.cast::<PyBytes>()?.as_bytes(),
+            path: path.cast::<PyBytes>()?.as_bytes(),
+            query: query.cast::<PyBytes>()?.as_bytes(),
+            version: version.cast::<PyString>()?.to_str()?,
         };
         let pairs = pairs.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes()));
         let env = self.make(py, &parts, pairs, length, body, client)?;
@@ -238,7 +238,7 @@ impl Environ {
             match env.get_item(key)? {
                 Some(old) => {
                     let sep = if key.to_str()? == "HTTP_COOKIE" { "; " } else { "," };
-                    let joined = format!("{}{}{}", old.downcast::<PyString>()?.to_str()?, sep, latin1(py, value).to_str()?);
+                    let joined = format!("{}{}{}", old.cast::<PyString>()?.to_str()?, sep, latin1(py, value).to_str()?);
                     env.set_item(key, joined)?;
                 }
                 None => env.set_item(key, latin1(py, value))?,

@@ -88,9 +88,9 @@ pub(crate) fn frame_response<'py>(
     if !(200..=999).contains(&code) || code == 204 || code == 304 {
         return Ok(None);
     }
-    let items: Vec<Bound<'py, PyAny>> = if let Ok(list) = result.downcast_exact::<PyList>() {
+    let items: Vec<Bound<'py, PyAny>> = if let Ok(list) = result.cast_exact::<PyList>() {
         list.iter().collect()
-    } else if let Ok(tuple) = result.downcast_exact::<PyTuple>() {
+    } else if let Ok(tuple) = result.cast_exact::<PyTuple>() {
         tuple.iter().collect()
     } else {
         return Ok(None);
@@ -98,7 +98,7 @@ pub(crate) fn frame_response<'py>(
     let mut total = 0usize;
     let mut bodies: Vec<&[u8]> = Vec::with_capacity(items.len());
     for item in &items {
-        let Ok(b) = item.downcast_exact::<PyBytes>() else { return Ok(None) };
+        let Ok(b) = item.cast_exact::<PyBytes>() else { return Ok(None) };
         total += b.as_bytes().len();
         bodies.push(b.as_bytes());
     }
@@ -115,7 +115,7 @@ pub(crate) fn frame_response<'py>(
     let added;
     let mut all: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)> = Vec::with_capacity(headers.len() + 1);
     for item in headers.iter() {
-        let pair = item.downcast_exact::<PyTuple>()?;
+        let pair = item.cast_exact::<PyTuple>()?;
         all.push((pair.get_item(0)?, pair.get_item(1)?));
     }
     if !has_length {
@@ -123,8 +123,8 @@ pub(crate) fn frame_response<'py>(
         all.push(added);
     }
     for (name, value) in &all {
-        let name = name.downcast::<PyBytes>()?.as_bytes();
-        let value = value.downcast::<PyBytes>()?.as_bytes();
+        let name = name.cast::<PyBytes>()?.as_bytes();
+        let value = value.cast::<PyBytes>()?.as_bytes();
         if value.iter().any(|&b| (b < 32 && b != b'\t') || b == 127) {
             return Ok(None);
         }

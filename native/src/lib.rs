@@ -34,7 +34,8 @@ mod proxy;
 mod respond;
 mod sys;
 
-#[pymodule]
+// The engines rely on the GIL (an abi3 module loads on GIL builds only in any case).
+#[pymodule(gil_used = true)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<parser::Parser>()?;
     m.add_class::<environ::Environ>()?;

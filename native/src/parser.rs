@@ -109,13 +109,13 @@ pub struct Parser {
     keep_alive: bool,
     closed: bool,
     /// The Python RequestParser of a message the fast path does not take (None: fast path).
-    slow: Option<PyObject>,
-    slow_factory: PyObject,
-    limits: PyObject,
-    request_cls: PyObject,
-    body_cls: PyObject,
-    eom: PyObject,
-    parse_error: PyObject,
+    slow: Option<Py<PyAny>>,
+    slow_factory: Py<PyAny>,
+    limits: Py<PyAny>,
+    request_cls: Py<PyAny>,
+    body_cls: Py<PyAny>,
+    eom: Py<PyAny>,
+    parse_error: Py<PyAny>,
 }
 
 /// The refork.http.events.Request of a fast head (`cls` is that class).
@@ -133,7 +133,7 @@ pub(crate) fn request_object<'py>(py: Python<'py>, cls: &Bound<'py, PyAny>, head
         let pair = PyTuple::new(py, [PyBytes::new(py, name), PyBytes::new(py, value)])?;
         headers.append(pair)?;
     }
-    let cl: PyObject = match head.content_length {
+    let cl: Py<PyAny> = match head.content_length {
         Some(n) => n.into_pyobject(py)?.into_any().unbind(),
         None => py.None(),
     };
@@ -376,12 +376,12 @@ impl Parser {
     #[new]
     fn new(
         py: Python<'_>,
-        limits: PyObject,
-        slow_factory: PyObject,
-        request_cls: PyObject,
-        body_cls: PyObject,
-        eom: PyObject,
-        parse_error: PyObject,
+        limits: Py<PyAny>,
+        slow_factory: Py<PyAny>,
+        request_cls: Py<PyAny>,
+        body_cls: Py<PyAny>,
+        eom: Py<PyAny>,
+        parse_error: Py<PyAny>,
     ) -> PyResult<Self> {
         Ok(Parser {
             head_limits: HeadLimits::from_py(limits.bind(py))?,
@@ -446,7 +446,7 @@ impl Parser {
         if self.slow.is_some() {
             if self.closed {
                 let p = self.slow.as_ref().expect("slow").clone_ref(py);
-                return Ok(p.bind(py).call_method1("feed", (PyBytes::new(py, data),))?.downcast_into()?);
+                return Ok(p.bind(py).call_method1("feed", (PyBytes::new(py, data),))?.cast_into()?);
             }
             self.feed_slow(py, data, &events)?;
             return Ok(events);

@@ -266,7 +266,7 @@ impl Policy {
 /// parse_proxy(data, mode) -> (protocol, length, client, server) | "INCOMPLETE" | "NOT_PROXY";
 /// ValueError for a malformed header (the Rust parser, for the shared table of vectors).
 #[pyfunction]
-pub fn parse_proxy(py: Python<'_>, data: &[u8], mode: &str) -> PyResult<PyObject> {
+pub fn parse_proxy(py: Python<'_>, data: &[u8], mode: &str) -> PyResult<Py<PyAny>> {
     let mode = Mode::parse(mode).ok_or_else(|| PyValueError::new_err(format!("mode {mode:?}")))?;
     match parse(data, mode).map_err(PyValueError::new_err)? {
         Verdict::Incomplete => Ok("INCOMPLETE".into_pyobject(py)?.into_any().unbind()),

@@ -32,7 +32,7 @@ impl Engine {
             }
             _ => Tracking::Python(PyTracking::start(py, &control, self.current.bind(py), &method, path)?),
         };
-        let started: PyObject = match self.access_log {
+        let started: Py<PyAny> = match self.access_log {
             Some(_) => self.perf_counter.bind(py).call0()?.unbind(),
             None => py.None(),
         };
@@ -85,7 +85,7 @@ impl Engine {
         called: crate::call::Called<'py>,
         tracking: Tracking<'py>,
         input: &Bound<'py, PyAny>,
-        started: &PyObject,
+        started: &Py<PyAny>,
         rest: &[u8],
     ) -> PyResult<()> {
         self.ep.delete(conn.fd);

@@ -52,7 +52,7 @@ impl PoolEngine {
         let control = side.control.bind(py);
         let current = side.current.bind(py);
         let tracking = PyTracking::start(py, control, current, &method, split_target(&head).0)?;
-        let started: PyObject = match side.access_log {
+        let started: Py<PyAny> = match side.access_log {
             Some(_) => side.perf_counter.bind(py).call0()?.unbind(),
             None => py.None(),
         };
