@@ -1,6 +1,6 @@
 """The native WSGI loop with one app thread: refork._native.Engine serves the request path.
 
-The engine (Rust, native/src/engine.rs) runs the hot loop: accept, read, parse, environ, the app
+The engine (Rust, native/src/engine/) runs the hot loop: accept, read, parse, environ, the app
 call and a list body written in one send, for every plain connection. This loop stays the outer
 one and keeps everything else, unchanged from the Python loop it extends
 (:class:`refork.serving.native._NativeLoop`): the control socket, TLS listeners, ticks, the drain,
@@ -85,14 +85,14 @@ class NativeHost(_NativeLoop):
         self.engine_listener_of = {id(b): fd for fd, (_, b) in self.engine_listeners.items()}
 
     def _memory_budget(self, limit: int) -> Any:
-        return _native.MemoryBudget(limit)  # shared with the engine's threads (see Intake in conn.rs)
+        return _native.MemoryBudget(limit)  # shared with the engine's threads (see Intake in conn/intake.rs)
 
-    # what the engines answer a refused PROXY header with (native/src/proxy.rs; self.proxy)
+    # what the engines answer a refused PROXY header with (native/src/conn/proxy.rs; self.proxy)
     proxy_responses = (simple_response(400), simple_response(403))
 
     @property
     def pre_request_hook(self) -> Any:
-        """gunicorn's pre_request as the engines call it before the app (call.rs), or None;
+        """gunicorn's pre_request as the engines call it before the app (wsgi/app_call.rs), or None;
         post_request runs where the access-log line is written (self.access_log: a Finisher)."""
         hooks = self.request_hooks
         return hooks.before_wsgi if hooks is not None else None

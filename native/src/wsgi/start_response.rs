@@ -11,7 +11,8 @@ use pyo3::exceptions::{PyAssertionError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::parser::{fast_head, request_object, HeadLimits};
+use crate::http::head::{fast_head, HeadLimits};
+use crate::http::parser::request_object;
 
 /// refork.wsgi.response's caches and checks, and the host's `_exchange` (see module docs).
 #[pyclass(module = "refork._native", frozen)]
@@ -26,7 +27,7 @@ pub struct Hooks {
     pub(crate) request_cls: Py<PyAny>,
     pub(crate) limits: HeadLimits,
     /// refork.wsgi.response.Prefetched, refork.wsgi.files.FileWrapper and
-    /// refork.wsgi.response.closing_failed (see call.rs: a body that is not a list)
+    /// refork.wsgi.response.closing_failed (see wsgi/body.rs: a body that is not a list)
     pub(crate) prefetched: Py<PyAny>,
     pub(crate) file_wrapper: Py<PyAny>,
     pub(crate) closing_failed: Py<PyAny>,

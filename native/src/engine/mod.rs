@@ -4,9 +4,9 @@
 //! socket, TLS listeners, ticks, the drain and the safe points, and calls `run()` in place of its
 //! own poll. `run()` waits on the engine's epoll, which also watches the Python loop's epoll fd
 //! (`outer`): it returns when that one is ready, after a signal, or when its timeout ends. In
-//! between, every request of the common shape (parser.rs) is served here: accept, recv,
-//! httparse, the environ (environ.rs), the app called with the native start_response
-//! (respond.rs), a list body framed (frame.rs) and written with one `send`. A response the
+//! between, every request of the common shape (http/head.rs) is served here: accept, recv,
+//! httparse, the environ (wsgi/environ.rs), the app called with the native start_response
+//! (wsgi/start_response.rs), a list body framed (http/frame.rs) and written with one `send`. A response the
 //! socket does not take whole waits in the connection's buffer (EPOLLOUT) and pipelined requests
 //! behind it wait for it.
 //!
@@ -30,12 +30,15 @@ use pyo3::types::PyBytes;
 
 mod serve;
 
-use crate::clock::{Current, SlotClock};
-use crate::conn::{sweep, Conn, Expired, Intake, Next, Phase, Preface, Scratch, Timeouts, RECV};
-use crate::listen::Listeners;
-use crate::environ::Environ;
-use crate::respond::Hooks;
+use crate::conn::intake::{Intake, Next, Preface};
+use crate::conn::listen::Listeners;
+use crate::conn::scratch::Scratch;
+use crate::conn::sweep::{sweep, Expired, Timeouts};
+use crate::conn::{Conn, Phase, RECV};
 use crate::sys;
+use crate::wsgi::accounting::{Current, SlotClock};
+use crate::wsgi::environ::Environ;
+use crate::wsgi::start_response::Hooks;
 
 const ACCEPT_BATCH: usize = 8; // per wake-up: more would starve sibling workers on the listener
 const IN: u32 = libc::EPOLLIN as u32;
@@ -239,7 +242,7 @@ impl Engine {
         Ok(())
     }
 
-    /// The engine accounts its requests in the worker's slot itself (see clock.rs).
+    /// The engine accounts its requests in the worker's slot itself (see wsgi/accounting.rs).
     #[getter]
     fn accounts(&self) -> bool {
         self.clock.is_some()

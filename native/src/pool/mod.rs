@@ -15,7 +15,7 @@
 //!
 //! Anything else goes to the Python loop (refork.serving.threaded, through the wake-up eventfd
 //! it polls and `take()`), with its connection, from the first byte of the message: the Python
-//! parser then gives every verdict, as with the single-thread engine (engine.rs). The Python
+//! parser then gives every verdict, as with the single-thread engine (engine/). The Python
 //! loop's own jobs (a chunked upload, say) run on the same app threads (`submit`).
 //!
 //! Forks: the I/O thread is joined (`pause`) before a safe point and started again after it; the
@@ -34,11 +34,13 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 mod io;
 mod serve;
 
-use crate::conn::{Conn, Intake, Timeouts};
-use crate::environ::Environ;
-use crate::parser::HeadLimits;
-use crate::respond::Hooks;
+use crate::conn::intake::Intake;
+use crate::conn::sweep::Timeouts;
+use crate::conn::Conn;
+use crate::http::head::HeadLimits;
 use crate::sys;
+use crate::wsgi::environ::Environ;
+use crate::wsgi::start_response::Hooks;
 
 pub(crate) const IN: u32 = (libc::EPOLLIN | libc::EPOLLONESHOT) as u32;
 pub(crate) const OUT: u32 = (libc::EPOLLOUT | libc::EPOLLONESHOT) as u32;
@@ -260,7 +262,7 @@ pub struct PoolEngine {
 
 #[pymethods]
 impl PoolEngine {
-    /// PoolEngine(host, listeners, refs): as Engine's (engine.rs); `host` also has
+    /// PoolEngine(host, listeners, refs): as Engine's (engine/); `host` also has
     /// _finish_slow(...) -> keep, which sends a response this engine does not frame.
     #[new]
     fn new(py: Python<'_>, host: Bound<'_, PyAny>, listeners: Vec<(i32, Py<Environ>)>, refs: Bound<'_, PyAny>) -> PyResult<Self> {

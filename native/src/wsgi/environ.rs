@@ -5,6 +5,8 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use crate::http::host::split_host;
+
 /// latin-1 bytes as a str (what `bytes.decode("latin-1")` gives).
 pub(crate) fn latin1<'py>(py: Python<'py>, b: &[u8]) -> Bound<'py, PyString> {
     if b.is_ascii() {
@@ -39,26 +41,6 @@ fn unquote(raw: &[u8]) -> Vec<u8> {
         i += 1;
     }
     out
-}
-
-/// refork.wsgi.environ._split_host: (name, port) of a Host value.
-fn split_host<'a>(host: &'a [u8], default_port: &'a [u8]) -> (&'a [u8], &'a [u8]) {
-    if host.first() == Some(&b'[') {
-        if let Some(end) = host.iter().position(|&b| b == b']') {
-            if end > 0 {
-                let rest = &host[end + 1..];
-                let port = if rest.first() == Some(&b':') && rest.len() > 1 { &rest[1..] } else { default_port };
-                return (&host[1..end], port);
-            }
-        }
-    }
-    if let Some(colon) = host.iter().rposition(|&b| b == b':') {
-        let port = &host[colon + 1..];
-        if !port.is_empty() && port.iter().all(|b| b.is_ascii_digit()) {
-            return (&host[..colon], port);
-        }
-    }
-    (host, default_port)
 }
 
 /// The environ of one request, as refork.wsgi.EnvironBuilder.build makes it, for requests

@@ -2,7 +2,7 @@
 //! rules in Rust, so that the pool's I/O thread, which never takes the GIL, reads it too. One table
 //! of vectors (tests/proxy_vectors.py) drives both parsers (`parse_proxy` below is its Python face).
 //!
-//! A fresh connection's first bytes (conn.rs `Intake::preface`): no header (served as it came), part
+//! A fresh connection's first bytes (conn/intake.rs `Intake::preface`): no header (served as it came), part
 //! of one (wait), a header (taken out of the buffer, its client the connection's peer from then on),
 //! or a malformed header or one from a peer not in proxy_allow_ips (400 or 403, then closed).
 
