@@ -23,6 +23,12 @@ pub(crate) struct Budget {
 }
 
 impl Budget {
+    /// A budget of `limit` bytes (0: no cap).
+    pub fn new(limit: usize) -> Budget {
+        let limit = if limit == 0 { usize::MAX / 4 } else { limit };
+        Budget { limit, used: AtomicUsize::new(0), peak: AtomicUsize::new(0), churn: AtomicUsize::new(0) }
+    }
+
     /// Charge n bytes if they fit; false, with nothing charged, when they do not.
     pub fn take(&self, n: usize) -> bool {
         let mut used = self.used.load(Ordering::Relaxed);
@@ -65,9 +71,7 @@ impl MemoryBudget {
     /// MemoryBudget(limit): 0 is no cap.
     #[new]
     fn new(limit: usize) -> Self {
-        let limit = if limit == 0 { usize::MAX / 4 } else { limit };
-        let budget = Budget { limit, used: AtomicUsize::new(0), peak: AtomicUsize::new(0), churn: AtomicUsize::new(0) };
-        MemoryBudget { inner: Arc::new(budget) }
+        MemoryBudget { inner: Arc::new(Budget::new(limit)) }
     }
 
     fn take(&self, n: usize) -> bool {
@@ -114,5 +118,45 @@ impl MemoryBudget {
         self.inner.peak.store(used, Ordering::Release);
         self.inner.churn.store(0, Ordering::Release);
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn take_refuses_past_the_limit_charge_does_not() {
+        let b = Budget::new(100);
+        assert!(b.take(60) && b.take(40));
+        assert!(!b.take(1));
+        b.charge(10); // bytes held already: counted whether they fit or not
+        assert_eq!(b.used.load(Ordering::Acquire), 110);
+        b.give_back(110);
+        assert!(b.take(100));
+        assert_eq!(b.peak.load(Ordering::Acquire), 110);
+    }
+
+    #[test]
+    fn no_cap() {
+        let b = Budget::new(0);
+        assert!(b.take(1 << 40));
+    }
+
+    #[test]
+    fn ebbed_once_a_flood_fell_to_a_quarter_of_its_peak() {
+        let m = MemoryBudget::new(0);
+        m.charge(TRIM_AFTER);
+        assert!(!m.ebbed()); // still held
+        m.give_back(TRIM_AFTER - TRIM_AFTER / 4);
+        assert!(m.ebbed());
+        assert!(!m.ebbed()); // once
+        // a small peak is not worth a trim, unless that many bytes went through
+        let m = MemoryBudget::new(0);
+        m.charge(1000);
+        m.give_back(1000);
+        assert!(!m.ebbed());
+        m.note(CHURN_TRIM);
+        assert!(m.ebbed());
     }
 }

@@ -147,3 +147,87 @@ impl Intake {
         self.health.iter().any(|p| p.as_slice() == path)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::Peer;
+
+    fn intake(memory: usize) -> Intake {
+        Intake {
+            limits: HeadLimits { max_line: 4094, max_count: 64, max_field: 8190, max_body: 1 << 30 },
+            proxy: None,
+            inline_body: 100,
+            health: vec![b"/healthz".to_vec()],
+            memory: Arc::new(Budget::new(memory)),
+        }
+    }
+
+    fn conn() -> Conn {
+        Conn::new(-1, Peer::Unix, -1, 0, 0.0)
+    }
+
+    /// What `next` makes of `data` on a fresh connection, and the phase it leaves it in.
+    fn next(intake: &Intake, data: &[u8]) -> (String, Phase, usize) {
+        let mut c = conn();
+        let what = match intake.next(&mut c, data) {
+            Next::Request(head, n) => format!("request {} {} +{n}", head.method, String::from_utf8_lossy(head.target)),
+            Next::Wait => "wait".into(),
+            Next::HandOver => "hand over".into(),
+        };
+        (what, c.phase, c.received)
+    }
+
+    #[test]
+    fn a_complete_request_with_its_body() {
+        let i = intake(0);
+        let data = b"POST /f HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabcGET";
+        assert_eq!(next(&i, data), ("request POST /f +3".into(), Phase::Idle, 0));
+    }
+
+    #[test]
+    fn part_of_a_head_or_a_body_waits_in_its_phase() {
+        let i = intake(0);
+        assert_eq!(next(&i, b"GET / HTTP/1.1\r\nHost: a\r\n"), ("wait".into(), Phase::Head, 0));
+        let data = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabcd";
+        assert_eq!(next(&i, data), ("wait".into(), Phase::Body, 4));
+    }
+
+    #[test]
+    fn what_the_python_loop_serves() {
+        let i = intake(0);
+        // a body past the in-memory threshold (spooled there), a health check, another shape
+        assert_eq!(next(&i, b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 101\r\n\r\n").0, "hand over");
+        assert_eq!(next(&i, b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n").0, "wait");
+        assert_eq!(next(&i, b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n").0, "hand over");
+        assert_eq!(next(&i, b"HEAD /healthz?full=1 HTTP/1.1\r\nHost: a\r\n\r\n").0, "hand over");
+        assert_eq!(next(&i, b"POST /healthz HTTP/1.1\r\nHost: a\r\n\r\n").0, "request POST /healthz +0");
+        assert_eq!(next(&i, b"GET /healthz/x HTTP/1.1\r\nHost: a\r\n\r\n").0, "request GET /healthz/x +0");
+        assert_eq!(next(&i, b"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n").0, "hand over");
+        // a head still incomplete past HEAD_WAIT bytes: the Python parser's limits decide
+        let mut long = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
+        while long.len() <= HEAD_WAIT {
+            long.extend_from_slice(format!("X-Pad: {}\r\n", "p".repeat(4000)).as_bytes());
+        }
+        assert_eq!(next(&i, &long[..HEAD_WAIT]).0, "wait");
+        assert_eq!(next(&i, &long).0, "hand over");
+    }
+
+    #[test]
+    fn a_connection_keeps_its_bytes_while_the_budget_has_room() {
+        let i = intake(1000);
+        let mut a = conn();
+        a.buf = Vec::with_capacity(600);
+        assert!(i.keep(&mut a, false));
+        let mut b = conn();
+        b.buf = Vec::with_capacity(600);
+        assert!(!i.keep(&mut b, false)); // the Python loop's then (503, or the spool)
+        assert!(i.keep(&mut b, true)); // a complete request: charged anyway
+        assert!(!i.memory.take(1));
+        drop(b); // a dropped connection gives its bytes back
+        assert!(i.memory.take(400));
+        i.memory.give_back(400);
+        a.release(); // its request taken
+        assert!(i.memory.take(1000));
+    }
+}

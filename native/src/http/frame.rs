@@ -146,3 +146,119 @@ pub(crate) fn frame_response<'py>(
     Ok(Some((out, total, keep)))
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Fields<'a> = &'a [(&'a str, &'a str)];
+
+    /// frame_response of a list body; the Date line it adds shown as "Date: *".
+    fn frame(code: u32, fields: Fields, has_length: bool, body: &[&[u8]], no_body: bool, http11: bool, keep: bool) -> Option<(String, usize, bool)> {
+        Python::initialize();
+        Python::attach(|py| {
+            let headers = PyList::empty(py);
+            for (n, v) in fields {
+                headers.append((PyBytes::new(py, n.as_bytes()), PyBytes::new(py, v.as_bytes()))).unwrap();
+            }
+            let items = PyList::new(py, body.iter().map(|b| PyBytes::new(py, b))).unwrap();
+            let framed = frame_response(py, code, b"OK", &headers, has_length, items.as_any(), no_body, http11, keep).unwrap();
+            framed.map(|(bytes, total, keep)| (masked(&bytes), total, keep))
+        })
+    }
+
+    fn masked(bytes: &[u8]) -> String {
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        let Some(at) = text.find("\r\nDate: ") else { return text };
+        let end = at + 2 + text[at + 2..].find("\r\n").unwrap();
+        format!("{}\r\nDate: *{}", &text[..at], &text[end..])
+    }
+
+    const CRLF2: &str = "\r\n\r\n";
+
+    #[test]
+    fn a_list_body_after_its_head_in_one_buffer() {
+        let (bytes, total, keep) = frame(200, &[("Content-Type", "text/plain")], false, &[b"Hello, ", b"world!"], false, true, true).unwrap();
+        assert_eq!(bytes, format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\nDate: *\r\nServer: refork{CRLF2}Hello, world!"));
+        assert_eq!((total, keep), (13, true));
+    }
+
+    #[test]
+    fn the_apps_content_length_date_and_server_are_kept() {
+        let fields = [("Content-Length", "2"), ("Date", "Tue, 14 Nov 2023 22:13:20 GMT"), ("Server", "app")];
+        let (bytes, total, keep) = frame(200, &fields, true, &[b"ok"], false, true, true).unwrap();
+        assert_eq!(bytes, format!("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nDate: *\r\nServer: app{CRLF2}ok"));
+        assert_eq!((total, keep), (2, true));
+    }
+
+    #[test]
+    fn a_head_response_has_no_body() {
+        let (bytes, total, keep) = frame(200, &[("Content-Length", "100")], true, &[], true, true, true).unwrap();
+        assert_eq!(bytes, format!("HTTP/1.1 200 OK\r\nContent-Length: 100\r\nDate: *\r\nServer: refork{CRLF2}"));
+        assert_eq!((total, keep), (0, true));
+        let (bytes, _, _) = frame(200, &[], false, &[b"body"], true, true, true).unwrap();
+        assert!(bytes.ends_with(&format!("Content-Length: 4\r\nDate: *\r\nServer: refork{CRLF2}")), "{bytes:?}");
+    }
+
+    #[test]
+    fn the_connection_line() {
+        let head = |fields: Fields, http11, keep| {
+            let (bytes, _, keep) = frame(200, fields, false, &[], false, http11, keep).unwrap();
+            (bytes.split("Server: refork\r\n").nth(1).unwrap().to_string(), keep)
+        };
+        assert_eq!(head(&[], true, true), ("\r\n".into(), true));
+        assert_eq!(head(&[], true, false), ("Connection: close\r\n\r\n".into(), false));
+        assert_eq!(head(&[], false, true), ("Connection: keep-alive\r\n\r\n".into(), true));
+        assert_eq!(head(&[], false, false), ("Connection: close\r\n\r\n".into(), false));
+        // the app's own Connection, Keep-Alive and Transfer-Encoding are the server's to say
+        assert_eq!(head(&[("Connection", "Keep-Alive, Close")], true, true), ("Connection: close\r\n\r\n".into(), false));
+        let (bytes, _, keep) = frame(200, &[("Connection", "keep-alive"), ("Keep-Alive", "timeout=5"), ("Transfer-Encoding", "chunked")], false, &[b"x"], false, true, true).unwrap();
+        assert_eq!(bytes, format!("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nDate: *\r\nServer: refork{CRLF2}x"));
+        assert!(keep);
+    }
+
+    #[test]
+    fn a_body_shorter_than_its_content_length_closes_the_connection() {
+        let (bytes, total, keep) = frame(200, &[("Content-Length", "10")], true, &[b"short"], false, true, true).unwrap();
+        assert!(bytes.starts_with("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n") && bytes.ends_with("\r\n\r\nshort"), "{bytes:?}");
+        assert!(!bytes.contains("Connection:")); // (decided after the head, as ResponseFramer does)
+        assert_eq!((total, keep), (5, false));
+    }
+
+    #[test]
+    fn what_the_python_path_frames_instead() {
+        let declined = |code: u32, fields: Fields, has_length: bool, body: &[&[u8]]| frame(code, fields, has_length, body, false, true, true).is_none();
+        for code in [100, 101, 199, 204, 304, 1000] {
+            assert!(declined(code, &[], false, &[]), "{code}");
+        }
+        assert!(!declined(201, &[], false, &[]));
+        let big = vec![b'x'; JOIN_LIMIT + 1];
+        assert!(declined(200, &[], false, &[&big]));
+        assert!(!declined(200, &[], false, &[&big[1..]]));
+        assert!(declined(200, &[("X-Bad", "a\r\nInjected: 1")], false, &[]));
+        assert!(declined(200, &[("X-Bad", "a\x00")], false, &[]));
+        assert!(!declined(200, &[("X-Tab", "a\tb")], false, &[]));
+        assert!(declined(200, &[("Bad Name", "a")], false, &[]));
+        assert!(declined(200, &[("", "a")], false, &[]));
+        assert!(declined(200, &[("Content-Length", "x")], true, &[]));
+        assert!(declined(200, &[("Content-Length", "1"), ("Content-Length", "2")], true, &[b"x"]));
+        assert!(!declined(200, &[("Content-Length", "1"), ("content-length", "1")], true, &[b"x"]));
+        assert!(declined(200, &[("Content-Length", "1")], true, &[b"too long"]));
+    }
+
+    #[test]
+    fn only_a_list_or_tuple_of_bytes() {
+        Python::initialize();
+        Python::attach(|py| {
+            let headers = PyList::empty(py);
+            let frame = |result: &Bound<'_, PyAny>| frame_response(py, 200, b"OK", &headers, false, result, false, true, true).unwrap().map(|(_, total, _)| total);
+            let tuple = PyTuple::new(py, [PyBytes::new(py, b"ab"), PyBytes::new(py, b"c")]).unwrap();
+            assert_eq!(frame(tuple.as_any()), Some(3));
+            let with_str = PyList::new(py, [PyBytes::new(py, b"ab").into_any(), pyo3::types::PyString::new(py, "c").into_any()]).unwrap();
+            assert_eq!(frame(with_str.as_any()), None);
+            let bytearray = PyList::new(py, [pyo3::types::PyByteArray::new(py, b"ab")]).unwrap();
+            assert_eq!(frame(bytearray.as_any()), None);
+            assert_eq!(frame(PyBytes::new(py, b"bytes itself").as_any()), None);
+        });
+    }
+}

@@ -249,3 +249,194 @@ pub(crate) fn fast_head<'a>(this: &HeadLimits, data: &'a [u8]) -> Option<Head<'a
     let keep_alive = if close { false } else if http11 { true } else { keep };
     Some(Head { method, target, http11, headers, keep_alive, content_length, forwarded, len })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: HeadLimits = HeadLimits { max_line: 4094, max_count: 64, max_field: 8190, max_body: 1 << 30 };
+
+    fn fast(data: &[u8]) -> Option<Head<'_>> {
+        fast_head(&LIMITS, data)
+    }
+
+    fn kind(limits: &HeadLimits, data: &[u8]) -> &'static str {
+        match parse_head(limits, data) {
+            Parsed::Fast(_) => "fast",
+            Parsed::Partial => "partial",
+            Parsed::Other => "other",
+        }
+    }
+
+    /// A request of the common shape with `fields` between its request line and its end.
+    fn request(line: &str, fields: &[&str]) -> Vec<u8> {
+        let mut out = format!("{line}\r\n");
+        for f in fields {
+            out.push_str(f);
+            out.push_str("\r\n");
+        }
+        out.push_str("\r\n");
+        out.into_bytes()
+    }
+
+    #[test]
+    fn a_common_get_is_read_whole() {
+        let mut data = request("GET /a/b?c=1 HTTP/1.1", &["Host: example.com:8080", "User-Agent:  curl \t"]);
+        let len = data.len();
+        data.extend_from_slice(b"GET / HTTP/1.1\r\n"); // pipelined behind it: not part of this head
+        let head = fast(&data).expect("common");
+        assert_eq!(head.method, "GET");
+        assert_eq!(head.target, b"/a/b?c=1");
+        assert!(head.http11 && head.keep_alive && !head.forwarded);
+        assert_eq!(head.content_length, None);
+        assert_eq!(head.len, len);
+        let fields: Vec<(&[u8], &[u8])> = head.headers.iter().map(|(n, v)| (n.as_slice(), *v)).collect();
+        assert_eq!(fields, [(&b"host"[..], &b"example.com:8080"[..]), (b"user-agent", b"curl")]);
+    }
+
+    #[test]
+    fn every_common_method_and_both_versions() {
+        for method in ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"] {
+            let head = fast(&request(&format!("{method} / HTTP/1.1"), &["Host: a"])).expect(method).method;
+            assert_eq!(head, method);
+        }
+        let data = request("GET / HTTP/1.0", &[]);
+        assert!(!fast(&data).expect("1.0 without Host").http11);
+    }
+
+    #[test]
+    fn keep_alive_follows_the_version_and_connection() {
+        let keep = |line: &str, fields: &[&str]| fast(&request(line, fields)).expect("common").keep_alive;
+        assert!(keep("GET / HTTP/1.1", &["Host: a"]));
+        assert!(!keep("GET / HTTP/1.1", &["Host: a", "Connection: close"]));
+        assert!(!keep("GET / HTTP/1.1", &["Host: a", "Connection: keep-alive, Close"]));
+        assert!(!keep("GET / HTTP/1.0", &[]));
+        assert!(keep("GET / HTTP/1.0", &["Connection: Keep-Alive"]));
+        assert!(keep("GET / HTTP/1.0", &["Connection: ,keep-alive,"]));
+        // any other token (upgrade, a hop-by-hop field's name) is the Python parser's
+        assert!(fast(&request("GET / HTTP/1.1", &["Host: a", "Connection: upgrade"])).is_none());
+        assert!(fast(&request("GET / HTTP/1.1", &["Host: a", "Connection: close, x-trace"])).is_none());
+    }
+
+    #[test]
+    fn content_length_digits_only_once_within_the_body_limit() {
+        let length = |value: &str| fast(&request("POST / HTTP/1.1", &["Host: a", &format!("Content-Length: {value}")])).map(|h| h.content_length);
+        assert_eq!(length("0"), Some(Some(0)));
+        assert_eq!(length("42"), Some(Some(42)));
+        assert_eq!(length("007"), Some(Some(7)));
+        for bad in ["", "+1", "-1", "1 2", "0x10", "1.0", "1234567890123456789"] {
+            assert_eq!(length(bad), None, "{bad:?}");
+        }
+        let twice = request("POST / HTTP/1.1", &["Host: a", "Content-Length: 1", "Content-Length: 1"]);
+        assert!(fast(&twice).is_none());
+        let limits = HeadLimits { max_body: 10, ..LIMITS };
+        let body = |n: u32| request("POST / HTTP/1.1", &["Host: a", &format!("Content-Length: {n}")]);
+        assert!(fast_head(&limits, &body(10)).is_some());
+        assert!(fast_head(&limits, &body(11)).is_none());
+    }
+
+    #[test]
+    fn what_is_not_the_common_shape_goes_to_the_python_parser() {
+        let host = ["Host: a"];
+        for line in [
+            "PROPFIND / HTTP/1.1",
+            "CONNECT a:443 HTTP/1.1",
+            "OPTIONS * HTTP/1.1",
+            "GET http://a/ HTTP/1.1",
+            "GET /a#b HTTP/1.1",
+            "GET  / HTTP/1.1",
+            "GET / HTTP/1.1 ",
+            "GET / HTTP/2.0",
+            "get / HTTP/1.1",
+        ] {
+            assert!(fast(&request(line, &host)).is_none(), "{line:?}");
+        }
+        for fields in [
+            &["Host: a", "Transfer-Encoding: chunked"][..],
+            &["Host: a", "Expect: 100-continue"],
+            &["Host: a", "Upgrade: websocket"],
+            &[],
+            &["Host: a", "Host: a"],
+            &["Host: a b"],
+            &["Host: a/b"],
+            &["Host: a", "X-Bin: a\x01b"],
+            &["Host: a", "X-Del: a\x7fb"],
+        ] {
+            assert!(fast(&request("GET / HTTP/1.1", fields)).is_none(), "{fields:?}");
+        }
+        assert!(fast(b"GET / HTTP/1.1\nHost: a\n\n").is_none()); // bare LF line ends
+        assert!(fast(b"GET / HTTP/1.1\r\nHost: a\r\n").is_none()); // not complete
+        assert!(fast(&request("GET / HTTP/1.0", &["Host: a", "Host: b"])).is_none());
+    }
+
+    #[test]
+    fn x_forwarded_fields_are_flagged() {
+        let forwarded = |field: &str| fast(&request("GET / HTTP/1.1", &["Host: a", field])).expect("common").forwarded;
+        assert!(forwarded("X-Forwarded-For: 10.0.0.1"));
+        assert!(forwarded("x-forwarded-proto: https"));
+        assert!(!forwarded("X-Forwarder: no"));
+    }
+
+    #[test]
+    fn the_request_line_limit() {
+        // the target + " HTTP/1.x" + method, as refork.http.parser measures it: GET /1234567 is 20
+        let limits = HeadLimits { max_line: 20, ..LIMITS };
+        assert!(fast_head(&limits, &request("GET /234567 HTTP/1.1", &["Host: a"])).is_some());
+        assert!(fast_head(&limits, &request("GET /2345678 HTTP/1.1", &["Host: a"])).is_none());
+        assert!(fast_head(&limits, &request("OPTIONS /23 HTTP/1.1", &["Host: a"])).is_some());
+        assert!(fast_head(&limits, &request("OPTIONS /234 HTTP/1.1", &["Host: a"])).is_none());
+    }
+
+    #[test]
+    fn the_field_size_and_count_limits() {
+        // a field's name and value and 4 (": ", CRLF): "Host: abc" is 11
+        let fields = ["Host: abc"];
+        assert!(fast_head(&HeadLimits { max_field: 11, ..LIMITS }, &request("GET / HTTP/1.1", &fields)).is_some());
+        assert!(fast_head(&HeadLimits { max_field: 10, ..LIMITS }, &request("GET / HTTP/1.1", &fields)).is_none());
+        let fields = ["Host: a", "A: 1", "B: 2"];
+        assert!(fast_head(&HeadLimits { max_count: 3, ..LIMITS }, &request("GET / HTTP/1.1", &fields)).is_some());
+        assert!(fast_head(&HeadLimits { max_count: 2, ..LIMITS }, &request("GET / HTTP/1.1", &fields)).is_none());
+        // past the fast path's own table of fields, whatever the setting
+        let many: Vec<String> = std::iter::once("Host: a".to_string()).chain((0..MAX_FAST_HEADERS).map(|i| format!("X-{i}: v"))).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(fast_head(&HeadLimits { max_count: usize::MAX / 4, ..LIMITS }, &request("GET / HTTP/1.1", &many)).is_none());
+    }
+
+    #[test]
+    fn a_request_line_still_arriving_is_waited_for() {
+        let line = b"GET /path HTTP/1.1\r";
+        for n in 1..=line.len() {
+            assert_eq!(kind(&LIMITS, &line[..n]), "partial", "{:?}", String::from_utf8_lossy(&line[..n]));
+        }
+        for bad in [&b"GX"[..], b"XYZ /", b"GET a", b"GET / HTTP/2", b"GET / HTTP/1.1\rX", b"GET /\x01", b"GET /\xff"] {
+            assert_eq!(kind(&LIMITS, bad), "other", "{:?}", String::from_utf8_lossy(bad));
+        }
+        // past the limit (and its CR) while it arrives: refused now (414) by the Python parser
+        let limits = HeadLimits { max_line: 10, ..LIMITS };
+        assert_eq!(kind(&limits, b"GET /234567"), "partial");
+        assert_eq!(kind(&limits, b"GET /2345678"), "other");
+    }
+
+    #[test]
+    fn a_field_still_arriving_is_waited_for_when_the_complete_lines_are_common() {
+        let start = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
+        let with = |tail: &[u8]| [start.as_slice(), tail].concat();
+        assert_eq!(kind(&LIMITS, &with(b"")), "partial");
+        assert_eq!(kind(&LIMITS, &with(b"Acc")), "partial");
+        assert_eq!(kind(&LIMITS, &with(b"Accept: text/html")), "partial");
+        assert_eq!(kind(&LIMITS, &with(b"Accept: text/html\r\n\r")), "partial");
+        assert_eq!(kind(&LIMITS, &with(b"Accept: text/html\r\n\r\n")), "fast");
+        // fields the Python parser judges as they come: its verdict now
+        for tail in [&b"Host: b"[..], b"content-length: 1", b"Transfer-Encoding: c", b"Connection: x", b"Expect: 1", b"Upgrade: h2c"] {
+            assert_eq!(kind(&LIMITS, &with(tail)), "other", "{:?}", String::from_utf8_lossy(tail));
+        }
+        // the complete lines must make a common head on their own (Host first on HTTP/1.1)
+        assert_eq!(kind(&LIMITS, b"GET / HTTP/1.1\r\nAccept: x\r\nHo"), "other");
+        assert_eq!(kind(&LIMITS, b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x01"), "other");
+        assert_eq!(kind(&LIMITS, b"GET / HTTP/1.1\r\nHost: a\nX"), "other");
+        // a field line past its limit (name, value, ": ", CR) while it arrives: refused now (431)
+        let limits = HeadLimits { max_field: 16, ..LIMITS };
+        assert_eq!(kind(&limits, &with(b"X-Long: 12345678901")), "partial"); // 19 bytes
+        assert_eq!(kind(&limits, &with(b"X-Long: 1234567890123")), "other"); // 21 bytes
+    }
+}
