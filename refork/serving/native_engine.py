@@ -22,14 +22,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from refork import deadlines
+from refork import _native, deadlines
 from refork.config import Config
 from refork.http.body import EMPTY_INPUT, InputStream
 from refork.http.events import ParseError, Request
 from refork.http.response import ResponseFramer, simple_response
 from refork.serving.connection import Phase, log_access
 from refork.serving.contract import WorkerControl
-from refork.serving.native import NativeEnvironBuilder, _native, _NativeLoop
+from refork.serving.native import NativeEnvironBuilder, _NativeLoop
 from refork.serving.outbox import Outbox
 from refork.serving.threaded_conn import NO_EVENTS, Conn, Step, Writing
 from refork.wsgi import EnvironBuilder, Streaming
@@ -71,7 +71,7 @@ class NativeHost(_NativeLoop):
     listeners, adopts the connections the engine hands over (:meth:`_adopt`), and drains, stops
     and shuts down with it. ``self.engine`` is set by the subclass."""
 
-    engine: Any
+    engine: _native.Engine | _native.PoolEngine
 
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
@@ -84,7 +84,7 @@ class NativeHost(_NativeLoop):
         # a connection's listener, by its environ builder (one per listener)
         self.engine_listener_of = {id(b): fd for fd, (_, b) in self.engine_listeners.items()}
 
-    def _memory_budget(self, limit: int) -> Any:
+    def _memory_budget(self, limit: int) -> _native.MemoryBudget:
         return _native.MemoryBudget(limit)  # shared with the engine's threads (see Intake in conn/intake.rs)
 
     # what the engines answer a refused PROXY header with (native/src/conn/proxy.rs; self.proxy)
@@ -128,7 +128,7 @@ class NativeHost(_NativeLoop):
     def _give_back(self, fd: int, client: Any, listener: int, since: float) -> None:
         self.engine.adopt(fd, client, listener, since)
 
-    def _native_listeners(self) -> list[tuple[int, Any]]:
+    def _native_listeners(self) -> list[tuple[int, _native.Environ]]:
         """(fd, refork._native.Environ) of each listener the engine serves."""
         return [(fd, b.native) for fd, (_, b) in self.engine_listeners.items()]  # type: ignore[attr-defined]
 
@@ -177,6 +177,8 @@ class NativeHost(_NativeLoop):
 
 class _EngineLoop(NativeHost):
     """The native loop (threads == 1) with the engine serving its plain listeners."""
+
+    engine: _native.Engine
 
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
