@@ -6,9 +6,9 @@
 //! (`outer`): it returns when that one is ready, after a signal, or when its timeout ends. In
 //! between, every request of the common shape (http/head.rs) is served here: accept, recv,
 //! httparse, the environ (wsgi/environ.rs), the app called with the native start_response
-//! (wsgi/start_response.rs), a list body framed (http/frame.rs) and written with one `send`. A response the
-//! socket does not take whole waits in the connection's buffer (EPOLLOUT) and pipelined requests
-//! behind it wait for it.
+//! (wsgi/start_response.rs), a list body framed (http/frame.rs) and written with one `send`. A
+//! response the socket does not take whole waits in the connection's buffer (EPOLLOUT) and
+//! pipelined requests behind it wait for it.
 //!
 //! Anything else is handed to the Python loop with the bytes not yet consumed, from the first
 //! byte of the message: a head that is not the common shape (the Python parser then gives the
