@@ -4,8 +4,9 @@ read of the objects they are given (the host loop and its settings, by attribute
 tests/test_native_stub.py checks it against the built module (mypy's stubtest).
 """
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, Protocol, final
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any, Literal, Protocol, TypedDict, final
 
 from refork.http.body import InputStream
 from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
@@ -13,7 +14,8 @@ from refork.http.parser import Limits, RequestParser
 from refork.http.proxy_protocol import ProxyPolicy
 from refork.serving.connection import RequestEnd, Timeouts
 from refork.serving.contract import WorkerControl
-from refork.wsgi.response import _Exchange
+from refork.wsgi.files import FileWrapper
+from refork.wsgi.response import Prefetched, _Exchange
 
 __all__ = [
     "Current", "Engine", "Environ", "MemoryBudget", "Parser", "PoolEngine", "StartResponse", "frame_list",
@@ -26,6 +28,29 @@ _Client = tuple[str, int] | None
 # consumed, since (time.monotonic()), fresh (no byte read yet), bytes of the worker's memory
 # budget charged for those bytes (given back once the Python loop read them))
 _Handed = tuple[int, _Client, int, bytes, float, bool, int]
+
+class _Refs(TypedDict):
+    """What the engines call in refork (refork.serving.native_engine.refs)."""
+
+    current: ContextVar[object | None]
+    request_cls: type[Request]
+    make_input: Callable[[bytes], InputStream]
+    empty_input: InputStream
+    status_cache: dict[str, tuple[int, bytes]]
+    header_cache: dict[tuple[str, str], tuple[tuple[bytes, bytes], bool]]
+    check_status: Callable[[Any], tuple[int, bytes]]
+    check_header: Callable[[Any], tuple[tuple[bytes, bytes], bool]]
+    prefetched: Callable[[list[Any], Iterator[Any] | None, Any, Exception | None], Prefetched]
+    file_wrapper: type[FileWrapper]
+    closing_failed: Callable[[dict[str, Any], Exception], None]
+    log_access: Callable[
+        [RequestEnd, Request, str | None, int, int, float, dict[str, Any], list[tuple[bytes, bytes]] | None],
+        None,
+    ]
+    log_warning: Callable[[str], None]
+    log_error: Callable[[str], None]
+    perf_counter: Callable[[], float]
+    timeout_response: bytes
 
 class _Poller(Protocol):
     def fileno(self) -> int: ...
@@ -117,9 +142,7 @@ class Environ:
 class Engine:
     """The connection loop of a single-thread WSGI worker."""
 
-    def __new__(
-        cls, host: _EngineHost, listeners: Sequence[tuple[int, Environ]], refs: Mapping[str, object]
-    ) -> Engine: ...
+    def __new__(cls, host: _EngineHost, listeners: Sequence[tuple[int, Environ]], refs: _Refs) -> Engine: ...
     def run(self, timeout: float, keep_alive: bool) -> tuple[list[_Handed], bool]: ...
     def drain(self, drain_until: float, take_backlog: bool) -> None: ...
     def sweep(self, now: float) -> None: ...
@@ -136,7 +159,7 @@ class PoolEngine:
     """The connection loop of a WSGI worker with a pool of app threads."""
 
     def __new__(
-        cls, host: _PoolHost, listeners: Sequence[tuple[int, Environ]], refs: Mapping[str, object]
+        cls, host: _PoolHost, listeners: Sequence[tuple[int, Environ]], refs: _Refs
     ) -> PoolEngine: ...
     def start(self) -> None: ...
     def pause(self) -> None: ...

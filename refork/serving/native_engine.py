@@ -20,7 +20,7 @@ import logging
 import socket
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from refork import _native, deadlines
 from refork.config import Config
@@ -37,6 +37,9 @@ from refork.wsgi import response as wsgi_response
 from refork.wsgi.files import FileWrapper
 from refork.wsgi.response import _Exchange, continue_wsgi
 
+if TYPE_CHECKING:
+    from refork._native import _Refs
+
 log = logging.getLogger("refork")
 
 
@@ -44,7 +47,7 @@ def _memory_input(data: bytes) -> InputStream:
     return InputStream(io.BytesIO(data), len(data))
 
 
-def refs() -> dict[str, Any]:
+def refs() -> _Refs:
     """What the engine calls in refork (its own copy of nothing: the same caches and checks)."""
     return {
         "current": deadlines.current,
