@@ -17,7 +17,6 @@ Choosing (:func:`choose`): ``python``; ``native`` (a config error when the exten
 
 from __future__ import annotations
 
-import importlib
 import logging
 import socket
 from collections.abc import Callable
@@ -38,11 +37,10 @@ from refork.serving.tls import TlsConn
 from refork.wsgi import EnvironBuilder, Outcome, Output, Streaming
 from refork.wsgi.response import _Exchange, start_wsgi
 
-NATIVE_MODULE = "refork._native"
 try:
-    _native: Any = importlib.import_module(NATIVE_MODULE)
+    from refork import _native  # typed by refork/_native.pyi
 except ImportError:  # not built: --wsgi-loop auto serves with the Python loop
-    _native = None
+    _native = None  # type: ignore[assignment]
 
 log = logging.getLogger("refork")
 
@@ -71,12 +69,12 @@ def choose(setting: str) -> str:
     return "python"
 
 
-def native_parser(limits: Limits) -> Any:
+def native_parser(limits: Limits) -> _native.Parser:
     """A refork._native.Parser: RequestParser's contract, httparse on the common path."""
     return _native.Parser(limits, RequestParser, Request, Body, EOM, ParseError)
 
 
-def native_environ(builder: EnvironBuilder) -> Any:
+def native_environ(builder: EnvironBuilder) -> _native.Environ | None:
     """A refork._native.Environ for this builder's settings; None where it cannot stand in (a
     root path beyond latin-1)."""
     try:
@@ -90,7 +88,7 @@ class NativeEnvironBuilder(EnvironBuilder):
     """EnvironBuilder whose build() is refork._native.Environ (with X-Forwarded-* fields, it calls
     back apply_forwarded: the trusted-proxy rules are this class's)."""
 
-    native: Any
+    native: _native.Environ
 
     @classmethod
     def like(cls, builder: EnvironBuilder) -> EnvironBuilder:
@@ -146,7 +144,8 @@ class NativeConn(Conn):
     def __init__(self, sock: socket.socket, client: Any, builder: EnvironBuilder, limits: Limits,
                  out: Outbox, tls: TlsConn | None = None) -> None:  # fmt: skip
         super().__init__(sock, client, builder, limits, out, tls)
-        self.parser = native_parser(limits)
+        # (RequestParser's contract, not its class: the parity tests of tests/test_native_loop.py)
+        self.parser = native_parser(limits)  # type: ignore[assignment]
 
 
 class _NativeLoop(_Loop):

@@ -1,6 +1,6 @@
 """The native WSGI loop with one app thread: refork._native.Engine serves the request path.
 
-The engine (Rust, native/src/engine.rs) runs the hot loop: accept, read, parse, environ, the app
+The engine (Rust, native/src/engine/) runs the hot loop: accept, read, parse, environ, the app
 call and a list body written in one send, for every plain connection. This loop stays the outer
 one and keeps everything else, unchanged from the Python loop it extends
 (:class:`refork.serving.native._NativeLoop`): the control socket, TLS listeners, ticks, the drain,
@@ -20,22 +20,25 @@ import logging
 import socket
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from refork import deadlines
+from refork import _native, deadlines
 from refork.config import Config
 from refork.http.body import EMPTY_INPUT, InputStream
 from refork.http.events import ParseError, Request
 from refork.http.response import ResponseFramer, simple_response
 from refork.serving.connection import Phase, log_access
 from refork.serving.contract import WorkerControl
-from refork.serving.native import NativeEnvironBuilder, _native, _NativeLoop
+from refork.serving.native import NativeEnvironBuilder, _NativeLoop
 from refork.serving.outbox import Outbox
 from refork.serving.threaded_conn import NO_EVENTS, Conn, Step, Writing
 from refork.wsgi import EnvironBuilder, Streaming
 from refork.wsgi import response as wsgi_response
 from refork.wsgi.files import FileWrapper
 from refork.wsgi.response import _Exchange, continue_wsgi
+
+if TYPE_CHECKING:
+    from refork._native import _Refs
 
 log = logging.getLogger("refork")
 
@@ -44,7 +47,7 @@ def _memory_input(data: bytes) -> InputStream:
     return InputStream(io.BytesIO(data), len(data))
 
 
-def refs() -> dict[str, Any]:
+def refs() -> _Refs:
     """What the engine calls in refork (its own copy of nothing: the same caches and checks)."""
     return {
         "current": deadlines.current,
@@ -71,7 +74,7 @@ class NativeHost(_NativeLoop):
     listeners, adopts the connections the engine hands over (:meth:`_adopt`), and drains, stops
     and shuts down with it. ``self.engine`` is set by the subclass."""
 
-    engine: Any
+    engine: _native.Engine | _native.PoolEngine
 
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
@@ -84,15 +87,15 @@ class NativeHost(_NativeLoop):
         # a connection's listener, by its environ builder (one per listener)
         self.engine_listener_of = {id(b): fd for fd, (_, b) in self.engine_listeners.items()}
 
-    def _memory_budget(self, limit: int) -> Any:
-        return _native.MemoryBudget(limit)  # shared with the engine's threads (see Intake in conn.rs)
+    def _memory_budget(self, limit: int) -> _native.MemoryBudget:
+        return _native.MemoryBudget(limit)  # shared with the engine's threads (see Intake in conn/intake.rs)
 
-    # what the engines answer a refused PROXY header with (native/src/proxy.rs; self.proxy)
+    # what the engines answer a refused PROXY header with (native/src/conn/proxy.rs; self.proxy)
     proxy_responses = (simple_response(400), simple_response(403))
 
     @property
     def pre_request_hook(self) -> Any:
-        """gunicorn's pre_request as the engines call it before the app (call.rs), or None;
+        """gunicorn's pre_request as the engines call it before the app (wsgi/app_call.rs), or None;
         post_request runs where the access-log line is written (self.access_log: a Finisher)."""
         hooks = self.request_hooks
         return hooks.before_wsgi if hooks is not None else None
@@ -128,7 +131,7 @@ class NativeHost(_NativeLoop):
     def _give_back(self, fd: int, client: Any, listener: int, since: float) -> None:
         self.engine.adopt(fd, client, listener, since)
 
-    def _native_listeners(self) -> list[tuple[int, Any]]:
+    def _native_listeners(self) -> list[tuple[int, _native.Environ]]:
         """(fd, refork._native.Environ) of each listener the engine serves."""
         return [(fd, b.native) for fd, (_, b) in self.engine_listeners.items()]  # type: ignore[attr-defined]
 
@@ -177,6 +180,8 @@ class NativeHost(_NativeLoop):
 
 class _EngineLoop(NativeHost):
     """The native loop (threads == 1) with the engine serving its plain listeners."""
+
+    engine: _native.Engine
 
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl

@@ -27,13 +27,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from refork import deadlines
+from refork import _native, deadlines
 from refork.config import Config
 from refork.http.body import InputStream
 from refork.http.events import Request
 from refork.http.response import ResponseFramer
 from refork.serving.contract import WorkerControl
-from refork.serving.native import _native
 from refork.serving.native_engine import NativeHost, refs
 from refork.serving.outbox import Outbox
 from refork.serving.pool import AppThreads
@@ -46,7 +45,7 @@ log = logging.getLogger("refork")
 class EngineThreads(AppThreads):
     """The app threads of a PoolEngine: each serves the engine's requests and this loop's jobs."""
 
-    def __init__(self, size: int, handler: Callable[..., None], engine: Any) -> None:
+    def __init__(self, size: int, handler: Callable[..., None], engine: _native.PoolEngine) -> None:
         super().__init__(size, handler)
         self.engine = engine
 
@@ -70,6 +69,8 @@ class EngineThreads(AppThreads):
 
 class _PoolLoop(NativeHost):
     """The native loop (threads > 1) with the pool engine serving its plain listeners."""
+
+    engine: _native.PoolEngine
 
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl

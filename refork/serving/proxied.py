@@ -5,7 +5,7 @@ A step of :func:`read_preface` peeks at what the socket holds and takes exactly 
 what follows, a request or a TLS handshake, stays in the socket for the loop's usual reads. So
 one routine serves plain and TLS listeners, the WSGI loop (from its epoll loop) and the ASGI loop
 (from a reader callback, before asyncio or uvloop take the socket). The native engines read the
-header in Rust (native/src/proxy.rs) from the bytes they read anyway.
+header in Rust (native/src/conn/proxy.rs) from the bytes they read anyway.
 """
 
 from __future__ import annotations

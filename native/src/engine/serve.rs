@@ -1,14 +1,16 @@
-//! The engine's request path: one complete request, the app called (call.rs), its response
+//! The engine's request path: one complete request, the app called (wsgi/app_call.rs), its response
 //! written, the request accounted (in the slot natively, or by the control's calls).
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
 use super::{Engine, Served, OUT};
-use crate::call::{input_stream, method_str, split_target, AccessLog, AppCall, PyTracking};
 use crate::conn::{describe, Conn, Phase};
-use crate::parser::Head;
+use crate::http::head::Head;
 use crate::sys;
+use crate::wsgi::access_log::AccessLog;
+use crate::wsgi::accounting::PyTracking;
+use crate::wsgi::app_call::{input_stream, method_str, split_target, AppCall, Called};
 
 /// How a request is accounted: in the slot natively (the worker's AppClock gives its words), or
 /// by the control's request_started / request_finished (its token in refork.deadlines.current).
@@ -32,7 +34,7 @@ impl Engine {
             }
             _ => Tracking::Python(PyTracking::start(py, &control, self.current.bind(py), &method, path)?),
         };
-        let started: PyObject = match self.access_log {
+        let started: Py<PyAny> = match self.access_log {
             Some(_) => self.perf_counter.bind(py).call0()?.unbind(),
             None => py.None(),
         };
@@ -82,10 +84,10 @@ impl Engine {
         &mut self,
         py: Python<'py>,
         conn: &mut Conn,
-        called: crate::call::Called<'py>,
+        called: Called<'py>,
         tracking: Tracking<'py>,
         input: &Bound<'py, PyAny>,
-        started: &PyObject,
+        started: &Py<PyAny>,
         rest: &[u8],
     ) -> PyResult<()> {
         self.ep.delete(conn.fd);

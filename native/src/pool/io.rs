@@ -10,8 +10,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{log_notice, Shared, IN, OUT};
-use crate::conn::{sweep, Conn, Expired, Next, Phase, Preface, Scratch, Timeouts, RECV};
-use crate::listen::Listeners;
+use crate::conn::intake::{Next, Preface};
+use crate::conn::listen::Listeners;
+use crate::conn::scratch::Scratch;
+use crate::conn::sweep::{sweep, Expired, Timeouts};
+use crate::conn::{Conn, Phase, RECV};
 use crate::sys;
 
 const ACCEPT_BATCH: usize = 8; // per wake-up: more would starve sibling workers on the listener
@@ -183,7 +186,7 @@ impl Io {
         }
     }
 
-    /// A fresh connection's PROXY header (conn.rs `Intake::preface`): the connection and what
+    /// A fresh connection's PROXY header (conn/intake.rs `Intake::preface`): the connection and what
     /// follows the header when a request may be in it; None when it waits or is closed.
     fn preface(&mut self, mut conn: Conn, mut buf: Vec<u8>) -> Option<(Conn, Vec<u8>)> {
         if !conn.preface {

@@ -1,6 +1,6 @@
 //! An app thread's part of the pool: a connection whose buffer starts with a complete request.
 //! The request accounted (the worker's Python clock: several requests are in the app at once),
-//! the app called (call.rs), the whole body framed, the access-log line; then the one `send`, and the
+//! the app called (wsgi/app_call.rs), the whole body framed, the access-log line; then the one `send`, and the
 //! connection given back to the I/O thread, or its next pipelined request served here.
 
 use std::sync::atomic::Ordering;
@@ -8,10 +8,13 @@ use std::sync::atomic::Ordering;
 use pyo3::prelude::*;
 
 use super::{PoolEngine, Shared, IN, OUT};
-use crate::call::{input_stream, method_str, split_target, AccessLog, AppCall, PyTracking};
-use crate::conn::{describe, Conn, Next, Phase};
-use crate::parser::fast_head;
+use crate::conn::intake::Next;
+use crate::conn::{describe, Conn, Phase};
+use crate::http::head::fast_head;
 use crate::sys;
+use crate::wsgi::access_log::AccessLog;
+use crate::wsgi::accounting::PyTracking;
+use crate::wsgi::app_call::{input_stream, method_str, split_target, AppCall};
 
 /// What became of a request's response once the app returned.
 enum Answer {
@@ -52,7 +55,7 @@ impl PoolEngine {
         let control = side.control.bind(py);
         let current = side.current.bind(py);
         let tracking = PyTracking::start(py, control, current, &method, split_target(&head).0)?;
-        let started: PyObject = match side.access_log {
+        let started: Py<PyAny> = match side.access_log {
             Some(_) => side.perf_counter.bind(py).call0()?.unbind(),
             None => py.None(),
         };

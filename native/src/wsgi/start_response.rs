@@ -11,36 +11,37 @@ use pyo3::exceptions::{PyAssertionError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::parser::{fast_head, request_object, HeadLimits};
+use crate::http::head::{fast_head, HeadLimits};
+use crate::http::parser::request_object;
 
 /// refork.wsgi.response's caches and checks, and the host's `_exchange` (see module docs).
 #[pyclass(module = "refork._native", frozen)]
 pub struct Hooks {
     pub(crate) status_cache: Py<PyDict>,
     pub(crate) header_cache: Py<PyDict>,
-    pub(crate) check_status: PyObject,
-    pub(crate) check_header: PyObject,
+    pub(crate) check_status: Py<PyAny>,
+    pub(crate) check_header: Py<PyAny>,
     /// host._exchange(fd, client, listener_fd, request, keep_alive) -> a Python _Exchange
-    pub(crate) exchange: PyObject,
+    pub(crate) exchange: Py<PyAny>,
     /// refork.http.events.Request and the limits its head was read with (see StartResponse::request)
-    pub(crate) request_cls: PyObject,
+    pub(crate) request_cls: Py<PyAny>,
     pub(crate) limits: HeadLimits,
     /// refork.wsgi.response.Prefetched, refork.wsgi.files.FileWrapper and
-    /// refork.wsgi.response.closing_failed (see call.rs: a body that is not a list)
-    pub(crate) prefetched: PyObject,
-    pub(crate) file_wrapper: PyObject,
-    pub(crate) closing_failed: PyObject,
+    /// refork.wsgi.response.closing_failed (see wsgi/body.rs: a body that is not a list)
+    pub(crate) prefetched: Py<PyAny>,
+    pub(crate) file_wrapper: Py<PyAny>,
+    pub(crate) closing_failed: Py<PyAny>,
     /// the host's `pre_request_hook(request, environ)`: gunicorn's pre_request (None: not set)
-    pub(crate) pre_request: Option<PyObject>,
+    pub(crate) pre_request: Option<Py<PyAny>>,
 }
 
 impl Hooks {
     /// From the host loop (its `_exchange`) and the engines' `refs` (see refork.serving.native_engine).
     pub(crate) fn from_refs(host: &Bound<'_, PyAny>, refs: &Bound<'_, PyAny>, limits: HeadLimits) -> PyResult<Hooks> {
-        let r = |name: &str| -> PyResult<PyObject> { Ok(refs.get_item(name)?.unbind()) };
+        let r = |name: &str| -> PyResult<Py<PyAny>> { Ok(refs.get_item(name)?.unbind()) };
         Ok(Hooks {
-            status_cache: refs.get_item("status_cache")?.downcast_into()?.unbind(),
-            header_cache: refs.get_item("header_cache")?.downcast_into()?.unbind(),
+            status_cache: refs.get_item("status_cache")?.cast_into()?.unbind(),
+            header_cache: refs.get_item("header_cache")?.cast_into()?.unbind(),
             check_status: r("check_status")?,
             check_header: r("check_header")?,
             exchange: host.getattr("_exchange")?.unbind(),
@@ -62,12 +63,12 @@ pub struct StartResponse {
     pub(crate) headers: Option<Py<PyList>>,
     pub(crate) has_length: bool,
     /// the Python _Exchange once write() was called: from then on it answers
-    pub(crate) exchange: Option<PyObject>,
+    pub(crate) exchange: Option<Py<PyAny>>,
     pub(crate) fd: i32,
-    pub(crate) client: PyObject,
+    pub(crate) client: Py<PyAny>,
     pub(crate) listener: i32,
     /// the Request event, made on first use from `head` (most responses never need it)
-    pub(crate) request: Option<PyObject>,
+    pub(crate) request: Option<Py<PyAny>>,
     /// the request's head as received
     pub(crate) head: Vec<u8>,
     pub(crate) keep_alive: bool,
@@ -103,10 +104,10 @@ impl StartResponse {
             Some(h) => h,
             None => hooks.check_status.bind(py).call1((status,))?,
         };
-        let hit = hit.downcast_into::<PyTuple>()?;
+        let hit = hit.cast_into::<PyTuple>()?;
         let code: u32 = hit.get_item(0)?.extract()?;
-        let reason = hit.get_item(1)?.downcast_into::<PyBytes>()?;
-        let Ok(headers) = headers.downcast_exact::<PyList>() else {
+        let reason = hit.get_item(1)?.cast_into::<PyBytes>()?;
+        let Ok(headers) = headers.cast_exact::<PyList>() else {
             let name = headers.get_type().name()?;
             return Err(PyTypeError::new_err(format!("WSGI headers must be a list, got {name}")));
         };
@@ -119,7 +120,7 @@ impl StartResponse {
                 Some(h) => h,
                 None => hooks.check_header.bind(py).call1((&item,))?,
             };
-            let hit = hit.downcast_into::<PyTuple>()?;
+            let hit = hit.cast_into::<PyTuple>()?;
             if hit.get_item(1)?.is_truthy()? {
                 has_length = true;
             }
@@ -136,7 +137,7 @@ impl StartResponse {
     }
 
     /// The Python _Exchange of this request (made now if write() did not make it).
-    fn exchange_now(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
+    fn exchange_now(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
         Self::exchange(slf)
     }
 
@@ -150,7 +151,7 @@ impl StartResponse {
 
 impl StartResponse {
     /// The request's refork.http.events.Request (made now from its head if not made yet).
-    pub fn request(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
+    pub fn request(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         if let Some(r) = slf.borrow().request.as_ref() {
             return Ok(r.clone_ref(py));
@@ -166,7 +167,7 @@ impl StartResponse {
     }
 
     /// The Python _Exchange of this request, made (and told what start_response set) on first use.
-    pub fn exchange(slf: &Bound<'_, Self>) -> PyResult<PyObject> {
+    pub fn exchange(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         if let Some(ex) = slf.borrow().exchange.as_ref() {
             return Ok(ex.clone_ref(py));

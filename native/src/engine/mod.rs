@@ -4,11 +4,11 @@
 //! socket, TLS listeners, ticks, the drain and the safe points, and calls `run()` in place of its
 //! own poll. `run()` waits on the engine's epoll, which also watches the Python loop's epoll fd
 //! (`outer`): it returns when that one is ready, after a signal, or when its timeout ends. In
-//! between, every request of the common shape (parser.rs) is served here: accept, recv,
-//! httparse, the environ (environ.rs), the app called with the native start_response
-//! (respond.rs), a list body framed (frame.rs) and written with one `send`. A response the
-//! socket does not take whole waits in the connection's buffer (EPOLLOUT) and pipelined requests
-//! behind it wait for it.
+//! between, every request of the common shape (http/head.rs) is served here: accept, recv,
+//! httparse, the environ (wsgi/environ.rs), the app called with the native start_response
+//! (wsgi/start_response.rs), a list body framed (http/frame.rs) and written with one `send`. A
+//! response the socket does not take whole waits in the connection's buffer (EPOLLOUT) and
+//! pipelined requests behind it wait for it.
 //!
 //! Anything else is handed to the Python loop with the bytes not yet consumed, from the first
 //! byte of the message: a head that is not the common shape (the Python parser then gives the
@@ -30,12 +30,15 @@ use pyo3::types::PyBytes;
 
 mod serve;
 
-use crate::clock::{Current, SlotClock};
-use crate::conn::{sweep, Conn, Expired, Intake, Next, Phase, Preface, Scratch, Timeouts, RECV};
-use crate::listen::Listeners;
-use crate::environ::Environ;
-use crate::respond::Hooks;
+use crate::conn::intake::{Intake, Next, Preface};
+use crate::conn::listen::Listeners;
+use crate::conn::scratch::Scratch;
+use crate::conn::sweep::{sweep, Expired, Timeouts};
+use crate::conn::{Conn, Phase, RECV};
 use crate::sys;
+use crate::wsgi::accounting::{Current, SlotClock};
+use crate::wsgi::environ::Environ;
+use crate::wsgi::start_response::Hooks;
 
 const ACCEPT_BATCH: usize = 8; // per wake-up: more would starve sibling workers on the listener
 const IN: u32 = libc::EPOLLIN as u32;
@@ -59,25 +62,25 @@ pub struct Engine {
     timeouts: Timeouts,
     drain_until: f64,
     keep_alive: bool,
-    host: PyObject,
-    app: PyObject,
-    control: PyObject,
-    current: PyObject,
-    make_input: PyObject,
-    empty_input: PyObject,
+    host: Py<PyAny>,
+    app: Py<PyAny>,
+    control: Py<PyAny>,
+    current: Py<PyAny>,
+    make_input: Py<PyAny>,
+    empty_input: Py<PyAny>,
     hooks: Py<Hooks>,
     /// the worker's slot, when its control has an AppClock (else request_started/finished)
     clock: Option<SlotClock>,
     request: Option<Py<Current>>,
     next_check: i64,
-    access_log: Option<PyObject>,
-    log_access: PyObject,
-    log_warning: PyObject,
-    log_error: PyObject,
-    perf_counter: PyObject,
+    access_log: Option<Py<PyAny>>,
+    log_access: Py<PyAny>,
+    log_warning: Py<PyAny>,
+    log_error: Py<PyAny>,
+    perf_counter: Py<PyAny>,
     timeout_response: Py<PyBytes>,
     events: Vec<(i32, u32)>,
-    handed: Vec<PyObject>,
+    handed: Vec<Py<PyAny>>,
     /// the buffer a read goes into when its connection holds no partial request
     scratch: Scratch,
 }
@@ -102,14 +105,14 @@ impl Engine {
         }
         let timeouts = Timeouts::from_py(&attr(&host, "timeouts")?)?;
         let intake = Intake::from_host(&host)?;
-        let r = |name: &str| -> PyResult<PyObject> { Ok(refs.get_item(name)?.unbind()) };
+        let r = |name: &str| -> PyResult<Py<PyAny>> { Ok(refs.get_item(name)?.unbind()) };
         let hooks = Hooks::from_refs(&host, &refs, intake.limits)?;
         let (clock, request) = match attr(&host, "control")?.getattr("clock") {
             Ok(app_clock) if app_clock.hasattr("native_words")? => {
                 let words = app_clock.call_method0("native_words")?;
                 let current = Py::new(py, Current::new(app_clock.getattr("adopt")?.unbind()))?;
                 app_clock.setattr("engine_request", current.clone_ref(py))?;
-                (Some(SlotClock::new(words.downcast::<pyo3::types::PyDict>()?)?), Some(current))
+                (Some(SlotClock::new(words.cast::<pyo3::types::PyDict>()?)?), Some(current))
             }
             _ => (None, None),
         };
@@ -139,7 +142,7 @@ impl Engine {
             log_warning: r("log_warning")?,
             log_error: r("log_error")?,
             perf_counter: r("perf_counter")?,
-            timeout_response: refs.get_item("timeout_response")?.downcast_into()?.unbind(),
+            timeout_response: refs.get_item("timeout_response")?.cast_into()?.unbind(),
             events: Vec::with_capacity(256),
             handed: Vec::new(),
             scratch: Scratch::new(),
@@ -149,12 +152,12 @@ impl Engine {
     /// Serve until the Python loop's epoll is ready, a signal came or `timeout` seconds passed.
     /// `keep_alive` False: every response says "Connection: close" (a stopping worker).
     /// Returns (connections handed to the Python loop, whether its epoll is ready).
-    fn run(&mut self, py: Python<'_>, timeout: f64, keep_alive: bool) -> PyResult<(Vec<PyObject>, bool)> {
+    fn run(&mut self, py: Python<'_>, timeout: f64, keep_alive: bool) -> PyResult<(Vec<Py<PyAny>>, bool)> {
         self.keep_alive = keep_alive;
         let ms = (timeout * 1000.0).ceil().clamp(0.0, 3_600_000.0) as i32;
         let mut events = std::mem::take(&mut self.events);
         let epfd = self.ep.fd;
-        let waited = py.allow_threads(|| sys::epoll_wait(epfd, &mut events, ms));
+        let waited = py.detach(|| sys::epoll_wait(epfd, &mut events, ms));
         let mut outer_ready = false;
         match waited {
             Ok(()) => {}
@@ -239,7 +242,7 @@ impl Engine {
         Ok(())
     }
 
-    /// The engine accounts its requests in the worker's slot itself (see clock.rs).
+    /// The engine accounts its requests in the worker's slot itself (see wsgi/accounting.rs).
     #[getter]
     fn accounts(&self) -> bool {
         self.clock.is_some()

@@ -1,7 +1,7 @@
 //! The listening sockets a native loop accepts on (the Python loop owns them and closes them):
 //! accepting in batches, backing off for a second when accepting fails for a reason that is not
 //! the client's (out of fds or memory), and letting go of them when the worker stops. Shared by
-//! the engine (engine.rs) and the pool's I/O thread (pool/io.rs).
+//! the engine (engine/) and the pool's I/O thread (pool/io.rs).
 
 use std::io::ErrorKind;
 

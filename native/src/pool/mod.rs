@@ -15,7 +15,7 @@
 //!
 //! Anything else goes to the Python loop (refork.serving.threaded, through the wake-up eventfd
 //! it polls and `take()`), with its connection, from the first byte of the message: the Python
-//! parser then gives every verdict, as with the single-thread engine (engine.rs). The Python
+//! parser then gives every verdict, as with the single-thread engine (engine/). The Python
 //! loop's own jobs (a chunked upload, say) run on the same app threads (`submit`).
 //!
 //! Forks: the I/O thread is joined (`pause`) before a safe point and started again after it; the
@@ -34,11 +34,13 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 mod io;
 mod serve;
 
-use crate::conn::{Conn, Intake, Timeouts};
-use crate::environ::Environ;
-use crate::parser::HeadLimits;
-use crate::respond::Hooks;
+use crate::conn::intake::Intake;
+use crate::conn::sweep::Timeouts;
+use crate::conn::Conn;
+use crate::http::head::HeadLimits;
 use crate::sys;
+use crate::wsgi::environ::Environ;
+use crate::wsgi::start_response::Hooks;
 
 pub(crate) const IN: u32 = (libc::EPOLLIN | libc::EPOLLONESHOT) as u32;
 pub(crate) const OUT: u32 = (libc::EPOLLOUT | libc::EPOLLONESHOT) as u32;
@@ -51,7 +53,7 @@ pub(crate) enum Job {
     /// a connection whose buffer starts with a complete request of the common shape
     Request(Conn),
     /// the Python loop's job: the arguments of its handler (refork.serving.threaded._Loop._pool_job)
-    Python(PyObject),
+    Python(Py<PyAny>),
 }
 
 #[derive(Default)]
@@ -233,19 +235,19 @@ pub(crate) fn log_notice(shared: &Shared, error: bool, message: String) {
 
 /// What the app threads call in Python (the GIL held).
 pub(crate) struct AppSide {
-    app: PyObject,
-    control: PyObject,
-    host: PyObject,
+    app: Py<PyAny>,
+    control: Py<PyAny>,
+    host: Py<PyAny>,
     environs: Vec<Py<Environ>>,
     /// the listening fds, in the order of `environs`
     listener_fds: Vec<i32>,
     hooks: Py<Hooks>,
-    current: PyObject,
-    make_input: PyObject,
-    empty_input: PyObject,
-    access_log: Option<PyObject>,
-    log_access: PyObject,
-    perf_counter: PyObject,
+    current: Py<PyAny>,
+    make_input: Py<PyAny>,
+    empty_input: Py<PyAny>,
+    access_log: Option<Py<PyAny>>,
+    log_access: Py<PyAny>,
+    perf_counter: Py<PyAny>,
     limits: HeadLimits,
 }
 
@@ -260,7 +262,7 @@ pub struct PoolEngine {
 
 #[pymethods]
 impl PoolEngine {
-    /// PoolEngine(host, listeners, refs): as Engine's (engine.rs); `host` also has
+    /// PoolEngine(host, listeners, refs): as Engine's (engine/); `host` also has
     /// _finish_slow(...) -> keep, which sends a response this engine does not frame.
     #[new]
     fn new(py: Python<'_>, host: Bound<'_, PyAny>, listeners: Vec<(i32, Py<Environ>)>, refs: Bound<'_, PyAny>) -> PyResult<Self> {
@@ -289,10 +291,10 @@ impl PoolEngine {
             open: AtomicUsize::new(0),
             intake,
         });
-        let r = |name: &str| -> PyResult<PyObject> { Ok(refs.get_item(name)?.unbind()) };
+        let r = |name: &str| -> PyResult<Py<PyAny>> { Ok(refs.get_item(name)?.unbind()) };
         let hooks = Hooks::from_refs(&host, &refs, limits)?;
         let access_log = host.getattr("access_log")?;
-        let timeout_response = refs.get_item("timeout_response")?.downcast_into::<PyBytes>()?.as_bytes().to_vec();
+        let timeout_response = refs.get_item("timeout_response")?.cast_into::<PyBytes>()?.as_bytes().to_vec();
         let io = io::Io::new(
             shared.clone(),
             listeners.iter().map(|(fd, _)| *fd).collect(),
@@ -337,7 +339,7 @@ impl PoolEngine {
         };
         self.shared.pause.store(true, Ordering::Release);
         self.shared.io_wake.notify();
-        let joined = py.allow_threads(|| handle.join());
+        let joined = py.detach(|| handle.join());
         self.shared.pause.store(false, Ordering::Release);
         let io = joined.map_err(|_| PyRuntimeError::new_err("the I/O thread panicked"))?;
         *locked(&self.io) = Some(io);
@@ -368,7 +370,7 @@ impl PoolEngine {
             let taken = match self.shared.take(false) {
                 Taken::Empty => {
                     let shared = self.shared.clone();
-                    py.allow_threads(move || shared.take(true))
+                    py.detach(move || shared.take(true))
                 }
                 taken => taken,
             };
@@ -378,7 +380,7 @@ impl PoolEngine {
             };
             match job {
                 Job::Python(args) => {
-                    let result = handler.call1(args.bind(py).downcast::<PyTuple>()?);
+                    let result = handler.call1(args.bind(py).cast::<PyTuple>()?);
                     self.shared.done(false);
                     result?;
                 }

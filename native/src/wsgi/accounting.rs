@@ -1,6 +1,8 @@
-//! The engine's request accounting, in the worker's slot (refork.process.slots).
+//! How a native loop accounts a request: in the worker's slot natively (`SlotClock`, `Current`:
+//! the single-thread engine when the worker has an AppClock), or by the worker's Python clock
+//! (`PyTracking`: control.request_started / request_finished).
 //!
-//! For a request alone in the app (always, on the engine: the app runs on the worker's only
+//! The slot (refork.process.slots): for a request alone in the app (always, on the engine: the app runs on the worker's only
 //! thread) AppClock.started and .finished come down to a few word writes; `SlotClock` makes them
 //! here, with the same words and rules: the deadline (now + --timeout), the started and served
 //! counts, the duration sum and one histogram cell by (status class, bucket); and, when the worker
@@ -12,7 +14,7 @@
 //! `engine_request` hook. A request with a token is finished by the Python clock.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyString};
 
 pub struct SlotClock {
     words: *mut i64,
@@ -98,12 +100,12 @@ pub struct Current {
     began: f64,
     method: &'static str,
     path: Vec<u8>,
-    token: Option<PyObject>,
-    adopt: PyObject,
+    token: Option<Py<PyAny>>,
+    adopt: Py<PyAny>,
 }
 
 impl Current {
-    pub fn new(adopt: PyObject) -> Current {
+    pub fn new(adopt: Py<PyAny>) -> Current {
         Current { active: false, began: 0.0, method: "", path: Vec::new(), token: None, adopt }
     }
 
@@ -117,7 +119,7 @@ impl Current {
     }
 
     /// The request is over: its token if it got one (the Python clock finishes it), and when it began.
-    pub fn end(&mut self) -> (Option<PyObject>, f64) {
+    pub fn end(&mut self) -> (Option<Py<PyAny>>, f64) {
         self.active = false;
         (self.token.take(), self.began)
     }
@@ -128,7 +130,7 @@ impl Current {
     /// The token of the engine's request in the app (registered now if it has none); None when
     /// the engine has no request in the app, or `blocking` is False and the clock's lock is held.
     #[pyo3(signature = (blocking=true))]
-    fn __call__(slf: &Bound<'_, Self>, blocking: bool) -> PyResult<Option<PyObject>> {
+    fn __call__(slf: &Bound<'_, Self>, blocking: bool) -> PyResult<Option<Py<PyAny>>> {
         let py = slf.py();
         let (method, path, began, adopt) = {
             let this = slf.borrow();
@@ -147,5 +149,33 @@ impl Current {
         let token = token.unbind();
         slf.borrow_mut().token = Some(token.clone_ref(py));
         Ok(Some(token))
+    }
+}
+
+/// A request accounted by the worker's Python clock (control.request_started / request_finished),
+/// its token in refork.deadlines.current while the app has it.
+pub(crate) struct PyTracking<'py> {
+    pub token: Bound<'py, PyAny>,
+    reset: Bound<'py, PyAny>,
+}
+
+impl<'py> PyTracking<'py> {
+    pub fn start(py: Python<'py>, control: &Bound<'py, PyAny>, current: &Bound<'py, PyAny>, method: &Bound<'py, PyString>, path: &[u8]) -> PyResult<Self> {
+        let token = control.call_method1(pyo3::intern!(py, "request_started"), (method, PyBytes::new(py, path)))?;
+        let reset = current.call_method1(pyo3::intern!(py, "set"), (&token,))?;
+        Ok(PyTracking { token, reset })
+    }
+
+    /// The app is done with it (the context variable back as it was).
+    pub fn leave(&self, current: &Bound<'py, PyAny>) -> PyResult<()> {
+        current.call_method1(pyo3::intern!(self.token.py(), "reset"), (&self.reset,))?;
+        Ok(())
+    }
+
+    /// The request is answered (`status` 0: nothing was sent).
+    pub fn finish(self, control: &Bound<'py, PyAny>, current: &Bound<'py, PyAny>, status: u32) -> PyResult<()> {
+        self.leave(current)?;
+        control.call_method1(pyo3::intern!(self.token.py(), "request_finished"), (self.token, status))?;
+        Ok(())
     }
 }

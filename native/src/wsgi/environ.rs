@@ -5,6 +5,8 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use crate::http::host::split_host;
+
 /// latin-1 bytes as a str (what `bytes.decode("latin-1")` gives).
 pub(crate) fn latin1<'py>(py: Python<'py>, b: &[u8]) -> Bound<'py, PyString> {
     if b.is_ascii() {
@@ -41,26 +43,6 @@ fn unquote(raw: &[u8]) -> Vec<u8> {
     out
 }
 
-/// refork.wsgi.environ._split_host: (name, port) of a Host value.
-fn split_host<'a>(host: &'a [u8], default_port: &'a [u8]) -> (&'a [u8], &'a [u8]) {
-    if host.first() == Some(&b'[') {
-        if let Some(end) = host.iter().position(|&b| b == b']') {
-            if end > 0 {
-                let rest = &host[end + 1..];
-                let port = if rest.first() == Some(&b':') && rest.len() > 1 { &rest[1..] } else { default_port };
-                return (&host[1..end], port);
-            }
-        }
-    }
-    if let Some(colon) = host.iter().rposition(|&b| b == b':') {
-        let port = &host[colon + 1..];
-        if !port.is_empty() && port.iter().all(|b| b.is_ascii_digit()) {
-            return (&host[..colon], port);
-        }
-    }
-    (host, default_port)
-}
-
 /// The environ of one request, as refork.wsgi.EnvironBuilder.build makes it, for requests
 /// without X-Forwarded-* fields (None: the Python builder decides, proxies and all).
 ///
@@ -77,7 +59,7 @@ pub struct Environ {
     hosts: Mutex<HashMap<Vec<u8>, NameAndPort>>,
     /// refork.wsgi.EnvironBuilder.apply_forwarded(environ, headers, client) of its builder: the
     /// trusted-proxy rules, for a request with X-Forwarded-* fields
-    forwarded: PyObject,
+    forwarded: Py<PyAny>,
 }
 
 /// SERVER_NAME and SERVER_PORT of one Host header value.
@@ -125,14 +107,14 @@ impl Environ {
         client: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let headers = request.getattr(pyo3::intern!(py, "headers"))?;
-        let headers = headers.downcast::<PyList>()?;
+        let headers = headers.cast::<PyList>()?;
         let mut pairs: Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> = Vec::with_capacity(headers.len());
         let mut forwarded = false;
         for item in headers.iter() {
-            let pair = item.downcast::<PyTuple>()?;
-            let name = pair.get_item(0)?.downcast_into::<PyBytes>()?;
+            let pair = item.cast::<PyTuple>()?;
+            let name = pair.get_item(0)?.cast_into::<PyBytes>()?;
             forwarded |= name.as_bytes().starts_with(b"x-forwarded-");
-            pairs.push((name, pair.get_item(1)?.downcast_into::<PyBytes>()?));
+            pairs.push((name, pair.get_item(1)?.cast_into::<PyBytes>()?));
         }
         let length = if !request.getattr(pyo3::intern!(py, "content_length"))?.is_none()
             || request.getattr(pyo3::intern!(py, "chunked"))?.is_truthy()?
@@ -147,10 +129,10 @@ impl Environ {
         let version = request.getattr(pyo3::intern!(py, "http_version"))?;
         let parts = Parts {
             method: &request.getattr(pyo3::intern!(py, "method"))?,
-            target: target.downcast::<PyBytes>()?.as_bytes(),
-            path: path.downcast::<PyBytes>()?.as_bytes(),
-            query: query.downcast::<PyBytes>()?.as_bytes(),
-            version: version.downcast::<PyString>()?.to_str()?,
+            target: target.cast::<PyBytes>()?.as_bytes(),
+            path: path.cast::<PyBytes>()?.as_bytes(),
+            query: query.cast::<PyBytes>()?.as_bytes(),
+            version: version.cast::<PyString>()?.to_str()?,
         };
         let pairs = pairs.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes()));
         let env = self.make(py, &parts, pairs, length, body, client)?;
@@ -238,7 +220,7 @@ impl Environ {
             match env.get_item(key)? {
                 Some(old) => {
                     let sep = if key.to_str()? == "HTTP_COOKIE" { "; " } else { "," };
-                    let joined = format!("{}{}{}", old.downcast::<PyString>()?.to_str()?, sep, latin1(py, value).to_str()?);
+                    let joined = format!("{}{}{}", old.cast::<PyString>()?.to_str()?, sep, latin1(py, value).to_str()?);
                     env.set_item(key, joined)?;
                 }
                 None => env.set_item(key, latin1(py, value))?,

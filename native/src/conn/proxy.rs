@@ -2,7 +2,7 @@
 //! rules in Rust, so that the pool's I/O thread, which never takes the GIL, reads it too. One table
 //! of vectors (tests/proxy_vectors.py) drives both parsers (`parse_proxy` below is its Python face).
 //!
-//! A fresh connection's first bytes (conn.rs `Intake::preface`): no header (served as it came), part
+//! A fresh connection's first bytes (conn/intake.rs `Intake::preface`): no header (served as it came), part
 //! of one (wait), a header (taken out of the buffer, its client the connection's peer from then on),
 //! or a malformed header or one from a peer not in proxy_allow_ips (400 or 403, then closed).
 
@@ -266,7 +266,7 @@ impl Policy {
 /// parse_proxy(data, mode) -> (protocol, length, client, server) | "INCOMPLETE" | "NOT_PROXY";
 /// ValueError for a malformed header (the Rust parser, for the shared table of vectors).
 #[pyfunction]
-pub fn parse_proxy(py: Python<'_>, data: &[u8], mode: &str) -> PyResult<PyObject> {
+pub fn parse_proxy(py: Python<'_>, data: &[u8], mode: &str) -> PyResult<Py<PyAny>> {
     let mode = Mode::parse(mode).ok_or_else(|| PyValueError::new_err(format!("mode {mode:?}")))?;
     match parse(data, mode).map_err(PyValueError::new_err)? {
         Verdict::Incomplete => Ok("INCOMPLETE".into_pyobject(py)?.into_any().unbind()),

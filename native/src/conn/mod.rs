@@ -1,0 +1,222 @@
+//! What both native loops keep per client connection, and the rules they share with the Python
+//! loop (refork.serving.connection): where a request ends in the bytes read, the deadlines of the
+//! once-a-second sweep, the write-timeout line. The engine (engine/, one app thread) and the
+//! pool's I/O thread (pool/io.rs) differ only in who runs the app.
+//!
+//! Nothing here touches Python but `Conn::client`, so the pool's I/O thread, which never takes
+//! the GIL, can own connections.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::http::head::Head;
+use crate::sys::{self, Peer};
+
+pub(crate) mod budget;
+pub(crate) mod intake;
+pub(crate) mod listen;
+pub(crate) mod proxy;
+pub(crate) mod scratch;
+pub(crate) mod sweep;
+
+use budget::Budget;
+
+/// An incomplete head longer than this goes to the Python parser (its limits decide).
+pub(crate) const HEAD_WAIT: usize = 1 << 14;
+/// Bytes read from a socket at once.
+pub(crate) const RECV: usize = 1 << 16;
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub(crate) enum Phase {
+    Idle,
+    Head,
+    Body,
+    Writing,
+}
+
+pub(crate) struct Conn {
+    pub fd: i32,
+    pub peer: Peer,
+    /// the peer as the environ's client tuple (host, port) or None, made on first use
+    pub client: Option<Py<PyAny>>,
+    pub listener: i32,
+    /// the place of its listener's Environ in the loop's list
+    pub environ: usize,
+    /// the part of a request that has arrived (an idle connection holds no buffer)
+    pub buf: Vec<u8>,
+    pub phase: Phase,
+    /// when the connection entered its phase
+    pub since: f64,
+    /// body bytes received of the request still arriving (each --body-min-rate: one more second)
+    pub received: usize,
+    /// no byte received yet (see refork.serving.connection.Timeouts.expiry)
+    pub fresh: bool,
+    /// a response the socket has not taken yet, from `out_at`
+    pub out: Vec<u8>,
+    pub out_at: usize,
+    /// close once `out` is written
+    pub close_after: bool,
+    /// "METHOD target" of the response waiting in `out` (for the write-timeout line)
+    pub writing: Option<String>,
+    /// nothing read yet: a PROXY header may come first (see `Intake::preface`)
+    pub preface: bool,
+    /// the bytes of `buf` charged to the worker's budget (given back when the request is taken or
+    /// the connection is dropped)
+    held: usize,
+    budget: Option<Arc<Budget>>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl Conn {
+    pub fn new(fd: i32, peer: Peer, listener: i32, environ: usize, now: f64) -> Conn {
+        Conn {
+            fd,
+            peer,
+            client: None,
+            listener,
+            environ,
+            buf: Vec::new(),
+            phase: Phase::Idle,
+            since: now,
+            received: 0,
+            fresh: true,
+            out: Vec::new(),
+            out_at: 0,
+            close_after: false,
+            writing: None,
+            preface: true,
+            held: 0,
+            budget: None,
+        }
+    }
+
+    /// Keep `n` bytes charged to `budget` for this connection: more only if they fit (`must`:
+    /// whether they fit or not, for bytes there is no refusing); false when they do not fit.
+    pub fn hold(&mut self, budget: &Arc<Budget>, n: usize, must: bool) -> bool {
+        if n > self.held {
+            let more = n - self.held;
+            if must {
+                budget.charge(more);
+            } else if !budget.take(more) {
+                return false;
+            }
+        } else if n < self.held {
+            budget.give_back(self.held - n);
+        }
+        self.held = n;
+        if self.budget.is_none() {
+            self.budget = Some(budget.clone());
+        }
+        true
+    }
+
+    /// Its bytes go to the Python loop (`data`, what is handed over): charged as they are, and
+    /// the charge goes with them (the Python loop gives it back once it has read them: a burst of
+    /// connections handed over at once is counted until then). Returns the charge.
+    pub fn hand_charge(&mut self, budget: &Arc<Budget>, data: usize) -> usize {
+        self.hold(budget, data, true);
+        std::mem::take(&mut self.held)
+    }
+
+    /// Nothing of this connection is charged any more (its request is taken, or it is gone).
+    pub fn release(&mut self) {
+        if self.held > 0 {
+            if let Some(budget) = &self.budget {
+                budget.give_back(self.held);
+            }
+            self.held = 0;
+        }
+    }
+
+    /// The client tuple of the environ (made once per connection).
+    pub fn client(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if let Some(c) = &self.client {
+            return Ok(c.clone_ref(py));
+        }
+        let c = match &self.peer {
+            Peer::Inet(host, port) => PyTuple::new(py, [host.into_pyobject(py)?.into_any(), port.into_pyobject(py)?.into_any()])?.into_any().unbind(),
+            Peer::Unix => py.None(),
+        };
+        self.client = Some(c.clone_ref(py));
+        Ok(c)
+    }
+
+    /// A connection the Python loop gives back (it was this engine's listener's): between two
+    /// requests since `since`, its client tuple as the environ had it.
+    pub fn adopted(fd: i32, client: &Bound<'_, PyAny>, listener: i32, environ: usize, since: f64) -> PyResult<Conn> {
+        let peer = if client.is_none() { Peer::Unix } else { Peer::Inet(client.get_item(0)?.extract()?, client.get_item(1)?.extract()?) };
+        let mut conn = Conn::new(fd, peer, listener, environ, since);
+        conn.client = Some(client.clone().unbind());
+        conn.fresh = false;
+        conn.preface = false;
+        Ok(conn)
+    }
+
+    /// Enter `phase` (its clock starts now unless it is already in it).
+    pub fn wait_in(&mut self, phase: Phase) {
+        if self.phase != phase {
+            self.phase = phase;
+            self.since = sys::monotonic();
+        }
+    }
+
+    /// A response was sent whole: idle (the keep-alive clock) until the next request.
+    pub fn idle(&mut self) {
+        self.phase = Phase::Idle;
+        self.since = sys::monotonic();
+    }
+
+    /// What the socket did not take of `bytes` (sent up to `at`) waits in the connection.
+    pub fn keep_output(&mut self, bytes: Vec<u8>, at: usize, what: String) {
+        self.out = bytes;
+        self.out_at = at;
+        self.phase = Phase::Writing;
+        self.since = sys::monotonic();
+        self.writing = Some(what);
+    }
+
+    /// Write what waits in `out`: Ok(true) once it is all out (the connection is then idle).
+    pub fn write_on(&mut self) -> std::io::Result<bool> {
+        loop {
+            let n = sys::send(self.fd, &self.out[self.out_at..])?;
+            self.since = sys::monotonic(); // (progress or not: the socket said it may take more)
+            if n == 0 {
+                return Ok(false);
+            }
+            self.out_at += n;
+            if self.out_at == self.out.len() {
+                self.out = Vec::new();
+                self.out_at = 0;
+                self.writing = None;
+                self.idle();
+                return Ok(true);
+            }
+        }
+    }
+
+    /// refork.serving.connection.log_write_timeout's line for this connection.
+    pub fn write_timeout_line(&self, timeout: f64) -> String {
+        let peer = match &self.peer {
+            Peer::Inet(host, port) => format!("{host}:{port}"),
+            Peer::Unix => "a unix-socket client".to_string(),
+        };
+        let what = self.writing.as_deref().unwrap_or("-");
+        format!("write timeout: {peer} stopped reading {what} for {timeout:.1} s; connection cut")
+    }
+}
+
+/// "METHOD target" of a request (the target decoded as latin-1, as the Python loop logs it).
+pub(crate) fn describe(head: &Head) -> String {
+    let mut s = String::with_capacity(head.method.len() + 1 + head.target.len());
+    s.push_str(head.method);
+    s.push(' ');
+    s.extend(head.target.iter().map(|&b| b as char));
+    s
+}

@@ -1,0 +1,193 @@
+//! The once-a-second sweep: which connections are past their deadline, and what then.
+
+use std::collections::HashMap;
+
+use pyo3::prelude::*;
+
+use super::{Conn, Phase};
+use crate::sys;
+
+/// The per-connection deadlines (refork.serving.connection.Timeouts), in seconds.
+pub(crate) struct Timeouts {
+    pub header: f64,
+    pub body: f64,
+    pub write: f64,
+    pub keepalive: f64,
+    pub body_min_rate: f64,
+}
+
+impl Timeouts {
+    pub fn from_py(t: &Bound<'_, PyAny>) -> PyResult<Timeouts> {
+        let f = |name: &str| -> PyResult<f64> { t.getattr(name)?.extract() };
+        Ok(Timeouts {
+            header: f("header")?,
+            body: f("body")?,
+            write: f("write")?,
+            keepalive: f("keepalive")?,
+            body_min_rate: f("body_min_rate")?,
+        })
+    }
+}
+
+/// What the sweep does with a connection past its deadline.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub(crate) enum Expired {
+    /// idle too long, or drained: close quietly
+    Close,
+    /// a request did not arrive in time: 408, then close
+    RequestTimeout,
+    /// the client stopped reading a response: log it, close
+    WriteTimeout,
+}
+
+/// The sweep (refork.serving.connection.Timeouts.expiry and write_stalled): the connections past
+/// their deadline, out of `conns`. `drain_until` > 0: the worker stops, idle connections close
+/// then (a fresh one keeps its keep-alive clock).
+pub(crate) fn sweep(conns: &mut HashMap<i32, Conn>, t: &Timeouts, now: f64, drain_until: f64) -> Vec<(Conn, Expired)> {
+    let mut expired: Vec<(i32, Expired)> = Vec::new();
+    for conn in conns.values() {
+        let age = now - conn.since;
+        let verdict = match conn.phase {
+            Phase::Writing => (age > t.write).then_some(Expired::WriteTimeout),
+            Phase::Idle => {
+                let drained = drain_until > 0.0 && now >= drain_until && !conn.fresh;
+                // a request that arrived while the loop was busy is served, not dropped as idle
+                ((age > t.keepalive || drained) && !sys::has_input(conn.fd)).then_some(Expired::Close)
+            }
+            Phase::Head => (age > t.header).then_some(Expired::RequestTimeout),
+            Phase::Body => {
+                let extra = if t.body_min_rate > 0.0 { conn.received as f64 / t.body_min_rate } else { 0.0 };
+                (age > t.body + extra).then_some(Expired::RequestTimeout)
+            }
+        };
+        if let Some(v) = verdict {
+            expired.push((conn.fd, v));
+        }
+    }
+    expired.into_iter().filter_map(|(fd, v)| conns.remove(&fd).map(|c| (c, v))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::Peer;
+
+    const T: Timeouts = Timeouts { header: 10.0, body: 20.0, write: 30.0, keepalive: 5.0, body_min_rate: 0.0 };
+    const NOW: f64 = 1000.0;
+
+    /// A connection (fd: a number no socket has, so no bytes wait) in `phase` for `age` seconds.
+    fn conn(fd: i32, phase: Phase, age: f64) -> Conn {
+        let mut c = Conn::new(fd, Peer::Unix, -1, 0, NOW - age);
+        c.phase = phase;
+        c.fresh = false;
+        c
+    }
+
+    /// The sweep's verdict on one connection.
+    fn verdict(c: Conn, t: &Timeouts, drain_until: f64) -> Option<Expired> {
+        let fd = c.fd;
+        let mut conns = HashMap::from([(fd, c)]);
+        let expired = sweep(&mut conns, t, NOW, drain_until);
+        assert_eq!(conns.len() + expired.len(), 1, "an expired connection is taken out, no other");
+        expired.first().map(|(c, v)| {
+            assert_eq!(c.fd, fd);
+            *v
+        })
+    }
+
+    const FD: i32 = 1 << 20;
+
+    #[test]
+    fn keep_alive_closes_an_idle_connection_quietly() {
+        assert_eq!(verdict(conn(FD, Phase::Idle, 5.0), &T, 0.0), None);
+        assert_eq!(verdict(conn(FD, Phase::Idle, 5.5), &T, 0.0), Some(Expired::Close));
+    }
+
+    #[test]
+    fn a_request_that_arrived_while_the_loop_was_busy_is_not_dropped_as_idle() {
+        let mut fds = [0; 2];
+        assert_eq!(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()) }, 0);
+        let idle = |fd| conn(fd, Phase::Idle, 60.0);
+        assert_eq!(verdict(idle(fds[0]), &T, 0.0), Some(Expired::Close));
+        assert_eq!(sys::send(fds[1], b"GET / HTTP/1.1\r\n").unwrap(), 16);
+        assert_eq!(verdict(idle(fds[0]), &T, 0.0), None);
+        assert_eq!(verdict(idle(fds[0]), &T, NOW - 1.0), None); // nor at the drain
+        sys::close(fds[0]);
+        sys::close(fds[1]);
+    }
+
+    #[test]
+    fn the_header_timeout_is_a_408() {
+        assert_eq!(verdict(conn(FD, Phase::Head, 10.0), &T, 0.0), None);
+        assert_eq!(verdict(conn(FD, Phase::Head, 10.5), &T, 0.0), Some(Expired::RequestTimeout));
+    }
+
+    #[test]
+    fn the_body_timeout_is_a_408() {
+        assert_eq!(verdict(conn(FD, Phase::Body, 20.0), &T, 0.0), None);
+        assert_eq!(verdict(conn(FD, Phase::Body, 20.5), &T, 0.0), Some(Expired::RequestTimeout));
+    }
+
+    #[test]
+    fn each_body_min_rate_bytes_received_is_one_more_second() {
+        let t = Timeouts { body_min_rate: 1000.0, ..T };
+        let body = |received: usize, age: f64| {
+            let mut c = conn(FD, Phase::Body, age);
+            c.received = received;
+            verdict(c, &t, 0.0)
+        };
+        assert_eq!(body(0, 20.5), Some(Expired::RequestTimeout));
+        assert_eq!(body(5000, 25.0), None);
+        assert_eq!(body(5000, 25.5), Some(Expired::RequestTimeout));
+        assert_eq!(body(500, 20.5), None);
+        // without a rate, bytes received buy no time
+        let mut c = conn(FD, Phase::Body, 20.5);
+        c.received = 1 << 20;
+        assert_eq!(verdict(c, &T, 0.0), Some(Expired::RequestTimeout));
+    }
+
+    #[test]
+    fn a_client_that_stopped_reading_is_a_write_timeout() {
+        assert_eq!(verdict(conn(FD, Phase::Writing, 30.0), &T, 0.0), None);
+        assert_eq!(verdict(conn(FD, Phase::Writing, 30.5), &T, 0.0), Some(Expired::WriteTimeout));
+        // the drain waits for a response to be written
+        assert_eq!(verdict(conn(FD, Phase::Writing, 1.0), &T, NOW - 1.0), None);
+    }
+
+    #[test]
+    fn the_drain_closes_idle_connections_at_its_end() {
+        let idle = conn(FD, Phase::Idle, 1.0);
+        assert_eq!(verdict(idle, &T, NOW + 0.5), None);
+        assert_eq!(verdict(conn(FD, Phase::Idle, 1.0), &T, NOW), Some(Expired::Close));
+        // requests in progress are not cut by the drain: their own deadlines hold
+        assert_eq!(verdict(conn(FD, Phase::Head, 1.0), &T, NOW - 1.0), None);
+        assert_eq!(verdict(conn(FD, Phase::Body, 1.0), &T, NOW - 1.0), None);
+    }
+
+    #[test]
+    fn a_fresh_connection_keeps_its_keep_alive_clock_through_the_drain() {
+        // its client sent nothing before the stop and may be about to: it is owed an answer
+        let fresh = |age| {
+            let mut c = conn(FD, Phase::Idle, age);
+            c.fresh = true;
+            c
+        };
+        assert_eq!(verdict(fresh(1.0), &T, NOW - 1.0), None);
+        assert_eq!(verdict(fresh(5.5), &T, NOW - 1.0), Some(Expired::Close));
+    }
+
+    #[test]
+    fn only_the_expired_are_taken_out() {
+        let mut conns: HashMap<i32, Conn> = HashMap::new();
+        for (i, (phase, age)) in [(Phase::Idle, 1.0), (Phase::Idle, 6.0), (Phase::Head, 11.0), (Phase::Writing, 2.0)].into_iter().enumerate() {
+            let fd = FD + i as i32;
+            conns.insert(fd, conn(fd, phase, age));
+        }
+        let mut expired: Vec<(i32, Expired)> = sweep(&mut conns, &T, NOW, 0.0).into_iter().map(|(c, v)| (c.fd, v)).collect();
+        expired.sort_by_key(|(fd, _)| *fd);
+        assert_eq!(expired, [(FD + 1, Expired::Close), (FD + 2, Expired::RequestTimeout)]);
+        let mut left: Vec<i32> = conns.into_keys().collect();
+        left.sort();
+        assert_eq!(left, [FD, FD + 3]);
+    }
+}

@@ -1,0 +1,264 @@
+//! Response framing: a WSGI list body of bytes and its head in one buffer, as the Python
+//! response path frames it.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use super::date::cached_date;
+
+pub(crate) const JOIN_LIMIT: usize = 1 << 16;
+
+/// The whole response to a WSGI app's list/tuple body of bytes, framed as refork.wsgi.response
+/// (_send_result, _Exchange.head) and refork.http.response.ResponseFramer do for it, or None
+/// for any case it does not take (the Python path then frames it; nothing was sent):
+/// frame_list(code, reason, headers, has_length, result, no_body, http11, keep_alive)
+///   -> (bytes, body_bytes, keep_alive) | None
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn frame_list<'py>(
+    py: Python<'py>,
+    code: u32,
+    reason: &[u8],
+    headers: &Bound<'py, PyList>,
+    has_length: bool,
+    result: &Bound<'py, PyAny>,
+    no_body: bool,
+    http11: bool,
+    keep_alive: bool,
+) -> PyResult<Option<(Bound<'py, PyBytes>, usize, bool)>> {
+    Ok(frame_response(py, code, reason, headers, has_length, result, no_body, http11, keep_alive)?
+        .map(|(out, total, keep)| (PyBytes::new(py, &out), total, keep)))
+}
+
+/// frame_list's work: the response bytes, the body length and whether to keep the connection.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn frame_response<'py>(
+    py: Python<'py>,
+    code: u32,
+    reason: &[u8],
+    headers: &Bound<'py, PyList>,
+    has_length: bool,
+    result: &Bound<'py, PyAny>,
+    no_body: bool,
+    http11: bool,
+    keep_alive: bool,
+) -> PyResult<Option<(Vec<u8>, usize, bool)>> {
+    if !(200..=999).contains(&code) || code == 204 || code == 304 {
+        return Ok(None);
+    }
+    let items: Vec<Bound<'py, PyAny>> = if let Ok(list) = result.cast_exact::<PyList>() {
+        list.iter().collect()
+    } else if let Ok(tuple) = result.cast_exact::<PyTuple>() {
+        tuple.iter().collect()
+    } else {
+        return Ok(None);
+    };
+    let mut total = 0usize;
+    let mut bodies: Vec<&[u8]> = Vec::with_capacity(items.len());
+    for item in &items {
+        let Ok(b) = item.cast_exact::<PyBytes>() else { return Ok(None) };
+        total += b.as_bytes().len();
+        bodies.push(b.as_bytes());
+    }
+    if total > JOIN_LIMIT {
+        return Ok(None);
+    }
+    let mut keep = keep_alive;
+    let mut out: Vec<u8> = Vec::with_capacity(256 + if no_body { 0 } else { total });
+    out.extend_from_slice(format!("HTTP/1.1 {code} ").as_bytes());
+    out.extend_from_slice(reason);
+    out.extend_from_slice(b"\r\n");
+    let mut content_length: Option<usize> = None;
+    let (mut has_date, mut has_server) = (false, false);
+    let added;
+    let mut all: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)> = Vec::with_capacity(headers.len() + 1);
+    for item in headers.iter() {
+        let pair = item.cast_exact::<PyTuple>()?;
+        all.push((pair.get_item(0)?, pair.get_item(1)?));
+    }
+    if !has_length {
+        added = (PyBytes::new(py, b"Content-Length").into_any(), PyBytes::new(py, total.to_string().as_bytes()).into_any());
+        all.push(added);
+    }
+    for (name, value) in &all {
+        let name = name.cast::<PyBytes>()?.as_bytes();
+        let value = value.cast::<PyBytes>()?.as_bytes();
+        if value.iter().any(|&b| (b < 32 && b != b'\t') || b == 127) {
+            return Ok(None);
+        }
+        let lower = name.to_ascii_lowercase();
+        match lower.as_slice() {
+            b"content-length" => {
+                if value.is_empty() || !value.iter().all(|b| b.is_ascii_digit()) || value.len() > 18 {
+                    return Ok(None); // the Python path raises the exact error
+                }
+                let n: usize = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
+                if content_length.is_some_and(|c| c != n) {
+                    return Ok(None);
+                }
+                content_length = Some(n);
+            }
+            b"transfer-encoding" | b"keep-alive" => continue,
+            b"connection" => {
+                let squeezed: Vec<u8> = value.to_ascii_lowercase().into_iter().filter(|&b| b != b' ').collect();
+                if squeezed.split(|&b| b == b',').any(|t| t == b"close") {
+                    keep = false;
+                }
+                continue;
+            }
+            b"date" => has_date = true,
+            b"server" => has_server = true,
+            _ => {
+                if name.is_empty() || !name.iter().all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
+                    return Ok(None);
+                }
+            }
+        }
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    let length = content_length.expect("a Content-Length: the app's or the body's");
+    if !no_body && total > length {
+        return Ok(None); // longer than its Content-Length: the Python path's error
+    }
+    if !has_date {
+        cached_date(&mut out);
+    }
+    if !has_server {
+        out.extend_from_slice(b"Server: refork\r\n");
+    }
+    if !keep {
+        out.extend_from_slice(b"Connection: close\r\n");
+    } else if !http11 {
+        out.extend_from_slice(b"Connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if !no_body && total < length {
+        keep = false; // (after the head, as ResponseFramer.end): the peer waits for bytes that never come
+    }
+    if !no_body {
+        for b in bodies {
+            out.extend_from_slice(b);
+        }
+    }
+    Ok(Some((out, total, keep)))
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Fields<'a> = &'a [(&'a str, &'a str)];
+
+    /// frame_response of a list body; the Date line it adds shown as "Date: *".
+    fn frame(code: u32, fields: Fields, has_length: bool, body: &[&[u8]], no_body: bool, http11: bool, keep: bool) -> Option<(String, usize, bool)> {
+        Python::initialize();
+        Python::attach(|py| {
+            let headers = PyList::empty(py);
+            for (n, v) in fields {
+                headers.append((PyBytes::new(py, n.as_bytes()), PyBytes::new(py, v.as_bytes()))).unwrap();
+            }
+            let items = PyList::new(py, body.iter().map(|b| PyBytes::new(py, b))).unwrap();
+            let framed = frame_response(py, code, b"OK", &headers, has_length, items.as_any(), no_body, http11, keep).unwrap();
+            framed.map(|(bytes, total, keep)| (masked(&bytes), total, keep))
+        })
+    }
+
+    fn masked(bytes: &[u8]) -> String {
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        let Some(at) = text.find("\r\nDate: ") else { return text };
+        let end = at + 2 + text[at + 2..].find("\r\n").unwrap();
+        format!("{}\r\nDate: *{}", &text[..at], &text[end..])
+    }
+
+    const CRLF2: &str = "\r\n\r\n";
+
+    #[test]
+    fn a_list_body_after_its_head_in_one_buffer() {
+        let (bytes, total, keep) = frame(200, &[("Content-Type", "text/plain")], false, &[b"Hello, ", b"world!"], false, true, true).unwrap();
+        assert_eq!(bytes, format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\nDate: *\r\nServer: refork{CRLF2}Hello, world!"));
+        assert_eq!((total, keep), (13, true));
+    }
+
+    #[test]
+    fn the_apps_content_length_date_and_server_are_kept() {
+        let fields = [("Content-Length", "2"), ("Date", "Tue, 14 Nov 2023 22:13:20 GMT"), ("Server", "app")];
+        let (bytes, total, keep) = frame(200, &fields, true, &[b"ok"], false, true, true).unwrap();
+        assert_eq!(bytes, format!("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nDate: *\r\nServer: app{CRLF2}ok"));
+        assert_eq!((total, keep), (2, true));
+    }
+
+    #[test]
+    fn a_head_response_has_no_body() {
+        let (bytes, total, keep) = frame(200, &[("Content-Length", "100")], true, &[], true, true, true).unwrap();
+        assert_eq!(bytes, format!("HTTP/1.1 200 OK\r\nContent-Length: 100\r\nDate: *\r\nServer: refork{CRLF2}"));
+        assert_eq!((total, keep), (0, true));
+        let (bytes, _, _) = frame(200, &[], false, &[b"body"], true, true, true).unwrap();
+        assert!(bytes.ends_with(&format!("Content-Length: 4\r\nDate: *\r\nServer: refork{CRLF2}")), "{bytes:?}");
+    }
+
+    #[test]
+    fn the_connection_line() {
+        let head = |fields: Fields, http11, keep| {
+            let (bytes, _, keep) = frame(200, fields, false, &[], false, http11, keep).unwrap();
+            (bytes.split("Server: refork\r\n").nth(1).unwrap().to_string(), keep)
+        };
+        assert_eq!(head(&[], true, true), ("\r\n".into(), true));
+        assert_eq!(head(&[], true, false), ("Connection: close\r\n\r\n".into(), false));
+        assert_eq!(head(&[], false, true), ("Connection: keep-alive\r\n\r\n".into(), true));
+        assert_eq!(head(&[], false, false), ("Connection: close\r\n\r\n".into(), false));
+        // the app's own Connection, Keep-Alive and Transfer-Encoding are the server's to say
+        assert_eq!(head(&[("Connection", "Keep-Alive, Close")], true, true), ("Connection: close\r\n\r\n".into(), false));
+        let (bytes, _, keep) = frame(200, &[("Connection", "keep-alive"), ("Keep-Alive", "timeout=5"), ("Transfer-Encoding", "chunked")], false, &[b"x"], false, true, true).unwrap();
+        assert_eq!(bytes, format!("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nDate: *\r\nServer: refork{CRLF2}x"));
+        assert!(keep);
+    }
+
+    #[test]
+    fn a_body_shorter_than_its_content_length_closes_the_connection() {
+        let (bytes, total, keep) = frame(200, &[("Content-Length", "10")], true, &[b"short"], false, true, true).unwrap();
+        assert!(bytes.starts_with("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n") && bytes.ends_with("\r\n\r\nshort"), "{bytes:?}");
+        assert!(!bytes.contains("Connection:")); // (decided after the head, as ResponseFramer does)
+        assert_eq!((total, keep), (5, false));
+    }
+
+    #[test]
+    fn what_the_python_path_frames_instead() {
+        let declined = |code: u32, fields: Fields, has_length: bool, body: &[&[u8]]| frame(code, fields, has_length, body, false, true, true).is_none();
+        for code in [100, 101, 199, 204, 304, 1000] {
+            assert!(declined(code, &[], false, &[]), "{code}");
+        }
+        assert!(!declined(201, &[], false, &[]));
+        let big = vec![b'x'; JOIN_LIMIT + 1];
+        assert!(declined(200, &[], false, &[&big]));
+        assert!(!declined(200, &[], false, &[&big[1..]]));
+        assert!(declined(200, &[("X-Bad", "a\r\nInjected: 1")], false, &[]));
+        assert!(declined(200, &[("X-Bad", "a\x00")], false, &[]));
+        assert!(!declined(200, &[("X-Tab", "a\tb")], false, &[]));
+        assert!(declined(200, &[("Bad Name", "a")], false, &[]));
+        assert!(declined(200, &[("", "a")], false, &[]));
+        assert!(declined(200, &[("Content-Length", "x")], true, &[]));
+        assert!(declined(200, &[("Content-Length", "1"), ("Content-Length", "2")], true, &[b"x"]));
+        assert!(!declined(200, &[("Content-Length", "1"), ("content-length", "1")], true, &[b"x"]));
+        assert!(declined(200, &[("Content-Length", "1")], true, &[b"too long"]));
+    }
+
+    #[test]
+    fn only_a_list_or_tuple_of_bytes() {
+        Python::initialize();
+        Python::attach(|py| {
+            let headers = PyList::empty(py);
+            let frame = |result: &Bound<'_, PyAny>| frame_response(py, 200, b"OK", &headers, false, result, false, true, true).unwrap().map(|(_, total, _)| total);
+            let tuple = PyTuple::new(py, [PyBytes::new(py, b"ab"), PyBytes::new(py, b"c")]).unwrap();
+            assert_eq!(frame(tuple.as_any()), Some(3));
+            let with_str = PyList::new(py, [PyBytes::new(py, b"ab").into_any(), pyo3::types::PyString::new(py, "c").into_any()]).unwrap();
+            assert_eq!(frame(with_str.as_any()), None);
+            let bytearray = PyList::new(py, [pyo3::types::PyByteArray::new(py, b"ab")]).unwrap();
+            assert_eq!(frame(bytearray.as_any()), None);
+            assert_eq!(frame(PyBytes::new(py, b"bytes itself").as_any()), None);
+        });
+    }
+}

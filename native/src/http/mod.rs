@@ -1,0 +1,8 @@
+//! HTTP/1.1 without WSGI: the request head's fast path and the Python loop's parser, the Host
+//! value, the response's framing and its Date line.
+
+pub(crate) mod date;
+pub(crate) mod frame;
+pub(crate) mod head;
+pub(crate) mod host;
+pub(crate) mod parser;

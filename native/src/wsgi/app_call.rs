@@ -1,0 +1,164 @@
+//! One request's app call, for both native loops: the environ built, the app called with the
+//! native start_response, and the whole body framed (http/frame.rs) when it is the common
+//! response: a list, or a sized iterable (body.rs). What happens next (the send, or the Python
+//! response path) is the loop's.
+
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
+
+use super::body::Body;
+use super::environ::{Environ, Parts};
+use super::start_response::{Hooks, StartResponse};
+use crate::conn::Conn;
+use crate::http::frame::frame_response;
+use crate::http::head::Head;
+use crate::http::parser::fast_method;
+
+/// A request's target split at '?': (path, query).
+pub(crate) fn split_target<'a>(head: &Head<'a>) -> (&'a [u8], &'a [u8]) {
+    match head.target.iter().position(|&b| b == b'?') {
+        Some(i) => (&head.target[..i], &head.target[i + 1..]),
+        None => (head.target, &b""[..]),
+    }
+}
+
+/// The method as an interned str (one of the common shape's).
+pub(crate) fn method_str<'py>(py: Python<'py>, head: &Head) -> Bound<'py, PyString> {
+    fast_method(py, head.method).expect("a fast method").clone()
+}
+
+/// A framed response: (status, the bytes to send, body bytes, keep the connection).
+pub(crate) type Framed = (u32, Vec<u8>, usize, bool);
+
+/// The app has been called for a request.
+pub(crate) struct Called<'py> {
+    pub environ: Bound<'py, PyAny>,
+    pub client: Py<PyAny>,
+    pub start_response: Bound<'py, StartResponse>,
+    /// what the app returned (None if it raised)
+    pub result: Bound<'py, PyAny>,
+    /// the Exception it raised, or None
+    pub exc: Bound<'py, PyAny>,
+    /// the common response, framed; None: the Python response path sends it
+    /// (refork.wsgi.continue_wsgi)
+    pub framed: Option<Framed>,
+}
+
+impl<'py> Called<'py> {
+    /// The request's refork.http.events.Request (made on first use).
+    pub fn request(&self) -> PyResult<Bound<'py, PyAny>> {
+        Ok(StartResponse::request(&self.start_response)?.into_bound(self.environ.py()))
+    }
+}
+
+/// What a loop calls the app with.
+pub(crate) struct AppCall<'a, 'py> {
+    pub app: &'a Bound<'py, PyAny>,
+    pub environ: &'a Environ,
+    pub hooks: &'a Py<Hooks>,
+    /// the server's keep-alive (False: the worker stops, "Connection: close")
+    pub keep_alive: bool,
+}
+
+impl<'py> AppCall<'_, 'py> {
+    /// Build the environ, call the app, frame a list body. Err: an exception that is not an
+    /// Exception (SystemExit, KeyboardInterrupt), which goes out of the loop.
+    #[allow(clippy::too_many_arguments)]
+    pub fn call(
+        &self,
+        py: Python<'py>,
+        conn: &mut Conn,
+        head: &Head,
+        raw_head: &[u8],
+        method: &Bound<'py, PyString>,
+        input: &Bound<'py, PyAny>,
+    ) -> PyResult<Called<'py>> {
+        let (path, query) = split_target(head);
+        let parts = Parts {
+            method: method.as_any(),
+            target: head.target,
+            path,
+            query,
+            version: if head.http11 { "1.1" } else { "1.0" },
+        };
+        let length = head.content_length.map(|n| PyString::new(py, &n.to_string()));
+        let headers = head.headers.iter().map(|(n, v)| (n.as_slice(), *v));
+        let client = conn.client(py)?;
+        let environ = self.environ.make(py, &parts, headers, length, input, client.bind(py))?;
+        if head.forwarded {
+            self.environ.apply_forwarded(py, &environ, &head.headers, client.bind(py))?;
+        }
+        let environ = environ.into_any();
+        let sr = Bound::new(
+            py,
+            StartResponse {
+                hooks: self.hooks.clone_ref(py),
+                code: 0,
+                reason: None,
+                headers: None,
+                has_length: false,
+                exchange: None,
+                fd: conn.fd,
+                client: client.clone_ref(py),
+                listener: conn.listener,
+                request: None,
+                head: raw_head.to_vec(),
+                keep_alive: self.keep_alive,
+            },
+        )?;
+        // gunicorn's pre_request first, if set (its error is answered as the app's would be)
+        let returned = match &self.hooks.get().pre_request {
+            Some(pre) => pre.bind(py).call1((StartResponse::request(&sr)?, &environ)).and_then(|_| self.app.call1((&environ, &sr))),
+            None => self.app.call1((&environ, &sr)),
+        };
+        let (mut result, exc) = match returned {
+            Ok(r) => (r, py.None().into_bound(py)),
+            Err(e) if e.is_instance_of::<PyException>(py) => (py.None().into_bound(py), e.into_value(py).into_bound(py).into_any()),
+            Err(e) => return Err(e), // SystemExit, KeyboardInterrupt: out of the loop
+        };
+        let started = {
+            let s = sr.borrow();
+            s.exchange.is_none() && s.code != 0 && exc.is_none()
+        };
+        let body = if started { self.whole_body(py, &sr, &result)? } else { Body::Python(result.clone()) };
+        let framed = match body {
+            Body::Items(items) => self.frame(py, &sr, head, &items)?,
+            Body::Pulled(items, iterator) => match self.frame(py, &sr, head, items.as_any())? {
+                Some(framed) => Some(self.closed(py, framed, &result, &environ)?),
+                None => {
+                    // declined: what was pulled goes first on the Python path, then the rest
+                    result = self.hooks.get().prefetched.bind(py).call1((items, iterator, &result))?;
+                    None
+                }
+            },
+            Body::Python(body) => {
+                result = body;
+                None
+            }
+        };
+        Ok(Called { environ, client, start_response: sr, result, exc, framed })
+    }
+
+    /// http/frame.rs's framing of these body items (None: declined, nothing was sent).
+    fn frame(&self, py: Python<'py>, sr: &Bound<'py, StartResponse>, head: &Head, items: &Bound<'py, PyAny>) -> PyResult<Option<Framed>> {
+        let s = sr.borrow();
+        if s.exchange.is_some() {
+            return Ok(None); // write() was called while the body was pulled
+        }
+        let reason = s.reason.as_ref().expect("set with code").bind(py).as_bytes();
+        let headers = s.headers.as_ref().expect("set with code").bind(py);
+        let keep = head.keep_alive && self.keep_alive;
+        Ok(frame_response(py, s.code, reason, headers, s.has_length, items, head.method == "HEAD", head.http11, keep)?
+            .map(|(bytes, total, keep)| (s.code, bytes, total, keep)))
+    }
+}
+
+/// The request body as wsgi.input: the shared empty stream, or a stream over `body`.
+pub(crate) fn input_stream<'py>(py: Python<'py>, body: &[u8], empty: &Py<PyAny>, make: &Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    if body.is_empty() {
+        Ok(empty.bind(py).clone())
+    } else {
+        make.bind(py).call1((PyBytes::new(py, body),))
+    }
+}

@@ -1,0 +1,122 @@
+//! The whole body of a response the app has started, pulled for framing when it is one: a list
+//! or tuple, or a sized iterable within the framing limit; anything else stays the Python
+//! response path's.
+
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use super::app_call::{AppCall, Framed};
+use super::start_response::StartResponse;
+use crate::http::frame::JOIN_LIMIT;
+
+impl<'py> AppCall<'_, 'py> {
+    /// The whole body of a response the app has started, when it is one: a list or tuple; or any
+    /// other iterable (Django's HttpResponse, werkzeug's ClosingIterator) whose Content-Length, set
+    /// by the app, is within the framing limit, pulled until it has that many bytes (no further:
+    /// a stream is never waited on past its length). Anything else is the Python response
+    /// path's: a body without Content-Length (it may be a stream), a file (sendfile), items that
+    /// are not bytes or overrun the length (its error).
+    pub(super) fn whole_body(&self, py: Python<'py>, sr: &Bound<'py, StartResponse>, result: &Bound<'py, PyAny>) -> PyResult<Body<'py>> {
+        if result.is_exact_instance_of::<PyList>() || result.is_exact_instance_of::<PyTuple>() {
+            return Ok(Body::Items(result.clone()));
+        }
+        let hooks = self.hooks.get();
+        let declared = declared_length(&sr.borrow(), py).filter(|&n| n <= JOIN_LIMIT);
+        let Some(declared) = declared else {
+            return Ok(Body::Python(result.clone()));
+        };
+        if result.is_instance(hooks.file_wrapper.bind(py))? {
+            return Ok(Body::Python(result.clone()));
+        }
+        let items = PyList::empty(py);
+        let mut iterator = match result.try_iter() {
+            Ok(it) => it,
+            Err(e) => return self.raised(py, items, e, result),
+        };
+        let mut total = 0usize;
+        while total < declared {
+            let item = match iterator.next() {
+                None => break,
+                Some(Ok(item)) => item,
+                Some(Err(e)) => return self.raised(py, items, e, result),
+            };
+            let fits = match item.cast_exact::<PyBytes>() {
+                Ok(b) => {
+                    total += b.as_bytes().len();
+                    total <= declared
+                }
+                Err(_) => false,
+            };
+            items.append(&item)?;
+            if !fits {
+                return Ok(Body::Python(hooks.prefetched.bind(py).call1((items, iterator, result))?));
+            }
+        }
+        Ok(Body::Pulled(items, iterator.into_any()))
+    }
+
+    /// Pulling the body raised `e`: an Exception is the app's error, raised on the Python path
+    /// after what was pulled, so the client sees what it would have seen there; anything else
+    /// (SystemExit...) goes out of the loop, the body closed first, as on the Python path.
+    fn raised(&self, py: Python<'py>, items: Bound<'py, PyList>, e: PyErr, result: &Bound<'py, PyAny>) -> PyResult<Body<'py>> {
+        if e.is_instance_of::<PyException>(py) {
+            let error = e.into_value(py);
+            return Ok(Body::Python(self.hooks.get().prefetched.bind(py).call1((items, py.None(), result, error))?));
+        }
+        if let Ok(close) = result.getattr(pyo3::intern!(py, "close")) {
+            let _ = close.call0();
+        }
+        Err(e)
+    }
+
+    /// A body pulled from an iterable is framed: its close() now (PEP 3333). If that raises, the
+    /// Python path's line, and the connection closes after the response.
+    pub(super) fn closed(
+        &self,
+        py: Python<'py>,
+        framed: Framed,
+        result: &Bound<'py, PyAny>,
+        environ: &Bound<'py, PyAny>,
+    ) -> PyResult<Framed> {
+        let (code, bytes, total, mut keep) = framed;
+        if let Ok(close) = result.getattr(pyo3::intern!(py, "close")) {
+            if let Err(e) = close.call0() {
+                if !e.is_instance_of::<PyException>(py) {
+                    return Err(e);
+                }
+                self.hooks.get().closing_failed.bind(py).call1((environ, e.into_value(py)))?;
+                keep = false;
+            }
+        }
+        Ok((code, bytes, total, keep))
+    }
+}
+
+/// What `whole_body` found.
+pub(super) enum Body<'py> {
+    /// the app's list or tuple
+    Items(Bound<'py, PyAny>),
+    /// the whole body pulled from an iterable, and that iterable's iterator
+    Pulled(Bound<'py, PyList>, Bound<'py, PyAny>),
+    /// the Python path's, with this result (the app's, or a Prefetched: what was pulled, then the
+    /// rest or the error pulling raised)
+    Python(Bound<'py, PyAny>),
+}
+
+/// The Content-Length the app set (None: none, or not a plain number).
+fn declared_length(s: &StartResponse, py: Python<'_>) -> Option<usize> {
+    if !s.has_length {
+        return None;
+    }
+    for pair in s.headers.as_ref()?.bind(py).iter() {
+        let pair = pair.cast_into::<PyTuple>().ok()?;
+        let name = pair.get_item(0).ok()?;
+        let name = name.cast::<PyBytes>().ok()?.as_bytes();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let value = pair.get_item(1).ok()?;
+            return std::str::from_utf8(value.cast::<PyBytes>().ok()?.as_bytes()).ok()?.parse().ok();
+        }
+    }
+    None
+}
