@@ -94,14 +94,18 @@ def warmup_flags(paths: dict[str, list[str]]) -> list[str]:
     return [arg for path in [*paths["public"], "/admin/login/"] for arg in ("--warmup", path)]
 
 
-def server(name: str, venv: Path, workers: int, paths: dict[str, list[str]]) -> Server:
+def server(name: str, venv: Path, workers: int, paths: dict[str, list[str]],
+           refork_path: Path | None = None) -> Server:
     port = free_port()
+    env = {}
     bind = f"127.0.0.1:{port}"
     b = venv / "bin"
     if name in REFORK_SETUPS:
         flags = [f for flag in REFORK_SETUPS[name]
                  for f in (warmup_flags(paths) if flag == "{warmup}" else [flag])]
         argv = [str(b / "refork"), "-w", str(workers), "--chdir", str(HERE), "-b", bind, *flags, APP]
+        if refork_path is not None:  # refork from another checkout, ahead of the venv's
+            env["PYTHONPATH"] = str(refork_path)
     else:
         argv = [str(b / "gunicorn"), "-w", str(workers), "--chdir", str(HERE), "-b", bind,
                 "--timeout", "120", "--log-level", "info"]
@@ -110,7 +114,7 @@ def server(name: str, venv: Path, workers: int, paths: dict[str, list[str]]) -> 
         if name == FREEZE:
             argv += ["-c", str(FREEZE_CONF)]
         argv.append(APP)
-    return Server(name, "wsgi", argv, port, HERE)
+    return Server(name, "wsgi", argv, port, HERE, env=env)
 
 
 # --------------------------------------------------------------------------- load
@@ -374,11 +378,13 @@ def print_summary(summary: dict[str, dict], python: str) -> None:
 
 
 def latest_results() -> dict[str, dict]:
-    """The newest realdjango-pyX.Y result file of each Python, by version."""
+    """The newest result file of each Python, and of each Python and commit run with --refork-path
+    ("3.14 @ ed39bc6")."""
     newest: dict[str, Path] = {}
-    for path in sorted(RESULTS_DIR.glob("realdjango-py*.json")):
+    for path in sorted(RESULTS_DIR.glob("realdjango-py*.json"), key=lambda p: p.stat().st_mtime):
         data = json.loads(path.read_text())
-        newest[data["python"]] = path
+        key = f"{data['python']} @ {data['commit']}" if data.get("refork_path") else data["python"]
+        newest[key] = path
     return {py: json.loads(p.read_text()) | {"file": p.name} for py, p in sorted(newest.items())}
 
 
@@ -433,6 +439,10 @@ def main() -> None:
                         help="requests of the main load (then a quarter more, repeated while reforks go on)")
     parser.add_argument("--clients", type=int, default=4, help="client threads, each logged in")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--refork-path", type=Path,
+                        help="run refork from this checkout (PYTHONPATH; its extensions built for the "
+                        "interpreter) instead of this one")
+    parser.add_argument("--refork-commit", help="the commit --refork-path holds, if it is no git checkout")
     parser.add_argument("--only", help="comma-separated setups; default: " + ",".join(DEFAULT_ONLY))
     args = parser.parse_args()
     if args.table:
@@ -446,8 +456,9 @@ def main() -> None:
         sys.exit(f"unknown setup(s): {', '.join(sorted(unknown))}; choose from "
                  f"{', '.join([*GUNICORN_SETUPS, *REFORK_SETUPS])}")
     info = versions(venv)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
-                            text=True).stdout.strip()
+    commit = args.refork_commit or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=args.refork_path or HERE, capture_output=True, text=True
+    ).stdout.strip()
     print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()), f"(refork at {commit})")
     print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
     paths = site_paths(venv, python)
@@ -457,7 +468,7 @@ def main() -> None:
 
     runs: dict[str, list[dict]] = {n: [] for n in names}
     for rnd in range(args.rounds):
-        lineup = [server(n, venv, args.workers, paths) for n in names]
+        lineup = [server(n, venv, args.workers, paths, args.refork_path) for n in names]
         for srv in round_order(lineup, names, rnd):
             print(f"round {rnd + 1}/{args.rounds}: {srv.name} ...", end=" ", flush=True)
             res = bench_one(srv, args.workers, args.requests, args.clients, paths, LOAD_SEED)
@@ -467,9 +478,10 @@ def main() -> None:
                 print(f"    error: {sample}")
     summary = {n: summarize(runs[n]) for n in names}
     print_summary(summary, python)
-    path = write_results(f"realdjango-py{python}", {
+    path = write_results(f"realdjango-py{python}-{commit}", {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "python": python, "versions": info, "commit": commit,
-        "argv": sys.argv[1:], "workers": args.workers, "requests": args.requests, "clients": args.clients,
+        "argv": sys.argv[1:], "refork_path": args.refork_path and str(args.refork_path),
+        "workers": args.workers, "requests": args.requests, "clients": args.clients,
         "summary": summary, "runs": runs,
     })
     print(f"results: {path}")
