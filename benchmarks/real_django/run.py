@@ -64,6 +64,9 @@ REFORK_SETUPS: dict[str, list[str]] = {
     "refork-after-100": ["--refork-after", "100,200,off"],
     "refork-after-50-idle-exit": ["--refork-after", "50,100,off", "--mold-idle-exit", "1"],
     "refork-after-100-idle-exit": ["--refork-after", "100,200,off", "--mold-idle-exit", "1"],
+    "refork-after-25-idle-exit": ["--refork-after", "25,50,off", "--mold-idle-exit", "1"],
+    "refork-after-50-idle-exit-jemalloc": ["--refork-after", "50,100,off", "--mold-idle-exit", "1",
+                                           "--allocator", "jemalloc"],
     "refork-warmup": ["{warmup}"],
     "refork-jemalloc": ["--allocator", "jemalloc"],
 }
@@ -378,18 +381,24 @@ def print_summary(summary: dict[str, dict], python: str) -> None:
 
 
 def latest_results() -> dict[str, dict]:
-    """The newest result file of each Python, and of each Python and commit run with --refork-path
-    ("3.14 @ ed39bc6")."""
-    newest: dict[str, Path] = {}
+    """Per Python (and per Python and commit for the runs with --refork-path: "3.14 @ ed39bc6"), each
+    setup's summary from the newest result file that has it; with the files and commits used."""
+    merged: dict[str, dict] = {}
     for path in sorted(RESULTS_DIR.glob("realdjango-py*.json"), key=lambda p: p.stat().st_mtime):
         data = json.loads(path.read_text())
         key = f"{data['python']} @ {data['commit']}" if data.get("refork_path") else data["python"]
-        newest[key] = path
-    return {py: json.loads(p.read_text()) | {"file": p.name} for py, p in sorted(newest.items())}
+        entry = merged.setdefault(key, {"summary": {}, "files": [], "commits": [],
+                                        "versions": data["versions"]})
+        entry["summary"].update(data["summary"])
+        entry["files"].append(path.name)
+        if data["commit"] not in entry["commits"]:
+            entry["commits"].append(data["commit"])
+    return dict(sorted(merged.items()))
 
 
 def print_table_all() -> None:
-    """Total PSS of every setup, one column per Python, with the ratios to gunicorn --preload (+ freeze)."""
+    """Total PSS of every setup, one column per Python, with the ratios to gunicorn --preload and to
+    gunicorn --preload + freeze; then each Python's details."""
     results = latest_results()
     if not results:
         sys.exit("no results yet: run benchmarks/real_django/run.py --python X.Y first")
@@ -397,22 +406,26 @@ def print_table_all() -> None:
     names: list[str] = []
     for data in results.values():
         names += [n for n in data["summary"] if n not in names]
-    print("| setup | " + " | ".join(f"{py} MiB (vs preload / vs preload+freeze)" for py in pythons) + " |")
+    print("total PSS MiB (x gunicorn --preload / x gunicorn --preload + freeze)\n")
+    print("| setup | " + " | ".join(pythons) + " |")
     print("|---|" + "---|" * len(pythons))
     for name in names:
         cells = []
         for py in pythons:
-            s = results[py]["summary"].get(name)
+            summary = results[py]["summary"]
+            s = summary.get(name)
             if not s or "error" in s:
-                cells.append("-")
+                cells.append("-" if not s else "failed")
                 continue
-            pre = results[py]["summary"].get(PRELOAD, {}).get("total_pss")
-            frz = results[py]["summary"].get(FREEZE, {}).get("total_pss")
+            pre = summary.get(PRELOAD, {}).get("total_pss")
+            frz = summary.get(FREEZE, {}).get("total_pss")
             cells.append(f"{s['total_pss'] / 1024:.0f} ({fmt(pre and s['total_pss'] / pre, '.2f')} / "
                          f"{fmt(frz and s['total_pss'] / frz, '.2f')})")
         print(f"| {name} | " + " | ".join(cells) + " |")
     for py, data in results.items():
-        print(f"{py}: {data['file']}, commit {data.get('commit')}, {data['versions']}")
+        print(f"\n{py}: refork at {', '.join(data['commits'])}; {data['versions']}")
+        print(f"files: {', '.join(data['files'])}")
+        print_summary(data["summary"], py)
 
 
 # --------------------------------------------------------------------------- main
