@@ -155,9 +155,13 @@ def main() -> None:
     after = present_pages(maps)
     copied = {page for page, frame in before.items() if after.get(page, frame) != frame}
     new = len(set(after) - set(before))
+    rollup = {line.split(":")[0]: int(line.split()[1]) for line in
+              Path("/proc/self/smaps_rollup").read_text().splitlines()[1:]}
+    uss = rollup["Private_Clean"] + rollup["Private_Dirty"]
     lines = [f"child served {args.requests} requests {dict(statuses)} in {seconds:.1f} s; "
-             f"{len(copied) * PAGE / 2**20:.1f} MiB of the mold's pages copied, "
-             f"{new * PAGE / 2**20:.1f} MiB of pages new in the child"]
+             f"USS {uss / 1024:.1f} MiB, of which {len(copied) * PAGE / 2**20:.1f} MiB of the mold's pages "
+             f"copied and {new * PAGE / 2**20:.1f} MiB new pages in the mold's mappings (the rest: "
+             "new mappings, or pages the mold had not touched)"]
     by_map: Counter[str] = Counter()
     for page in copied:
         for lo, hi, name in maps:
