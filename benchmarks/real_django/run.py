@@ -469,8 +469,10 @@ def main() -> None:
         sys.exit(f"unknown setup(s): {', '.join(sorted(unknown))}; choose from "
                  f"{', '.join([*GUNICORN_SETUPS, *REFORK_SETUPS])}")
     info = versions(venv)
+    # The last commit that changed refork itself (the benchmark's own commits change no figure).
     commit = args.refork_commit or subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=args.refork_path or HERE, capture_output=True, text=True
+        ["git", "log", "-1", "--format=%h", "--", "refork", "native", "setup.py"],
+        cwd=args.refork_path or HERE.parent.parent, capture_output=True, text=True,
     ).stdout.strip()
     print("versions:", ", ".join(f"{k} {v}" for k, v in info.items()), f"(refork at {commit})")
     print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
