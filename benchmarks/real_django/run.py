@@ -3,10 +3,12 @@
 Every setup gets the same mixed load from a few client threads, each logged in to the Wagtail
 admin: the admin's dashboard, page explorer, edit forms, image listing and chooser, page chooser
 and search; the 30 public pages, the blog's tag filter and the site search; the static files those
-pages link to (WhiteNoise). Then the whole process tree is measured from /proc: total PSS, USS
-and Private_Dirty of each process, the requests each worker served (from the X-Worker-Pid header
-the site adds), and for refork the reforks the log reports. Setups alternate over rounds; the
-table gives medians.
+pages link to (WhiteNoise). --requests of it, then a quarter more until a quarter passes without a
+refork, then --settle more (so that workers forked by a late refork have served their share too).
+Then the whole process tree is measured from /proc: total PSS, USS and Private_Dirty of each
+process and of each kind of mapping, the requests each worker served since its fork (from the
+X-Worker-Pid header the site adds), and for refork the reforks the log reports. Setups alternate
+over rounds; the table gives medians.
 
     benchmarks/real_django/setup.sh python3.12                  # once per interpreter
     python3 benchmarks/real_django/run.py --python 3.12 [--rounds 2] [--requests 1200] [--only A,B]
@@ -70,8 +72,8 @@ REFORK_SETUPS: dict[str, list[str]] = {
     "refork-warmup": ["{warmup}"],
     "refork-jemalloc": ["--allocator", "jemalloc"],
 }
-DEFAULT_ONLY = [*GUNICORN_SETUPS, "refork", "refork-idle-exit", "refork-after-50", "refork-after-100",
-                "refork-after-50-idle-exit"]
+DEFAULT_ONLY = [*GUNICORN_SETUPS, "refork", "refork-idle-exit", "refork-after-50",
+                "refork-after-25-idle-exit", "refork-after-50-idle-exit", "refork-after-100-idle-exit"]
 
 
 # --------------------------------------------------------------------------- site and servers
@@ -291,8 +293,8 @@ def measure(srv: Server, min_procs: int, per_pid: Counter[int]) -> dict:
     }
 
 
-def bench_one(srv: Server, workers: int, requests: int, clients: int, paths: dict[str, list[str]],
-              seed: int) -> dict:
+def bench_one(srv: Server, workers: int, requests: int, settle: int, clients: int,
+              paths: dict[str, list[str]], seed: int) -> dict:
     error = srv.start(timeout=180.0, path="/")
     if error:
         srv.stop()
@@ -302,17 +304,27 @@ def bench_one(srv: Server, workers: int, requests: int, clients: int, paths: dic
     try:
         wait_stable(srv, workers + 1)
         load = run_load(srv.port, load_sequence(paths, requests, seed), clients, per_pid)
-        # A refork during the load leaves young workers that served little: send a quarter more
-        # until a quarter ends with the workers it started with (at most 4 times).
-        for extra in range(4):
-            before = set(wait_stable(srv, workers + 1))
-            more = run_load(srv.port, load_sequence(paths, requests // 4, seed + extra + 1), clients, per_pid)
+
+        def more(count: int, extra_seed: int) -> None:
+            extra = run_load(srv.port, load_sequence(paths, count, extra_seed), clients, per_pid)
             for key in ("requests", "errors", "seconds"):
-                load[key] += more[key]
-            load["error_samples"] += more["error_samples"]
+                load[key] += extra[key]
+            load["error_samples"] += extra["error_samples"]
+
+        # Reforks the load triggers: a quarter more until a quarter ends with the workers it
+        # started with (at most 8 times).
+        for extra_round in range(8):
+            before = set(wait_stable(srv, workers + 1))
+            more(requests // 4, seed + extra_round + 1)
             if set(srv.pids()) == before:
                 break
+        first = measure(srv, workers + 1, per_pid)
+        # Then the same for every setup: `settle` requests more, so that every measured worker,
+        # forked by a refork or not, has served its share of them since its fork.
+        more(settle, seed + 100)
         result = measure(srv, workers + 1, per_pid)
+        result["after_reforks"] = {k: first[k] for k in ("total_pss", "worker_uss", "worker_requests",
+                                                         "main_uss", "mold_uss")}
         result["load"] = load
         log = srv.stderr_text()
         result["reforks"] = len(re.findall(r"promoting worker \d+ \(pid \d+, \d+ requests\) to mold", log))
@@ -358,6 +370,8 @@ def summarize(runs: list[dict]) -> dict:
         "requests": [r["load"]["requests"] for r in ok],
         "worker_requests": [r["worker_requests"] for r in ok],
         "runs": [r["total_pss"] for r in ok],
+        "after_reforks": {key: median([r["after_reforks"][key] for r in ok if "after_reforks" in r])
+                          for key in ("total_pss", "worker_uss", "mold_uss")},
     }
 
 
@@ -450,6 +464,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--requests", type=int, default=600,
                         help="requests of the main load (then a quarter more, repeated while reforks go on)")
+    parser.add_argument("--settle", type=int, default=600,
+                        help="requests sent once the reforks are over, before the measurement")
     parser.add_argument("--clients", type=int, default=4, help="client threads, each logged in")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--refork-path", type=Path,
@@ -478,15 +494,15 @@ def main() -> None:
     print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
     paths = site_paths(venv, python)
     print(f"paths: {len(paths['admin'])} admin, {len(paths['public'])} public, "
-          f"{len(paths['static'])} static; {args.requests} requests + a quarter more, "
-          f"{args.clients} logged-in clients, {args.workers} workers")
+          f"{len(paths['static'])} static; {args.requests} requests + a quarter more (while reforks go "
+          f"on) + {args.settle}, {args.clients} logged-in clients, {args.workers} workers")
 
     runs: dict[str, list[dict]] = {n: [] for n in names}
     for rnd in range(args.rounds):
         lineup = [server(n, venv, args.workers, paths, args.refork_path) for n in names]
         for srv in round_order(lineup, names, rnd):
             print(f"round {rnd + 1}/{args.rounds}: {srv.name} ...", end=" ", flush=True)
-            res = bench_one(srv, args.workers, args.requests, args.clients, paths, LOAD_SEED)
+            res = bench_one(srv, args.workers, args.requests, args.settle, args.clients, paths, LOAD_SEED)
             runs[srv.name].append(res)
             print(res["error"] if "error" in res else describe(res), flush=True)
             for sample in res.get("load", {}).get("error_samples", []):
@@ -496,7 +512,7 @@ def main() -> None:
     path = write_results(f"realdjango-py{python}-{commit}", {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "python": python, "versions": info, "commit": commit,
         "argv": sys.argv[1:], "refork_path": args.refork_path and str(args.refork_path),
-        "workers": args.workers, "requests": args.requests, "clients": args.clients,
+        "workers": args.workers, "requests": args.requests, "settle": args.settle, "clients": args.clients,
         "summary": summary, "runs": runs,
     })
     print(f"results: {path}")
