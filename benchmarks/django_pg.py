@@ -1,5 +1,5 @@
 """Django + PostgreSQL, 2 workers x 100 threads: refork's native and Python loops against granian
-and gunicorn gthread (issue 12).
+and gunicorn gthread.
 
 The app (benchmarks/django_pg_app/, settings in code): `/` does two ORM queries, waits 50 ms
 (`time.sleep(0.05)`, standing for an upstream call) and renders a template; `/slow` sleeps 3 s.

@@ -1,4 +1,4 @@
-"""Hello-world throughput: refork vs gunicorn, uvicorn, granian and bjoern (issue 2).
+"""Hello-world throughput: refork vs gunicorn, uvicorn, granian and bjoern.
 
 Every server runs 2 workers on 127.0.0.1. Servers are interleaved within each round and the
 median over rounds is reported, so all competitors share the same (noisy) machine conditions.

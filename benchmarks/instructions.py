@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from common import BENCH_DIR, free_port, print_table, script_parser, venv_dir
@@ -50,8 +51,16 @@ def send_requests(port: int, count: int, timeout: float = 600.0) -> None:
             buf = buf.split(BODY, 1)[1]
 
 
-def worker_instructions(python: Path, tree: Path | None, interface: str, count: int) -> int:
-    """Run refork -w 1 under callgrind, send `count` requests, return the worker's instruction total."""
+def worker_instructions(
+    python: Path,
+    tree: Path | None,
+    interface: str,
+    count: int,
+    extra: Sequence[str] = (),
+    send: Callable[[int, int], None] = send_requests,
+) -> int:
+    """Run refork -w 1 (and `extra` arguments) under callgrind, `send(port, count)` requests
+    (default: one keep-alive connection), return the worker's instruction total."""
     out = Path(tempfile.mkdtemp(prefix="refork-callgrind-"))
     port = free_port()
     app = "hello_asgi:app" if interface == "asgi" else "hello_wsgi:app"
@@ -59,12 +68,12 @@ def worker_instructions(python: Path, tree: Path | None, interface: str, count: 
     cmd = [
         "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/out.%p",
         str(python), "-m", "refork", "-w", "1", "--control-socket", "off", "--chdir", str(APPS),
-        "-b", f"127.0.0.1:{port}", "--interface", interface, app,
+        "-b", f"127.0.0.1:{port}", "--interface", interface, *extra, app,
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     try:
-        send_requests(port, count)
+        send(port, count)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(120)

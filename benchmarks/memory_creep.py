@@ -1,4 +1,4 @@
-"""Memory creep soak (issue 10): worker RSS over requests served, glibc vs --malloc-trim vs jemalloc.
+"""Memory creep soak: worker RSS over requests served, glibc vs --malloc-trim vs jemalloc.
 
 Three refork servers run the allocation-heavy app benchmarks/apps/churn_wsgi.py side by side for
 the whole run, each with 4 workers x 4 threads (several threads: glibc gives each its own arena):

@@ -1,4 +1,4 @@
-"""Hello world WSGI, refork's native loop against its Python loop and the fastest peers (issue 12).
+"""Hello world WSGI, refork's native loop against its Python loop and the fastest peers.
 
 Every server runs 2 workers on 127.0.0.1 and serves benchmarks/apps/hello_wsgi.py. In each round
 every server is started, warmed up for 2 s, measured with `wrk -t2 -c64 -d<D>s --latency`

@@ -1,4 +1,4 @@
-"""TLS hello world: refork (WSGI and ASGI) vs granian, uvicorn and gunicorn, all terminating TLS (issue 10).
+"""TLS hello world: refork (WSGI and ASGI) vs granian, uvicorn and gunicorn, all terminating TLS.
 
 refork-*-plain rows run the same refork without TLS (plain HTTP) in the same rounds: the cost of TLS.
 

@@ -1,4 +1,4 @@
-"""WebSocket echo: refork vs uvicorn (--ws websockets, wsproto, websockets-sansio) and granian (issue 11).
+"""WebSocket echo: refork vs uvicorn (--ws websockets, wsproto, websockets-sansio) and granian.
 
 Every server runs the same plain ASGI echo app (benchmarks/apps/echo_asgi.py) with 2 workers on
 127.0.0.1, default settings otherwise. The load comes from benchmarks/wsload, a Rust client (tokio +

@@ -53,4 +53,31 @@ def parse_bind(text: str) -> BindAddress:
     raise ValueError(f"{text!r} is not a valid address; use {BIND_SYNTAX}")
 
 
-__all__ = ["BIND_SYNTAX", "BindAddress", "FdAddress", "TcpAddress", "UnixAddress", "parse_bind"]
+STATSD_SYNTAX = "HOST:PORT, HOST (port 8125), [V6]:PORT or unix:PATH"
+
+
+def parse_statsd(text: str) -> TcpAddress | UnixAddress:
+    """A StatsD server's address, as gunicorn reads ``statsd_host``: HOST:PORT, HOST alone (port
+    8125), [V6]:PORT, unix:PATH or unix://PATH (a datagram socket); ValueError otherwise.
+    (``unix:8125`` is the host "unix" on port 8125, as in gunicorn.)"""
+    text = text.strip()
+    if text.startswith("unix:") and not text[5:].isdecimal():
+        path = text[7:] if text.startswith("unix://") else text[5:]
+        if path:
+            return UnixAddress(path)
+    elif text:
+        if ":" not in text or (text.startswith("[") and text.endswith("]")):
+            text += ":8125"
+        m = _HOST_PORT_RE.match(text)
+        if m and m.group(1) and int(m.group(2)) <= 65535:
+            host = m.group(1)
+            if host.startswith("["):
+                return TcpAddress(host[1:-1], int(m.group(2)), ipv6=True)
+            return TcpAddress(host, int(m.group(2)), ipv6=False)
+    raise ValueError(f"{text!r} is not a StatsD address; use {STATSD_SYNTAX}")
+
+
+__all__ = [
+    "BIND_SYNTAX", "STATSD_SYNTAX", "BindAddress", "FdAddress", "TcpAddress", "UnixAddress", "parse_bind",
+    "parse_statsd",
+]  # fmt: skip

@@ -1,8 +1,8 @@
-"""Error log (the "refork" logger) and access log (common / combined / json), reopened on USR1.
+"""Error log (the "refork" logger) and access log (refork.log_format's formats), reopened on USR1.
 
-The access log is on the request hot path: one %-format, one write to a line-buffered file
-under a lock. Locks are reentrant so reopen() is safe even from a signal handler on the main
-thread.
+The access log is on the request hot path: one compiled line function, one write to a
+line-buffered file under a lock. Locks are reentrant so reopen() is safe even from a signal
+handler on the main thread.
 """
 
 from __future__ import annotations
@@ -10,22 +10,20 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import socket
 import sys
 import threading
-import time
 import weakref
 from logging.handlers import SysLogHandler
-from typing import IO
+from typing import IO, Any
 
 from refork.config import Config
 from refork.errors import ConfigError
+from refork.http.events import Request
+from refork.log_format import GUNICORN_DEFAULT, compile_format
 
 LOG_FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s"
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S %z"
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-_UNSAFE = re.compile(r'["\\\x00-\x1f\x7f-\xff]')
 
 _open_access_logs: weakref.WeakSet[AccessLog] = weakref.WeakSet()
 
@@ -151,35 +149,25 @@ def reopen_log_files() -> None:
         access_log.reopen()
 
 
-def _escape_char(m: re.Match[str]) -> str:
-    c = m.group()
-    return "\\" + c if c in '"\\' else f"\\x{ord(c):02x}"
-
-
-def _clean(text: str) -> str:
-    """Apache-style escaping so a client cannot forge log lines or break quoting."""
-    return _UNSAFE.sub(_escape_char, text) if _UNSAFE.search(text) else text
-
-
 class AccessLog:
-    """One line per response, in the "common", "combined" or "json" format."""
+    """One line per response, in a format of refork.log_format (gunicorn's atoms, or common,
+    combined, json), written to a line-buffered file under a lock."""
 
-    def __init__(self, path: str, fmt: str = "common") -> None:
-        if fmt not in ("common", "combined", "json"):
-            raise ValueError(f"unknown access log format {fmt!r}")
+    def __init__(self, path: str, fmt: str = GUNICORN_DEFAULT, asgi: bool = False) -> None:
         self.path = path
         self.format = fmt
+        self.line = compile_format(fmt, asgi)
         self._lock = threading.RLock()
-        self._stamp: tuple[int, str] = (-1, "")
         self._file: IO[str] = self._open()
         _open_access_logs.add(self)
 
     @classmethod
-    def from_config(cls, config: Config) -> AccessLog | None:
-        """None when the access log is off (config.access_logfile is None)."""
+    def from_config(cls, config: Config, asgi: bool = False) -> AccessLog | None:
+        """None when the access log is off (config.access_logfile is None); `asgi`: for the ASGI
+        loop (see refork.log_format.compile_format)."""
         if config.access_logfile is None:
             return None
-        return cls(config.access_logfile, config.access_log_format)
+        return cls(config.access_logfile, config.access_log_format, asgi)
 
     def _open(self) -> IO[str]:
         if self.path == "-":
@@ -201,64 +189,18 @@ class AccessLog:
             if self.path != "-":
                 self._file.close()
 
-    def _timestamp(self, now: float) -> str:
-        """[22/Nov/2026:12:00:00 +0000], local time, formatted once per second."""
-        second = int(now)
-        stamp = self._stamp  # one tuple: threads never see a half-updated cache
-        if stamp[0] != second:
-            t = time.localtime(second)
-            stamp = self._stamp = (second, time.strftime(f"%d/{_MONTHS[t.tm_mon - 1]}/%Y:%H:%M:%S %z", t))
-        return stamp[1]
-
-    def log(
+    def write(
         self,
-        *,
-        remote: str,
-        method: str,
-        target: bytes,
-        http_version: str,
+        request: Request,
+        remote: str | None,
         status: int,
         length: int,
         duration: float,
-        headers: list[tuple[bytes, bytes]],
+        environ: dict[str, Any] | None = None,
+        response_headers: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
-        """Write one line; headers are the request headers (lower-case names)."""
-        proto = http_version if http_version.startswith("HTTP/") else "HTTP/" + http_version
-        fmt = self.format
-        referer = agent = None
-        if fmt != "common":
-            for name, value in headers:
-                if name == b"referer":
-                    referer = value.decode("latin-1")
-                elif name == b"user-agent":
-                    agent = value.decode("latin-1")
-        now = time.time()
-        if fmt == "json":
-            path, _, query = target.decode("utf-8", "backslashreplace").partition("?")
-            line = json.dumps(
-                {
-                    "ts": f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(now))}.{int(now % 1 * 1e3):03d}Z",
-                    "remote": remote,
-                    "method": method,
-                    "path": path,
-                    "query": query,
-                    "proto": proto,
-                    "status": status,
-                    "bytes": length,
-                    "duration_ms": round(duration * 1000, 3),
-                    "referer": referer,
-                    "user_agent": agent,
-                    "pid": os.getpid(),
-                },
-                separators=(",", ":"),
-            )
-        else:
-            line = (
-                f'{remote} - - [{self._timestamp(now)}] "{_clean(method)} {_clean(target.decode("latin-1"))} '
-                f'{proto}" {status} {length or "-"}'
-            )
-            if fmt == "combined":
-                line += f' "{_clean(referer) if referer else "-"}" "{_clean(agent) if agent else "-"}"'
+        """Write the line of one response (see refork.log_format for the arguments)."""
+        line = self.line(request, remote, status, length, duration, environ, response_headers)
         with self._lock:
             self._file.write(line + "\n")
             if self.path == "-":

@@ -223,12 +223,32 @@ def format_totals(status: dict[str, Any], before: tuple[float, dict[str, Any]] |
     )
 
 
+PRIVATE_HEAVY = 0.5  # a worker whose own memory is this share of its resident memory gets a note
+KEEPS_PER_REQUEST = 512  # bytes of its own gained per request that mean the app keeps memory
+
+
+def memory_note(p: dict[str, Any]) -> str:
+    """Why a worker holds much memory of its own, so its owner can tune the refork policy: copied
+    since its fork (a refork shares it again) or gained with every request (the app keeps it)."""
+    rss, uss = p.get("rss"), p.get("uss")
+    if p["role"] != "worker" or not rss or uss is None or uss < PRIVATE_HEAVY * rss:
+        return ""
+    own = f"{uss / rss:.0%} of its memory is its own"
+    growth = p.get("private_per_request")
+    if growth is not None and growth >= KEEPS_PER_REQUEST:
+        return (f"{own}, +{format_bytes(int(growth))} a request: the app keeps memory per request "
+                "(--max-requests, --max-worker-memory)")  # fmt: skip
+    return (f"{own}, copied since its fork ({p['requests']} requests): a refork shares what is warm "
+            "(--refork-after, `refork refork`)")  # fmt: skip
+
+
 def format_status(status: dict[str, Any]) -> str:
     def size(value: int | None) -> str:
         return "-" if value is None else format_bytes(value)
 
     header = (
-        "PID", "ROLE", "GEN", "STATE", "REQS", "WS", "RSS", "PSS", "USS", "PRIV_DIRTY", "MINFLT", "NOTE"
+        "PID", "ROLE", "GEN", "STATE", "REQS", "WS", "RSS", "PSS", "USS", "SHARED", "PRIV_DIRTY", "MINFLT",
+        "NOTE",
     )  # fmt: skip
     rows: list[tuple[str, ...]] = [header]
     for p in status["processes"]:
@@ -236,6 +256,9 @@ def format_status(status: dict[str, Any]) -> str:
         note = p.get("fork_unsafe") and f"fork-unsafe: {p['fork_unsafe']}" or p.get("retiring") or ""
         if p.get("overdue"):
             note = f"{p['overdue']} hung (past --request-timeout)" + (f"; {note}" if note else "")
+        memory = memory_note(p)
+        if memory:
+            note = f"{note}; {memory}" if note else memory
         rows.append(
             (
                 str(p["pid"]),
@@ -247,6 +270,7 @@ def format_status(status: dict[str, Any]) -> str:
                 size(p["rss"]),
                 size(p["pss"]),
                 size(p["uss"]),
+                size(p.get("shared")),
                 size(p["private_dirty"]),
                 "-" if p["minflt"] is None else str(p["minflt"]),
                 note,

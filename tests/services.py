@@ -31,7 +31,7 @@ def ensure_installed(found: bool, package: str) -> None:
     if found:
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        pytest.fail(f"the fork-safety proof needs the Debian package {package!r}: "
+        pytest.fail(f"these tests need the Debian package {package!r}: "
                     f"`sudo apt-get install {package}` (or run ./scripts/test as root)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     if not _apt_updated:

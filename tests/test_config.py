@@ -214,7 +214,7 @@ def test_pyproject_unknown_key(tmp_path):
         (["-b", "local host"], "use HOST:PORT, [V6]:PORT, :PORT, unix:PATH or fd://N"),
         (["-b", "1.2.3.4:99999"], "is not a valid address"),
         (["-b", "fd://x"], "is not a valid address"),
-        (["--access-log-format", "apache"], "--access-log-format must be one of common|combined|json"),
+        (["--access-log-format", "apache"], "--access-log-format: no atom in \"apache\" (gunicorn's atoms"),
         (["--log-level", "loud"], "--log-level must be one of debug|info|warning|error|critical"),
         (["--refork-after", "10,x"], "--refork-after must be request counts like 500,1000,2000"),
         (["--max-worker-memory", "12Q"], "--max-worker-memory must be a size in bytes like"),

@@ -7,9 +7,10 @@ refork.http.head lists which ones llhttp does itself and which ones refork adds.
 from __future__ import annotations
 
 import pytest
+from head_lines import HEAD, HEAD_LINES
 
 from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
-from refork.http.parser import Limits, RequestParser
+from refork.http.parser import ARRIVING, Limits, RequestParser
 
 H = b"GET / HTTP/1.1\r\nHost: a\r\n"  # a valid head, still open for more fields
 P = b"POST / HTTP/1.1\r\nHost: a\r\n"
@@ -578,6 +579,38 @@ def test_endless_header_is_cut_off_before_it_ends() -> None:
         for _ in range(1000):
             parser.feed(b"v" * 100)
     assert info.value.status == 431
+
+
+@pytest.mark.parametrize(("name", "raw", "status", "rest"), HEAD_LINES, ids=[v[0] for v in HEAD_LINES])
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "bytewise"])
+def test_a_line_is_bounded_as_it_arrives(name: str, raw: bytes, status: int | None, rest: bytes,
+                                         split: bool) -> None:  # fmt: skip
+    """A line past its limit is refused once that many bytes came without its end (the same table
+    runs on every request path: tests/test_promises_memory.py)."""
+    parser = RequestParser()
+    pieces = [raw[i : i + 1] for i in range(len(raw))] if split else [raw]
+    try:
+        for piece in pieces:
+            assert parser.feed(piece) == []
+    except ParseError as error:  # (a long target: refused by on_url as its pieces come, too)
+        assert error.status == status and (ARRIVING in error.reason or status == 414), (error, status)
+        return
+    assert status is None, f"not refused: {name}"
+    assert parser.head_held >= len(raw) - 2 and parser.buffered >= parser.head_held
+    events = parser.feed(rest)
+    assert isinstance(events[0], Request) and parser.head_held == 0
+
+
+def test_a_line_past_its_limit_after_a_pipelined_request_in_the_same_read_is_refused_in_the_next() -> None:
+    """Where a head began is not known when other messages came first in the read: it is measured
+    from its last LF only, and refused at the next read (a read's worth later at most)."""
+    parser = RequestParser()
+    body = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+    events = parser.feed(body + HEAD + b"X-Long: " + b"v" * 9000)
+    assert [type(e) for e in events] == [Request, Body, EndOfMessage]
+    with pytest.raises(ParseError) as refused:
+        parser.feed(b"v")
+    assert refused.value.status == 431
 
 
 def test_trailer_limits() -> None:

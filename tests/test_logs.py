@@ -10,18 +10,12 @@ import re
 import pytest
 
 from refork.config import Config
+from refork.http.events import Request
 from refork.logs import AccessLog, reopen_log_files, setup_logging
 
-REQUEST = dict(
-    remote="127.0.0.1",
-    method="GET",
-    target=b"/x?y=1",
-    http_version="1.1",
-    status=200,
-    length=5,
-    duration=0.0123,
-    headers=[(b"host", b"a"), (b"referer", b"http://r/"), (b"user-agent", b'curl/8 "q"')],
-)
+HEADERS = [(b"host", b"a"), (b"referer", b"http://r/"), (b"user-agent", b'curl/8 "q"')]
+REQUEST = Request("GET", b"/x?y=1", b"/x", b"y=1", "1.1", HEADERS)
+LINE = (REQUEST, "127.0.0.1", 200, 5, 0.0123)
 
 
 def lines(path):
@@ -32,10 +26,18 @@ def test_from_config_off():
     assert AccessLog.from_config(Config()) is None
 
 
-def test_common(tmp_path):
+def test_default_is_gunicorns(tmp_path):
     log = AccessLog.from_config(Config(access_logfile=str(tmp_path / "a.log")))
-    log.log(**REQUEST)
-    log.log(**{**REQUEST, "length": 0, "status": 304})
+    log.write(*LINE)
+    (line,) = lines(tmp_path / "a.log")
+    assert line.endswith('"GET /x?y=1 HTTP/1.1" 200 5 "http://r/" "curl/8 \\"q\\""')
+    log.close()
+
+
+def test_common(tmp_path):
+    log = AccessLog(str(tmp_path / "a.log"), "common")
+    log.write(*LINE)
+    log.write(REQUEST, "127.0.0.1", 304, 0, 0.0)
     (first, second) = lines(tmp_path / "a.log")
     stamp = r"\[\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d [+-]\d{4}\]"
     assert re.fullmatch(rf'127\.0\.0\.1 - - {stamp} "GET /x\?y=1 HTTP/1\.1" 200 5', first)
@@ -45,8 +47,8 @@ def test_common(tmp_path):
 
 def test_combined_escapes(tmp_path):
     log = AccessLog(str(tmp_path / "a.log"), "combined")
-    log.log(**REQUEST)
-    log.log(**{**REQUEST, "headers": [], "target": b'/evil\n"x'})
+    log.write(*LINE)
+    log.write(Request("GET", b'/evil\n"x', b'/evil\n"x', b"", "1.1"), "127.0.0.1", 200, 5, 0.0)
     first, second = lines(tmp_path / "a.log")
     assert first.endswith('"GET /x?y=1 HTTP/1.1" 200 5 "http://r/" "curl/8 \\"q\\""')
     assert second.endswith('"GET /evil\\x0a\\"x HTTP/1.1" 200 5 "-" "-"')
@@ -55,7 +57,7 @@ def test_combined_escapes(tmp_path):
 
 def test_json(tmp_path):
     log = AccessLog(str(tmp_path / "a.log"), "json")
-    log.log(**REQUEST)
+    log.write(*LINE)
     (line,) = lines(tmp_path / "a.log")
     record = json.loads(line)
     assert record["remote"] == "127.0.0.1" and record["method"] == "GET"
@@ -69,22 +71,22 @@ def test_json(tmp_path):
 def test_reopen(tmp_path):
     path = tmp_path / "a.log"
     log = AccessLog(str(path), "common")
-    log.log(**REQUEST)
+    log.write(*LINE)
     os.rename(path, tmp_path / "a.log.1")
-    log.log(**REQUEST)
+    log.write(*LINE)
     reopen_log_files()
-    log.log(**REQUEST)
+    log.write(*LINE)
     assert len(lines(tmp_path / "a.log.1")) == 2
     assert len(lines(path)) == 1
     log.reopen()
-    log.log(**REQUEST)
+    log.write(*LINE)
     assert len(lines(path)) == 2
     log.close()
 
 
 def test_stdout(capsys):
-    log = AccessLog("-", "common")
-    log.log(**REQUEST)
+    log = AccessLog("-")
+    log.write(*LINE)
     log.reopen()
     assert capsys.readouterr().out.startswith("127.0.0.1 - - [")
 

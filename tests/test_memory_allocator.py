@@ -108,14 +108,24 @@ def test_jemalloc_accepts_the_default_conf() -> None:
     assert "narenas:1" in JEMALLOC_CONF and "tcache:false" in JEMALLOC_CONF  # measured: memory_creep.py
 
 
+def loaded_library(name: str) -> str:
+    """The path of a shared library this process has mapped whose file name starts with `name`."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1]
+            if os.path.basename(path).startswith(name):
+                return path
+    return ""
+
+
 @needs_jemalloc
 @linux_only
 def test_reexec_keeps_user_settings(tmp_path: Path) -> None:
     import json
 
-    libm = "/lib/x86_64-linux-gnu/libm.so.6"
+    libm = loaded_library("libm.so")  # the one this interpreter runs with (its glibc's)
     extra = {"MALLOC_CONF": "narenas:3"}  # not refork's own
-    if os.path.exists(libm):
+    if libm:
         extra["LD_PRELOAD"] = libm
     proc = run_probe(tmp_path, extra)
     assert proc.returncode == 0, proc.stderr
@@ -167,6 +177,32 @@ def test_malloc_trim_returns_a_bool() -> None:
     junk = [bytes(200_000) for _ in range(50)]
     del junk
     assert isinstance(malloc_trim(), bool)
+
+
+_THRESHOLDS = """
+import os, sys
+from refork.memory.allocator import fix_glibc_thresholds
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) << 10 for l in f if l.startswith("VmRSS:"))
+fixed = sys.argv[1] == "fix" and fix_glibc_thresholds()
+big = bytearray(16 << 20); big[::4096] = b"x" * len(big[::4096]); del big  # mmapped, freed
+before = rss()
+block = bytearray(12 << 20); block[::4096] = b"x" * len(block[::4096]); del block
+print(fixed, (rss() - before) >> 20)
+"""
+
+
+@pytest.mark.parametrize("fix", [True, False], ids=["fixed", "glibc-default"])
+def test_fixed_glibc_thresholds_give_a_freed_big_buffer_back(fix: bool) -> None:
+    """glibc alone raises its thresholds past a freed 16 MiB block: a 12 MiB buffer freed next stays
+    in the heap. With refork's thresholds it goes back to the OS at once."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
+    out = subprocess.run([sys.executable, "-c", _THRESHOLDS, "fix" if fix else "keep"], env=env,
+                         capture_output=True, text=True, timeout=30, check=True).stdout.split()  # fmt: skip
+    fixed, kept = out[0] == "True", int(out[1])
+    assert fixed == fix
+    assert (kept < 4) if fix else (kept >= 8), out
 
 
 def test_trimmer_is_rate_limited(monkeypatch: pytest.MonkeyPatch) -> None:

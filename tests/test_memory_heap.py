@@ -7,10 +7,12 @@ objects are never freed, which must not leak into the pytest process.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -36,9 +38,11 @@ def test_support_reports_a_reason() -> None:
     if sys.version_info < (3, 12):
         assert not ok
         assert reason == f"Python 3.{sys.version_info[1]} (needs CPython 3.12+)"
-    elif sys.version_info < (3, 15) and not any(map(sysconfig_flag, ("Py_GIL_DISABLED", "Py_DEBUG"))):
+    elif sys.version_info < (3, 16) and not any(map(sysconfig_flag, ("Py_GIL_DISABLED", "Py_DEBUG"))):
         assert ok, reason
         assert reason == ""
+    else:
+        assert not ok and reason, reason
 
 
 def sysconfig_flag(name: str) -> bool:
@@ -104,6 +108,40 @@ def test_disable_and_enable_gc() -> None:
         assert gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+HEADER = """
+import ctypes, sys
+from refork.memory.heap import prepare_heap_for_fork
+
+def header(obj):  # 64-bit little-endian: the low 32 bits count, ob_flags is the top 16 (3.14+)
+    word = ctypes.c_uint64.from_address(id(obj)).value
+    return word & 0xFFFFFFFF, word >> 48
+
+class Local:
+    pass
+
+THING = Local()
+prepare_heap_for_fork(immortalize=True)
+print(*header(THING), *header(None), *header(Local))
+"""
+
+
+@needs_immortal
+def test_immortal_header_is_the_one_cpython_writes() -> None:
+    """The refcount word and ob_flags of an immortalized object are those of CPython's own
+    _Py_SetImmortalUntracked in this version (0xFFFFFFFF before 3.14, 3 << 30 and the
+    immortal flag from 3.14); the statically allocated flag stays with static objects."""
+    proc = run_python(HEADER)
+    assert proc.returncode == 0, proc.stderr
+    count, flags, none_count, none_flags, cls_count, cls_flags = map(int, proc.stdout.split())
+    if sys.version_info >= (3, 14):
+        immortal_flag, static_flag = 1 << 0, 1 << 2  # _Py_IMMORTAL_FLAGS, _Py_STATICALLY_ALLOCATED_FLAG
+        assert (count, flags) == (3 << 30, immortal_flag)
+        assert (cls_count, cls_flags) == (3 << 30, immortal_flag)
+        assert none_count == 3 << 30 and none_flags == immortal_flag | static_flag
+    else:
+        assert (count, cls_count, none_count) == (0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF)
 
 
 @needs_immortal
@@ -323,3 +361,50 @@ def test_interpreter_exits_cleanly_after_immortalizing(flags: tuple[str, ...]) -
     assert proc.stdout.strip() == "ok"
     stderr = [line for line in proc.stderr.splitlines() if not line.startswith("INFO:")]
     assert stderr == [], proc.stderr
+
+
+LAZY = """
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import lazy_app
+from refork.memory.heap import prepare_heap_for_fork
+
+assert set(lazy_app.bindings().values()) == {"lazy_import"}, lazy_app.bindings()
+report = prepare_heap_for_fork(immortalize=True)
+assert report.lazy_imports > 0 and "lazy imports resolved" in report.describe(), report
+assert lazy_app.bindings() == {"json": "module", "xml": "module", "Decimal": "type", "F": "ABCMeta"}
+assert type(vars(lazy_app)["refork_no_such_module"]).__name__ == "lazy_import"  # left to fail later
+assert sys.lazy_modules == {"refork_no_such_module"}, sys.lazy_modules
+assert "xml.dom.minidom" in sys.modules  # `lazy import a.b.c` loads a.b.c, not only a
+pid = os.fork()
+if pid == 0:
+    loaded = set(sys.modules)
+    assert lazy_app.use() == '["0.125", "1/3", "a"]'
+    assert set(sys.modules) == loaded, set(sys.modules) - loaded  # the worker imported nothing
+    sys.exit(0)
+assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+print(report.describe())
+"""
+
+
+def test_lazy_imports_are_resolved_before_the_fork() -> None:
+    """PEP 810 (3.15): what the app imports lazily is loaded in the mold, its placeholders rebound
+    in the module's globals, so that a worker neither imports it nor writes the shared dict."""
+    if sys.version_info < (3, 15):  # no lazy imports: nothing to resolve, nothing said
+        report = heap.prepare_heap_for_fork(immortalize=False)
+        gc.unfreeze()
+        assert report.lazy_imports == 0 and "lazy" not in report.describe()
+        return
+    proc = run_python(LAZY, str(Path(__file__).parent / "apps"))
+    assert proc.returncode == 0, proc.stderr
+    assert ", lazy imports resolved " in proc.stdout
+
+
+@pytest.mark.skipif(sys.version_info < (3, 15), reason="`lazy import` is Python 3.15 syntax")
+def test_a_worker_finds_the_lazy_imports_resolved(start_server) -> None:
+    server = start_server(app="apps.lazy_app:app")
+    status, body = server.get("/")
+    assert status == 200, body
+    answer = json.loads(body)
+    assert answer["bindings"] == {"json": "module", "xml": "module", "Decimal": "type", "F": "ABCMeta"}
+    assert answer["imported_by_worker"] == [] and answer["use"] == '["0.125", "1/3", "a"]'

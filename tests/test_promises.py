@@ -3,7 +3,7 @@ on every supported interpreter): a hung request costs only itself, a slow client
 connection, a killed worker or mold is replaced with nothing else lost, a refork, a reload and
 recycling lose nothing, and a prepared heap keeps computing right.
 
-A new request path is one more entry in PATHS; a new promise is one more test here.
+A new request path is one more entry in request_paths.PATHS; a new promise is one more test here.
 """
 
 from __future__ import annotations
@@ -17,50 +17,18 @@ import time
 from collections.abc import Callable
 
 import pytest
-from conftest import Server
+from conftest import Server, read_to_end
 from load import Load
+from request_paths import PATHS, every_path, flags, threads, wsgi_paths
 
 from refork.memory.heap import immortalize_support
 
-try:
-    from refork import _native  # noqa: F401
-
-    NATIVE = ""
-except ImportError as e:  # a build without cargo: the native paths do not exist
-    NATIVE = str(e)
-
-# path id -> (the flags that choose it, app threads per worker); WSGI's apps.promises:wsgi,
-# ASGI's apps.promises:asgi
-PATHS: dict[str, tuple[tuple[str, ...], int]] = {
-    "wsgi-python": (("--wsgi-loop", "python", "--threads", "1"), 1),
-    "wsgi-python-threads": (("--wsgi-loop", "python", "--threads", "4"), 4),
-    "wsgi-engine": (("--wsgi-loop", "native", "--threads", "1"), 1),
-    "wsgi-pool": (("--wsgi-loop", "native", "--threads", "4"), 4),
-    "asgi-asyncio": (("--interface", "asgi", "--loop", "asyncio"), 0),
-    "asgi-uvloop": (("--interface", "asgi", "--loop", "uvloop"), 0),
-}
-WSGI = [p for p in PATHS if p.startswith("wsgi")]
 CONTENT_LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
 
 
-def path_params(names: list[str]) -> list[object]:
-    marks = {"wsgi-engine", "wsgi-pool"}
-    return [
-        pytest.param(name, marks=pytest.mark.skipif(bool(NATIVE), reason=f"refork._native: {NATIVE}"))
-        if name in marks
-        else name
-        for name in names
-    ]
-
-
-every_path = pytest.mark.parametrize("path", path_params(list(PATHS)))
-wsgi_paths = pytest.mark.parametrize("path", path_params(WSGI))
-
-
 def serve(start_server: Callable[..., Server], path: str, *args: str, workers: int = 2, **kw) -> Server:
-    flags, _ = PATHS[path]
-    app = "apps.promises:asgi" if "asgi" in path else "apps.promises:wsgi"
-    return start_server(*flags, *args, app=app, workers=workers, **kw)
+    chosen, app = flags(path, "apps.promises")
+    return start_server(*chosen, *args, app=app, workers=workers, **kw)
 
 
 class Hung:
@@ -103,9 +71,9 @@ class Hung:
 def test_a_flood_of_hung_requests_costs_only_those_requests(start_server, path):
     """Hung requests on more than half of the app threads (a worker holding one is killed at
     --timeout and replaced): the other requests are served, >= 95% of them."""
-    threads = PATHS[path][1]
-    workers = 4 if threads == 1 else 2
-    hung = max(2, workers * threads * 5 // 8) if threads else 20
+    per_worker = threads(path)
+    workers = 4 if per_worker == 1 else 2
+    hung = max(2, workers * per_worker * 5 // 8) if per_worker else 20
     server = serve(start_server, path, "--timeout", "2", workers=workers)
     with Hung(server.port, hung) as flood:
         server.wait_for(lambda: flood.sent >= hung, what=f"{hung} hung requests")
@@ -115,7 +83,7 @@ def test_a_flood_of_hung_requests_costs_only_those_requests(start_server, path):
     served = load.ok / max(1, load.ok + len(load.failures))
     assert load.ok >= 300 and served >= 0.95, (load.ok, load.failures[:5], server.log()[-3000:])
     assert server.get("/")[0] == 200
-    if "asgi" in path:  # an awaiting request holds no thread: its worker is never killed for it
+    if PATHS[path][0] == "asgi":  # an awaiting request holds no thread: its worker is never killed for it
         assert "killing it" not in server.log() and load.failures == []
 
 
@@ -123,12 +91,12 @@ def test_a_flood_of_hung_requests_costs_only_those_requests(start_server, path):
 def test_a_worker_whose_app_threads_are_all_busy_accepts_nothing_it_cannot_start(start_server, path):
     """With one worker's app threads all hung, new connections go to the worker that can serve
     them: none waits behind the hung requests (they would be lost when --timeout kills it)."""
-    threads = PATHS[path][1]
+    per_worker = threads(path)
     server = serve(start_server, path, "--timeout", "60", workers=2)
     full = None
     hung: list[socket.socket] = []
     try:
-        while full is None and len(hung) < 2 * threads - 1:
+        while full is None and len(hung) < 2 * per_worker - 1:
             s = socket.create_connection(("127.0.0.1", server.port))
             s.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
             hung.append(s)
@@ -137,9 +105,9 @@ def test_a_worker_whose_app_threads_are_all_busy_accepts_nothing_it_cannot_start
                 lambda total=total: (b := [w["busy"] for w in server.workers()]) and sum(b) == total and b,
                 what=f"{total} hung requests in the app",
             )
-            full = next((i for i, b in enumerate(busy) if b == threads), None)
+            full = next((i for i, b in enumerate(busy) if b == per_worker), None)
         assert full is not None, "no worker got all its threads hung"
-        free = [w["pid"] for w in server.workers() if w["busy"] < threads]
+        free = [w["pid"] for w in server.workers() if w["busy"] < per_worker]
         for _ in range(40):  # each on a new connection: the kernel offers it to both workers
             code, body = server.get("/", timeout=5)
             assert code == 200 and int(body.split()[0]) in free
@@ -152,7 +120,7 @@ def test_a_worker_whose_app_threads_are_all_busy_accepts_nothing_it_cannot_start
 def test_a_worker_blocked_in_the_app_past_timeout_is_killed_and_replaced(start_server, path):
     server = serve(start_server, path, "--timeout", "1", workers=1)
     before = server.workers()[0]["pid"]
-    blocking = "/block?30" if "asgi" in path else "/sleep?30"
+    blocking = "/block?30" if PATHS[path][0] == "asgi" else "/sleep?30"
     with socket.create_connection(("127.0.0.1", server.port)) as s:
         s.sendall(f"GET {blocking} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         server.wait_for(lambda: (w := server.workers()) and w[0]["pid"] != before, what="a replacement")
@@ -176,6 +144,25 @@ def test_a_client_that_never_reads_and_a_slowloris_cost_only_their_connections(s
     server.wait_for(lambda: "write timeout" in server.log(), what="the non-reader cut")
     loris.close()
     reader.close()
+    assert server.get("/")[0] == 200
+
+
+# -- every response answers its own request -------------------------------------------------------
+@every_path
+@pytest.mark.parametrize("status", [100, 103])
+def test_an_app_answering_an_interim_status_as_its_response_gets_a_500_and_nothing_is_mispaired(
+    start_server, path, status
+):
+    """A 1xx is interim (RFC 9110 15.2): sent as the response, the client would take the next
+    response for this request's. The app's bug is a 500 (the connection then closes), and the
+    request pipelined behind it is never answered as if it were the first's."""
+    server = serve(start_server, path, workers=1)
+    pipelined = f"GET /status?{status} HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(pipelined.encode())
+        data = read_to_end(s)
+    assert data.startswith(b"HTTP/1.1 500 ") and data.count(b"HTTP/1.1 ") == 1, data[:300]
+    assert "informational" in server.log() or "Informational" in server.log(), server.log()[-2000:]
     assert server.get("/")[0] == 200
 
 

@@ -169,6 +169,23 @@ def test_status_reports_per_process_memory(start_server):
     assert "PSS" in table and "worker 1" in table and "mold" in table
 
 
+def test_status_says_how_much_a_worker_shares_and_why_it_holds_memory_of_its_own(start_server):
+    server = start_server("--memory-interval", "0.5", workers=1)
+    worker = server.workers()[0]
+    server.wait_for(lambda: server.workers()[0].get("shared"), what="a first memory sample")
+    for _ in range(200):  # 200 requests that each keep 200 KB: the app keeps memory per request
+        assert server.get("/grow?200000")[0] == 200
+    row = server.wait_for(
+        lambda: (r := server.workers()[0])["private_per_request"] is not None
+        and r["private_per_request"] > 50_000
+        and r,
+        what="the growth per request measured",
+    )
+    assert row["pid"] == worker["pid"] and 0 < row["shared"] < row["rss"]
+    table = status_cli(server).stdout
+    assert "SHARED" in table.splitlines()[2] and "a request: the app keeps memory per request" in table
+
+
 def test_jemalloc_flag_loads_jemalloc(start_server):
     server = start_server("--allocator", "jemalloc", workers=1)
     assert server.status()["allocator"] == "jemalloc"

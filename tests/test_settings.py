@@ -30,6 +30,11 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "backlog": ("64", 64),
     "metrics_bind": ("127.0.0.1:9101", "127.0.0.1:9101"),
     "metrics_buckets": ("0.1,1,10", [0.1, 1.0, 10.0]),
+    "statsd_host": ("localhost:9125", "localhost:9125"),
+    "proxy_protocol": ("v2", "v2"),
+    "proxy_allow_ips": ("10.0.0.0/8,192.0.2.1", ["10.0.0.0/8", "192.0.2.1"]),
+    "statsd_prefix": ("web", "web"),
+    "dogstatsd_tags": ("env:prod", "env:prod"),
     "forwarded_allow_ips": ("10.0.0.0/8", ["10.0.0.0/8"]),
     "workers": ("3", 3),
     "threads": ("4", 4),
@@ -55,6 +60,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "ws_ping_interval": ("off", None),
     "ws_ping_timeout": ("5", 5.0),
     "ws_max_queue": ("8", 8),
+    "ws_max_memory": ("128M", 128 << 20),
     "ws_write_limit": ("16K", 16384),
     "certfile": ("cert.pem", "cert.pem"),
     "keyfile": ("key.pem", "key.pem"),
@@ -69,6 +75,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "limit_request_body": ("1K", 1024),
     "body_spool_threshold": ("2M", 2 << 20),
     "max_spool": ("3G", 3 << 30),
+    "max_request_memory": ("8M", 8 << 20),
     "spool_dir": ("/var/tmp", "/var/tmp"),
     "access_logfile": ("-", "-"),
     "access_log_format": ("json", "json"),
@@ -174,7 +181,7 @@ def test_choices_come_from_the_literal_types():
     hints = typing.get_type_hints(Config)
     literal_fields = {name for name, hint in hints.items() if typing.get_origin(hint) is typing.Literal}
     assert literal_fields == {
-        "interface", "loop", "access_log_format", "log_level", "fork_safety", "memory_metric", "allocator",
+        "interface", "loop", "log_level", "fork_safety", "memory_metric", "allocator",
         "ready_when", "wsgi_loop", "ws",
     }  # fmt: skip
     for s in SETTINGS:

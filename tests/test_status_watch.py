@@ -151,3 +151,17 @@ def test_totals_and_rate_with_a_replaced_worker():
     evil = answer((10, 1))
     evil["processes"][1]["state"] = "\x1b[31mred"
     assert "\x1b" not in watch_frame(evil, 1.0, None)
+
+
+def test_a_worker_holding_mostly_its_own_memory_gets_a_note_saying_why():
+    from refork.status import memory_note
+
+    row = {"role": "worker", "rss": 100 << 20, "uss": 70 << 20, "requests": 5000}
+    assert memory_note({**row, "private_per_request": None}).startswith(
+        "70% of its memory is its own, copied since its fork (5000 requests): a refork shares"
+    )
+    assert memory_note({**row, "private_per_request": 20_000.0}).startswith(
+        "70% of its memory is its own, +19.5K a request: the app keeps memory per request"
+    )
+    assert memory_note({**row, "uss": 30 << 20, "private_per_request": 20_000.0}) == ""  # mostly shared
+    assert memory_note({**row, "role": "mold", "private_per_request": None}) == ""

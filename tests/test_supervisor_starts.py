@@ -8,7 +8,14 @@ import signal
 from supervisor_sim import KILLED, Sim, logged, of, sends, wait_status
 
 from refork.process import messages
-from refork.process.supervisor.events import AdoptConfig, Boot, Exit, ForkMold, PrintError
+from refork.process.supervisor.events import (
+    AdoptConfig,
+    Boot,
+    Exit,
+    ForkMold,
+    ImmortalizationUnsafe,
+    PrintError,
+)
 
 SEGV = signal.SIGSEGV  # a wait status: killed by SIGSEGV
 
@@ -121,3 +128,12 @@ def test_a_server_that_has_served_keeps_backing_off_instead_of_exiting():
             assert of(actions, PrintError) == []
     assert "crash loop" in logged(actions)
     assert of(sim.tick(), Exit) == []
+
+
+def test_a_dead_canary_keeps_every_mold_from_immortalizing():
+    sim = Sim(immortalize=True)
+    actions = sim.handle(ImmortalizationUnsafe("the immortalization canary was killed by SIGSEGV"))
+    assert "the immortalization canary was killed by SIGSEGV on Python" in logged(actions)
+    (adopt,) = of(actions, AdoptConfig)
+    assert adopt.config.immortalize is False
+    assert sim.sup.config.immortalize is False

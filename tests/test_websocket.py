@@ -126,8 +126,8 @@ class Channel:
     def close(self, code, reason):
         self.calls.append(("close", code, reason))
 
-    def message_taken(self, queued):
-        self.calls.append(("taken", queued))
+    def message_taken(self, queued, size):
+        self.calls.append(("taken", queued, size))
 
 
 def run(coro):
@@ -159,8 +159,8 @@ def test_session_accept_messages_close():
     s.loop.run_until_complete(go())
     assert ch.calls == [
         ("accept", "chat", [(b"x-a", b"1")]),
-        ("taken", 1),
-        ("taken", 0),
+        ("taken", 1, 2),
+        ("taken", 0, 1),
         ("send", "yo"),
         ("send", b"b"),
         ("close", 4000, "bye"),

@@ -13,8 +13,8 @@ import pytest
 import requests
 
 from refork.config import Config
-from refork.http.body import EMPTY_INPUT, BodyBuffer, InputStream
-from refork.http.events import Request
+from refork.http.body import EMPTY_INPUT, BodyBuffer, InputStream, Spool
+from refork.http.events import ParseError, Request
 from refork.http.forwarded import TrustedProxies
 from refork.warmup import warm
 from refork.wsgi import EnvironBuilder, FileWrapper, run_wsgi
@@ -170,6 +170,52 @@ def test_input_spools_to_a_file_past_the_threshold():
     assert stream.read() == b"x" * 8 + b"y" * 8
     stream.close()
     assert EMPTY_INPUT.read() == b"" and list(EMPTY_INPUT) == [] and EMPTY_INPUT.readlines() == []
+
+
+def test_a_spooled_body_holds_what_arrived_not_what_it_declares():
+    spool = Spool(100)
+    declared = BodyBuffer(10, spool, length=90)
+    declared.write(b"x" * 20)  # spilled: 20 arrived of the 90 declared, and only 20 held
+    assert spool.used == 20
+    with pytest.raises(ParseError) as refused:  # 20 arrived + 81 declared > 100: not now
+        BodyBuffer(10, spool, length=81).write(b"y" * 11)
+    assert refused.value.status == 503
+    with pytest.raises(ParseError) as never:  # more than the whole spool: never
+        BodyBuffer(10, spool, length=101).write(b"w" * 11)
+    assert never.value.status == 413
+    small = BodyBuffer(10, spool, length=60)  # 20 + 60 fit
+    small.write(b"z" * 11)
+    assert spool.used == 31
+    declared.write(b"x" * 60)
+    small.write(b"z" * 9)
+    assert spool.used == 100
+    with pytest.raises(ParseError) as full:  # what arrives past the cap: 503
+        small.write(b"z")
+    assert full.value.status == 503
+    declared.finish().close()
+    small.discard()
+    assert spool.used == 0
+
+
+def test_a_full_spool_disk_is_a_507(monkeypatch):
+    import errno
+    import tempfile
+
+    class Full:
+        def write(self, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", lambda **kw: Full())
+    spool = Spool(1000)
+    buf = BodyBuffer(10, spool)
+    with pytest.raises(ParseError) as full:
+        buf.write(b"x" * 11)
+    assert full.value.status == 507
+    buf.discard()
+    assert spool.used == 0
 
 
 # ------------------------------------------------------------------------------ run_wsgi

@@ -1,4 +1,4 @@
-"""How long a killed worker takes to be replaced: standing mold vs --mold-idle-exit (issue 3).
+"""How long a killed worker takes to be replaced: standing mold vs --mold-idle-exit.
 
 Serves the generated monolith with refork, 4 workers; warms it; waits until the tree is stable
 (with --mold-idle-exit: until the mold was let go); SIGKILLs one worker and polls the control

@@ -1,4 +1,4 @@
-"""Copy-on-write memory benchmark on the generated monolith (issue 3).
+"""Copy-on-write memory benchmark on the generated monolith.
 
 Serves benchmarks/monolith_generated (make_monolith.py) with refork and its peers, 4 workers each,
 one after another; sends every server the same warm load; then measures the whole process tree
@@ -96,6 +96,11 @@ def measure(server: Server, min_procs: int) -> dict:
     }
 
 
+def worker_pids(server: Server) -> set[int]:
+    assert server.proc is not None
+    return {pid for pid in server.pids() if role(pid, server.proc.pid) == "worker"}
+
+
 def bench_one(server: Server, workers: int, requests: int, paths: list[str]) -> dict:
     error = server.start(timeout=180.0, path="/mem")
     if error:
@@ -105,11 +110,18 @@ def bench_one(server: Server, workers: int, requests: int, paths: list[str]) -> 
         wait_stable(server, workers + 1)
         load = send_requests(server.port, paths, requests, concurrency=2 * workers, keepalive=False)
         # Reforks triggered by the load may leave fresh workers that served nothing: once the tree
-        # is stable again, send a quarter more so every measured worker has served requests.
-        wait_stable(server, workers + 1)
-        more = send_requests(server.port, paths[::-1], requests // 4, 2 * workers, keepalive=False)
-        for key in ("requests", "errors", "seconds", "error_samples"):
-            load[key] += more[key]
+        # is stable again, send a quarter more so every measured worker has served requests. The
+        # quarter may itself trigger a refork (--refork-after repeats its last number): then once
+        # more, until a quarter ends with the workers it started with (at most 4 times).
+        for _ in range(4):
+            wait_stable(server, workers + 1)
+            before = worker_pids(server)
+            more = send_requests(server.port, paths[::-1], requests // 4, 2 * workers, keepalive=False)
+            for key in ("requests", "errors", "seconds", "error_samples"):
+                load[key] += more[key]
+            wait_stable(server, workers + 1)
+            if worker_pids(server) == before:
+                break
         load["rps"] = load["requests"] / load["seconds"]
         result = measure(server, workers + 1)
         result["load"] = load
@@ -182,7 +194,8 @@ def main() -> None:
     def ratio(a: float | None, b: float | None) -> str:
         return fmt(a / b if a and b else None, ".2f", "x")
 
-    print(f"\n{args.workers} workers, {total_requests} + {total_requests // 4} requests, "
+    print(f"\n{args.workers} workers, {total_requests} + {total_requests // 4} requests (a quarter more "
+          "again after each refork), "
           f"Python {info.get('python')}; "
           f"one copy = {fmt(one and one / 1024)} MiB (RSS of a 1-worker gunicorn worker)")
     rows = []

@@ -105,7 +105,12 @@ impl<'py> AppCall<'_, 'py> {
                 keep_alive: self.keep_alive,
             },
         )?;
-        let (mut result, exc) = match self.app.call1((&environ, &sr)) {
+        // gunicorn's pre_request first, if set (its error is answered as the app's would be)
+        let returned = match &self.hooks.get().pre_request {
+            Some(pre) => pre.bind(py).call1((StartResponse::request(&sr)?, &environ)).and_then(|_| self.app.call1((&environ, &sr))),
+            None => self.app.call1((&environ, &sr)),
+        };
+        let (mut result, exc) = match returned {
             Ok(r) => (r, py.None().into_bound(py)),
             Err(e) if e.is_instance_of::<PyException>(py) => (py.None().into_bound(py), e.into_value(py).into_bound(py).into_any()),
             Err(e) => return Err(e), // SystemExit, KeyboardInterrupt: out of the loop
@@ -268,7 +273,9 @@ impl AccessLog<'_> {
         let started: f64 = started.extract(py)?;
         let took = self.perf_counter.bind(py).call0()?.extract::<f64>()? - started;
         let remote = called.environ.get_item(pyo3::intern!(py, "REMOTE_ADDR")).ok();
-        self.log_access.bind(py).call1((self.log.bind(py), called.request()?, remote, status, length, took))?;
+        let headers = called.start_response.borrow().headers.as_ref().map(|h| h.clone_ref(py));
+        let args = (self.log.bind(py), called.request()?, remote, status, length, took, &called.environ, headers);
+        self.log_access.bind(py).call1(args)?;
         Ok(())
     }
 }

@@ -3,8 +3,9 @@
 //! For a request alone in the app (always, on the engine: the app runs on the worker's only
 //! thread) AppClock.started and .finished come down to a few word writes; `SlotClock` makes them
 //! here, with the same words and rules: the deadline (now + --timeout), the started and served
-//! counts, the duration sum and one histogram cell by (status class, bucket). The Python clock
-//! reads its counts from the same words, so both stay one account.
+//! counts, the duration sum and one histogram cell by (status class, bucket); and, when the worker
+//! records for StatsD, the count of the status code and the duration in the ring. The Python
+//! clock reads its counts from the same words, so both stay one account.
 //!
 //! `Current` is the request in the app. It gets a token of the Python clock (AppClock.adopt) only
 //! when something asks (refork.extend_deadline, --request-timeout): it is the clock's
@@ -22,6 +23,11 @@ pub struct SlotClock {
     cells: usize,
     timeout: f64,
     bounds: Vec<f64>,
+    /// recording (StatsD): the counts by status code (code 100 at `codes`; 0: not recording) and
+    /// the ring of durations in ms
+    codes: usize,
+    ring: usize,
+    ring_size: usize,
 }
 
 impl SlotClock {
@@ -40,6 +46,9 @@ impl SlotClock {
             cells: get("cells")?.extract()?,
             timeout: get("timeout")?.extract()?,
             bounds: get("bounds")?.extract()?,
+            codes: get("codes")?.extract()?,
+            ring: get("ring")?.extract()?,
+            ring_size: get("ring_size")?.extract()?,
         })
     }
 
@@ -68,6 +77,13 @@ impl SlotClock {
         unsafe {
             *self.float(self.deadline) = now + self.timeout;
             let served = *self.int(self.requests) + 1;
+            if self.codes != 0 {
+                // before the count that says the ring holds it
+                if (100..600).contains(&status) {
+                    *self.int(self.codes + status as usize - 100) += 1;
+                }
+                *self.float(self.ring + (served as usize - 1) % self.ring_size) = took * 1000.0;
+            }
             *self.int(self.requests) = served;
             *self.float(self.duration) += took;
             *self.int(self.cells + row * width + bucket) += 1;

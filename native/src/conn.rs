@@ -7,17 +7,131 @@
 //! the GIL, can own connections.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::parser::{parse_head, Head, HeadLimits, Parsed};
+use crate::proxy::{Policy, Verdict};
 use crate::sys::{self, Peer};
 
 /// An incomplete head longer than this goes to the Python parser (its limits decide).
 pub(crate) const HEAD_WAIT: usize = 1 << 14;
 /// Bytes read from a socket at once.
 pub(crate) const RECV: usize = 1 << 16;
+
+/// A flood that held this much, or passed this much through, and then let go is worth a
+/// malloc_trim() (refork.http.budget: TRIM_AFTER, CHURN_TRIM).
+const TRIM_AFTER: usize = 8 << 20;
+const CHURN_TRIM: usize = 4 << 20;
+
+/// One worker's budget of request bytes held in memory while they arrive, over all its
+/// connections: the Python loop's (refork.http.budget.MemoryBudget, the same interface, through
+/// `MemoryBudget`) and the native loops' threads share it.
+pub(crate) struct Budget {
+    limit: usize,
+    used: AtomicUsize,
+    peak: AtomicUsize,
+    /// bytes charged or noted since the last ebb
+    churn: AtomicUsize,
+}
+
+impl Budget {
+    /// Charge n bytes if they fit; false, with nothing charged, when they do not.
+    pub fn take(&self, n: usize) -> bool {
+        let mut used = self.used.load(Ordering::Relaxed);
+        loop {
+            if used + n > self.limit {
+                return false;
+            }
+            match self.used.compare_exchange_weak(used, used + n, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => {
+                    self.peak.fetch_max(used + n, Ordering::Relaxed);
+                    self.churn.fetch_add(n, Ordering::Relaxed);
+                    return true;
+                }
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    /// Charge n bytes held already, whether they fit or not.
+    pub fn charge(&self, n: usize) {
+        let used = self.used.fetch_add(n, Ordering::AcqRel) + n;
+        self.peak.fetch_max(used, Ordering::Relaxed);
+        self.churn.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn give_back(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+}
+
+/// refork.http.budget.MemoryBudget for the native loops: one worker's `Budget`, shared by the
+/// Python loop (which calls these methods) and the engines' threads.
+#[pyclass(module = "refork._native", frozen)]
+pub struct MemoryBudget {
+    pub(crate) inner: Arc<Budget>,
+}
+
+#[pymethods]
+impl MemoryBudget {
+    /// MemoryBudget(limit): 0 is no cap.
+    #[new]
+    fn new(limit: usize) -> Self {
+        let limit = if limit == 0 { usize::MAX / 4 } else { limit };
+        let budget = Budget { limit, used: AtomicUsize::new(0), peak: AtomicUsize::new(0), churn: AtomicUsize::new(0) };
+        MemoryBudget { inner: Arc::new(budget) }
+    }
+
+    fn take(&self, n: usize) -> bool {
+        self.inner.take(n)
+    }
+
+    fn charge(&self, n: usize) {
+        self.inner.charge(n)
+    }
+
+    fn give_back(&self, n: usize) {
+        self.inner.give_back(n)
+    }
+
+    /// n bytes went through a connection's buffers without being charged (refused at once).
+    fn note(&self, n: usize) {
+        self.inner.churn.fetch_add(n, Ordering::Relaxed);
+    }
+
+    #[getter]
+    fn limit(&self) -> usize {
+        self.inner.limit
+    }
+
+    #[getter]
+    fn used(&self) -> usize {
+        self.inner.used.load(Ordering::Acquire)
+    }
+
+    #[getter]
+    fn peak(&self) -> usize {
+        self.inner.peak.load(Ordering::Acquire)
+    }
+
+    /// True (once) when the bytes held fell to a quarter of their peak after a flood (a peak of
+    /// 8 MiB, or 4 MiB through the buffers): the moment for a malloc_trim()
+    /// (refork.http.budget.MemoryBudget.ebbed).
+    fn ebbed(&self) -> bool {
+        let peak = self.inner.peak.load(Ordering::Acquire);
+        let used = self.inner.used.load(Ordering::Acquire);
+        if (peak < TRIM_AFTER && self.inner.churn.load(Ordering::Acquire) < CHURN_TRIM) || used * 4 > peak {
+            return false;
+        }
+        self.inner.peak.store(used, Ordering::Release);
+        self.inner.churn.store(0, Ordering::Release);
+        true
+    }
+}
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub(crate) enum Phase {
@@ -51,6 +165,18 @@ pub(crate) struct Conn {
     pub close_after: bool,
     /// "METHOD target" of the response waiting in `out` (for the write-timeout line)
     pub writing: Option<String>,
+    /// nothing read yet: a PROXY header may come first (see `Intake::preface`)
+    pub preface: bool,
+    /// the bytes of `buf` charged to the worker's budget (given back when the request is taken or
+    /// the connection is dropped)
+    held: usize,
+    budget: Option<Arc<Budget>>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 impl Conn {
@@ -70,6 +196,47 @@ impl Conn {
             out_at: 0,
             close_after: false,
             writing: None,
+            preface: true,
+            held: 0,
+            budget: None,
+        }
+    }
+
+    /// Keep `n` bytes charged to `budget` for this connection: more only if they fit (`must`:
+    /// whether they fit or not, for bytes there is no refusing); false when they do not fit.
+    pub fn hold(&mut self, budget: &Arc<Budget>, n: usize, must: bool) -> bool {
+        if n > self.held {
+            let more = n - self.held;
+            if must {
+                budget.charge(more);
+            } else if !budget.take(more) {
+                return false;
+            }
+        } else if n < self.held {
+            budget.give_back(self.held - n);
+        }
+        self.held = n;
+        if self.budget.is_none() {
+            self.budget = Some(budget.clone());
+        }
+        true
+    }
+
+    /// Its bytes go to the Python loop (`data`, what is handed over): charged as they are, and
+    /// the charge goes with them (the Python loop gives it back once it has read them: a burst of
+    /// connections handed over at once is counted until then). Returns the charge.
+    pub fn hand_charge(&mut self, budget: &Arc<Budget>, data: usize) -> usize {
+        self.hold(budget, data, true);
+        std::mem::take(&mut self.held)
+    }
+
+    /// Nothing of this connection is charged any more (its request is taken, or it is gone).
+    pub fn release(&mut self) {
+        if self.held > 0 {
+            if let Some(budget) = &self.budget {
+                budget.give_back(self.held);
+            }
+            self.held = 0;
         }
     }
 
@@ -93,6 +260,7 @@ impl Conn {
         let mut conn = Conn::new(fd, peer, listener, environ, since);
         conn.client = Some(client.clone().unbind());
         conn.fresh = false;
+        conn.preface = false;
         Ok(conn)
     }
 
@@ -270,13 +438,27 @@ pub(crate) enum Next<'a> {
     HandOver,
 }
 
+/// What a fresh connection's first bytes were (`Intake::preface`).
+pub(crate) enum Preface {
+    /// no PROXY header, or one taken out of the buffer: requests may follow in it
+    Ready,
+    /// part of a header: wait for more (the header timeout runs)
+    Wait,
+    /// a malformed header (400) or one from a peer not allowed (403): answer, log, close
+    Refused(crate::proxy::Refusal),
+}
+
 /// What the native loops serve themselves and what they hand to the Python loop.
 pub(crate) struct Intake {
     pub limits: HeadLimits,
+    /// proxy_protocol on: the header a connection's first bytes may be
+    pub proxy: Option<Policy>,
     /// bodies up to this many bytes are read into memory (larger: spooled by the Python loop)
     pub inline_body: usize,
     /// the --health-path paths (answered by the Python loop)
     pub health: Vec<Vec<u8>>,
+    /// the worker's --max-request-memory: what waits in the connections' buffers
+    pub memory: Arc<Budget>,
 }
 
 impl Intake {
@@ -289,11 +471,54 @@ impl Intake {
             }
             health.push(hp.getattr("ready")?.extract::<Vec<u8>>()?);
         }
+        let memory = host.getattr("memory")?;
+        let memory = memory.downcast::<MemoryBudget>()?.get().inner.clone();
         Ok(Intake {
+            proxy: Policy::from_host(host)?,
             limits: HeadLimits::from_py(&host.getattr("limits")?)?,
             inline_body: host.getattr("spool")?.extract()?,
             health,
+            memory,
         })
+    }
+
+    /// A fresh connection's first bytes (`conn.preface`): a PROXY header, when proxy_protocol is on,
+    /// is taken out of `buf` and the client it names becomes the connection's peer.
+    pub fn preface(&self, conn: &mut Conn, buf: &mut Vec<u8>) -> Preface {
+        let Some(policy) = &self.proxy else {
+            conn.preface = false;
+            return Preface::Ready;
+        };
+        match policy.check(buf, &conn.peer) {
+            Ok(Verdict::Incomplete) => {
+                conn.wait_in(Phase::Head);
+                Preface::Wait
+            }
+            Ok(Verdict::NotProxy) => {
+                conn.preface = false;
+                Preface::Ready
+            }
+            Ok(Verdict::Header { len, client, .. }) => {
+                conn.preface = false;
+                buf.drain(..len);
+                if let Some((host, port)) = client {
+                    conn.peer = Peer::Inet(host, port);
+                    conn.client = None;
+                }
+                conn.idle();
+                Preface::Ready
+            }
+            Err(refusal) => Preface::Refused(refusal),
+        }
+    }
+
+    /// The answer to a refused header.
+    pub fn refusal(&self, forbidden: bool) -> &[u8] {
+        match &self.proxy {
+            Some(p) if forbidden => &p.forbidden,
+            Some(p) => &p.bad_request,
+            None => b"",
+        }
     }
 
     /// The next request in `data` (non-empty), the connection's phase and clock set when it waits.
@@ -316,6 +541,16 @@ impl Intake {
             return Next::Wait;
         }
         Next::Request(head, n)
+    }
+
+    /// A connection keeps its buffer (part of a request, or a request for an app thread): charged
+    /// to the worker's budget by what it takes in memory (its capacity). A connection waiting for
+    /// more bytes keeps them only while the budget has room: false, and it is the Python loop's
+    /// (a head gets its 503 there, a body goes to the spool). `must`: charged whether it fits or
+    /// not (a complete request, or bytes behind a response). Given back when an app thread takes
+    /// the request or the connection is dropped (`Conn::release`).
+    pub fn keep(&self, conn: &mut Conn, must: bool) -> bool {
+        conn.hold(&self.memory, conn.buf.capacity(), must)
     }
 
     fn is_health(&self, head: &Head) -> bool {

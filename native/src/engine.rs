@@ -14,7 +14,8 @@
 //! byte of the message: a head that is not the common shape (the Python parser then gives the
 //! verdict: same rejections, limits and status codes), a body over the in-memory threshold
 //! (spooled by Python), a health check, a head over HEAD_WAIT bytes still
-//! incomplete. `run()` returns those as (fd, client, listener_fd, data, since, fresh). A
+//! incomplete. `run()` returns those as (fd, client, listener_fd, data, since, fresh, held), held
+//! the bytes of the worker's budget charged for data, given back once the Python loop read it. A
 //! response whose whole body the engine does not frame (a stream, a file, write(), an error) is
 //! finished by the Python loop too (`host._finish_slow`), which takes the connection with it.
 //! Once it is between two requests again, the Python loop gives it back (`adopt`).
@@ -30,7 +31,7 @@ use pyo3::types::PyBytes;
 mod serve;
 
 use crate::clock::{Current, SlotClock};
-use crate::conn::{sweep, Conn, Expired, Intake, Next, Phase, Scratch, Timeouts, RECV};
+use crate::conn::{sweep, Conn, Expired, Intake, Next, Phase, Preface, Scratch, Timeouts, RECV};
 use crate::listen::Listeners;
 use crate::environ::Environ;
 use crate::respond::Hooks;
@@ -292,7 +293,8 @@ impl Engine {
     /// Give a connection to the Python loop with `data`, its unconsumed bytes.
     fn hand_over(&mut self, py: Python<'_>, mut conn: Conn, data: &[u8]) -> PyResult<()> {
         self.ep.delete(conn.fd);
-        let item = (conn.fd, conn.client(py)?, conn.listener, PyBytes::new(py, data), conn.since, conn.fresh);
+        let held = conn.hand_charge(&self.intake.memory, data.len());
+        let item = (conn.fd, conn.client(py)?, conn.listener, PyBytes::new(py, data), conn.since, conn.fresh, held);
         self.handed.push(item.into_pyobject(py)?.into_any().unbind());
         Ok(())
     }
@@ -345,7 +347,24 @@ impl Engine {
     }
 
     /// Serve what `conn.buf` holds: complete requests in order, then wait for more bytes.
-    fn process(&mut self, py: Python<'_>, mut conn: Conn, buf: Vec<u8>) -> PyResult<()> {
+    fn process(&mut self, py: Python<'_>, mut conn: Conn, mut buf: Vec<u8>) -> PyResult<()> {
+        if conn.preface {
+            match self.intake.preface(&mut conn, &mut buf) {
+                Preface::Ready => {}
+                Preface::Wait => {
+                    conn.buf = self.scratch.keep(buf, 0);
+                    self.conns.insert(conn.fd, conn);
+                    return Ok(());
+                }
+                Preface::Refused(refusal) => {
+                    let _ = sys::send(conn.fd, self.intake.refusal(refusal.forbidden));
+                    self.scratch.recycle(buf);
+                    self.close(conn);
+                    self.log_warning.bind(py).call1((refusal.line,))?;
+                    return Ok(());
+                }
+            }
+        }
         let mut at = 0;
         loop {
             let data = &buf[at..];
@@ -359,7 +378,10 @@ impl Engine {
                 break; // pipelined: answered once the response before it is out
             }
             let (head, n) = match self.intake.next(&mut conn, data) {
-                Next::Request(head, n) => (head, n),
+                Next::Request(head, n) => {
+                    conn.release(); // served now: not waiting any more (charged again if kept)
+                    (head, n)
+                }
                 Next::Wait => break,
                 Next::HandOver => return self.hand_over(py, conn, data),
             };
@@ -378,6 +400,13 @@ impl Engine {
             }
         }
         conn.buf = self.scratch.keep(buf, at);
+        let writing = conn.phase == Phase::Writing; // (bytes behind a response: kept, charged)
+        if conn.buf.is_empty() {
+            conn.release();
+        } else if !self.intake.keep(&mut conn, writing) {
+            let data = std::mem::take(&mut conn.buf);
+            return self.hand_over(py, conn, &data);
+        }
         self.conns.insert(conn.fd, conn);
         Ok(())
     }

@@ -5,7 +5,8 @@
 //! list body framed and written in one `send`, all without returning to Python between requests.
 //! `PoolEngine` (pool.rs) is the same for a worker with a pool of app threads (`--threads N`): an
 //! I/O thread that never takes the GIL reads and parses, the app threads call the app. Both share
-//! the connection rules (conn.rs) and the app call (call.rs). Whatever is not the common shape is
+//! the connection rules (conn.rs, the PROXY protocol header in proxy.rs) and the app call (call.rs).
+//! Whatever is not the common shape is
 //! handed, from its first byte, to the Python loop (refork.serving.threaded), which gives every
 //! verdict exactly as it does without the engines.
 //!
@@ -29,6 +30,7 @@ mod frame;
 mod listen;
 mod parser;
 mod pool;
+mod proxy;
 mod respond;
 mod sys;
 
@@ -40,6 +42,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::PoolEngine>()?;
     m.add_class::<respond::StartResponse>()?;
     m.add_class::<clock::Current>()?;
+    m.add_class::<conn::MemoryBudget>()?;
     m.add_function(wrap_pyfunction!(frame::frame_list, m)?)?;
+    m.add_function(wrap_pyfunction!(proxy::parse_proxy, m)?)?;
     Ok(())
 }

@@ -172,11 +172,18 @@ pub(crate) fn parse_head<'a>(limits: &HeadLimits, data: &'a [u8]) -> Parsed<'a> 
     if !crlf_only(lines) || !data.iter().all(|&b| (0x20..0x7f).contains(&b) || b == b'\r' || b == b'\n' || b == b'\t') {
         return Parsed::Other;
     }
+    // A line still arriving past its limit is the Python parser's to refuse now (414, 431), with
+    // the same bounds (refork.http.parser: RequestParser._measure): the request line and its CR,
+    // a field line's name and value, ": " and CR.
+    let Some(end) = data.windows(2).rposition(|w| w == b"\r\n") else {
+        let fits = data.len() <= limits.max_line.saturating_add(1);
+        return if fits && common_line_prefix(lines) { Parsed::Partial } else { Parsed::Other };
+    };
+    if data.len() - end - 2 > limits.max_field.saturating_add(4) {
+        return Parsed::Other;
+    }
     // The Python parser judges each header line as it completes (a second Host, a bad
     // Content-Length...): the complete lines must make a common-shape head on their own...
-    let Some(end) = data.windows(2).rposition(|w| w == b"\r\n") else {
-        return if common_line_prefix(lines) { Parsed::Partial } else { Parsed::Other };
-    };
     let mut complete = data[..end + 2].to_vec();
     complete.extend_from_slice(b"\r\n");
     if fast_head(limits, &complete).is_none() {
@@ -391,6 +398,17 @@ impl Parser {
         })
     }
 
+    /// The connection is gone: let go of what the Python parser of a message holds
+    /// (refork.http.parser.RequestParser.release); feed() returns nothing from now on.
+    fn release(&mut self, py: Python<'_>) -> PyResult<()> {
+        if let Some(p) = self.slow.take() {
+            p.bind(py).call_method0(pyo3::intern!(py, "release"))?;
+        }
+        self.closed = true;
+        self.body_left = 0;
+        Ok(())
+    }
+
     /// True from the first byte of a request until its EndOfMessage.
     #[getter]
     fn in_message(&self, py: Python<'_>) -> PyResult<bool> {
@@ -400,6 +418,25 @@ impl Parser {
         match &self.slow {
             Some(p) => p.bind(py).getattr(pyo3::intern!(py, "in_message"))?.is_truthy(),
             None => Ok(false),
+        }
+    }
+
+    /// What the Python parser of a message in progress holds of it (refork.http.parser's
+    /// `buffered`); the fast path holds nothing between reads.
+    #[getter]
+    fn buffered(&self, py: Python<'_>) -> PyResult<usize> {
+        match &self.slow {
+            Some(p) => p.bind(py).getattr(pyo3::intern!(py, "buffered"))?.extract(),
+            None => Ok(0),
+        }
+    }
+
+    /// Bytes of the head in progress (refork.http.parser's `head_held`).
+    #[getter]
+    fn head_held(&self, py: Python<'_>) -> PyResult<usize> {
+        match &self.slow {
+            Some(p) => p.bind(py).getattr(pyo3::intern!(py, "head_held"))?.extract(),
+            None => Ok(0),
         }
     }
 

@@ -149,8 +149,9 @@ impl Shared {
                 q.stops -= 1;
                 return Taken::Stop;
             }
-            if let Some(job) = q.jobs.pop_front() {
-                if let Job::Request(_) = job {
+            if let Some(mut job) = q.jobs.pop_front() {
+                if let Job::Request(conn) = &mut job {
+                    conn.release(); // an app thread has it: not waiting any more
                     q.queued -= 1;
                     q.serving += 1;
                 }
@@ -216,8 +217,9 @@ impl Shared {
 
     /// The connection is the Python loop's from `data` (its bytes not consumed) on. It counts as
     /// the engine's until the Python loop takes it (`take`), so a draining loop always finds it somewhere.
-    fn hand_over(&self, conn: Conn, data: Vec<u8>) {
+    fn hand_over(&self, mut conn: Conn, data: Vec<u8>) {
         self.ep.delete(conn.fd);
+        conn.hold(&self.intake.memory, data.len(), true); // (counted until the Python loop read it)
         locked(&self.to_python).handed.push((conn, data));
         self.py_wake.notify();
     }
@@ -442,15 +444,18 @@ impl PoolEngine {
         self.shared.py_wake.fd
     }
 
-    /// (connections handed over as (fd, client, listener_fd, data, since, fresh), log lines as
+    /// (connections handed over as (fd, client, listener_fd, data, since, fresh, held), log lines as
     /// (is an error, message)).
     fn take<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
         self.shared.py_wake.drain();
         let told = std::mem::take(&mut *locked(&self.shared.to_python));
         self.shared.open.fetch_sub(told.handed.len(), Ordering::AcqRel); // (the caller adopts them now)
         let handed = PyList::empty(py);
+        let memory = &self.shared.intake.memory;
         for (mut conn, data) in told.handed {
-            handed.append((conn.fd, conn.client(py)?, conn.listener, PyBytes::new(py, &data), conn.since, conn.fresh))?;
+            let held = conn.hand_charge(memory, data.len());
+            let item = (conn.fd, conn.client(py)?, conn.listener, PyBytes::new(py, &data), conn.since, conn.fresh, held);
+            handed.append(item)?;
         }
         Ok((handed, PyList::new(py, told.notices)?))
     }

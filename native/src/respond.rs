@@ -30,6 +30,8 @@ pub struct Hooks {
     pub(crate) prefetched: PyObject,
     pub(crate) file_wrapper: PyObject,
     pub(crate) closing_failed: PyObject,
+    /// the host's `pre_request_hook(request, environ)`: gunicorn's pre_request (None: not set)
+    pub(crate) pre_request: Option<PyObject>,
 }
 
 impl Hooks {
@@ -47,6 +49,7 @@ impl Hooks {
             prefetched: r("prefetched")?,
             file_wrapper: r("file_wrapper")?,
             closing_failed: r("closing_failed")?,
+            pre_request: Some(host.getattr("pre_request_hook")?).filter(|h| !h.is_none()).map(|h| h.unbind()),
         })
     }
 }

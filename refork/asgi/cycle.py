@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from refork.asgi.files import file_source
 from refork.asgi.response import FILE_MESSAGES, ResponseState
+from refork.http.budget import MemoryBudget
 from refork.http.events import Request
 from refork.http.response import CONTINUE, simple_response
 
@@ -56,7 +57,7 @@ class Channel(Protocol):
         """Send bytes (dropped once the connection is closing); False: wait for resume_sending()."""
 
     def body_taken(self) -> None:
-        """The app took a body backlog bigger than HIGH_WATER: reading may resume."""
+        """Buffered body bytes were taken by the app (or dropped): reading may resume."""
 
     def hold_head(self, cycle: HttpCycle) -> None:
         """Call cycle.flush_head() after this loop iteration (one callback for all connections)."""
@@ -79,16 +80,18 @@ class Channel(Protocol):
 class HttpCycle:
     """One request/response: the receive() and send() the app sees, and the unread request body.
 
-    ``token``, ``task``, ``started_at`` and ``remote`` are the connection's bookkeeping.
+    ``token``, ``task``, ``started_at``, ``remote`` and ``hook_request`` are the connection's
+    bookkeeping.
     """
 
     __slots__ = (
-        "channel", "loop", "request", "response", "state", "unread", "buffered", "continue_owed",
-        "receive_waiter", "send_waiter", "token", "task", "started_at", "remote", "eof",
+        "channel", "loop", "request", "response", "state", "unread", "buffered", "memory", "continue_owed",
+        "receive_waiter", "send_waiter", "token", "task", "started_at", "remote", "eof", "hook_request",
     )  # fmt: skip
 
     def __init__(
-        self, channel: Channel, loop: asyncio.AbstractEventLoop, request: Request, *, keep_alive: bool = True
+        self, channel: Channel, loop: asyncio.AbstractEventLoop, request: Request, *, keep_alive: bool = True,
+        memory: MemoryBudget | None = None,
     ) -> None:
         self.channel = channel
         self.loop = loop
@@ -97,6 +100,7 @@ class HttpCycle:
         self.state = _RECEIVING_BODY
         self.unread: list[bytes] | None = []  # None: the app has had the last body message
         self.buffered = 0
+        self.memory = memory  # the worker's --max-request-memory, charged with `buffered`
         self.continue_owed = request.expect_continue  # "100 Continue" not sent yet
         self.receive_waiter: asyncio.Future[None] | None = None
         self.send_waiter: asyncio.Future[None] | None = None
@@ -105,18 +109,29 @@ class HttpCycle:
         self.started_at = 0.0
         self.remote: str | None = None
         self.eof = False  # the client half-closed after the whole request: see peer_closed()
+        self.hook_request: Any = None  # the `req` of gunicorn's pre_request/post_request hooks
 
     # Driven by the connection ----------------------------------------------------------------
 
     def body_received(self, data: bytes) -> bool:
-        """Queue a body piece for receive(); True when the backlog passed HIGH_WATER (stop reading)."""
+        """Queue a body piece for receive(); True when reading should stop (see backlogged)."""
         unread = self.unread
         if unread is None:
             return False  # the response is done: the rest of the body is read and dropped
         unread.append(data)
         self.buffered += len(data)
+        memory = self.memory
+        if memory is not None:
+            memory.charge(len(data))
         self._wake_receive()
-        return self.buffered > HIGH_WATER
+        return self.buffered > HIGH_WATER or (memory is not None and memory.full)
+
+    def _let_go(self) -> None:
+        """The buffered body is taken or dropped: its bytes are no longer held for the app."""
+        n = self.buffered
+        self.buffered = 0
+        if n and self.memory is not None:
+            self.memory.give_back(n)
 
     def end_received(self) -> None:
         state = self.state
@@ -133,6 +148,7 @@ class HttpCycle:
             return
         if state is _RECEIVING_BODY or state is _STREAMING:
             self.unread = None  # a body that can never complete is not handed to the app
+            self._let_go()
         self.state = _DISCONNECTED
         self._wake_receive()
         self.resume_sending()
@@ -163,8 +179,11 @@ class HttpCycle:
 
     @property
     def backlogged(self) -> bool:
-        """More unread body than HIGH_WATER: the connection must not read on."""
-        return self.buffered > HIGH_WATER and self.unread is not None
+        """More unread body than HIGH_WATER, or the worker's --max-request-memory is full while
+        this request holds some: the connection must not read on."""
+        if self.unread is None or not self.buffered:
+            return False
+        return self.buffered > HIGH_WATER or (self.memory is not None and self.memory.full)
 
     @property
     def response_started(self) -> bool:
@@ -205,13 +224,11 @@ class HttpCycle:
             if unread:
                 data = unread[0] if len(unread) == 1 else b"".join(unread)
                 unread.clear()
-                backlog = self.buffered > HIGH_WATER
-                self.buffered = 0
+                self._let_go()
                 more = state is _RECEIVING_BODY or state is _STREAMING
                 if not more:
                     self.unread = None
-                if backlog:
-                    self.channel.body_taken()
+                self.channel.body_taken()
                 return {"type": "http.request", "body": data, "more_body": more}
             if unread is not None and state is not _RECEIVING_BODY and state is not _STREAMING:
                 self.unread = None
@@ -306,6 +323,7 @@ class HttpCycle:
             log.error("ASGI app sent %d bytes less than its Content-Length: connection closed", short)
         self.state = _RESPONSE_DONE
         self.unread = None
+        self._let_go()
         if self.receive_waiter is not None:
             self._wake_receive()
         self.channel.cycle_done(self, keep_alive)

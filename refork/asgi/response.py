@@ -49,7 +49,7 @@ class ResponseState:
 
     __slots__ = (
         "request", "keep_alive", "framer", "started", "complete", "status", "_head", "trailers",
-        "send_trailers", "body_ended", "file_sent", "trailer_fields",
+        "send_trailers", "body_ended", "file_sent", "trailer_fields", "headers",
     )  # fmt: skip
 
     def __init__(self, request: Request, *, keep_alive: bool = True) -> None:
@@ -59,6 +59,7 @@ class ResponseState:
         self.started = False
         self.complete = False
         self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []  # the app's (http.response.start)
         self._head: bytes | None = None
         self.trailers = False  # the app announced http.response.trailers ("trailers": True)
         self.send_trailers = False  # ... and they go on the wire (TE: trailers, chunked)
@@ -127,6 +128,7 @@ class ResponseState:
             raise RuntimeError(f"Invalid response head: {exc}") from None
         self.framer = framer
         self.status = status
+        self.headers = headers
         self.started = True
         return b""
 

@@ -81,8 +81,8 @@ class WebSocketChannel(Protocol):
     def close(self, code: int, reason: str) -> None:
         """Start the closing handshake with this code and reason."""
 
-    def message_taken(self, queued: int) -> None:
-        """receive() took a message; `queued` are left: reading may resume below the queue limit."""
+    def message_taken(self, queued: int, size: int) -> None:
+        """receive() took a message of `size` bytes; `queued` are left: reading may resume."""
 
 
 def subprotocols(headers: list[tuple[bytes, bytes]]) -> list[str]:
@@ -132,12 +132,13 @@ class WebSocketSession:
     """One WebSocket's receive() and send(), its :class:`WebSocketState` and its incoming queue.
 
     ``status`` is what the access log shows: 101 once accepted, else the refusal's status.
-    ``sent`` and ``received`` count message payload bytes.
+    ``sent`` and ``received`` count message payload bytes; ``queued_bytes`` those of the messages
+    waiting for receive() (bytes of UTF-8 for text).
     """
 
     __slots__ = (
-        "channel", "loop", "request", "state", "queue", "connect_sent", "receive_waiter", "send_waiter",
-        "status", "sent", "received", "response", "disconnect",
+        "channel", "loop", "request", "state", "queue", "sizes", "queued_bytes", "connect_sent",
+        "receive_waiter", "send_waiter", "status", "sent", "received", "response", "disconnect",
     )  # fmt: skip
 
     def __init__(self, channel: WebSocketChannel, loop: asyncio.AbstractEventLoop, request: Request) -> None:
@@ -146,6 +147,8 @@ class WebSocketSession:
         self.request = request
         self.state = _CONNECTING
         self.queue: deque[dict[str, Any]] = deque()
+        self.sizes: deque[int] = deque()  # the size of each queued message
+        self.queued_bytes = 0
         self.connect_sent = False
         self.receive_waiter: asyncio.Future[None] | None = None
         self.send_waiter: asyncio.Future[None] | None = None
@@ -157,15 +160,30 @@ class WebSocketSession:
 
     # Driven by the connection ----------------------------------------------------------------
 
-    def message_received(self, data: str | bytes) -> int:
-        """A complete message from the peer; returns how many wait for receive() now."""
+    def message_received(self, data: str | bytes, size: int = -1) -> int:
+        """A complete message from the peer, of `size` bytes (of UTF-8 for text; -1: count them);
+        returns how many wait for receive() now."""
         if type(data) is str:
             self.queue.append({"type": "websocket.receive", "text": data})
+            if size < 0:
+                size = len(data.encode())
         else:
             self.queue.append({"type": "websocket.receive", "bytes": data})
+            if size < 0:
+                size = len(data)
+        self.sizes.append(size)
+        self.queued_bytes += size
         self.received += len(data)
         self._wake(False)
         return len(self.queue)
+
+    def drop_queue(self) -> int:
+        """Forget the messages no receive() will take now (the app is done); their bytes."""
+        dropped = self.queued_bytes
+        self.queue.clear()
+        self.sizes.clear()
+        self.queued_bytes = 0
+        return dropped
 
     def disconnected(self, code: int, reason: str = "") -> None:
         """The peer closed (its close frame's code), the server closed it, or the connection is
@@ -216,7 +234,9 @@ class WebSocketSession:
             queue = self.queue
             if queue:
                 message = queue.popleft()
-                self.channel.message_taken(len(queue))
+                size = self.sizes.popleft()
+                self.queued_bytes -= size
+                self.channel.message_taken(len(queue), size)
                 return message
             if self.disconnect is not None:
                 return self.disconnect

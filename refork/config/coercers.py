@@ -12,10 +12,11 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar, get_args
 
-from refork.addresses import BIND_SYNTAX, parse_bind
+from refork.addresses import BIND_SYNTAX, STATSD_SYNTAX, parse_bind, parse_statsd
 from refork.errors import ConfigError
 from refork.http.forwarded import parse_proxy
 from refork.integrations import NAMES
+from refork.log_format import BUILT_IN, FormatError, check_format
 
 T = TypeVar("T")
 Coercer = Callable[[Any, str], T]
@@ -109,6 +110,18 @@ def nonempty_string(value: Any, where: str) -> str:
     if not text:
         raise ConfigError(f"{where} must not be empty")
     return text
+
+
+def access_log_format(value: Any, where: str) -> str:
+    """A built-in name (any case) or a gunicorn format string, checked by the code that compiles it."""
+    text = string(value, where)
+    if text.strip().lower() in BUILT_IN:
+        return text.strip().lower()
+    try:
+        return check_format(text)
+    except FormatError as e:
+        raise ConfigError(f"{where}: {e} in {got(text)} (gunicorn's atoms like %(h)s, or "
+                          f"{', '.join(BUILT_IN)})") from None  # fmt: skip
 
 
 def optional_string(value: Any, where: str) -> str | None:
@@ -339,6 +352,42 @@ def optional_bind_address(value: Any, where: str) -> str | None:
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "off")):
         return None
     return _address(string(value, where).strip(), where)
+
+
+_PROXY_MODES = {
+    "off": "off", "false": "off", "0": "off", "none": "off", "no": "off",
+    "auto": "auto", "true": "auto", "1": "auto", "yes": "auto", "v1": "v1", "v2": "v2",
+}  # fmt: skip
+
+
+def proxy_protocol(value: Any, where: str) -> str:
+    """--proxy-protocol: off, v1, v2 or auto; gunicorn's spellings too (a bool, None, true/false)."""
+    if value is None or isinstance(value, bool):
+        return "auto" if value else "off"
+    if isinstance(value, str) and value.strip().lower() in _PROXY_MODES:
+        return _PROXY_MODES[value.strip().lower()]
+    raise ConfigError(f"{where} must be one of off|v1|v2|auto, got {got(value)}")
+
+
+def statsd_address(value: Any, where: str) -> str | None:
+    """--statsd-host: a StatsD server's address (refork.addresses.parse_statsd), or off (None)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "off")):
+        return None
+    text = string(value, where).strip()
+    try:
+        parse_statsd(text)
+    except ValueError:
+        raise ConfigError(f"{where}: {got(text)} is not a StatsD address; use {STATSD_SYNTAX}") from None
+    return text
+
+
+def statsd_tags(value: Any, where: str) -> str:
+    """--dogstatsd-tags: comma-separated tags, ASCII, nothing that would end a StatsD line."""
+    text = string(value, where).strip()
+    if text and (not text.isascii() or any(c in text for c in "|#\n\r") or not all(text.split(","))):
+        raise ConfigError(f"{where} must be comma-separated ASCII tags like env:prod,team:web, "
+                          f"got {got(text)}")  # fmt: skip
+    return text
 
 
 def histogram_buckets(value: Any, where: str) -> list[float]:

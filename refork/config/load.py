@@ -336,14 +336,7 @@ def _apply(config: Config, sources: Source) -> None:
 
 
 def _coerce(config: Config, name: str, raw: Any, where: str) -> Any:
-    try:
-        return setting_named(name).coerce(raw, where)
-    except ConfigError:
-        if name == "access_log_format" and isinstance(raw, str) and "%(" in raw:
-            config.notes.append((WARNING, f"{where}: gunicorn's log atoms are not read by this build's "
-                                          "access log; using the combined format"))  # fmt: skip
-            return "combined"
-        raise
+    return setting_named(name).coerce(raw, where)
 
 
 def _worker_class(config: Config) -> None:

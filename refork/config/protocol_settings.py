@@ -68,8 +68,23 @@ class ProtocolSettings:
         coerce=c.integer(1),
         metavar="N",
         help="incoming messages buffered before reading pauses",
-        doc="incoming messages waiting for the app's `receive()`; past it, refork stops reading the "
-        "socket (TCP backpressure on the client)",
+        doc="incoming messages waiting for the app's `receive()`; past it (or once they and the message "
+        "arriving hold `--ws-max-size` bytes), refork stops reading the socket (TCP backpressure on "
+        "the client)",
+        group="websockets",
+    )
+    ws_max_memory: int = setting(
+        64 << 20,
+        "--ws-max-memory",
+        coerce=c.size,
+        metavar="SIZE",
+        help="per worker: incoming WebSocket bytes held for the apps (0: no cap)",
+        doc="per worker: bytes of incoming WebSocket messages all its connections hold for their apps "
+        "(waiting for `receive()`, or partly received), counted after decompression; past it a "
+        "connection stops reading (TCP backpressure) until an app takes a message, and one partway "
+        "through a message when no app has one to take is closed with 1009 (0: no cap). Each connection "
+        "holds at most `--ws-max-size` of it: the default is four such connections",
+        shown_default="`64M`",
         group="websockets",
     )
     ws_write_limit: int = setting(
@@ -201,6 +216,19 @@ class ProtocolSettings:
         metavar="SIZE",
         help="request bodies larger than this go to a temporary file",
         shown_default="`1M`",
+        group="HTTP limits",
+    )
+    max_request_memory: int = setting(
+        16 << 20,
+        "--max-request-memory",
+        coerce=c.size,
+        metavar="SIZE",
+        help="per worker: bytes of requests still arriving held in memory (0: no cap)",
+        doc="per worker: request bytes held in memory while they arrive, over all connections: "
+        "partial heads, and bodies (WSGI: up to `--body-spool-threshold`, past it they go to the "
+        "spool sooner; ASGI: not yet taken by `receive()`, past it reading waits); a head that does "
+        "not fit gets 503 with `Retry-After` (0: no cap)",
+        shown_default="`16M`",
         group="HTTP limits",
     )
     max_spool: int = setting(

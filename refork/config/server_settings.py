@@ -91,6 +91,30 @@ class ServerSettings:
         "(`unix:` = unix-socket peers, `*` = all)",
         group="server",
     )
+    proxy_protocol: str = setting(
+        "off",
+        "--proxy-protocol",
+        coerce=c.proxy_protocol,
+        action="optional",
+        metavar="off|v1|v2|auto",
+        help="read HAProxy's PROXY protocol header at the start of each connection (the flag alone: auto)",
+        doc="read the PROXY protocol header (HAProxy's v1 text, v2 binary, or `auto`: either) a proxy "
+        "sends at the start of each connection, on every listener (before the TLS handshake on a TLS "
+        "one): the client it names is `REMOTE_ADDR` / `scope[\"client\"]` and the access log's `h`. "
+        "The flag alone means `auto`; `true`/`false` as in gunicorn; see [http.md](http.md#proxy-protocol)",
+        group="server",
+    )
+    proxy_allow_ips: list[str] = setting(
+        ["127.0.0.1", "::1"],
+        "--proxy-allow-from",
+        coerce=c.list_of(c.trusted_proxy),
+        metavar="IPS",
+        help="comma-separated proxies that may send a PROXY header ('*': any)",
+        doc="the proxies (addresses or networks like `10.0.0.0/8`, `*` = any) that may send a PROXY "
+        "header; a header from another peer is answered 403 and closed. Unix-socket peers always may "
+        "(gunicorn's rule)",
+        group="server",
+    )
 
     # Processes
     workers: int = setting(

@@ -16,7 +16,7 @@ from refork.config.coercers import Choice, Coercer
 
 T = TypeVar("T")
 
-Action = Literal["store", "append", "store_true", "boolean_optional"]
+Action = Literal["store", "append", "store_true", "boolean_optional", "optional"]
 """How the flag takes its value: once, repeated, present = true, or --x/--no-x."""
 
 _KEY = "refork.setting"
@@ -124,6 +124,8 @@ def add_arguments(parser: argparse.ArgumentParser, settings: Iterable[Setting[An
             add(*s.flags, dest=s.name, action="store_const", const=True, help=text)
         elif s.action == "boolean_optional":
             add(*s.flags, dest=s.name, action=argparse.BooleanOptionalAction, help=text)
+        elif s.action == "optional":  # a value, or the flag alone (True: the coercer says what it means)
+            add(*s.flags, dest=s.name, nargs="?", const=True, metavar=s.metavar, help=text)
         else:
             add(*s.flags, dest=s.name, action=s.action, metavar=s.metavar, help=text)
 
@@ -150,6 +152,8 @@ def _option(s: Setting[Any]) -> str:
         long = s.flags[-1][2:]
         return f"`--{long}/--no-{long}`"
     names = "/".join(s.flags)
+    if s.action == "optional":
+        return f"`{names} [{s.metavar}]`"
     return f"`{names} {s.metavar}`" if s.metavar and s.action in ("store", "append") else f"`{names}`"
 
 

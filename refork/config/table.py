@@ -20,15 +20,15 @@ from refork.config.protocol_settings import ProtocolSettings, WebSockets
 from refork.config.server_settings import Interface, Loop, ReadyWhen, ServerSettings, WsgiLoop
 from refork.config.settings import Setting, setting, settings_of
 from refork.integrations import NAMES
+from refork.log_format import GUNICORN_DEFAULT
 
-AccessLogFormat = Literal["common", "combined", "json"]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 ForkSafety = Literal["warn", "strict", "off"]
 MemoryMetric = Literal["uss", "pss"]
 Allocator = Literal["system", "jemalloc"]
 
 __all__ = [
-    "HOOK_NAMES", "RESTART_ONLY", "SETTINGS", "AccessLogFormat", "Allocator", "Config", "ForkSafety",
+    "HOOK_NAMES", "RESTART_ONLY", "SETTINGS", "Allocator", "Config", "ForkSafety",
     "Interface", "LogLevel", "Loop", "MemoryMetric", "ReadyWhen", "WebSockets", "WsgiLoop", "setting_named",
 ]
 
@@ -46,12 +46,17 @@ class Config(ProcessSettings, ProtocolSettings, ServerSettings):
         shown_default="off",
         group="logging",
     )
-    access_log_format: AccessLogFormat = setting(
-        "common",
+    access_log_format: str = setting(
+        GUNICORN_DEFAULT,
         "--access-logformat",
         "--access-log-format",
-        coerce=c.Choice(AccessLogFormat),
-        help="access log format",
+        coerce=c.access_log_format,
+        metavar="FORMAT",
+        help="gunicorn's %(h)s-style atoms, or common, combined, json (default: gunicorn's)",
+        doc="a gunicorn format string (atoms `h l u t r m U q H s B b f a T M D L p`, `%({header}i)s`, "
+        "`%({header}o)s`, `%({VAR}e)s`), or `common`, `combined`, `json`; see "
+        "[configuration.md](configuration.md#access-log-formats)",
+        shown_default="gunicorn's, `%(h)s %(l)s %(u)s %(t)s \"%(r)s\" %(s)s %(b)s \"%(f)s\" \"%(a)s\"`",
         group="logging",
     )
     error_logfile: str = setting(
@@ -214,6 +219,35 @@ class Config(ProcessSettings, ProtocolSettings, ServerSettings):
         shown_default="Prometheus' defaults, `0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10`",
         group="metrics",
         restart_only=True,
+    )
+    statsd_host: str | None = setting(
+        None,
+        "--statsd-host",
+        coerce=c.statsd_address,
+        metavar="HOST:PORT|unix:PATH",
+        help="send gunicorn's StatsD metrics here (UDP, or a unix datagram socket), from the monitor",
+        doc="send gunicorn's StatsD metrics (`gunicorn.requests`, `gunicorn.request.duration`, ...) and "
+        "each worker's memory to this address: `HOST:PORT` (UDP; port 8125 by default) or `unix:PATH` "
+        "(a datagram socket); sent by the monitor once a second, never by a request; see "
+        "[metrics.md](metrics.md#statsd)",
+        shown_default="off",
+        group="metrics",
+    )
+    statsd_prefix: str = setting(
+        "",
+        "--statsd-prefix",
+        coerce=c.string,
+        metavar="PREFIX",
+        help="prefix of every StatsD metric name (a '.' is added)",
+        group="metrics",
+    )
+    dogstatsd_tags: str = setting(
+        "",
+        "--dogstatsd-tags",
+        coerce=c.statsd_tags,
+        metavar="TAG,...",
+        help="DogStatsD tags added to every metric, e.g. env:prod,team:web",
+        group="metrics",
     )
 
     # Not settings: what loading found besides values

@@ -7,16 +7,21 @@ the next pipelined request, and reads never block on the network.
 Spooled files are unlinked at creation (``tempfile.TemporaryFile`` in ``Spool.directory``), so
 ``du`` does not see them; a worker's :class:`Spool` caps the bytes its connections hold there at
 once, so a few clients cannot fill the disk: a body that could never fit is answered 413, one that
-does not fit now 503 (with ``Retry-After``).
+does not fit now 503 (with ``Retry-After``). What a body holds of the budget is what has arrived
+of it, never what its header declares: a client that declares a gigabyte and sends a megabyte
+holds a megabyte. A spool directory that is full (or over a quota) is a 507, with
+``Retry-After``, to the upload that found it so.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import tempfile
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
+from refork.http.budget import MemoryBudget
 from refork.http.events import ParseError
 
 
@@ -125,17 +130,36 @@ EMPTY_INPUT: InputStream = _EmptyInput()
 _NO_SPOOL = Spool(0)  # for callers without a worker budget (tests, tools)
 
 
+# What a write to a spool file that cannot take more raises: the disk or the user's quota is
+# full, or the file would pass the process's size limit.
+_DISK_FULL = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
+
+
+def _disk_full(exc: OSError) -> ParseError:
+    if exc.errno in _DISK_FULL:
+        return ParseError(507, "no space left in the spool directory for the request body")
+    return ParseError(500, f"cannot spool the request body: {exc.strerror or exc}")
+
+
 class BodyBuffer:
     """Collects de-chunked body pieces; spills to a temp file past `threshold` bytes.
 
-    Spilled bytes are charged to `spool`: a declared `length` is charged whole when the body
-    spills (an upload that cannot fit is refused before it fills the disk), a chunked body as it
-    arrives. write() raises ParseError 413 (bigger than the whole spool) or 503 (no room now).
+    Bytes held in memory are charged to `memory` (the worker's --max-request-memory) as they
+    arrive; when it is full the body spills at once, whatever its size. Spilled bytes are charged
+    to `spool` as they arrive. When the body spills, a declared `length`
+    that could never fit is refused at once (413), and one that does not fit beside the bytes the
+    other uploads hold now gets a 503 before it fills the disk; a body then never holds more of the
+    budget than what has arrived of it (a declared length reserves nothing). write() and finish()
+    raise ParseError 413, 503, or 507 when the spool directory is full (500 if it fails otherwise).
     """
 
-    __slots__ = ("_parts", "_size", "_file", "_threshold", "_spool", "_length", "_charged")
+    __slots__ = (
+        "_parts", "_size", "_file", "_threshold", "_spool", "_length", "_charged", "_memory", "_in_memory",
+    )  # fmt: skip
 
-    def __init__(self, threshold: int, spool: Spool = _NO_SPOOL, length: int | None = None) -> None:
+    def __init__(
+        self, threshold: int, spool: Spool = _NO_SPOOL, length: int | None = None, memory: Any = None
+    ) -> None:
         self._parts: list[bytes] = []
         self._size = 0
         self._file: BinaryIO | None = None
@@ -143,26 +167,58 @@ class BodyBuffer:
         self._spool = spool
         self._length = length
         self._charged = 0
+        self._memory: MemoryBudget | None = memory  # the worker's: a body past it is spooled sooner
+        self._in_memory = 0  # bytes of _parts charged to it
 
     def write(self, data: bytes) -> None:
         self._size += len(data)
         if self._file is not None:
-            if self._size > self._charged:
-                self._charge(self._size - self._charged)
-            self._file.write(data)
+            self._charge(self._size - self._charged)
+            try:
+                self._file.write(data)
+            except OSError as exc:
+                raise _disk_full(exc) from None
             return
         self._parts.append(data)
+        memory = self._memory
         if self._size > self._threshold:
-            self._charge(max(self._size, self._length or 0))
-            f = tempfile.TemporaryFile(prefix="refork-body-", dir=self._spool.directory)  # noqa: SIM115 - owned by the stream
-            try:
-                for part in self._parts:
-                    f.write(part)
-            except BaseException:
-                f.close()
-                raise
-            self._file = f
-            self._parts = []
+            self._spill()
+        elif memory is not None:
+            if memory.take(len(data)):
+                self._in_memory += len(data)
+            else:  # the worker holds enough bodies in memory: this one goes to disk now
+                self._spill()
+
+    def _spill(self) -> None:
+        """Move the parts to a temp file: the declared length is checked, what arrived charged."""
+        spool = self._spool
+        length = max(self._size, self._length or 0)
+        if length > spool.limit:
+            raise ParseError(413, "request body larger than the spool (--max-spool)")
+        if spool.used + length > spool.limit:
+            raise ParseError(503, "request body spool is full")
+        self._charge(self._size)
+        try:
+            f = tempfile.TemporaryFile(prefix="refork-body-", dir=spool.directory)  # noqa: SIM115 - owned by the stream
+        except OSError as exc:
+            raise _disk_full(exc) from None
+        try:
+            for part in self._parts:
+                f.write(part)
+        except BaseException as exc:
+            f.close()
+            if isinstance(exc, OSError):
+                raise _disk_full(exc) from None
+            raise
+        self._file = f
+        self._parts = []
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """The parts are no longer this buffer's to hold in memory: give their bytes back."""
+        if self._in_memory:
+            self._memory.give_back(self._in_memory)  # type: ignore[union-attr]
+            self._in_memory = 0
 
     def _charge(self, n: int) -> None:
         spool = self._spool
@@ -176,13 +232,18 @@ class BodyBuffer:
         f = self._file
         self._file = None
         if f is not None:
-            f.flush()
-            f.seek(0)
+            try:
+                f.flush()
+                f.seek(0)
+            except OSError as exc:
+                self._file = f  # discard() closes it and gives its bytes back
+                raise _disk_full(exc) from None
             charged = self._charged
             self._charged = 0
             return _SpooledInput(f, self._size, self._spool, charged)
         parts = self._parts
         self._parts = []
+        self._let_go()  # (the app's now, no longer arriving)
         if not parts:
             return EMPTY_INPUT
         data = parts[0] if len(parts) == 1 else b"".join(parts)
@@ -197,3 +258,4 @@ class BodyBuffer:
             self._spool.give_back(self._charged)
             self._charged = 0
         self._parts = []
+        self._let_go()

@@ -35,7 +35,15 @@ Other behaviour worth knowing:
   feed(), for a loop to answer first (both loops do, then answer the error and close).
 - A limit of 0 means unlimited.
 - A field over a limit is answered 431 once the bytes after it are well-formed, else 400: the
-  status never depends on where the reads were cut (see _over).
+  status does not depend on where the reads were cut (see _over), with one exception:
+- A line is bounded as it arrives (see _measure): a request line longer than max_request_line
+  (and its CR) is refused 414, a field line (name, colon, whitespace, value, CR) longer than
+  max_header_size + 4 is refused 431, as soon as that many bytes came without the line's end
+  (llhttp would hold the line in memory until it ends). Whatever follows it is not waited for, so
+  such a line followed by a malformed one is 431 when a read ended inside it, 400 when it came
+  whole (the reason of such a refusal says ARRIVING).
+- ``buffered`` is what a parser holds of a head in progress (the head so far, the bytes kept for
+  a replay, an unknown method arriving), for a loop's per-worker budget.
 - Known leniency left as llhttp has it: several spaces between request-line parts (pinned by a
   test so an llhttp upgrade is noticed).
 """
@@ -43,6 +51,7 @@ Other behaviour worth knowing:
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from httptools import HttpParserError, HttpParserInvalidMethodError, HttpParserUpgrade
 
@@ -66,9 +75,12 @@ from refork.http.llhttp import llhttp as _llhttp
 from refork.http.llhttp import may_name_other_protocol
 from refork.http.rare import EOM, PLACEHOLDER, RESUME, RTSP_METHOD_WITH_HTTP, RareRequests
 
-__all__ = ["Limits", "RequestParser", "ParseError"]
+__all__ = ["ARRIVING", "Limits", "RequestParser", "ParseError"]
 
 _UNLIMITED = sys.maxsize
+# in the reason of a line refused before its end: the one status that depends on where the reads
+# were cut (the whole line might have been followed by a malformed one: 400 then, see _over)
+ARRIVING = "still arriving"
 _MAX_HELD = 1 << 16  # bytes kept across reads for a replay (see RequestParser._hold)
 
 
@@ -106,6 +118,10 @@ class RequestParser(RareRequests):
         self._in_head = False
         self._head_started = False
         self._head_bytes = 0
+        self.head_held = 0  # bytes of the head (or trailer section) in progress, after a read
+        self._line = 0  # bytes of its line still arriving
+        self._past_first = False  # its first line (a request line) has ended
+        self._ended_in_body = False  # the last message's last bytes were Content-Length body bytes
         self._body_left = _UNLIMITED  # chunked body bytes still allowed by max_body
         self._upgrade_body = 0
         self._chunk_line = False  # in a chunk-size line (else, in a chunked body: data or trailers)
@@ -142,11 +158,38 @@ class RequestParser(RareRequests):
         return self._in_message
 
     @property
+    def buffered(self) -> int:
+        """Bytes this parser holds of the head (or trailer section) in progress: the head so far and
+        what is kept of it for a replay, or an unknown method still arriving. (While a body streams,
+        what is kept for a replay, at most _MAX_HELD, is the connection's own, like its socket's
+        buffers: charging it would hold a budget that only reading on gives back.)"""
+        head = self.head_held
+        if head:
+            held = self._held
+            return head + (len(held) if held else 0)
+        return len(self._pending)
+
+    @property
     def upgraded(self) -> bytes | None:
         """After a WebSocket handshake request (hand-off mode): the bytes that followed its head in
         what was fed, for the WebSocket protocol; None before. The parser is done then: feed()
         returns nothing more."""
         return self._upgraded
+
+    def release(self) -> None:
+        """The connection is gone: let go of what the parser holds (llhttp's callbacks are this
+        object's methods, a reference cycle: without this, a head in progress would wait for the
+        garbage collector). feed() returns nothing from now on."""
+        self._p = _RELEASED
+        self._error = self._late = None  # (its traceback holds the frames that raised it, data and all)
+        self._headers = []
+        self._specials = []
+        self._url = b""
+        self._held = None
+        self._refed = None
+        self._pending = b""
+        self._closed = self._slow = True
+        self.head_held = self._line = 0
 
     def feed(self, data: bytes) -> list[Event]:
         """Parse more bytes; return the events they complete, in order."""
@@ -187,14 +230,81 @@ class RequestParser(RareRequests):
                 self._head_bytes += len(data)
                 if self._head_bytes > self._max_head:
                     raise self._overflow()
+            if self._in_head and not self._chunk_line:
+                self._measure(data, began_inside)
+            elif self.head_held:
+                self.head_held = self._line = 0
         except ParseError as exc:
             exc.events = _complete_messages(self._events)
             raise
+        finally:
+            self._data = b""  # (a read can be 256 KiB: not kept past its feed())
         if self._in_message:
             self._hold(data)
         elif self._held or self._held is None or self._refed is not None:
             self._between_requests()
+        self._events = []  # nor its events (their body pieces are the caller's to keep)
         return events
+
+    def _measure(self, data: bytes | bytearray | memoryview, began_inside: bool) -> None:
+        """A read ended inside a request head or a trailer section: how much of it the parser
+        holds now (head_held) and how long its line still arriving is; a line past its limit is
+        refused now (see the module docstring), not when it ends.
+
+        The bytes of a head that began in an earlier read are all its own. A head that began in
+        this read is measured from the read's start when nothing came before it in the read; after
+        other messages in the same read (pipelining) where it began is not known, so only what
+        follows the last LF (less a body's LF-free tail before it) is counted, and the check waits
+        for the next read. A trailer section begins right after an LF (the last-chunk line)."""
+        if type(data) is memoryview:
+            data = bytes(data)
+        n = len(data)
+        nl = data.rfind(b"\n")
+        request_head = self._request is None
+        if not self._head_started:  # began in an earlier read: all of this read is the head's
+            line = n - nl - 1 if nl >= 0 else self._line + n
+            held = self.head_held + n
+            if nl >= 0:
+                self._past_first = True
+        elif not request_head:  # a trailer section
+            line = held = n - nl - 1
+        elif not began_inside and not any(e is EOM for e in self._events):  # from the read's start
+            start = n - len(data.lstrip(b"\r\n"))  # (after empty lines, RFC 9112 2.2)
+            held = n - start
+            self._past_first = nl >= start
+            line = n - nl - 1 if self._past_first else held
+        else:  # after other messages in this read
+            line = held = max(0, n - nl - 1 - self._tail_before(nl))
+            self._past_first = True  # (the next read checks, from an undercount: see above)
+            self.head_held, self._line = held, line
+            return
+        self.head_held, self._line = held, line
+        if request_head and not self._past_first:
+            if line > self._max_line + 1:  # (and its CR)
+                raise self._fail(414, f"request line too long ({ARRIVING})")
+        elif line > self._max_field + 4:  # name and value, ": " and CR
+            field = "header" if request_head else "trailer"
+            raise self._fail(431, f"{field} field too large ({ARRIVING})")
+
+    def _tail_before(self, nl: int) -> int:
+        """The LF-free bytes a Content-Length body put before this read's last LF-free run (the
+        head after it began there), from this read's Body events of the message that ended last."""
+        if not self._ended_in_body:
+            return 0
+        events = self._events
+        i = len(events) - 1
+        while i >= 0 and events[i] is not EOM:
+            i -= 1
+        tail = 0
+        i -= 1
+        while i >= 0 and type(events[i]) is Body:
+            piece = events[i].data  # type: ignore[union-attr]
+            at = piece.rfind(b"\n")
+            if at >= 0:
+                return tail + len(piece) - at - 1
+            tail += len(piece)
+            i -= 1
+        return tail
 
     def _between_requests(self) -> None:
         """A read ended between two requests: nothing held, nothing re-fed to remember."""
@@ -234,16 +344,25 @@ class RequestParser(RareRequests):
         if self._closed or not data:
             return []
         self._events = []
+        began_inside = self._in_message
+        self._head_started = False
         try:
             self._feed_slow_rest(data)
+            if self._in_head and not self._chunk_line and self._framing is None:
+                self._measure(data, began_inside)
+            elif self.head_held:
+                self.head_held = self._line = 0
         except ParseError as exc:
             exc.events = _complete_messages(self._events)
             raise
+        finally:
+            self._data = b""
         if self._in_message:
             self._hold(data)
         elif self._held or self._held is None or self._refed is not None:
             self._between_requests()
-        return self._events
+        events, self._events = self._events, []
+        return events
 
     def _feed_slow_rest(self, data: bytes) -> None:
         if self._framing is not None:
@@ -311,6 +430,7 @@ class RequestParser(RareRequests):
         self._upgrade_body = n - len(chunk)
         self._set_slow()
         if not self._upgrade_body:
+            self._ended_in_body = True
             self._events.append(EOM)
             self._in_message = False
             self._request = None
@@ -327,6 +447,7 @@ class RequestParser(RareRequests):
             raise _AfterClose
         self._in_message = self._in_head = self._head_started = True
         self._head_bytes = 0
+        self._past_first = False
         self._url = b""
         self._headers = []
         self._specials = []
@@ -545,11 +666,20 @@ class RequestParser(RareRequests):
     def on_message_complete(self) -> None:
         if self._upgrade_body:
             return  # llhttp skipped the body of an upgrade request: feed() reads it
+        request = self._request
+        self._ended_in_body = request is not None and not request.chunked and bool(request.content_length)
         self._events.append(EOM)
         self._in_message = False
         self._request = None
         if not self._keep_alive:
             self._closed = self._slow = True
+
+
+class _Released:
+    """What a released parser's llhttp is: nothing (see RequestParser.release)."""
+
+
+_RELEASED: Any = _Released()
 
 
 class _AfterClose(Exception):

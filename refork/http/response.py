@@ -115,13 +115,14 @@ def _status_line(status: int, reason: bytes | None) -> bytes:
     return line
 
 
-_RETRY_LINE = b"Retry-After: 1\r\n"  # a server-made 503 is always "busy now" (a full spool)
+_RETRY_LINE = b"Retry-After: 1\r\n"  # a server-made 503 or 507 is "busy now": a full spool or disk
+_RETRY = frozenset((503, 507))
 
 
 def simple_response(status: int, body: bytes | None = None, *, keep_alive: bool = False) -> bytes:
     """A complete server-generated response (errors mostly): text/plain, sized, closing by default.
 
-    A 503 carries ``Retry-After: 1``."""
+    A 503 or a 507 carries ``Retry-After: 1``."""
     if body is None:
         body = reason_phrase(status) + b"\n"
     return b"".join(
@@ -131,7 +132,7 @@ def simple_response(status: int, body: bytes | None = None, *, keep_alive: bool 
             _date_header(),
             _SERVER_LINE,
             b"" if keep_alive else _CLOSE_LINE,
-            _RETRY_LINE if status == 503 else b"",
+            _RETRY_LINE if status in _RETRY else b"",
             b"\r\n",
             body,
         )

@@ -1,10 +1,27 @@
 /* Make the mold's heap immortal before fork so that reading objects in a worker
- * writes nothing to the shared pages (CPython 3.12-3.14, GIL, 64-bit, non-debug).
+ * writes nothing to the shared pages (CPython 3.12-3.15, GIL, 64-bit, non-debug).
  *
  * Why: every Py_INCREF/Py_DECREF of an inherited object dirties its page (copy on
  * write). Immortal objects (PEP 683) skip those stores. We walk everything reachable
- * from the GC-tracked objects, set the low 32 bits of each refcount to 0xFFFFFFFF,
- * and fill lazily computed hashes (str, bytes; tuples on 3.14) while we are there.
+ * from the GC-tracked objects, mark each object immortal exactly as CPython's own
+ * _Py_SetImmortalUntracked (Objects/object.c) does in that version, and fill lazily
+ * computed hashes (str, bytes; tuples from 3.14) while we are there:
+ *
+ *   3.12, 3.13  the refcount word = _Py_IMMORTAL_REFCNT (UINT_MAX). Py_INCREF adds in
+ *               32 bits and stops at 0xFFFFFFFF; Py_DECREF skips a negative low word.
+ *   3.14, 3.15  ob_refcnt = _Py_IMMORTAL_INITIAL_REFCNT (3 << 30) and _Py_IMMORTAL_FLAGS
+ *               set in ob_flags. The interpreter's tagged stack references take
+ *               immortality from that flag (PyStackRef_FromPyObjectSteal); a reference
+ *               it left untagged is then copied and released with _Py_INCREF_MORTAL /
+ *               Py_DECREF_MORTAL, which add and subtract without any check. 3 << 30 is
+ *               2^30 steps from both edges of the immortal range: with the flag clear and
+ *               0xFFFFFFFF, one such copy wrapped the count to 0 and the next pair of
+ *               copy/release freed a live object. Untagged references also exist for
+ *               objects made immortal while a frame held them (the mold's own stack);
+ *               the margin is what keeps those harmless, as it does for CPython.
+ *   both        _Py_IsImmortal (a negative low word) is the test; statically allocated
+ *               objects are immortal already and are never touched, so their
+ *               _Py_STATICALLY_ALLOCATED_FLAG and refcount stay as CPython set them.
  *
  * "Already immortal" doubles as the visited mark, so the walk needs no visited set,
  * and an explicit stack replaces C recursion. Roots (GC-tracked objects) are always
@@ -18,7 +35,9 @@
 #include <Python.h>
 #include <stdint.h>
 
-#if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030F0000 && SIZEOF_VOID_P == 8 \
+/* Exact versions whose object header this file follows (each one read from that version's
+ * headers and Objects/object.c); anything else is refused with a reason. */
+#if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x03100000 && SIZEOF_VOID_P == 8 \
     && !defined(Py_GIL_DISABLED) && !defined(Py_DEBUG) && !defined(Py_REF_DEBUG)     \
     && !defined(Py_TRACE_REFS) && !defined(Py_LIMITED_API) && !defined(PYPY_VERSION)
 #define REFORK_SUPPORTED 1
@@ -34,9 +53,9 @@ unsupported_reason(void)
 #elif PY_VERSION_HEX < 0x030C0000
     return "Python " Py_STRINGIFY(PY_MAJOR_VERSION) "." Py_STRINGIFY(PY_MINOR_VERSION)
            " (needs CPython 3.12+)";
-#elif PY_VERSION_HEX >= 0x030F0000
+#elif PY_VERSION_HEX >= 0x03100000
     return "Python " Py_STRINGIFY(PY_MAJOR_VERSION) "." Py_STRINGIFY(PY_MINOR_VERSION)
-           " (untested refcount layout; supported: 3.12-3.14)";
+           " (untested refcount layout; supported: 3.12-3.15)";
 #elif defined(Py_GIL_DISABLED)
     return "free-threaded build";
 #elif defined(Py_DEBUG) || defined(Py_REF_DEBUG) || defined(Py_TRACE_REFS)
@@ -62,32 +81,23 @@ runtime_mismatch(void)
     return NULL;
 }
 
-static inline uint32_t
-refcnt_low(PyObject *op)
-{
-#if PY_VERSION_HEX >= 0x030E0000
-    return (uint32_t)op->ob_refcnt; /* 3.14: a uint32 next to ob_overflow/ob_flags */
-#else
-    return (uint32_t)op->ob_refcnt_split[PY_BIG_ENDIAN];
-#endif
-}
-
 static inline int
 is_immortal(PyObject *op)
 {
-    /* Every supported version treats bit 31 of the low word as "immortal" in Py_DECREF. */
-    return (int32_t)refcnt_low(op) < 0;
+    return _Py_IsImmortal(op);
 }
 
+/* The header CPython's _Py_SetImmortalUntracked writes, for a mortal object. */
 static inline void
 set_immortal(PyObject *op)
 {
-    /* Only the low 32 bits: on 3.14 the upper half of static objects holds flags. On
-     * 3.12/3.13 the upper half of a mortal refcount is 0, giving exactly UINT_MAX. */
 #if PY_VERSION_HEX >= 0x030E0000
-    op->ob_refcnt = 0xFFFFFFFFu;
+    /* CPython assigns ob_flags = _Py_IMMORTAL_FLAGS; or-ing keeps any other bit a future
+     * patch release might set on a heap object (there is none on 3.14 and 3.15). */
+    op->ob_flags |= _Py_IMMORTAL_FLAGS;
+    op->ob_refcnt = (uint32_t)_Py_IMMORTAL_INITIAL_REFCNT;
 #else
-    op->ob_refcnt_split[PY_BIG_ENDIAN] = 0xFFFFFFFFu;
+    op->ob_refcnt = _Py_IMMORTAL_REFCNT;
 #endif
 }
 

@@ -4,17 +4,20 @@ Order matters (see /work/shared/research/cpython-copy-on-write.md):
 
 1. ``gc.disable()`` first thing in the mold, so collections do not leave holes in
    shared pages that workers later fill (which dirties them).
-2. Before fork: ``gc.collect()`` once (no cyclic garbage gets frozen), then make the
-   heap immortal (3.12+: refcount writes are the main source of copy-on-write), then
-   ``gc.freeze()`` (the GC never writes to frozen objects' headers again).
+2. Before fork: load what ``lazy import`` (PEP 810, 3.15+) left pending, ``gc.collect()``
+   once (no cyclic garbage gets frozen), then make the heap immortal (3.12+: refcount
+   writes are the main source of copy-on-write), then ``gc.freeze()`` (the GC never writes
+   to frozen objects' headers again).
 3. ``gc.enable()`` in each worker.
 """
 
 from __future__ import annotations
 
 import gc
+import importlib
 import sys
 import time
+import types
 from dataclasses import dataclass
 from types import FrameType
 
@@ -35,6 +38,15 @@ class HeapReport:
     frozen: int
     seconds: float
     immortalize: str  # e.g. "on (412,345 objects)", "off (--no-immortalize)", "unsupported: ..."
+    lazy_imports: int = 0  # pending lazy imports (PEP 810) resolved before the fork
+
+    def describe(self) -> str:
+        """The mold's log line: what the preparation did and how long it took."""
+        lazy = f", lazy imports resolved {self.lazy_imports}" if self.lazy_imports else ""
+        return (
+            f"heap: collected {self.collected}, frozen {self.frozen}, immortalize {self.immortalize}"
+            f"{lazy} ({self.seconds * 1000:.0f} ms)"
+        )
 
 
 def immortalize_support() -> tuple[bool, str]:
@@ -82,6 +94,48 @@ def is_immortal(obj: object) -> bool:
     return not _BUILD_ERROR and _immortal.is_immortal(obj)
 
 
+def resolve_lazy_imports() -> int:
+    """Import what ``lazy import`` (PEP 810, 3.15+) left pending and rebind its placeholders.
+
+    A module still pending in the mold would be imported by every worker on first use, after
+    the fork, into memory of its own. And a placeholder stays in its module's globals until
+    code there first uses it, when the interpreter rebinds it: a write into a shared dict in
+    every worker. So, until nothing is left (a module loaded here may have lazy imports of its
+    own): import every name ``sys.lazy_modules`` still lists, and replace every placeholder in
+    a module's globals by what it resolves to. An import that fails is left to fail where the
+    app would have met it. Returns how many names and placeholders were resolved.
+    """
+    placeholder = getattr(types, "LazyImportType", None)
+    pending = getattr(sys, "lazy_modules", None)
+    if placeholder is None or pending is None:
+        return 0
+    resolved = 0
+    for _ in range(50):  # a bound, in case an import keeps adding lazy imports of new names
+        progress = 0
+        for name in sorted(pending):  # also "package.attribute" of `lazy from`: ImportError
+            if name not in sys.modules:
+                try:
+                    importlib.import_module(name)
+                except Exception:  # the app meets the error on first use, as it would have
+                    continue
+                progress += 1
+        for module in list(sys.modules.values()):
+            namespace = getattr(module, "__dict__", None)
+            if not isinstance(namespace, dict):
+                continue
+            for key, value in list(namespace.items()):
+                if type(value) is placeholder:
+                    try:
+                        namespace[key] = value.resolve()
+                    except Exception:  # left for the app to meet on first use
+                        continue
+                    progress += 1
+        if not progress:
+            break
+        resolved += progress
+    return resolved
+
+
 def prepare_heap_for_fork(*, immortalize: bool) -> HeapReport:
     """Collect, optionally immortalize, and freeze: the last step in a mold before forking.
 
@@ -91,6 +145,7 @@ def prepare_heap_for_fork(*, immortalize: bool) -> HeapReport:
     are reached because every GC object is a root of the walk.
     """
     start = time.perf_counter()
+    lazy = resolve_lazy_imports()
     # Collect before unfreezing: it then only scans the young objects and never writes
     # to the headers of objects frozen by an earlier mold (still shared with it).
     collected = gc.collect()
@@ -116,6 +171,7 @@ def prepare_heap_for_fork(*, immortalize: bool) -> HeapReport:
         frozen=gc.get_freeze_count(),
         seconds=time.perf_counter() - start,
         immortalize=state,
+        lazy_imports=lazy,
     )
 
 

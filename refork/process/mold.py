@@ -139,12 +139,10 @@ def _load(config: Config) -> tuple[Any, str]:
 def _mold_loop(ctx: ProcessContext, cmd: socket.socket, app: Any, interface: str, generation: int) -> int:
     ctx.tell(messages.Starting(os.getpid(), messages.HEAP))
     report = prepare_heap_for_fork(immortalize=ctx.config.immortalize)
-    detail = (
-        f"heap: collected {report.collected}, frozen {report.frozen}, immortalize {report.immortalize}"
-        f" ({report.seconds * 1000:.0f} ms)"
-    )
+    detail = report.describe()
     log.info("mold (gen %d) ready; %s", generation, detail)
-    ctx.tell(messages.Ready(os.getpid(), detail, immortalized=report.immortalized > 0))
+    immortal = report.immortalize.startswith("on ")  # (what it inherited may have been already)
+    ctx.tell(messages.Ready(os.getpid(), detail, immortalized=immortal))
     children: set[int] = set()  # only without a subreaper: then workers are our children
     while True:
         if not ctx.subreaper:

@@ -27,7 +27,7 @@ from refork.config import Config, ConfigError
 from refork.hooks import GunicornConfig, Server, call_logged, worker_for_exit
 from refork.loading import change_directory
 from refork.memory.accounting import read_memory
-from refork.memory.allocator import loaded_allocator
+from refork.memory.allocator import fix_glibc_thresholds, loaded_allocator
 from refork.process import messages, systemd
 from refork.process.context import ProcessContext, set_title
 from refork.process.control import ControlServer
@@ -46,8 +46,10 @@ from refork.process.listeners import (
 )
 from refork.process.metrics import ListenerSample, Snapshot, Totals, WorkerSample, render
 from refork.process.metrics_server import MetricsServer
+from refork.process.monitor_heap import prepare_monitor_heap
 from refork.process.pidfile import remove_pidfile, write_pidfile
 from refork.process.slots import Slots
+from refork.process.statsd import Statsd, WorkerView, count_logs
 from refork.process.supervisor import events as ev
 from refork.process.supervisor.core import Supervisor
 from refork.process.watch import Watcher
@@ -81,6 +83,7 @@ class Monitor:
         self.owned_listeners: list[socket.socket] = []  # bound by us: sealed at a graceful stop
         self.sealed_ports: list[Port] = []  # their TCP ports, once sealed
         self.metrics: MetricsServer | None = None  # --metrics-bind
+        self.statsd: Statsd | None = None  # --statsd-host
         self.totals = Totals(len(config.metrics_buckets))  # the counts of exited workers (metrics)
 
     # -- set-up ----------------------------------------------------------------------------------
@@ -117,6 +120,7 @@ class Monitor:
         self.ctx = ProcessContext(config, listeners, report_out, slots, subreaper)
         if config.metrics_bind:
             self.metrics = MetricsServer.open(config.metrics_bind, self.metrics_text)
+        self._start_statsd(config)
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
@@ -129,6 +133,8 @@ class Monitor:
             log.info("control socket: %s", self.control.path)
         if self.metrics is not None:
             log.info("metrics: GET /metrics on %s", self.metrics.address)
+        if self.statsd is not None:
+            log.info("statsd: metrics to %s", self.statsd.address)
         log.info(
             "monitor %d: %d worker(s), %s",
             os.getpid(),
@@ -139,6 +145,10 @@ class Monitor:
             dirs = config.reload_dirs or [os.path.abspath(d) for d in (os.getcwd(), *config.pythonpath)]
             self.watcher = Watcher(dirs, extra=config.reload_extra_files)
             log.info("--reload: watching %d *.py files under %s", len(self.watcher.files), ", ".join(dirs))
+        safe, detail = prepare_monitor_heap(config.immortalize)  # last: all it made is shared
+        log.debug("monitor heap: %s", detail)
+        if not safe:
+            self.feed(ev.ImmortalizationUnsafe(detail))
         self.feed(ev.Boot())
 
     def _on_signal(self, signum: int, frame: object) -> None:
@@ -176,6 +186,8 @@ class Monitor:
             self._poll_watcher()
             self.feed(ev.Tick(self._read_slots()))
             self._count_free_threads()
+            if self.statsd is not None:
+                self.statsd.tick(time.monotonic(), self._statsd_workers())
             if self.notifier is not None:
                 self.notifier.tick(time.monotonic(), self._status_text())
         self.shutdown()
@@ -280,6 +292,8 @@ class Monitor:
                 pass
         elif isinstance(action, ev.ReleaseSlot):
             self.totals.fold(self.ctx.slots.counters(action.slot))  # server-wide counters never go down
+            if self.statsd is not None:
+                self.statsd.worker_gone(action.slot)
             self.ctx.slots.release(action.slot)
         elif isinstance(action, ev.CloseChannel):
             conn = self.channels.pop(action.pid, None)
@@ -395,6 +409,30 @@ class Monitor:
             from refork.logs import setup_logging
 
             setup_logging(config)
+            if self.statsd is not None:
+                count_logs(self.statsd.count_monitor_log)  # (setup_logging replaced the handlers)
+        statsd = (config.statsd_host, config.statsd_prefix, config.dogstatsd_tags)
+        if statsd != (previous.statsd_host, previous.statsd_prefix, previous.dogstatsd_tags):
+            if self.statsd is not None:
+                self.statsd.close()
+                self.statsd = None
+            self._start_statsd(config)
+
+    def _start_statsd(self, config: Config) -> None:
+        if config.statsd_host:
+            self.statsd = Statsd(config.statsd_host, config.statsd_prefix, config.dogstatsd_tags,
+                                 self.ctx.slots)  # fmt: skip
+
+    def _statsd_workers(self) -> list[WorkerView]:
+        """The workers StatsD reads: those that claimed their slot."""
+        slots = self.ctx.slots
+        out = []
+        for c in self.supervisor.roster.workers():
+            if c.slot >= 0 and slots.owner(c.slot) == c.pid:
+                m = c.memory
+                uss, pss = (m.uss, m.pss) if m is not None else (None, None)
+                out.append(WorkerView(c.slot, c.pid, c.nr, uss, pss, c.memory_at))
+        return out
 
     def _run_hook(self, name: str, config: Config, *extra: Any) -> None:
         """A config-file hook in the monitor, with gunicorn's arguments: its exception is logged,
@@ -514,6 +552,9 @@ class Monitor:
     # -- stopping --------------------------------------------------------------------------------
     def shutdown(self) -> None:
         self._run_hook("on_exit", self.config)
+        if self.statsd is not None:
+            self.statsd.flush(self._statsd_workers())
+            self.statsd.close()
         self.control.close()
         if self.metrics is not None:
             self.metrics.close()
@@ -550,6 +591,7 @@ def run(config: Config, reread: Callable[[], Config] | None = None) -> int:
         from refork.memory.allocator import reexec_with_jemalloc
 
         reexec_with_jemalloc(sys.argv)
+    fix_glibc_thresholds()  # (glibc only) inherited by the molds and workers
     change_directory(config.chdir)
     check_tls(config)  # a bad certificate or key: one line and exit 2, before anything is bound
     monitor = Monitor(config, reread)

@@ -9,6 +9,11 @@ requests past --request-timeout, the duration sum, its open WebSockets, and a ta
 (started - served), busy (in flight - waiting), responses by class and the histogram are derived
 from those words by the monitor. Only the worker writes its slot, under its AppClock's lock; the
 monitor reads it lock-free, so a reading may be one request apart between two words.
+
+With StatsD on (``--statsd-host``), a worker also *records* (AppClock(record=True)): a count per
+status code, the duration of each of its last RING_SIZE requests (a ring indexed by the requests
+served) and the lines it logged per level; the monitor sends them (refork.process.statsd). These
+words lie past the first page of a slot: a worker that does not record never touches them.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 
 from refork import deadlines
 
-SLOT_WORDS = 256  # 2 KiB; only the slots in use are ever touched
+SLOT_WORDS = 1024  # 8 KiB; only the slots in use are ever touched (their first page unless recording)
 DEADLINE, REQUESTS, PID = 0, 1, 2
 STARTS = 3  # requests started (request_started)
 WAITING = 4  # requests in flight that wait on their client (holding no thread)
@@ -32,9 +37,14 @@ STARTED = 6  # time.time() when the worker claimed the slot (float)
 OVERDUE = 7  # requests past --request-timeout (written by the worker)
 DURATION_SUM = 8  # seconds, float
 WEBSOCKETS = 9  # open WebSockets (upgraded requests not finished yet)
+LOGS = 10  # lines the worker logged, by LOG_LEVELS (4 words; recording)
+LOG_LEVELS = ("critical", "error", "warning", "exception")
 CELLS = 16  # counts by (status row, bucket): row 0 = no status, rows 1-5 = 1xx-5xx; bucket last = +Inf
 ROWS = 6
-MAX_BUCKETS = (SLOT_WORDS - CELLS) // ROWS - 1  # 39 finite buckets at most
+CODES = 256  # responses by status code 100-599, at CODES + code - 100 (500 words; recording)
+RING = 768  # durations in ms of the last RING_SIZE requests, the Nth served at (N - 1) % RING_SIZE
+RING_SIZE = 256
+MAX_BUCKETS = (CODES - CELLS) // ROWS - 1  # 39 finite buckets at most
 STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)  # Prometheus' defaults
 
@@ -128,6 +138,28 @@ class Slots:
             buckets=tuple(sum(column) for column in zip(*rows, strict=True)),
         )
 
+    def recorded(self, index: int) -> tuple[int, int, list[int], list[int]]:
+        """A recording worker's words (the StatsD reader's): owner, requests served, the counts by
+        status code (100-599) and by LOG_LEVELS."""
+        base = index * SLOT_WORDS
+        ints = self._ints
+        return (
+            ints[base + PID],
+            ints[base + REQUESTS],
+            ints[base + CODES : base + CODES + 500].tolist(),
+            ints[base + LOGS : base + LOGS + len(LOG_LEVELS)].tolist(),
+        )
+
+    def durations(self, index: int, served: int, count: int) -> list[float]:
+        """The durations (ms) of requests served - count + 1 .. served (count <= RING_SIZE)."""
+        ring = index * SLOT_WORDS + RING
+        floats = self._floats
+        return [floats[ring + (n - 1) % RING_SIZE] for n in range(served - count + 1, served + 1)]
+
+    def count_log(self, index: int, level: int) -> None:
+        """One more line at LOG_LEVELS[level] (the worker's log handler; recording)."""
+        self._ints[index * SLOT_WORDS + LOGS + level] += 1
+
     def release(self, index: int) -> None:
         """The worker is gone: the slot is blank again (the monitor folded its counts first)."""
         base = index * SLOT_WORDS
@@ -184,7 +216,13 @@ class AppClock:
     """
 
     def __init__(
-        self, slots: Slots, index: int, timeout: float, now: Callable[[], float], heartbeat: bool = False
+        self,
+        slots: Slots,
+        index: int,
+        timeout: float,
+        now: Callable[[], float],
+        heartbeat: bool = False,
+        record: bool = False,
     ) -> None:
         self._slots = slots
         self._index = index
@@ -218,6 +256,9 @@ class AppClock:
         self._waiting_at = base + WAITING
         self._duration_at = base + DURATION_SUM
         self._websockets_at = base + WEBSOCKETS
+        # recording (StatsD): where status code 0 would count (codes start at 100), the ring
+        self._codes_at = base + CODES - 100 if record else 0
+        self._ring_at = base + RING
         width = len(slots.bounds) + 1  # the first cell of each status's row, by status (0-599)
         self._row = [base + CELLS + (code // 100 if code >= 100 else 0) * width for code in range(600)]
 
@@ -276,9 +317,13 @@ class AppClock:
                 since = self._settle(token, since)
             self._slots.set_deadline(self._index, (now if self._heartbeat else since) + self._timeout)
             served = self._ints[self._requests_at] + 1
-            self._ints[self._requests_at] = served
             # metrics: the duration sum and one count by (status class, bucket)
             took = now - token.began  # type: ignore[attr-defined]  # an InFlight from started()
+            if self._codes_at:  # recording: before the count that says the ring holds it
+                if 100 <= status < 600:
+                    self._ints[self._codes_at + status] += 1
+                self._floats[self._ring_at + (served - 1) % RING_SIZE] = took * 1000.0
+            self._ints[self._requests_at] = served
             self._floats[self._duration_at] += took
             try:
                 row = self._row[status]
@@ -309,6 +354,7 @@ class AppClock:
             "address": ctypes.addressof(pin) + self._index * SLOT_WORDS * 8,
             "deadline": DEADLINE, "starts": STARTS, "requests": REQUESTS, "duration": DURATION_SUM,
             "cells": CELLS, "timeout": self._timeout, "bounds": tuple(self._bounds),
+            "codes": CODES if self._codes_at else 0, "ring": RING, "ring_size": RING_SIZE,
         }  # fmt: skip
 
     def adopt(self, began: float, method: str, path: bytes, blocking: bool = True) -> InFlight | None:

@@ -23,7 +23,7 @@ from refork import deadlines, fork_safety, hooks, integrations, lifecycle
 from refork.config import hard_timeout
 from refork.errors import StartupError
 from refork.memory.heap import after_fork_in_child
-from refork.process import descriptors, messages
+from refork.process import descriptors, messages, statsd
 from refork.process.context import ProcessContext, set_title
 from refork.process.forking import Promoted, fork_detached, signal_when_parent_dies
 from refork.process.slots import AppClock
@@ -101,8 +101,13 @@ class Worker:
         self.hook_worker = hooks.Worker(config, pid=os.getpid(), ppid=ctx.monitor_pid, nr=nr,
                                         generation=generation)  # fmt: skip
         self.server = hooks.Server(config, ctx.monitor_pid)  # what the hooks receive (run_worker's)
-        clock = AppClock(ctx.slots, slot, self.timeout, time.monotonic, heartbeat=interface == "asgi")
+        record = bool(config.statsd_host)  # StatsD: status codes, durations and log lines in the slot
+        clock = AppClock(ctx.slots, slot, self.timeout, time.monotonic, heartbeat=interface == "asgi",
+                         record=record)  # fmt: skip
         self.clock = clock
+        if record:
+            slots = ctx.slots
+            statsd.count_logs(lambda level: slots.count_log(slot, level))
         # WorkerControl's per-request calls go straight to the clock: no wrapper on the hot path
         self.request_started: Callable[[str, bytes], object] = clock.started
         self.request_waiting: Callable[[object], None] = clock.waiting

@@ -28,13 +28,18 @@ from typing import Any
 
 from refork.asgi import HttpCycle, Lifespan
 from refork.config import Config
+from refork.http.budget import MemoryBudget
 from refork.http.forwarded import TrustedProxies
+from refork.http.proxy_protocol import policy
 from refork.logs import AccessLog
+from refork.memory.allocator import malloc_trim
 from refork.serving.aio_protocol import HttpProtocol
+from refork.serving.aio_proxied import ProxiedListener
 from refork.serving.aio_websocket import WebSocketProtocol
 from refork.serving.connection import TICK, Timeouts, release_after_fork, request_limits
 from refork.serving.contract import WorkerControl
 from refork.serving.health import health_paths
+from refork.serving.request_hooks import RequestHooks
 from refork.serving.tls import contexts_for
 
 log = logging.getLogger("refork")
@@ -76,7 +81,8 @@ class Server:
         self.proxies = TrustedProxies(allow, secure) if allow else None
         self.root_path = config.root_path
         self.lifespan = Lifespan(app)
-        self.access_log = AccessLog.from_config(config)
+        self.access_log = AccessLog.from_config(config, asgi=True)
+        self.request_hooks = RequestHooks.from_config(config)  # pre_request / post_request, if any
         self.health = health_paths(config.health_path)
         self.timeouts = Timeouts.from_config(config)
         self.connections: set[HttpProtocol | WebSocketProtocol] = set()
@@ -86,8 +92,15 @@ class Server:
         self.contexts: dict[int, Any] = {}  # listener fd -> its TLS context (the TLS listeners)
         self.handshake_timeout = config.ssl_handshake_timeout
         self.ws_enabled = config.ws != "none"  # hand WebSocket handshakes to aio_websocket
+        self.ws_memory = MemoryBudget(config.ws_max_memory)  # WebSocket messages held for the apps
+        self.ws_partial = 0  # of which: the parts of messages still arriving
+        self.request_memory = MemoryBudget(config.max_request_memory)  # heads, unread bodies
+        self.ws_memory.on_full = self._ws_memory_full
+        self.request_memory.on_full = self._request_memory_full
         self.open_websockets = 0  # accepted and not finished: not in in_flight (see aio_websocket)
         self.servers: list[asyncio.AbstractServer] = []
+        self.proxy = policy(config.proxy_protocol, config.proxy_allow_ips)
+        self.proxied: list[ProxiedListener] = []  # listeners read for a PROXY header (proxy on)
         self.in_flight = 0
         self.stopping = False
         self.adopting = 0  # connections from the backlog on their way to a protocol
@@ -111,6 +124,9 @@ class Server:
             self.contexts = contexts_for(self.listeners, self.config)  # built here: after the fork
             for sock in self.listeners:
                 ctx = self.contexts.get(sock.fileno())
+                if self.proxy is not None:
+                    self.proxied.append(ProxiedListener(self, sock, ctx, self.proxy))
+                    continue
                 server = await loop.create_server(
                     self._protocol_factory(ctx is not None), sock=sock, backlog=self.config.backlog,
                     **self._tls(ctx),
@@ -160,8 +176,25 @@ class Server:
         drain_until = self.drain_until if self.stopping else 0.0
         for conn in list(self.connections):
             conn.sweep(now, timeouts, drain_until)
+        self.ws_memory.nudge()
+        self.request_memory.nudge()
+        if self.ws_memory.ebbed() | self.request_memory.ebbed():  # (both: each resets its peak)
+            malloc_trim()  # a flood of buffered bytes is over: give the freed heap back
         if self.stopping:
             self.check_drained()
+
+    def _request_memory_full(self) -> None:
+        """--max-request-memory filled up: every connection receiving a body stops reading now
+        (each would read ahead once more before it heard), until there is room again."""
+        for conn in self.connections:
+            if type(conn) is HttpProtocol and conn.reading is not None:
+                conn.pause_reading()
+
+    def _ws_memory_full(self) -> None:
+        """--ws-max-memory filled up: every WebSocket stops reading now, until there is room."""
+        for conn in self.connections:
+            if type(conn) is WebSocketProtocol:
+                conn.memory_full()
 
     def idle(self) -> None:
         """No request in flight: if a safe point is wanted, leave run_forever to take it there."""
@@ -178,6 +211,8 @@ class Server:
             self._take_backlog()
         for server in self.servers:
             server.close()
+        for listener in self.proxied:
+            listener.close()
         for conn in list(self.connections):
             conn.stop()
         deadline = self.loop.time() + self.config.graceful_timeout
@@ -187,7 +222,9 @@ class Server:
     def _take_backlog(self) -> None:
         """The server stops: accept what waits in the listen backlog (before server.close() lets go
         of the listener) and serve it, so a queued connection is not reset."""
-        for sock in self.listeners:
+        for listener in self.proxied:
+            listener.accept(1 << 30)
+        for sock in self.listeners if not self.proxied else ():
             while True:
                 try:
                     conn, _ = sock.accept()
@@ -324,6 +361,10 @@ def _close(loop: asyncio.AbstractEventLoop, srv: Server, main: asyncio.Task[None
             conn.transport.abort()
         for server in srv.servers:
             server.close()
+        for listener in srv.proxied:
+            listener.close()
+            for fd in listener.fds():
+                os.close(fd)
         tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
         for task in tasks:
             task.cancel()
@@ -365,7 +406,7 @@ def _abandon_after_fork(loop: asyncio.AbstractEventLoop, srv: Server) -> None:
 
 
 def _client_fds(srv: Server) -> list[int]:
-    fds = []
+    fds = [fd for listener in srv.proxied for fd in listener.fds()]
     for conn in srv.connections:
         sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
         if sock is not None:

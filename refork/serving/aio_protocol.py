@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("refork")
 
 MAX_PIPELINE = 32  # queued pipelined requests before we stop reading the socket
+# What a connection reads at once, so what one let read may take. uvloop reads 64 KiB; asyncio's
+# plain transport 256 KiB into a new bytes object each time, cut down to what came: held to 64 KiB
+# too (one read more per connection when the budget fills, and less heap churn: measured, a flood
+# of 300 uploads peaked about 15 MiB lower).
+READ_SIZE = 64 * 1024
 _IDLE, _HEAD, _BODY = Phase.IDLE, Phase.HEAD, Phase.BODY
 
 
@@ -46,11 +51,12 @@ class HttpProtocol(asyncio.Protocol):
     __slots__ = (
         "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
         "queue", "read_paused", "write_blocked_since", "closing", "since", "pending_error", "eof",
-        "trusted", "body_bytes", "scheme", "tls", "fresh", "drain_waiter", "__weakref__",
+        "trusted", "body_bytes", "scheme", "tls", "fresh", "drain_waiter", "held", "proxied", "__weakref__",
     )  # fmt: skip
 
-    def __init__(self, srv: Server) -> None:
+    def __init__(self, srv: Server, proxied: tuple[str, int] | None = None) -> None:
         self.srv = srv
+        self.proxied = proxied  # the client a PROXY header named (refork.serving.aio_proxied)
         self.loop = srv.loop
         self.parser = RequestParser(srv.limits, hand_off_websocket=srv.ws_enabled)
         self.transport: Any = None
@@ -71,11 +77,14 @@ class HttpProtocol(asyncio.Protocol):
         self.tls: dict[str, Any] | None = None  # the `tls` scope extension of a TLS connection
         self.fresh = True  # no byte received yet (see Timeouts.expiry)
         self.drain_waiter: asyncio.Future[None] | None = None  # send_file() waits for resume_writing
+        self.held = 0  # what the parser holds, charged to the worker's --max-request-memory
 
     # asyncio.Protocol ------------------------------------------------------------------------
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
+        if getattr(transport, "max_size", None) == 256 * 1024:  # asyncio's plain transport:
+            transport.max_size = READ_SIZE  # (see READ_SIZE)
         sockname = transport.get_extra_info("sockname")
         if isinstance(sockname, tuple):
             self.server_addr = (sockname[0], sockname[1])
@@ -85,6 +94,8 @@ class HttpProtocol(asyncio.Protocol):
             if isinstance(sockname, bytes):
                 sockname = sockname.decode("utf-8", "surrogateescape")
             self.server_addr = (sockname or "", None)
+        if self.proxied is not None:
+            self.client_addr = self.proxied
         proxies = self.srv.proxies  # a unix-socket peer (no client address) is None to trusts()
         self.trusted = proxies is not None and proxies.trusts(self.client_addr and self.client_addr[0])
         ssl_object = transport.get_extra_info("ssl_object")
@@ -98,9 +109,11 @@ class HttpProtocol(asyncio.Protocol):
         self.fresh = False
         if self.cycle is None and not self.parser.in_message:
             self.since = self.loop.time()  # a head starts: the header clock runs
+        parser = self.parser
         try:
-            events = self.parser.feed(data)
+            events = parser.feed(data)
         except ParseError as exc:
+            self.srv.request_memory.note(len(data))  # (its bytes went through, if only to be refused)
             self.handle(exc.events)  # the requests before the bad one are answered first
             self.parse_failed(exc)
             return
@@ -108,7 +121,30 @@ class HttpProtocol(asyncio.Protocol):
             log.exception("error parsing a request")
             self.parse_failed(ParseError(400, "unparsable request"))
             return
+        if self.held or parser.in_message:
+            refused = self.hold()
+            if refused is not None:
+                self.handle(events)
+                self.parse_failed(refused)
+                return
         self.handle(events)
+
+    def hold(self) -> ParseError | None:
+        """Charge what the parser holds now to the worker's --max-request-memory; a head that does
+        not fit is refused (503), other bytes (kept for a replay) are charged all the same."""
+        parser = self.parser
+        held = parser.buffered if parser.in_message and not self.closing else 0
+        more = held - self.held
+        memory = self.srv.request_memory
+        if more > 0:
+            if not memory.take(more):
+                if parser.head_held:
+                    return ParseError(503, "no room for more request heads (--max-request-memory)")
+                memory.charge(more)
+        elif more < 0:
+            memory.give_back(-more)
+        self.held = held
+        return None
 
     def handle(self, events: list[Event]) -> None:
         for event in events:
@@ -130,6 +166,8 @@ class HttpProtocol(asyncio.Protocol):
         self.closing = True
         srv = self.srv
         srv.connections.discard(self)
+        srv.request_memory.cancel(self)
+        self.let_go()
         if self.cycle is not None:
             self.cycle.client_gone()
         self.queue.clear()
@@ -206,7 +244,11 @@ class HttpProtocol(asyncio.Protocol):
         if srv.access_log is not None:
             response = cycle.response
             log_access(srv.access_log, cycle.request, cycle.remote, response.status, response.body_bytes,
-                       self.loop.time() - cycle.started_at)  # fmt: skip
+                       self.loop.time() - cycle.started_at, None, response.headers)  # fmt: skip
+        if srv.request_hooks is not None:
+            response = cycle.response
+            srv.request_hooks.after_asgi(cycle.hook_request, cycle.request, cycle.remote, response.status,
+                                         response.body_bytes, response.headers)  # fmt: skip
         if self.cycle is cycle:
             self.cycle = None
         if not keep_alive or self.closing or srv.stopping or (self.eof and not self.queue):
@@ -233,7 +275,8 @@ class HttpProtocol(asyncio.Protocol):
     # Requests --------------------------------------------------------------------------------
 
     def request_received(self, request: Request) -> None:
-        cycle = HttpCycle(self, self.loop, request, keep_alive=not self.srv.stopping)
+        srv = self.srv
+        cycle = HttpCycle(self, self.loop, request, keep_alive=not srv.stopping, memory=srv.request_memory)
         self.reading = cycle
         if request.content_length or request.chunked:
             self.since = self.loop.time()  # the body deadline runs from the end of the head
@@ -263,6 +306,7 @@ class HttpProtocol(asyncio.Protocol):
         ws = WebSocketProtocol(srv, self.transport, request, self.parser.upgraded or b"", scope_args,
                                self.read_paused)  # fmt: skip
         self.closing = True  # this protocol is done with the connection
+        self.let_go()
         srv.connections.discard(self)
         srv.connections.add(ws)
         self.transport.set_protocol(ws)
@@ -289,12 +333,18 @@ class HttpProtocol(asyncio.Protocol):
         )
         if self.tls is not None:
             scope["extensions"]["tls"] = self.tls.copy()
-        if srv.access_log is not None:
+        app = srv.app
+        if srv.access_log is not None or srv.request_hooks is not None:
             cycle.started_at = self.loop.time()
             client = scope["client"]
             cycle.remote = client[0] if client else None
+            if srv.request_hooks is not None:  # gunicorn's pre_request (its error: the app's, a 500)
+                cycle.hook_request, failed = srv.request_hooks.before_asgi(
+                    cycle.request, tuple(client) if client else None, scope["scheme"]
+                )
+                app = failed or app
         serving = deadlines.current.set(cycle.token)  # the task copies it: refork.extend_deadline()
-        cycle.task = self.loop.create_task(cycle.run(srv.app, scope))
+        cycle.task = self.loop.create_task(cycle.run(app, scope))
         deadlines.current.reset(serving)
 
     def answer_health(self, cycle: HttpCycle) -> None:
@@ -356,10 +406,19 @@ class HttpProtocol(asyncio.Protocol):
         if not self.read_paused and not self.closing:
             self.read_paused = True
             self.transport.pause_reading()
+        reading = self.reading
+        if reading is not None and self.srv.request_memory.full:
+            self.srv.request_memory.wait(self, self.room_made, READ_SIZE)
+
+    def room_made(self) -> None:
+        """The worker's --max-request-memory has room again (called from it): read on soon."""
+        self.loop.call_soon(self.body_taken)
 
     def maybe_resume_reading(self) -> None:
         reading = self.reading
-        if reading is not None and reading.backlogged:
+        if reading is not None and (reading.backlogged or self.srv.request_memory.full):
+            if self.srv.request_memory.full:  # (not only its own backlog): when others make room
+                self.srv.request_memory.wait(self, self.room_made, READ_SIZE)
             return
         if len(self.queue) > MAX_PIPELINE or self.pending_error or self.closing:
             return
@@ -371,6 +430,15 @@ class HttpProtocol(asyncio.Protocol):
             self.closing = True
             self.queue.clear()
             self.transport.close()
+            self.let_go()
+
+    def let_go(self) -> None:
+        """Nothing more is parsed here: what the parser holds goes now, not at connection_lost
+        (a loop iteration later, when a flood may have refused hundreds of heads at once)."""
+        self.parser.release()
+        if self.held:
+            self.srv.request_memory.give_back(self.held)
+            self.held = 0
 
     def stop(self) -> None:
         """Graceful stop: let the current response finish and then close.

@@ -17,8 +17,20 @@ What each setting does (docs/websockets.md):
 - ``--ws-per-message-deflate``: accept permessage-deflate when the client offers it.
 - ``--ws-ping-interval`` / ``--ws-ping-timeout``: a ping every interval; no pong within the
   timeout closes with 1011. Judged by the once-a-second sweep, like every deadline here.
-- ``--ws-max-queue``: messages the app has not received yet; at the limit reading pauses (TCP
-  backpressure on the client) until receive() takes one.
+- ``--ws-max-queue``: messages the app has not received yet; at the limit, or once they and the
+  message arriving hold ``--ws-max-size`` bytes, reading pauses (TCP backpressure on the client)
+  until receive() takes one.
+- ``--ws-max-memory``: the bytes all of a worker's WebSockets hold for their apps (messages waiting
+  for receive() and the parts of those still arriving, after decompression). At the limit every
+  connection stops reading until an app takes a message; one partway through a message when no
+  app has a message to take (nothing would ever make room) is closed with 1009 instead.
+
+Memory, and permessage-deflate: what a connection holds is counted after inflation, and the bytes
+not inflated yet stay deflated. wsproto inflates a frame's whole piece at once as its events are
+pulled (up to ``--ws-max-size``: a few KiB of deflate can be 16 MiB), so the deflated bytes wait
+here (``raw``, at most a read or two: reading pauses) and wsproto is given at most
+room / INFLATE_RATIO of them at a time, room being what the budgets allow and at most
+INFLATE_STEP: no step can inflate past the budgets, nor make a large transient copy.
 - ``--ws-write-limit``: the transport's high-water mark; over it the app's send() waits until the
   client reads. ``--write-timeout`` still cuts a client that reads nothing.
 
@@ -75,6 +87,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("refork")
 
 CLOSE_TIMEOUT = 5.0  # seconds the peer has to answer a close frame the server sent
+INFLATE_RATIO = 1032  # the most one byte of deflate inflates to (a 258-byte match in two bits)
+INFLATE_STEP = 1 << 20  # the most one step of wsproto inflates (it copies a piece twice meanwhile)
+READ_SIZE = 256 * 1024  # the most a connection let read may take at once (asyncio's read)
 GOING_AWAY, SERVICE_RESTART = 1001, 1012  # RFC 6455 7.4.1; 1012: IANA registry
 _OPEN = ConnectionState.OPEN
 _REMOTE_CLOSING = ConnectionState.REMOTE_CLOSING
@@ -88,7 +103,8 @@ class WebSocketProtocol(asyncio.Protocol):
         "srv", "loop", "transport", "request", "session", "conn", "token", "task", "early",
         "read_paused", "write_blocked_since", "closed", "app_done", "close_deadline", "parts", "size",
         "next_ping", "ping_sent", "started_at", "remote", "stop_code", "scope_args", "finished",
-        "pings", "counted_open", "max_size", "max_queue", "frames",
+        "pings", "counted_open", "max_size", "max_queue", "frames", "raw", "raw_at", "deflate",
+        "memory", "reading_on",
     )  # fmt: skip
 
     def __init__(
@@ -116,7 +132,7 @@ class WebSocketProtocol(asyncio.Protocol):
         self.finished = False
         self.close_deadline = 0.0  # a close frame was sent: the peer's must arrive before this
         self.parts: list[Any] = []  # the pieces of the message being received
-        self.size = 0
+        self.size = 0  # their bytes (charged to the worker's budget, like the queued messages)
         self.next_ping = 0.0
         self.ping_sent = 0.0  # when the unanswered ping left; 0: none outstanding
         self.pings = 0
@@ -128,6 +144,11 @@ class WebSocketProtocol(asyncio.Protocol):
         self.max_size = srv.config.ws_max_size
         self.max_queue = srv.config.ws_max_queue
         self.frames: FrameSplitter | None = None  # the fast path (no extension agreed)
+        self.deflate = False  # permessage-deflate agreed: received bytes wait in raw
+        self.raw = bytearray()  # deflated bytes not given to wsproto yet, from raw_at
+        self.raw_at = 0
+        self.memory = srv.ws_memory  # the worker's --ws-max-memory
+        self.reading_on = False  # a _read_on() is scheduled
 
     # The hand-over ---------------------------------------------------------------------------
 
@@ -159,6 +180,7 @@ class WebSocketProtocol(asyncio.Protocol):
             await self.session.run(self.srv.app, scope)
         finally:
             self.app_done = True
+            self.memory.give_back(self.session.drop_queue())  # no receive() will take them now
             self._maybe_finished()
 
     # The session's channel -------------------------------------------------------------------
@@ -186,6 +208,7 @@ class WebSocketProtocol(asyncio.Protocol):
         self.conn = Connection(ConnectionType.SERVER, extensions)
         if not extensions:
             self.frames = FrameSplitter(self.max_size)
+        self.deflate = bool(extensions)
         if self.closed:
             return  # the client went away during the app's connect handler
         transport = self.transport
@@ -238,9 +261,12 @@ class WebSocketProtocol(asyncio.Protocol):
             self._write(conn.send(CloseConnection(code, reason)))
             self.close_deadline = self.loop.time() + CLOSE_TIMEOUT
 
-    def message_taken(self, queued: int) -> None:
-        if self.read_paused and queued < self.max_queue and self.conn is not None:
-            self.resume_reading()
+    def message_taken(self, queued: int, size: int) -> None:
+        self.memory.give_back(size)
+        if self.read_paused and self.conn is not None:
+            # after the app's step, not inside its receive(): the message it takes is its own to
+            # drop before this connection inflates the next
+            self._room_made()
 
     # asyncio.Protocol ------------------------------------------------------------------------
 
@@ -252,19 +278,112 @@ class WebSocketProtocol(asyncio.Protocol):
         frames = self.frames
         if frames is not None and frames.enabled:  # the fast path (refork.http.websocket_frames)
             if conn.state is _OPEN:
-                session = self.session
                 for item in frames.feed(data):
                     if type(item) is ForWsproto:
                         self._wsproto_received(item)
                         if conn.state is not _OPEN:  # closing: what follows is dropped (RFC 6455 1.4)
                             frames.enabled = False
-                            return
-                    elif session.message_received(item) >= self.max_queue:
-                        self.pause_reading()
+                            break
+                    else:
+                        size = len(item)  # a text message's bytes of UTF-8:
+                        if type(item) is str and not item.isascii():  # (isascii() reads a flag)
+                            size = len(item.encode())
+                        self.memory.charge(size)
+                        self.session.message_received(item, size)
+                self._flow()
                 return
             frames.enabled = False  # closing: wsproto reads on, from the incomplete frame kept
             data, frames.pending = frames.pending + data, b""
-        self._wsproto_received(data)
+        if self.deflate:
+            raw = self.raw
+            if self.raw_at:
+                del raw[: self.raw_at]
+                self.raw_at = 0
+            raw += data
+            self._pump()
+        else:
+            self._wsproto_received(data)
+            self._flow()
+
+    def _pump(self) -> None:
+        """Give wsproto the deflated bytes the budgets have room for, a step at a time (see the
+        module docstring); what they have no room for waits in `raw`, reading paused."""
+        raw = self.raw
+        memory = self.memory
+        while self.raw_at < len(raw) and not self.closed:
+            conn = self.conn
+            assert conn is not None
+            at = self.raw_at
+            if conn.state is not _OPEN:  # closing: messages are dropped, nothing to bound
+                n = len(raw) - at
+            elif self._room():
+                n = max(1, min(memory.left, INFLATE_STEP) // INFLATE_RATIO)
+            else:
+                break
+            chunk = bytes(raw[at : at + n])
+            self.raw_at = at + len(chunk)
+            self._wsproto_received(chunk)
+        if self.raw_at >= len(raw) or self.closed:
+            raw.clear()
+            self.raw_at = 0
+        self._flow()
+
+    def _room(self) -> bool:
+        """Whether this connection may take in more: it holds less than --ws-max-queue messages and
+        --ws-max-size bytes for its app (a message alone may reach the size), and the worker's
+        total is under --ws-max-memory."""
+        queue = self.session.queue
+        if queue and (len(queue) >= self.max_queue or self.session.queued_bytes + self.size >= self.max_size):
+            return False
+        return not self.memory.full
+
+    def _flow(self) -> None:
+        """Read on while there is room; else pause (TCP backpressure) until an app takes a message,
+        or close with 1009 when no app ever would (see the module docstring)."""
+        if self.closed or self.conn is None:
+            return
+        if self._room():
+            if self.raw_at >= len(self.raw):
+                self.resume_reading()
+            return
+        self.pause_reading()
+        memory = self.memory
+        if not memory.full:
+            return  # its own queue is full: receive() makes room (message_taken)
+        if self.size and not self.session.queue and memory.used <= self.srv.ws_partial:
+            log.info("WebSocket from %s: closed (1009) partway through a message: --ws-max-memory is "
+                     "full and no app has a message to take", self.remote or "-")  # fmt: skip
+            self._drop_partial()
+            self.close_server(1009, "message too big for the server now")
+            return
+        memory.wait(self, self._room_made, READ_SIZE)
+
+    def memory_full(self) -> None:
+        """The worker's --ws-max-memory filled up (see Server._ws_memory_full): stop reading now,
+        until there is room (each connection would read ahead once more before it heard)."""
+        self._flow()
+
+    def _room_made(self) -> None:
+        """Room was made: read on soon (once, however many times it is called meanwhile)."""
+        if not self.reading_on:
+            self.reading_on = True
+            self.loop.call_soon(self._read_on)
+
+    def _read_on(self) -> None:
+        self.reading_on = False
+        if self.deflate and self.raw_at < len(self.raw):
+            self._pump()
+        else:
+            self._flow()
+
+    def _drop_partial(self) -> None:
+        """The message being received is dropped (too big, or the connection is gone)."""
+        size = self.size
+        self.parts = []
+        if size:
+            self.size = 0
+            self.srv.ws_partial -= size
+            self.memory.give_back(size)
 
     def _wsproto_received(self, data: bytes) -> None:
         conn = self.conn
@@ -273,7 +392,7 @@ class WebSocketProtocol(asyncio.Protocol):
             conn.receive_data(data)
         except LocalProtocolError:  # data after the close handshake: ignored
             return
-        session = self.session
+        memory = self.memory
         for event in conn.events():
             kind = type(event)
             if kind is TextMessage or kind is BytesMessage:
@@ -282,21 +401,25 @@ class WebSocketProtocol(asyncio.Protocol):
                 piece = event.data  # type: ignore[attr-defined]
                 # --ws-max-size counts bytes: a text piece's UTF-8 length (isascii() is a flag read)
                 ascii_only = kind is BytesMessage or piece.isascii()
-                self.size += len(piece) if ascii_only else len(piece.encode())
-                if self.size > self.max_size:
-                    self.parts = []
+                n = len(piece) if ascii_only else len(piece.encode())
+                if self.size + n > self.max_size:
+                    self._drop_partial()
                     self.close_server(1009, "message too big")
                     continue
+                memory.charge(n)
                 if not event.message_finished:  # type: ignore[attr-defined]
                     self.parts.append(piece)
+                    self.size += n
+                    self.srv.ws_partial += n
                     continue
+                size = self.size + n
                 if self.parts:
                     self.parts.append(piece)
                     piece = ("" if kind is TextMessage else b"").join(self.parts)
                     self.parts = []
-                self.size = 0
-                if session.message_received(piece) >= self.max_queue:
-                    self.pause_reading()
+                    self.srv.ws_partial -= self.size
+                    self.size = 0
+                self.session.message_received(piece, size)
             elif kind is Ping:
                 if conn.state is _OPEN:
                     self._write(conn.send(event.response()))  # type: ignore[attr-defined]
@@ -326,6 +449,10 @@ class WebSocketProtocol(asyncio.Protocol):
         self.closed = True
         srv = self.srv
         srv.connections.discard(self)
+        self.memory.cancel(self)
+        self._drop_partial()
+        self.raw.clear()
+        self.raw_at = 0
         self.session.disconnected(1006)
         self.session.resume_sending()
         self._maybe_finished()

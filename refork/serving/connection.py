@@ -26,11 +26,11 @@ import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from refork.config import Config
 from refork.http.events import Request
 from refork.http.parser import Limits
-from refork.logs import AccessLog
 
 log = logging.getLogger("refork")
 
@@ -130,26 +130,34 @@ def request_limits(config: Config) -> Limits:
     )
 
 
+class RequestEnd(Protocol):
+    """What a loop tells when a response is done: the access log (refork.logs.AccessLog), or
+    refork.serving.request_hooks.Finisher (the line, then gunicorn's post_request hook)."""
+
+    def write(self, request: Request, remote: str | None, status: int, length: int, duration: float,
+              environ: dict[str, Any] | None = ...,
+              response_headers: list[tuple[bytes, bytes]] | None = ...) -> None: ...  # fmt: skip
+
+
 def log_access(
-    access_log: AccessLog,
+    access_log: RequestEnd,
     request: Request,
     remote: str | None,
     status: int,
     length: int,
     duration: float,
+    environ: dict[str, Any] | None = None,
+    response_headers: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
-    """One access-log line for a finished response; a failing log never fails the request."""
+    """One access-log line for a finished response; a failing log never fails the request.
+
+    `environ`: the WSGI environ (None on the ASGI loop); `response_headers`: the app's. A HEAD
+    response's body, counted by the framers, is logged as the 0 bytes that went out.
+    """
+    if request.method == "HEAD":
+        length = 0
     try:
-        access_log.log(
-            remote=remote or "-",
-            method=request.method,
-            target=request.target,
-            http_version=request.http_version,
-            status=status,
-            length=length,
-            duration=duration,
-            headers=request.headers,
-        )
+        access_log.write(request, remote, status, length, duration, environ, response_headers)
     except Exception:
         log.exception("access log failed")
 

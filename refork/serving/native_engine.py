@@ -84,6 +84,19 @@ class NativeHost(_NativeLoop):
         # a connection's listener, by its environ builder (one per listener)
         self.engine_listener_of = {id(b): fd for fd, (_, b) in self.engine_listeners.items()}
 
+    def _memory_budget(self, limit: int) -> Any:
+        return _native.MemoryBudget(limit)  # shared with the engine's threads (see Intake in conn.rs)
+
+    # what the engines answer a refused PROXY header with (native/src/proxy.rs; self.proxy)
+    proxy_responses = (simple_response(400), simple_response(403))
+
+    @property
+    def pre_request_hook(self) -> Any:
+        """gunicorn's pre_request as the engines call it before the app (call.rs), or None;
+        post_request runs where the access-log line is written (self.access_log: a Finisher)."""
+        hooks = self.request_hooks
+        return hooks.before_wsgi if hooks is not None else None
+
     def _idle_again(self, conn: Conn) -> bool:
         """A connection the engine handed over (or a response took) that has nothing half-read or
         half-written goes back to the engine: one file or stream response, a chunked upload or a
@@ -135,15 +148,21 @@ class NativeHost(_NativeLoop):
         self.conns[fd] = conn
         return conn
 
-    def _adopt(self, fd: int, client: Any, listener_fd: int, data: bytes, since: float, fresh: bool) -> None:
-        """A connection the engine hands over with the bytes it has not consumed."""
+    def _adopt(
+        self, fd: int, client: Any, listener_fd: int, data: bytes, since: float, fresh: bool, held: int
+    ) -> None:
+        """A connection the engine hands over with the bytes it has not consumed, and the bytes of
+        the worker's budget it charged for them (given back once they are read here)."""
         conn = self._conn(fd, client, listener_fd)
         conn.since = since
         conn.fresh = fresh
         self.poller.register(fd)
         conn.registered = True
-        if data:
-            self._on_data(conn, data)
+        try:
+            if data:
+                self._on_data(conn, data)
+        finally:
+            self.memory.give_back(held)
 
     def _shutdown(self) -> None:
         super()._shutdown()
@@ -234,7 +253,7 @@ class _EngineLoop(NativeHost):
             steps = self._steps(conn, rest)
             self._start_writing(conn, Writing(outcome, request, environ, stream, token, began, steps))
             return
-        if not self._finished(request, environ, stream, token, began, outcome) or conn.closed:
+        if not self._finished(request, environ, stream, token, began, outcome, ex) or conn.closed:
             self._close(conn)
         elif rest:
             self._on_data(conn, rest)

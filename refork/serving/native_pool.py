@@ -143,7 +143,7 @@ class _PoolLoop(NativeHost):
             deadlines.current.reset(serving)
             ex.out.sock.detach()  # the engine's connection again
         assert not isinstance(outcome, Streaming)  # a blocking output never waits
-        return self._finished(request, environ, stream, token, began, outcome)
+        return self._finished(request, environ, stream, token, began, outcome, ex)
 
     # ---------------------------------------------------------------- lifetime
 

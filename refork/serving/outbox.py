@@ -17,6 +17,7 @@ import os
 import select
 import socket
 from collections import deque
+from typing import Any
 
 from refork.http.events import Request
 from refork.serving.connection import log_write_timeout
@@ -31,7 +32,7 @@ class Outbox:
 
     __slots__ = (
         "sock", "fd", "client", "queue", "backlogged", "write_timeout", "buffering", "control", "token",
-        "request", "wants",
+        "request", "wants", "exchange",
     )  # fmt: skip
 
     zero_copy = True
@@ -50,6 +51,7 @@ class Outbox:
         self.control = control
         self.token: object = None  # the request being answered: for request_waiting, the log
         self.request: Request | None = None
+        self.exchange: Any = None  # the response being written (refork.wsgi.response._Exchange)
         self.wants = select.POLLOUT  # what a blocked write waits for (TLS: POLLIN when OpenSSL must read)
 
     def send(self, data: bytes) -> None:

@@ -27,20 +27,25 @@ from typing import Any
 from refork import deadlines
 from refork.config import Config
 from refork.http.body import EMPTY_INPUT, BodyBuffer, InputStream, Spool
+from refork.http.budget import MemoryBudget
 from refork.http.events import Body, EndOfMessage, ParseError, Request
 from refork.http.forwarded import TrustedProxies
+from refork.http.proxy_protocol import INCOMPLETE, ProxyError, ProxyHeader, policy
 from refork.http.response import CONTINUE, simple_response
-from refork.logs import AccessLog
-from refork.serving.connection import TICK, Phase, Timeouts, log_access, request_limits
+from refork.memory.allocator import malloc_trim
+from refork.serving.connection import TICK, Phase, RequestEnd, Timeouts, log_access, request_limits
 from refork.serving.contract import WorkerControl
 from refork.serving.health import health_paths, health_response
 from refork.serving.poller import IN as _IN
 from refork.serving.poller import Poller
 from refork.serving.pool import AppThreads
+from refork.serving.proxied import CLOSED, peer_host, read_preface, refuse
+from refork.serving.request_hooks import RequestHooks, request_end
 from refork.serving.threaded_conn import NO_EVENTS, Conn, Job, Step, Writing
 from refork.serving.threaded_lifetime import Lifetime
 from refork.serving.tls import TlsConn, contexts_for, log_failure
 from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
+from refork.wsgi.response import _Exchange
 
 log = logging.getLogger("refork")
 
@@ -60,6 +65,11 @@ class _Loop(Lifetime):
 
     start_wsgi = staticmethod(start_wsgi)  # the native loop's: refork.serving.native.start_wsgi_native
 
+    # Out of the instance __dict__: CPython 3.11 and 3.12 stop specializing attribute reads on an
+    # instance whose __dict__ holds 30 keys or more, and every self.x of the loop's per-request
+    # code then costs twice as much (the native engine loop's __dict__ holds 28).
+    __slots__ = ("proxy", "request_hooks")
+
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
     ) -> None:
@@ -75,13 +85,16 @@ class _Loop(Lifetime):
         self.in_flight = 0
         self.spool = config.body_spool_threshold
         self.spool_budget = Spool(config.max_spool, config.spool_dir)  # bytes in spool files, all conns
+        self.memory = self._memory_budget(config.max_request_memory)  # request bytes held, all conns
         self.timeouts = Timeouts.from_config(config)
         self.accept_paused_until = 0.0
         self.accepts_held = False
-        self.access_log = AccessLog.from_config(config)
+        self.request_hooks = RequestHooks.from_config(config)  # pre_request / post_request, if any
+        self.access_log: RequestEnd | None = request_end(config, self.request_hooks)
         self.health = health_paths(config.health_path)
         proxies = TrustedProxies(config.forwarded_allow_ips, config.secure_scheme_headers)
         self.tls = contexts_for(listeners, config)  # listener fd -> SSLContext (TLS listeners)
+        self.proxy = policy(config.proxy_protocol, config.proxy_allow_ips)
         self.handshake_timeout = config.ssl_handshake_timeout
         for lsock in listeners:
             lsock.setblocking(False)
@@ -155,8 +168,15 @@ class _Loop(Lifetime):
                     next_tick = now + (TICK / 4 if self.draining else TICK)
                     control.tick()
                     self._sweep(now)
+                    if self.memory.ebbed():  # a flood of buffered requests is over:
+                        malloc_trim()  # give its freed heap back
         finally:
             self._shutdown()
+
+    def _memory_budget(self, limit: int) -> Any:
+        """The worker's budget of request bytes held in memory (a native loop's is shared with its
+        engine: refork._native.MemoryBudget, the same interface)."""
+        return MemoryBudget(limit)
 
     def _poll(self, timeout: float) -> list[tuple[int, int]]:
         """Wait up to `timeout` s for ready fds (the native engine serves its own meanwhile)."""
@@ -194,6 +214,8 @@ class _Loop(Lifetime):
         return data
 
     def _on_readable(self, conn: Conn) -> None:
+        if conn.preface is not None and not self._read_preface(conn):
+            return
         tconn = conn.tls
         if tconn is not None:
             data = self._tls_read(conn, tconn)
@@ -213,15 +235,57 @@ class _Loop(Lifetime):
         conn.fresh = False
         self._on_data(conn, data)
 
+    def _read_preface(self, conn: Conn) -> bool:
+        """The PROXY header at the start of a connection (refork.serving.proxied): True once it is
+        read (or there is none) and the connection's own bytes may be read; its client is then the
+        connection's. False: wait for more, or the connection is closed."""
+        assert self.proxy is not None and conn.preface is not None
+        peer = peer_host(conn.client)
+        try:
+            verdict, conn.preface = read_preface(conn.sock, conn.preface, self.proxy, peer)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except ProxyError as e:
+            refuse(conn.sock, peer, e, conn.tls is not None)
+            self._close(conn)
+            return False
+        if verdict is INCOMPLETE:
+            conn.fresh = False
+            if conn.phase is not _HEAD:  # the header timeout bounds it, as a request head's
+                conn.phase = _HEAD
+                conn.since = time.monotonic()
+            return False
+        if verdict is CLOSED:
+            self._close(conn)
+            return False
+        conn.preface = None
+        if isinstance(verdict, ProxyHeader):
+            conn.fresh = False
+            conn.phase = _IDLE
+            conn.since = time.monotonic()
+            if verdict.client is not None:
+                conn.client = conn.out.client = verdict.client
+        return True
+
     def _on_data(self, conn: Conn, data: bytes) -> None:
         """Parse what the client sent and answer every request it completes."""
+        parser = conn.parser
         try:
-            events: Sequence[Step] = conn.parser.feed(data)
+            events: Sequence[Step] = parser.feed(data)
         except ParseError as e:
+            self.memory.note(len(data))  # (its bytes went through, if only to be refused)
             if not e.events:
                 self._reject(conn, e.status)
                 return
             events = [*e.events, e]  # the requests before the bad bytes are answered first
+        else:
+            if conn.held or parser.in_message:
+                refused = self._hold(conn)
+                if refused is not None:
+                    if not events:
+                        self._reject(conn, refused.status)
+                        return
+                    events = [*events, refused]
         try:
             if (
                 len(events) == 2
@@ -242,6 +306,23 @@ class _Loop(Lifetime):
         except Exception:
             log.exception("Error serving a connection")
             self._close(conn)
+
+    def _hold(self, conn: Conn) -> ParseError | None:
+        """Charge what the connection's parser holds now to the worker's --max-request-memory; a
+        head that does not fit is refused (503: the server is short of room now, not the request
+        too big), other bytes (kept for a replay) are charged all the same."""
+        parser = conn.parser
+        held = parser.buffered if parser.in_message else 0
+        more = held - conn.held
+        if more > 0:
+            if not self.memory.take(more):
+                if parser.head_held:
+                    return ParseError(503, "no room for more request heads (--max-request-memory)")
+                self.memory.charge(more)
+        elif more < 0:
+            self.memory.give_back(-more)
+        conn.held = held
+        return None
 
     def _reject(self, conn: Conn, status: int) -> None:
         try:
@@ -270,10 +351,10 @@ class _Loop(Lifetime):
             elif type(event) is Body:
                 if conn.body is None:
                     length = conn.request.content_length if conn.request is not None else None
-                    conn.body = BodyBuffer(self.spool, self.spool_budget, length)
+                    conn.body = BodyBuffer(self.spool, self.spool_budget, length, self.memory)
                 try:
                     conn.body.write(event.data)
-                except ParseError as e:  # the spool cap: 413 or 503
+                except ParseError as e:  # the spool: 413 or 503 (its cap), 507 (its disk is full)
                     self._reject(conn, e.status)
                     return True
                 conn.received += len(event.data)
@@ -284,7 +365,11 @@ class _Loop(Lifetime):
                 if request is None:  # pragma: no cover - parser contract
                     continue
                 if conn.body is not None:
-                    stream = conn.body.finish()
+                    try:
+                        stream = conn.body.finish()
+                    except ParseError as e:  # the spool's disk is full
+                        self._reject(conn, e.status)
+                        return True
                     conn.body = None
                 else:
                     stream = EMPTY_INPUT
@@ -346,7 +431,10 @@ class _Loop(Lifetime):
         try:
             environ = conn.builder.build(request, stream, conn.client)
             keep_alive = not (self.draining or control.stopping)
-            outcome = self.start_wsgi(self.app, environ, request, out, keep_alive)
+            app = self.app
+            if self.request_hooks is not None:
+                app = self.request_hooks.wrap_wsgi(app, request, environ)
+            outcome = self.start_wsgi(app, environ, request, out, keep_alive)
             if type(outcome) is Streaming:
                 writing = True
                 self._start_writing(conn, Writing(outcome, request, environ, stream, token, started, rest))
@@ -360,7 +448,7 @@ class _Loop(Lifetime):
         status, length, keep = outcome  # type: ignore[misc]
         if self.access_log is not None:
             log_access(self.access_log, request, environ.get("REMOTE_ADDR"), status, length,
-                       time.perf_counter() - started)  # fmt: skip
+                       time.perf_counter() - started, environ, out.exchange.headers)  # fmt: skip
         return keep
 
     def _start_writing(self, conn: Conn, writing: Writing) -> None:
@@ -401,14 +489,15 @@ class _Loop(Lifetime):
             return False
 
     def _finished(self, request: Request, environ: dict[str, Any], stream: InputStream, token: object,
-                  started: float, outcome: Outcome) -> bool:  # fmt: skip
+                  started: float, outcome: Outcome, ex: _Exchange) -> bool:  # fmt: skip
+        """A response is done: account it and log it (`ex`: its state); True to keep the connection."""
         self.control.request_finished(token, outcome[0])
         if stream is not EMPTY_INPUT:
             stream.close()
         status, length, keep = outcome
         if self.access_log is not None:
             log_access(self.access_log, request, environ.get("REMOTE_ADDR"), status, length,
-                       time.perf_counter() - started)  # fmt: skip
+                       time.perf_counter() - started, environ, ex.headers)  # fmt: skip
         return keep
 
     def _on_writable(self, conn: Conn) -> None:
@@ -469,7 +558,7 @@ class _Loop(Lifetime):
         conn.out.clear()
         self.in_flight -= 1
         return self._finished(writing.request, writing.environ, writing.stream, writing.token,
-                              writing.started, outcome)  # fmt: skip
+                              writing.started, outcome, writing.streaming.ex)  # fmt: skip
 
     # ---------------------------------------------------------------- the pool (threads > 1)
 

@@ -33,6 +33,8 @@ class Conn:
     __slots__ = (
         "sock", "fd", "client", "builder", "parser", "request", "body", "received",
         "phase", "since", "fresh", "continued", "registered", "busy", "closed", "out", "writing", "tls",
+        "held",
+        "preface",
     )  # fmt: skip
 
     def __init__(self, sock: socket.socket, client: Any, builder: EnvironBuilder, limits: Limits,
@@ -55,6 +57,8 @@ class Conn:
         self.out = out
         self.writing: Writing | None = None  # a response waiting for the client to read (threads == 1)
         self.tls = tls  # the TLS side (handshake, reads) on a TLS listener; None: plain
+        self.held = 0  # what its parser holds, charged to the worker's --max-request-memory
+        self.preface: bytes | None = None  # a PROXY header's bytes read so far; None: none expected
 
     def has_input(self) -> bool:
         """Bytes (or a FIN) wait to be read: the sweep spares a connection the loop has not

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from refork.http.body import InputStream
 from refork.http.events import Request
 from refork.http.parser import Limits
+from refork.http.proxy_protocol import ProxyPolicy
 from refork.http.response import simple_response
 from refork.serving.connection import Expiry, Timeouts, log_write_timeout, release_after_fork
 from refork.serving.contract import WorkerControl
@@ -52,8 +53,10 @@ class Lifetime:
     threads: int
     accepts_held: bool  # no app thread is free: the listeners are out of the poller (_hold_accepts)
     tls: dict[int, ssl.SSLContext]
+    proxy: ProxyPolicy | None
     handshake_timeout: float
     pool: AppThreads | None
+    memory: Any  # the worker's MemoryBudget (refork.http.budget, or refork._native's)
     parked: list[Job]
     wake_r: socket.socket | None
     wake_w: socket.socket | None
@@ -217,6 +220,8 @@ class Lifetime:
                 out = Outbox(sock, client, self.timeouts.write, self.control, buffering=self.pool is None)
                 conn = self.conn_type(sock, client, builder, self.limits, out)
             conn.since = now
+            if self.proxy is not None:
+                conn.preface = b""  # a PROXY header may come first (see threaded._read_preface)
             self.conns[conn.fd] = conn
             self.poller.register(conn.fd)
             conn.registered = True
@@ -236,6 +241,10 @@ class Lifetime:
         if conn.body is not None:
             conn.body.discard()
             conn.body = None
+        conn.parser.release()
+        if conn.held:
+            self.memory.give_back(conn.held)
+            conn.held = 0
         if conn.tls is not None:
             conn.tls.close_notify()
         try:

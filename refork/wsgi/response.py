@@ -30,6 +30,7 @@ class Output(Protocol):
     """
 
     zero_copy: bool  # sendfile() is available
+    exchange: Any  # the _Exchange of the response being written (for the access log)
 
     def send(self, data: bytes) -> None:
         """Write (or queue) all of it; OSError when the client is gone or stopped reading."""
@@ -48,7 +49,7 @@ class Output(Protocol):
 class _Callables:
     """An Output over blocking send / sendfile callables: never backlogged."""
 
-    __slots__ = ("send", "_sendfile", "zero_copy")
+    __slots__ = ("send", "_sendfile", "zero_copy", "exchange")
 
     backlogged = False
 
@@ -56,6 +57,7 @@ class _Callables:
         self.send = send
         self._sendfile = sendfile
         self.zero_copy = sendfile is not None
+        self.exchange: Any = None
 
     def sendfile(self, fd: int, offset: int, count: int | None) -> int:
         assert self._sendfile is not None
@@ -100,6 +102,9 @@ def _check_status(status: Any) -> tuple[int, bytes]:
     code = status[:3]
     if len(status) < 4 or not code.isdigit() or not code.isascii() or status[3] != " " or code[0] == "0":
         raise ValueError(f"WSGI status must look like '200 OK', got {status!r}")
+    if code[0] == "1":  # a final response: 1xx is interim only (RFC 9110 15.2), and a client
+        # would pair the next response with this request (the ASGI path refuses it too)
+        raise ValueError(f"WSGI status {status!r} is informational (1xx): not a final response")
     reason = status[4:].strip().encode("latin-1")
     if has_control_char(reason):
         raise ValueError(f"WSGI status contains a control character: {status!r}")
@@ -141,6 +146,7 @@ class _Exchange:
     def __init__(self, framer: ResponseFramer, out: Output) -> None:
         self.framer = framer
         self.out = out
+        out.exchange = self
         self.code = 0
         self.reason = b""
         self.headers: list[tuple[bytes, bytes]] = []

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{log_notice, Shared, IN, OUT};
-use crate::conn::{sweep, Conn, Expired, Next, Phase, Scratch, Timeouts, RECV};
+use crate::conn::{sweep, Conn, Expired, Next, Phase, Preface, Scratch, Timeouts, RECV};
 use crate::listen::Listeners;
 use crate::sys;
 
@@ -158,21 +158,51 @@ impl Io {
 
     /// What `buf` (non-empty) starts with: a request for the app threads, more to wait for, or
     /// the Python loop's.
-    fn process(&mut self, mut conn: Conn, buf: Vec<u8>) {
-        match self.shared.intake.next(&mut conn, &buf) {
+    fn process(&mut self, conn: Conn, buf: Vec<u8>) {
+        let Some((mut conn, buf)) = self.preface(conn, buf) else { return };
+        let intake = &self.shared.intake;
+        match intake.next(&mut conn, &buf) {
             Next::Request(..) => {
                 conn.buf = self.scratch.keep(buf, 0);
+                intake.keep(&mut conn, true); // (until an app thread takes it)
                 self.shared.dispatch(conn);
             }
             Next::Wait => {
                 conn.buf = self.scratch.keep(buf, 0);
-                self.keep(conn, IN);
+                if intake.keep(&mut conn, false) {
+                    self.keep(conn, IN);
+                } else {
+                    let data = std::mem::take(&mut conn.buf);
+                    self.shared.hand_over(conn, data);
+                }
             }
             Next::HandOver => {
                 let data = self.scratch.keep(buf, 0);
                 self.shared.hand_over(conn, data);
             }
         }
+    }
+
+    /// A fresh connection's PROXY header (conn.rs `Intake::preface`): the connection and what
+    /// follows the header when a request may be in it; None when it waits or is closed.
+    fn preface(&mut self, mut conn: Conn, mut buf: Vec<u8>) -> Option<(Conn, Vec<u8>)> {
+        if !conn.preface {
+            return Some((conn, buf));
+        }
+        match self.shared.intake.preface(&mut conn, &mut buf) {
+            Preface::Ready if !buf.is_empty() => return Some((conn, buf)),
+            Preface::Ready | Preface::Wait => {
+                conn.buf = self.scratch.keep(buf, 0);
+                self.keep(conn, IN);
+            }
+            Preface::Refused(refusal) => {
+                let _ = sys::send(conn.fd, self.shared.intake.refusal(refusal.forbidden));
+                self.scratch.recycle(buf);
+                self.shared.close(conn);
+                log_notice(&self.shared, false, refusal.line);
+            }
+        }
+        None
     }
 
     /// The client read some of a waiting response: write on; once it is out, go on with what

@@ -29,6 +29,7 @@ from refork.process.supervisor.events import (
     FilesChanged,
     ForkMold,
     HandshakesCounted,
+    ImmortalizationUnsafe,
     Log,
     MemorySampled,
     MoldForked,
@@ -154,6 +155,8 @@ class Supervisor(Phases, Starts):
         elif isinstance(event, Boot):
             self._hook("nworkers_changed", self.config, self.target_workers, None)
             self._spawn_mold(self.generation)
+        elif isinstance(event, ImmortalizationUnsafe):
+            self._immortalization_unsafe(event.detail)
         else:
             self._report(event)
 
@@ -369,6 +372,8 @@ class Supervisor(Phases, Starts):
             if child is None:
                 continue
             child.memory, child.memory_at = memory, self.now
+            if memory is not None and child.ready and child.first_private is None and child.role == "worker":
+                child.first_private = (memory.uss, self._requests(child))
             over = child.over_memory_limit(self.config) if check_limit else None
             if over is not None:
                 self._log(WARNING, "worker %d (pid %d): %s; replacing it", child.nr, child.pid, over)

@@ -125,6 +125,14 @@ class MemorySampled:
 
 
 @dataclass(frozen=True)
+class ImmortalizationUnsafe:
+    """The monitor's canary died immortalizing a heap (refork.process.monitor_heap): no mold
+    may immortalize on this interpreter."""
+
+    detail: str
+
+
+@dataclass(frozen=True)
 class HandshakesCounted:
     """TCP handshakes still under way on the sealed listeners (see CloseListeners)."""
 
@@ -142,6 +150,7 @@ Report = (
 )
 Event = (
     Boot
+    | ImmortalizationUnsafe
     | Tick
     | Report
     | ChildExited

@@ -41,6 +41,7 @@ class Child:
     phase: str = ""  # what it was doing before it was ready (Starting), for the log if it dies
     memory: ProcessMemory | None = None
     memory_at: float = 0.0
+    first_private: tuple[int, int] | None = None  # (USS, requests) at its first sample once ready
     new_config: Config | None = None  # a mold started by HUP with a re-read config
 
     @property
@@ -58,6 +59,15 @@ class Child:
             return None
         return f"{metric.upper()} {format_bytes(used)} over --max-worker-memory {format_bytes(limit)}"
 
+    def private_growth(self, requests: int) -> float | None:
+        """Bytes of memory of its own gained per request served since its first sample once
+        ready: near 0 when what it holds was copied at its start (a refork shares that again),
+        steady when the app keeps memory per request. None until it served 100 more."""
+        mem, first = self.memory, self.first_private
+        if mem is None or first is None or requests - first[1] < 100:
+            return None
+        return max(0.0, (mem.uss - first[0]) / (requests - first[1]))
+
     def status_row(self, requests: int, overdue: int = 0) -> dict[str, Any]:
         """This process as one row of `refork status --json`."""
         mem = self.memory
@@ -72,6 +82,8 @@ class Child:
             "pss": mem.pss if mem else None,
             "uss": mem.uss if mem else None,
             "private_dirty": mem.private_dirty if mem else None,
+            "shared": mem.rss - mem.uss if mem else None,  # resident and shared with another process
+            "private_per_request": self.private_growth(requests),
             "minflt": mem.minflt if mem else None,
             "fork_unsafe": self.fork_unsafe,
             "retiring": self.retire_reason,

@@ -132,6 +132,16 @@ class Starts:
         else:
             self._spawn_mold(self.generation)
 
+    def _immortalization_unsafe(self, detail: str) -> None:
+        """Before any mold: the monitor's canary showed this interpreter's immortalization broken."""
+        if not self.config.immortalize or self.immortalize_fallback:
+            return
+        self.immortalize_fallback = True
+        text = f"{detail} on Python {self.python}: molds will not immortalize the heap"
+        self._emit(Log(WARNING, f"{text} (--no-immortalize); please report this interpreter to refork"))
+        self.config = replace(self.config, immortalize=False)
+        self._emit(AdoptConfig(self.config))
+
     def _without_immortalization(self, config: Config) -> Config:
         """A config for a new mold, with the fallback applied."""
         if self.immortalize_fallback and config.immortalize:

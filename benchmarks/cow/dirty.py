@@ -1,0 +1,164 @@
+"""Which pages of the mold's heap a worker copies, and what lives on them.
+
+Run it with a benchmark venv's interpreter, from benchmarks/:
+
+    benchmarks/.venv-3.14/bin/python benchmarks/cow/dirty.py [--warm 0] [--requests 1250]
+
+As refork's mold does, it imports the generated monolith (make_monolith.py) with the GC
+disabled, optionally serves --warm requests itself, prepares the heap (lazy imports, collect,
+immortalize, freeze) and records the physical page behind every present page of its private
+writable mappings (/proc/self/pagemap; needs root). A forked child then serves --requests
+requests (the benchmark's paths, called on the WSGI app directly: no sockets), and compares:
+a page present in both whose physical page changed was copied on write. The child then walks
+the heap and names the objects that start on each copied page.
+
+Output: copied MiB per mapping, then per kind of object (a page is split evenly among the
+objects that start on it; "no object starts here" is allocator state, the tail of a larger
+object, or memory that is not a Python object, such as dict keys or list item arrays), with
+the number of pages on which such objects start and how many of them were copied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import struct
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+BENCH_DIR = Path(__file__).resolve().parent.parent
+
+
+def writable_private_mappings() -> list[tuple[int, int, str]]:
+    maps = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split(maxsplit=5)
+            if fields[1].startswith("rw") and fields[1][3] == "p":
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                name = fields[5].strip() if len(fields) > 5 else ""
+                maps.append((start, end, name or "[anon]"))
+    return maps
+
+
+def present_pages(maps: list[tuple[int, int, str]]) -> dict[int, int]:
+    """Virtual page address -> physical frame number, for the present pages of maps."""
+    frames = {}
+    with open("/proc/self/pagemap", "rb") as f:
+        for start, end, _ in maps:
+            f.seek(start // PAGE * 8)
+            data = f.read((end - start) // PAGE * 8)
+            for i, (entry,) in enumerate(struct.iter_unpack("<Q", data)):
+                if entry >> 63 & 1:
+                    frames[start + i * PAGE] = entry & ((1 << 55) - 1)
+    return frames
+
+
+def environ(path: str) -> dict:
+    return {"REQUEST_METHOD": "GET", "PATH_INFO": path, "SERVER_NAME": "x", "SERVER_PORT": "80",
+            "wsgi.url_scheme": "http", "QUERY_STRING": ""}
+
+
+def serve(app, paths: list[str], count: int) -> None:
+    for i in range(count):
+        b"".join(app(environ(paths[i % len(paths)]), lambda status, headers, exc=None: None))
+
+
+def heap_objects() -> tuple[dict[int, list[str]], Counter[str]]:
+    """Start page of every object reachable from the GC's lists and sys.modules -> their kinds;
+    and the number of pages on which objects of each kind start."""
+    gc.unfreeze()
+    seen: set[int] = set()
+    kinds: dict[int, list[str]] = defaultdict(list)
+    stack = list(gc.get_objects()) + list(sys.modules.values())
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        kind = type(obj).__name__
+        kinds[id(obj) // PAGE * PAGE].append(kind)
+        refs = gc.get_referents(obj)
+        if kind == "code":
+            refs += [obj.co_consts, obj.co_names, obj.co_varnames, obj.co_filename, obj.co_name,
+                     obj.co_linetable, obj.co_exceptiontable, obj.co_qualname]
+        elif isinstance(obj, dict):
+            refs += list(obj.keys())
+        stack.extend(refs)
+    pages: Counter[str] = Counter()
+    for starting in kinds.values():
+        pages.update(set(starting))
+    return kinds, pages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--monolith", default="monolith_generated")
+    parser.add_argument("--warm", type=int, default=0, help="requests the mold serves before the fork")
+    parser.add_argument("--requests", type=int, default=1250, help="requests the child serves")
+    parser.add_argument("--no-immortalize", action="store_true")
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args()
+
+    gc.disable()
+    sys.path.insert(0, str(BENCH_DIR))
+    from refork.memory.heap import prepare_heap_for_fork
+
+    app = __import__(f"{args.monolith}.app", fromlist=["app"]).app
+    paths = [f"/w/{i}" for i in range(20)] + [f"/r/{i}" for i in range(300)]
+    serve(app, paths, args.warm)
+    report = prepare_heap_for_fork(immortalize=not args.no_immortalize)
+    print(f"Python {sys.version.split()[0]}: {report.describe()}", flush=True)
+    maps = writable_private_mappings()
+    before = present_pages(maps)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(w)
+        with os.fdopen(r) as pipe:
+            print(pipe.read(), end="")
+        os.waitpid(pid, 0)
+        return
+    os.close(r)
+    gc.enable()
+    start = time.perf_counter()
+    serve(app, paths, args.requests)
+    seconds = time.perf_counter() - start
+    after = present_pages(maps)
+    copied = {page for page, frame in before.items() if after.get(page, frame) != frame}
+    lines = [f"child served {args.requests} requests in {seconds:.1f} s; "
+             f"{len(copied) * PAGE / 2**20:.1f} MiB of the mold's pages copied"]
+    by_map: Counter[str] = Counter()
+    for page in copied:
+        for start, end, name in maps:
+            if start <= page < end:
+                by_map[name.rsplit("/", 1)[-1]] += PAGE
+                break
+    lines += ["", "mapping                                   copied MiB"]
+    lines += [f"{name[:40]:<40} {size / 2**20:10.1f}" for name, size in by_map.most_common()]
+    kinds, pages = heap_objects()
+    by_kind: Counter[str] = Counter()
+    for page in copied:
+        starting = kinds.get(page)
+        if not starting:
+            by_kind["(no object starts here)"] += PAGE
+            continue
+        for kind in starting:
+            by_kind[kind] += PAGE / len(starting)
+    copied_pages: Counter[str] = Counter()
+    for page in copied:
+        copied_pages.update(set(kinds.get(page, ())))
+    lines += ["", "objects starting on copied pages   copied MiB (page shared evenly)"
+              "   pages copied / with one"]
+    lines += [f"{kind[:40]:<40} {size / 2**20:10.1f}  {copied_pages[kind]:>9,} / {pages[kind]:,}"
+              for kind, size in by_kind.most_common(args.top)]
+    os.write(w, ("\n".join(lines) + "\n").encode())
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

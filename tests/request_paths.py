@@ -1,0 +1,36 @@
+"""refork's request paths, for the tests that run one promise on each: id -> (the interface, the
+flags that choose the path). The app modules these tests use have a `wsgi` and an `asgi` app.
+
+A new request path is one more entry here: every test parametrized with `every_path` (the
+promise matrix of test_promises.py, the access log, PROXY protocol, hooks, StatsD...) runs on it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+PATHS: dict[str, tuple[str, list[str]]] = {
+    "python-1": ("wsgi", ["--wsgi-loop", "python", "--threads", "1"]),  # the Python WSGI loop
+    "python-4": ("wsgi", ["--wsgi-loop", "python", "--threads", "4"]),  # ... with app threads
+    "engine": ("wsgi", ["--wsgi-loop", "native", "--threads", "1"]),  # the native engine
+    "pool": ("wsgi", ["--wsgi-loop", "native", "--threads", "4"]),  # the native pool engine
+    "asyncio": ("asgi", ["--loop", "asyncio"]),
+    "uvloop": ("asgi", ["--loop", "uvloop"]),
+}
+WSGI = [path for path, (interface, _) in PATHS.items() if interface == "wsgi"]
+
+every_path = pytest.mark.parametrize("path", list(PATHS))
+wsgi_paths = pytest.mark.parametrize("path", WSGI)
+
+
+def threads(path: str) -> int:
+    """The app threads of a worker on this path (0: ASGI, whose requests hold no thread)."""
+    interface, flags = PATHS[path]
+    return int(flags[flags.index("--threads") + 1]) if interface == "wsgi" else 0
+
+
+def flags(path: str, module: str) -> tuple[list[str], str]:
+    """(the flags, the app) that serve `module`'s app of this path's interface on this path."""
+    interface, chosen = PATHS[path]
+    extra = ["--interface", "asgi"] if interface == "asgi" else []
+    return [*extra, *chosen], f"{module}:{interface}"
