@@ -65,6 +65,9 @@ REFORK_SETUPS: dict[str, list[str]] = {
     "refork-after-50": ["--refork-after", "50,100,off"],
     "refork-after-100": ["--refork-after", "100,200,off"],
     "refork-after-50-idle-exit": ["--refork-after", "50,100,off", "--mold-idle-exit", "1"],
+    # Pitchfork's policy (the last count repeats), with the mold let go after 1 s or 10 s idle.
+    "refork-after-50-100-1000-idle-exit-1": ["--refork-after", "50,100,1000", "--mold-idle-exit", "1"],
+    "refork-after-50-100-1000-idle-exit-10": ["--refork-after", "50,100,1000", "--mold-idle-exit", "10"],
     "refork-after-100-idle-exit": ["--refork-after", "100,200,off", "--mold-idle-exit", "1"],
     "refork-after-25-idle-exit": ["--refork-after", "25,50,off", "--mold-idle-exit", "1"],
     "refork-after-50-idle-exit-jemalloc": ["--refork-after", "50,100,off", "--mold-idle-exit", "1",
@@ -72,8 +75,8 @@ REFORK_SETUPS: dict[str, list[str]] = {
     "refork-warmup": ["{warmup}"],
     "refork-jemalloc": ["--allocator", "jemalloc"],
 }
-DEFAULT_ONLY = [*GUNICORN_SETUPS, "refork", "refork-idle-exit", "refork-after-50",
-                "refork-after-25-idle-exit", "refork-after-50-idle-exit", "refork-after-100-idle-exit"]
+DEFAULT_ONLY = [*GUNICORN_SETUPS, "refork", "refork-after-50-100-1000-idle-exit-1",
+                "refork-after-50-100-1000-idle-exit-10"]
 
 
 # --------------------------------------------------------------------------- site and servers
@@ -410,36 +413,55 @@ def latest_results() -> dict[str, dict]:
     return dict(sorted(merged.items()))
 
 
+def columns(results: dict[str, dict]) -> dict[str, dict[str, dict]]:
+    """One column per Python: the setups of its plain runs, and those of a run from another checkout
+    as rows "setup @ commit". gunicorn does not change with refork's commit: the plain run's gunicorn
+    rows are the baselines of every row."""
+    cols: dict[str, dict[str, dict]] = {}
+    for key, data in results.items():
+        python, _, commit = key.partition(" @ ")
+        col = cols.setdefault(python, {})
+        for name, s in data["summary"].items():
+            if not commit:
+                col[name] = s
+            elif name in GUNICORN_SETUPS:
+                col.setdefault(name, s)
+            else:
+                col[f"{name} @ {commit}"] = s
+    return dict(sorted(cols.items(), key=lambda kv: tuple(int(n) for n in kv[0].split("."))))
+
+
 def print_table_all() -> None:
     """Total PSS of every setup, one column per Python, with the ratios to gunicorn --preload and to
     gunicorn --preload + freeze; then each Python's details."""
     results = latest_results()
     if not results:
         sys.exit("no results yet: run benchmarks/real_django/run.py --python X.Y first")
-    pythons = list(results)
+    cols = columns(results)
     names: list[str] = []
-    for data in results.values():
-        names += [n for n in data["summary"] if n not in names]
+    for col in cols.values():
+        names += [n for n in col if n not in names]
     print("total PSS MiB (x gunicorn --preload / x gunicorn --preload + freeze)\n")
-    print("| setup | " + " | ".join(pythons) + " |")
-    print("|---|" + "---|" * len(pythons))
+    print("| setup | " + " | ".join(cols) + " |")
+    print("|---|" + "---|" * len(cols))
     for name in names:
         cells = []
-        for py in pythons:
-            summary = results[py]["summary"]
-            s = summary.get(name)
+        for col in cols.values():
+            s = col.get(name)
             if not s or "error" in s:
                 cells.append("-" if not s else "failed")
                 continue
-            pre = summary.get(PRELOAD, {}).get("total_pss")
-            frz = summary.get(FREEZE, {}).get("total_pss")
+            pre = col.get(PRELOAD, {}).get("total_pss")
+            frz = col.get(FREEZE, {}).get("total_pss")
             cells.append(f"{s['total_pss'] / 1024:.0f} ({fmt(pre and s['total_pss'] / pre, '.2f')} / "
                          f"{fmt(frz and s['total_pss'] / frz, '.2f')})")
         print(f"| {name} | " + " | ".join(cells) + " |")
-    for py, data in results.items():
-        print(f"\n{py}: refork at {', '.join(data['commits'])}; {data['versions']}")
-        print(f"files: {', '.join(data['files'])}")
-        print_summary(data["summary"], py)
+    for python, col in cols.items():
+        runs = {k: d for k, d in results.items() if k.partition(" @ ")[0] == python}
+        for key, data in runs.items():
+            print(f"\n{key}: refork at {', '.join(data['commits'])}; {data['versions']}")
+            print(f"files: {', '.join(data['files'])}")
+        print_summary(col, python)
 
 
 # --------------------------------------------------------------------------- main
