@@ -56,26 +56,30 @@ USERNAME, PASSWORD = "admin", "bench-admin-password"  # prepare.py's
 PRELOAD, FREEZE = "gunicorn-preload", "gunicorn-preload-freeze"
 LOAD_SEED = 7
 
-# name -> refork flags (None: a gunicorn setup, built in servers()).
+# name -> refork flags. "refork" is the defaults; every other setup names each policy flag it relies
+# on (--refork-after, --mold-idle-exit), so that it means the same whatever the defaults are.
 GUNICORN_SETUPS = ["gunicorn", PRELOAD, FREEZE]
+ONE_GENERATION = ["--refork-after", "off", "--mold-idle-exit", "off"]
 REFORK_SETUPS: dict[str, list[str]] = {
     "refork": [],
-    "refork-idle-exit": ["--mold-idle-exit", "1"],
-    "refork-after-25": ["--refork-after", "25,50,off"],
-    "refork-after-50": ["--refork-after", "50,100,off"],
-    "refork-after-100": ["--refork-after", "100,200,off"],
+    # The first generation only, its mold kept: what refork does with no policy.
+    "refork-one-generation": ONE_GENERATION,
+    "refork-idle-exit": ["--refork-after", "off", "--mold-idle-exit", "1"],
+    "refork-after-25": ["--refork-after", "25,50,off", "--mold-idle-exit", "off"],
+    "refork-after-50": ["--refork-after", "50,100,off", "--mold-idle-exit", "off"],
+    "refork-after-100": ["--refork-after", "100,200,off", "--mold-idle-exit", "off"],
     "refork-after-50-idle-exit": ["--refork-after", "50,100,off", "--mold-idle-exit", "1"],
-    # Pitchfork's policy (the last count repeats), with the mold let go after 1 s or 10 s idle.
-    "refork-after-50-100-1000-idle-exit-1": ["--refork-after", "50,100,1000", "--mold-idle-exit", "1"],
-    "refork-after-50-100-1000-idle-exit-10": ["--refork-after", "50,100,1000", "--mold-idle-exit", "10"],
     "refork-after-100-idle-exit": ["--refork-after", "100,200,off", "--mold-idle-exit", "1"],
     "refork-after-25-idle-exit": ["--refork-after", "25,50,off", "--mold-idle-exit", "1"],
     "refork-after-50-idle-exit-jemalloc": ["--refork-after", "50,100,off", "--mold-idle-exit", "1",
                                            "--allocator", "jemalloc"],
-    "refork-warmup": ["{warmup}"],
-    "refork-jemalloc": ["--allocator", "jemalloc"],
+    # Pitchfork's policy (the last count repeats), with the mold let go after 1 s or 10 s idle.
+    "refork-after-50-100-1000-idle-exit-1": ["--refork-after", "50,100,1000", "--mold-idle-exit", "1"],
+    "refork-after-50-100-1000-idle-exit-10": ["--refork-after", "50,100,1000", "--mold-idle-exit", "10"],
+    "refork-warmup": [*ONE_GENERATION, "{warmup}"],
+    "refork-jemalloc": [*ONE_GENERATION, "--allocator", "jemalloc"],
 }
-DEFAULT_ONLY = [*GUNICORN_SETUPS, "refork", "refork-after-50-100-1000-idle-exit-1",
+DEFAULT_ONLY = [*GUNICORN_SETUPS, "refork", "refork-one-generation", "refork-after-50-100-1000-idle-exit-1",
                 "refork-after-50-100-1000-idle-exit-10"]
 
 
@@ -535,7 +539,7 @@ def main() -> None:
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "python": python, "versions": info, "commit": commit,
         "argv": sys.argv[1:], "refork_path": args.refork_path and str(args.refork_path),
         "workers": args.workers, "requests": args.requests, "settle": args.settle, "clients": args.clients,
-        "summary": summary, "runs": runs,
+        "setups": {n: REFORK_SETUPS.get(n, "gunicorn") for n in names}, "summary": summary, "runs": runs,
     })
     print(f"results: {path}")
 
