@@ -12,6 +12,7 @@ over rounds; the table gives medians.
 
     benchmarks/real_django/setup.sh python3.12                  # once per interpreter
     python3 benchmarks/real_django/run.py --python 3.12 [--rounds 2] [--requests 1200] [--only A,B]
+    python3 benchmarks/real_django/run.py --python 3.12 --only refork --refork-path CHECKOUT  # another refork
     python3 benchmarks/real_django/run.py --table               # the newest result per Python
 
 The site is made by prepare.py on first use (benchmarks/real_django/.site-X.Y).
