@@ -11,6 +11,10 @@ does not fit now 503 (with ``Retry-After``). What a body holds of the budget is 
 of it, never what its header declares: a client that declares a gigabyte and sends a megabyte
 holds a megabyte. A spool directory that is full (or over a quota) is a 507, with
 ``Retry-After``, to the upload that found it so.
+
+A spool file is written unbuffered, as the body arrives: a buffered one would keep up to its
+buffer (128 KiB from Python 3.14) of every body in the worker's memory until the body ends, under
+no budget. The app reads the finished body through a buffer.
 """
 
 from __future__ import annotations
@@ -141,6 +145,16 @@ def _disk_full(exc: OSError) -> ParseError:
     return ParseError(500, f"cannot spool the request body: {exc.strerror or exc}")
 
 
+def _write(f: io.FileIO, data: bytes) -> None:
+    """All of data to an unbuffered file (a raw write may take less than it was given)."""
+    view = memoryview(data)
+    while view:
+        n = f.write(view)
+        if not n:  # (a regular file takes something or raises; nothing at all: it is full)
+            raise OSError(errno.ENOSPC, "the spool file takes no more")
+        view = view[n:]
+
+
 class BodyBuffer:
     """Collects de-chunked body pieces; spills to a temp file past `threshold` bytes.
 
@@ -162,7 +176,7 @@ class BodyBuffer:
     ) -> None:
         self._parts: list[bytes] = []
         self._size = 0
-        self._file: BinaryIO | None = None
+        self._file: io.FileIO | None = None  # unbuffered: the bytes that arrived are on disk
         self._threshold = threshold
         self._spool = spool
         self._length = length
@@ -175,7 +189,7 @@ class BodyBuffer:
         if self._file is not None:
             self._charge(self._size - self._charged)
             try:
-                self._file.write(data)
+                _write(self._file, data)
             except OSError as exc:
                 raise _disk_full(exc) from None
             return
@@ -199,12 +213,12 @@ class BodyBuffer:
             raise ParseError(503, "request body spool is full")
         self._charge(self._size)
         try:
-            f = tempfile.TemporaryFile(prefix="refork-body-", dir=spool.directory)  # noqa: SIM115 - owned by the stream
+            f = tempfile.TemporaryFile(buffering=0, prefix="refork-body-", dir=spool.directory)  # noqa: SIM115 - owned by the stream
         except OSError as exc:
             raise _disk_full(exc) from None
         try:
             for part in self._parts:
-                f.write(part)
+                _write(f, part)
         except BaseException as exc:
             f.close()
             if isinstance(exc, OSError):
@@ -233,14 +247,13 @@ class BodyBuffer:
         self._file = None
         if f is not None:
             try:
-                f.flush()
                 f.seek(0)
             except OSError as exc:
                 self._file = f  # discard() closes it and gives its bytes back
                 raise _disk_full(exc) from None
             charged = self._charged
             self._charged = 0
-            return _SpooledInput(f, self._size, self._spool, charged)
+            return _SpooledInput(io.BufferedReader(f), self._size, self._spool, charged)
         parts = self._parts
         self._parts = []
         self._let_go()  # (the app's now, no longer arriving)
