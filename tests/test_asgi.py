@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+from conftest import free_port, pids_alive
+from waits import process_state, sender_blocked, wait_for_line, wait_until
 
 from refork.asgi import ResponseState, build_scope, decode_path
 from refork.config import Config
@@ -294,13 +295,17 @@ control = Control()
 signal.signal(signal.SIGTERM, lambda *_: control.signal(b"T"))
 signal.signal(signal.SIGINT, lambda *_: control.signal(b"I"))
 print("READY", flush=True)
+parent = os.getpid()
 try:
     serve_asgi([sock], app, config, control)
 except Promoted:
     import time
     os.write(1, b"CHILD UNWOUND\n")
     os.close(1); os.close(2)
-    time.sleep(10)  # a mold lives on: its copies of client sockets must not keep them open
+    # A mold lives on (its copies of client sockets must not keep them open): as long as the
+    # server it was forked from, then it goes by itself.
+    while os.getppid() == parent:
+        time.sleep(0.05)
     os._exit(0)
 print(f"SERVED {control.served}", flush=True)
 """
@@ -537,8 +542,9 @@ def test_head_http10_and_connection_close(serve):
         assert at_eof(sock)
 
 
-def test_malformed_request_gets_400_and_app_not_called(serve):
-    proc = serve()
+def test_malformed_request_gets_400_and_app_not_called(serve, tmp_path):
+    logfile = tmp_path / "events.log"
+    proc = serve(env={"LIFESPAN_LOG": str(logfile)})
     with proc.connect() as sock:
         sock.sendall(b"GET / HTTP/1.1\r\nHost: a\r\nbad header\r\n\r\n")
         status, _, _ = read_response(sock)
@@ -548,7 +554,7 @@ def test_malformed_request_gets_400_and_app_not_called(serve):
     with proc.connect() as sock:
         buf = bytearray()
         sock.sendall(b"GET /slow?0.1 HTTP/1.1\r\nHost: a\r\n\r\n")
-        time.sleep(0.02)
+        wait_for_line(logfile, "slow")  # the bad request arrives while the good one is in the app
         sock.sendall(b"GARBAGE\r\n\r\n")
         assert read_response(sock, buf)[0] == 200
         assert read_response(sock, buf)[0] == 400
@@ -601,15 +607,6 @@ def test_lifespan_startup_failure_exits(serve):
     assert "database unreachable" in err and "worker exiting" in err
 
 
-def wait_for_line(path: Path, line: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and line in path.read_text().splitlines():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"{line!r} never appeared in {path}")
-
-
 def test_graceful_stop_lets_in_flight_request_finish(serve, tmp_path):
     logfile = tmp_path / "events.log"
     proc = serve(env={"LIFESPAN_LOG": str(logfile)})
@@ -629,11 +626,12 @@ def test_graceful_stop_lets_in_flight_request_finish(serve, tmp_path):
     assert code == 0 and "SERVED 2" in out
 
 
-def test_sigint_stops_at_once(serve):
-    proc = serve()
+def test_sigint_stops_at_once(serve, tmp_path):
+    logfile = tmp_path / "events.log"
+    proc = serve(env={"LIFESPAN_LOG": str(logfile)})
     with proc.connect() as sock:
         sock.sendall(b"GET /slow?30 HTTP/1.1\r\nHost: a\r\n\r\n")
-        time.sleep(0.2)
+        wait_for_line(logfile, "slow")  # the request is in the app
         code, out, err = proc.finish(sig=signal.SIGINT, timeout=5)
     assert code == 0
 
@@ -644,24 +642,26 @@ def test_disconnect_mid_body_reaches_the_app(serve, tmp_path, half_close):
     proc = serve(env={"LIFESPAN_LOG": str(logfile)})
     sock = proc.connect()
     sock.sendall(b"POST /wait-disconnect HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\npartial")
-    time.sleep(0.2)
+    wait_for_line(logfile, "waiting for the disconnect")  # the request is in the app
     if half_close:
         sock.shutdown(socket.SHUT_WR)
     else:
         sock.close()
     wait_for_line(logfile, "disconnected")
-    assert logfile.read_text() == "startup\ndisconnected\n"
+    assert logfile.read_text() == "startup\nwaiting for the disconnect\ndisconnected\n"
     sock.close()
     code, out, err = proc.finish()
     assert code == 0 and "Traceback" not in err, err
 
 
-def test_client_disconnect_during_slow_request(serve):
-    proc = serve()
+def test_client_disconnect_during_slow_request(serve, tmp_path):
+    logfile = tmp_path / "events.log"
+    proc = serve(env={"LIFESPAN_LOG": str(logfile)})
     sock = proc.connect()
     sock.sendall(b"GET /slow?0.3 HTTP/1.1\r\nHost: a\r\n\r\n")
+    wait_for_line(logfile, "slow")  # the request is in the app
     sock.close()
-    time.sleep(0.5)
+    wait_for_line(logfile, "slow over")  # the app is done with a client that was gone
     assert exchange(proc, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")[0] == 200
     code, out, err = proc.finish()
     assert "Exception" not in err, err
@@ -673,7 +673,8 @@ def test_streamed_response_with_slow_reader_and_access_log(serve, loop, tmp_path
     proc = serve(loop=loop, env={"ACCESS_LOG": str(access)})
     with proc.connect(timeout=10) as sock:
         sock.sendall(b"GET /stream?300 HTTP/1.1\r\nHost: a\r\n\r\n")
-        time.sleep(0.3)  # not reading: the server hits its write buffer limit and must wait (drain)
+        # not reading: the server hits its write buffer limit and must wait (drain)
+        wait_until(lambda: sender_blocked(sock), what="the server blocked on the unread socket")
         status, headers, body = read_response(sock)
         assert status == 200 and len(body) == 300 * 65536
         sock.sendall(b"GET /hello HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
@@ -717,6 +718,7 @@ def test_safe_point_fork_child_unwinds_and_parent_keeps_serving(serve, loop):
     lines = sorted(proc.proc.stdout.readline() for _ in range(2))
     assert lines[0] == "CHILD UNWOUND\n", lines  # the SystemExit subclass left serve_asgi
     assert lines[1].startswith("FORKED"), lines
+    child = int(lines[1].split()[1])
     # The parent still accepts and serves, also on the connection that existed at fork time...
     for _ in range(3):
         assert exchange(proc, b"GET /again HTTP/1.1\r\nHost: a\r\n\r\n")[2] == b"GET /again"
@@ -725,10 +727,12 @@ def test_safe_point_fork_child_unwinds_and_parent_keeps_serving(serve, loop):
     # ...and when the parent closes it, the client sees EOF although the child is still alive.
     before.settimeout(2)
     assert at_eof(before)
+    assert pids_alive([child]) == [child]
     before.close()
     code, out, err = proc.finish()
     assert code == 0, err
     assert "SERVED 5" in out
+    wait_until(lambda: process_state(child) in (None, "Z"), what="the child to follow its parent")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -808,7 +812,7 @@ def test_unknown_method_behind_a_request_split_across_sends(serve):
     proc = serve()
     sock = proc.connect()
     sock.sendall(b"GET /one HTTP/1.1\r\nHo")
-    time.sleep(0.05)  # most likely two reads; the outcome must not depend on it
+    time.sleep(0.05)  # (the input, not a wait) most likely two reads; the outcome must not depend on it
     sock.sendall(b"st: a\r\n\r\nX-SYNC /two HTTP/1.1\r\nHost: a\r\n\r\n")
     buf = bytearray()
     assert read_response(sock, buf)[2] == b"GET /one"

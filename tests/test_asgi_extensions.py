@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import free_port, read_to_end
 from test_tls import Certs
+from waits import sender_blocked, wait_for_line, wait_until
 
 from refork.asgi import ResponseState
 from refork.http.events import Request
@@ -25,17 +26,6 @@ from refork.http.events import Request
 APP = "apps.asgi_ext_apps:app"
 STARLETTE = "apps.asgi_ext_apps:starlette_app"
 LOOPS = ["asyncio", "uvloop"]
-
-
-def wait_for_line(path: Path, prefix: str, timeout: float = 10.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if line.startswith(prefix):
-                    return line
-        time.sleep(0.02)
-    raise AssertionError(f"no line {prefix!r} in {path}: {path.read_text() if path.exists() else ''!r}")
 
 
 def in_flight(mport: int) -> float:
@@ -112,8 +102,11 @@ def test_sse_client_gone_after_1s_app_sees_disconnect_and_the_task_is_freed(star
     sock.sendall(b"GET /sse HTTP/1.1\r\nHost: a\r\n\r\n")
     head, rest = read_head(sock)
     assert head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head
-    time.sleep(1.0)
-    data = rest + sock.recv(65536)
+    data = rest
+    while b"data: 9\n\n" not in data:  # ten events (an event every 100 ms): the stream runs
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
     assert b"data: 0\n\n" in data
     assert server.wait_for(lambda: in_flight(mport) == 1, what="the stream in flight")
     sock.close()
@@ -167,9 +160,12 @@ def test_starlette_streaming_response_stops_when_the_client_goes(start_server, t
     server, mport, events = start(start_server, tmp_path, app=STARLETTE)
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
     sock.sendall(b"GET /stream HTTP/1.1\r\nHost: a\r\n\r\n")
-    head, _ = read_head(sock)
+    head, data = read_head(sock)
     assert head.startswith(b"HTTP/1.1 200")
-    time.sleep(1.0)
+    while b"data: 9\n\n" not in data:  # ten events (an event every 100 ms): the stream runs
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
     sock.close()
     wait_for_line(events, "starlette stream closed")
     server.wait_for(lambda: in_flight(mport) == 0, timeout=5, what="no request in flight")
@@ -230,7 +226,7 @@ def test_pathsend_keep_alive_and_slow_reader(start_server, tmp_path, blob, loop)
     with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
         sock.sendall(f"GET /pathsend?path={blob} HTTP/1.1\r\nHost: a\r\n\r\n".encode() * 2)
-        time.sleep(0.5)
+        wait_until(lambda: sender_blocked(sock), what="the server blocked on the unread socket")
         size = blob.stat().st_size
         rest = b""
         for _ in range(2):
@@ -255,7 +251,8 @@ def test_client_gone_in_the_middle_of_a_file(start_server, tmp_path, blob, loop,
         sock.sendall(f"GET /pathsend?path={blob} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
         head, rest = read_head(sock)
         sock.recv(10000)
-        time.sleep(0.3)  # the server is stuck on a full socket buffer
+        # the server is stuck on a full socket buffer
+        wait_until(lambda sock=sock: sender_blocked(sock), what="the server blocked on the unread socket")
         if how == "rst":
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         sock.close()
@@ -447,7 +444,7 @@ def test_send_file_uses_sendfile_and_keeps_order(loop_name, tmp_path, monkeypatc
 
     def reader():
         while len(received) < len(data) + 10:
-            time.sleep(0.001)
+            time.sleep(0.001)  # (the input, not a wait) a slow reader: the sender blocks and resumes
             chunk = theirs.recv(65536)
             if not chunk:
                 break

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
+from waits import process_state, wait_until
 
 from refork.config import parse_size
 from refork.memory.accounting import format_bytes, read_memory
@@ -31,7 +31,7 @@ def test_gone_and_zombie_processes_read_as_none() -> None:
     pid = os.fork()
     if pid == 0:
         os._exit(0)
-    time.sleep(0.2)  # now a zombie: not reaped yet
+    wait_until(lambda: process_state(pid) == "Z", what="a zombie")  # exited, not reaped yet
     try:
         assert read_memory(pid) is None
     finally:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import free_port
 from supervisor_sim import KILLED, Sim, of
+from waits import accept_queue, served_connections, wait_until
 
 from refork.config import ConfigError
 from refork.config import coercers as c
@@ -433,14 +434,14 @@ def test_too_many_scrapers_at_once_get_503_and_others_paths_and_methods(start_se
     assert status == 200 and int(headers["Content-Length"]) > 1000 and body == ""
     idle = [socket.create_connection(("127.0.0.1", mport)) for _ in range(8)]
     try:
-        time.sleep(0.5)  # the monitor accepts them (a wake-up is at most 0.25 s away)
+        wait_until(lambda: accept_queue(mport) == 0, what="the monitor to accept the 8 scrapers")
         extra = socket.create_connection(("127.0.0.1", mport))
         assert read_all(extra).startswith(b"HTTP/1.1 503 ")
         extra.close()
     finally:
         for s in idle:
             s.close()
-    time.sleep(0.5)
+    wait_until(lambda: served_connections(mport) == 0, what="the monitor to close the 8 scrapers")
     assert scrape(mport)[0] == 200
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from fuzz.grammar import CORPUS, fuzzed
 from hypothesis import given, settings
+from waits import sender_blocked, sleeping_threads, wait_until
 
 APP = "apps.engine_apps:app"
 
@@ -115,7 +116,7 @@ def test_a_head_and_a_body_in_pieces_are_served(engine) -> None:
         pieces = (b"POST /echo HTTP/1.1\r\nHo", b"st: t\r\nContent-Le", b"ngth: 6\r\n\r\nab", b"cd", b"ef")
         for piece in pieces:
             sock.sendall(piece)
-            time.sleep(0.05)
+            time.sleep(0.05)  # (the input, not a wait) the pieces arrive apart
         sock.sendall(get("/after"))
         got = responses(sock, ["POST", "GET"])
     assert got[0][:2] == (200, b"echo:abcdef")
@@ -214,7 +215,8 @@ def test_a_client_that_does_not_read_costs_only_its_own_connection(engine) -> No
     slow.connect(("127.0.0.1", engine.port))
     try:
         slow.sendall(get("/big?60000") * 100 + get("/last"))  # more than the kernel buffers hold
-        time.sleep(0.3)  # the server's send buffer fills; it must not wait for this client
+        # the server's send buffer fills; it must not wait for this client
+        wait_until(lambda: sender_blocked(slow), what="the server blocked on the unread socket")
         t0 = time.monotonic()
         for _ in range(5):
             assert engine.get("/other") == (200, b"GET /other? -")
@@ -371,7 +373,7 @@ def test_clients_that_do_not_read_hold_no_app_thread(start_server) -> None:
             slow.connect(("127.0.0.1", server.port))
             slow.sendall(get("/big?60000") * 100)  # more than the kernel buffers hold
             stalled.append(slow)
-        time.sleep(0.3)
+        wait_until(lambda: all(sender_blocked(s) for s in stalled), what="the server blocked on 3 sockets")
         for _ in range(5):  # a blocked app thread would hold these until the write timeout (30 s)
             with connect(server.port) as sock:
                 sock.settimeout(5)
@@ -392,7 +394,8 @@ def test_the_io_thread_cuts_a_slow_head_while_an_app_thread_holds_the_gil(start_
     server = native(start_server, 2, "--header-timeout", "1")
     with connect(server.port) as holding, connect(server.port) as partial:
         holding.sendall(get("/hold?4"))
-        time.sleep(0.5)
+        [worker] = server.workers()
+        wait_until(lambda: sleeping_threads(worker["pid"]), what="the request holding the GIL")
         partial.sendall(b"GET / HTTP/1.1\r\nHost: t\r\nAccept: te")  # (the common shape so far)
         partial.settimeout(10)
         assert partial.recv(1000).startswith(b"HTTP/1.1 408 ")

@@ -22,7 +22,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -378,7 +377,7 @@ def test_promote_under_load_then_serve_from_the_new_generation(start_server, thr
     for t in clients:
         t.start()
     try:
-        time.sleep(0.3)
+        server.wait_for(lambda: served[0] >= 20 or failures, what="the clients under way")
         server.signal(signal.SIGUSR2)
         server.wait_for(
             lambda: server.status()["generation"] == 1
@@ -386,7 +385,8 @@ def test_promote_under_load_then_serve_from_the_new_generation(start_server, thr
             and len(server.workers()) == 2,
             what="a promoted generation",
         )
-        time.sleep(0.3)
+        promoted = served[0]
+        server.wait_for(lambda: served[0] >= promoted + 20 or failures, what="requests to the new generation")
     finally:
         stop.set()
         for t in clients:

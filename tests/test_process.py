@@ -7,6 +7,7 @@ import signal
 import time
 
 from conftest import pids_alive, run_cli
+from waits import wait_until
 
 
 def cmdline(pid: int) -> str:
@@ -44,7 +45,7 @@ def test_term_is_a_graceful_stop_that_finishes_in_flight_requests(start_server):
 
     thread = threading.Thread(target=slow)
     thread.start()
-    time.sleep(0.5)
+    server.wait_for(lambda: server.workers()[0]["busy"] == 1, what="the request in the app")
     children = [p["pid"] for p in server.status()["processes"]]
     server.signal(signal.SIGTERM)
     thread.join(10)
@@ -58,8 +59,7 @@ def test_int_is_a_fast_stop(start_server):
     children = [p["pid"] for p in server.status()["processes"]]
     server.signal(signal.SIGINT)
     assert server.wait_exit(10) == 0
-    time.sleep(0.2)
-    assert pids_alive(children) == []
+    wait_until(lambda: pids_alive(children) == [], what="every child gone")
 
 
 def test_ttin_and_ttou_change_the_worker_count(start_server):
@@ -135,8 +135,7 @@ def test_usr1_reopens_log_files(start_server, tmp_path):
     server.wait_for(lambda: access.exists() and access.stat().st_size > 0, what="access log line")
     access.rename(tmp_path / "access.log.1")
     server.signal(signal.SIGUSR1)
-    time.sleep(0.5)
-    server.wait_for(
+    server.wait_for(  # (requests before the reopen go to the renamed file)
         lambda: server.get("/")[0] == 200 and access.exists() and access.stat().st_size > 0,
         timeout=10,
         what="a new access log file",

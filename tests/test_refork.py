@@ -137,7 +137,7 @@ def test_without_mold_idle_exit_the_mold_stays(start_server):
     server = start_server(workers=1)
     mold = server.mold()["pid"]
     server.get("/")
-    time.sleep(1.0)
+    time.sleep(1.0)  # (the input, not a wait) idle longer than --mold-idle-exit auto's 1 s: nothing happens
     assert server.mold()["pid"] == mold and not server.status()["mold_shed"]
 
 

@@ -102,7 +102,7 @@ def test_extend_deadline_lets_a_long_request_pass_the_soft_timeout(start_server,
     assert (resp.status, resp.read().endswith(b"extended=True")) == (200, True)
     conn.close()
     assert fetch(server.port, "/")[1] == worker["pid"]  # not retired
-    time.sleep(1.2)  # a tick or two later, still nothing to report
+    time.sleep(1.2)  # (the input, not a wait) a tick or two later, still nothing to report
     assert "request timeout" not in server.log()
     assert [w["pid"] for w in server.workers()] == [worker["pid"]]
 

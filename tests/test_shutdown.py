@@ -30,7 +30,7 @@ def test_term_serves_every_connection_queued_in_the_backlog(start_server, app):
     accept queue behind it; TERM (with a delay): every one gets its whole response."""
     server = start_server("--shutdown-delay", "0.5", "--graceful-timeout", "20", app=app, workers=1)
     first = send(server.port, "/block?3")
-    time.sleep(0.5)  # (set-up, not a measure) the worker's loop is now in the app
+    server.wait_for(lambda: server.workers()[0]["busy"] == 1, what="the worker's loop in the app")
     queued = [send(server.port, f"/q{i}") for i in range(12)]
     server.signal(signal.SIGTERM)
     assert read_to_end(first).startswith(b"HTTP/1.1 200 OK")
@@ -103,7 +103,7 @@ def test_a_connection_accepted_before_the_stop_gets_its_first_request_answered(s
     server.wait_for(lambda: server.get("/ping")[0] == 200, what="the worker")  # it has accepted sock
     server.signal(signal.SIGTERM)
     server.wait_for(lambda: "graceful stop" in server.log(), what="the stop")
-    time.sleep(2.0)  # (set-up, not a measure) past the drain grace, within --keepalive (5 s)
+    time.sleep(2.0)  # (the input, not a wait) silent past the 1 s drain grace, within --keepalive (5 s)
     sock.sendall(b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n")
     assert read_to_end(sock).startswith(b"HTTP/1.1 200 OK")
     sock.close()

@@ -15,6 +15,7 @@ import time
 
 import pytest
 from conftest import read_to_end
+from waits import sender_blocked, wait_until
 
 APPS = {"wsgi": "apps.slow_clients:wsgi_app", "asgi": "apps.slow_clients:asgi_app"}
 MB = 1 << 20
@@ -55,7 +56,7 @@ def _download_slowly(port: int, path: str, pause: float = 0.05) -> tuple[bytes, 
         head, _, body = data.partition(b"\r\n\r\n")
         received = len(body)
         while True:
-            time.sleep(pause)
+            time.sleep(pause)  # (the input, not a wait) the slow reader's pace
             try:
                 piece = sock.recv(1 << 16)
             except ConnectionResetError:
@@ -88,18 +89,6 @@ def _rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise AssertionError("no VmRSS")
-
-
-def _settled_rss(pid: int) -> int:
-    """The worker's RSS once it stops changing (the response is parked on the client)."""
-    last = _rss_kib(pid)
-    for _ in range(50):
-        time.sleep(0.2)
-        now = _rss_kib(pid)
-        if now == last:
-            return now
-        last = now
-    return last
 
 
 # 1. The worker deadline is time in the app --------------------------------------------------
@@ -208,9 +197,14 @@ def test_wsgi_single_thread_a_client_that_never_reads_blocks_nobody(start_server
 def test_a_never_read_50mb_response_is_not_held_in_memory(start_server, interface):
     server, pid = _start(start_server, interface)
     assert server.get(f"/big?{MB}")[0] == 200  # warm: the route's own allocations
-    before = _settled_rss(pid)
+    before = _rss_kib(pid)  # nothing in flight
     with _connect(server.port, rcvbuf=4096) as stalled:
         stalled.sendall(b"GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
         assert _same_worker(server, pid)
-        grown = _settled_rss(pid) - before
+        # the response is parked on the client: the socket full, the request out of the app
+        wait_until(
+            lambda: sender_blocked(stalled) and server.workers()[0]["busy"] == 0,
+            what="the response parked on the client",
+        )
+        grown = _rss_kib(pid) - before
     assert grown < 20 * 1024, f"worker RSS grew by {grown} KiB for a response nobody reads"

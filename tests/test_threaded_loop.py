@@ -16,6 +16,8 @@ import requests
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from apps import Reader, Server  # noqa: E402
+from apps.wsgi_apps import STATS  # noqa: E402 - the app the in-thread servers run
+from waits import sleeping_threads, wait_until  # noqa: E402
 
 
 @pytest.fixture(scope="module", params=[1, 4], ids=["threads1", "threads4"])
@@ -54,7 +56,7 @@ def test_pipelined_requests_answered_in_order(server):
     assert json.loads(reader.response()[2])["QUERY_STRING"] == "n=last"
     # a request split across sends, the second half arriving with the next request
     sock.sendall(b"GET /environ?n=a HTTP/1.1\r\nHo")
-    time.sleep(0.05)
+    time.sleep(0.05)  # (the input, not a wait) the halves arrive apart
     sock.sendall(b"st: x\r\n\r\nGET /environ?n=b HTTP/1.1\r\nHost: x\r\n\r\n")
     assert json.loads(reader.response()[2])["QUERY_STRING"] == "n=a"
     assert json.loads(reader.response()[2])["QUERY_STRING"] == "n=b"
@@ -67,7 +69,7 @@ def test_chunked_request_body(server):
     sock.sendall(
         b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n1;ext=1\r\n \r\n"
     )
-    time.sleep(0.05)
+    time.sleep(0.05)  # (the input, not a wait) the chunks arrive apart
     sock.sendall(b"5\r\nworld\r\n0\r\n\r\n")
     status, _, body = reader.response()
     assert status == 200 and body == b"hello world"
@@ -223,7 +225,7 @@ def test_header_clock_restarts_for_each_request(server):
     reader = Reader(sock)
     for _ in range(2):
         sock.sendall(b"GET / HTTP/1.1\r\nHo")
-        time.sleep(1.2)
+        time.sleep(1.2)  # (the input, not a wait) a slow client: over half the header timeout
         sock.sendall(b"st: x\r\n\r\n")
         assert reader.response()[0] == 200
     sock.close()
@@ -249,7 +251,7 @@ def test_request_sent_during_a_long_app_call_is_not_dropped_as_idle(server):
     assert other_reader.response()[0] == 200
     busy = server.connect()
     busy.sendall(b"GET /slow?t=2.5 HTTP/1.1\r\nHost: x\r\n\r\n")
-    time.sleep(0.5)
+    wait_until(lambda: sleeping_threads(server.proc.pid), what="the loop in the app (time.sleep)")
     other.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
     assert Reader(busy).response()[2] == b"slept"
     assert other_reader.response()[2] == b"root"
@@ -267,12 +269,9 @@ def test_graceful_stop_completes_in_flight_request(threads):
     busy = srv.connect()
     busy.sendall(b"GET /slow?t=1 HTTP/1.1\r\nHost: x\r\n\r\n")
     if threads > 1:
-        for _ in range(200):
-            if stats(srv)["active"] == 1:
-                break
-            time.sleep(0.01)
-    else:
-        time.sleep(0.3)
+        wait_until(lambda: stats(srv)["active"] == 1, what="the request in the app")
+    else:  # the loop itself is in the app: it cannot answer /stats
+        wait_until(lambda: sleeping_threads(srv.proc.pid), what="the loop in the app (time.sleep)")
     srv.proc.send_signal(signal.SIGTERM)
     busy_reader = Reader(busy)
     status, headers, body = busy_reader.response()
@@ -315,6 +314,7 @@ class Control:
         self.safe_points_at: list[float] = []
         self.raise_at_safe_point: BaseException | None = None
         self.ticks = 0
+        self.wakes = 0  # wake-ups the loop has read
 
     def fileno(self) -> int:
         return self._r.fileno()
@@ -327,6 +327,7 @@ class Control:
             self._r.recv(64)
         except BlockingIOError:
             pass
+        self.wakes += 1
 
     def wake(self, **flags) -> None:
         for name, value in flags.items():
@@ -418,11 +419,7 @@ def test_safe_point_joins_pool_threads_and_lets_systemexit_through():
         reader = Reader(idle)
         assert reader.response()[2] == b"root"
         control.wake(safe_point_wanted=True)
-        for _ in range(500):
-            if control.safe_point_threads:
-                break
-            time.sleep(0.01)
-        assert control.safe_point_threads
+        wait_until(lambda: control.safe_point_threads, what="the safe point")
         assert not [n for n in control.safe_point_threads[0] if n.startswith("refork-wsgi")]
         assert not [n for n in control.safe_point_tasks[0] if n.startswith("refork-")]  # the I/O thread too
         # the pool is back and the idle keep-alive connection still works
@@ -545,9 +542,9 @@ def test_a_request_that_arrives_while_a_safe_point_waits_is_served_after_it():
         port = lsock.getsockname()[1]
         busy = socket.create_connection(("127.0.0.1", port), timeout=10)
         busy.sendall(b"GET /slow?s=1 HTTP/1.1\r\nHost: x\r\n\r\n")
-        time.sleep(0.3)  # in the app
+        wait_until(lambda: STATS["active"] == 1, what="the request in the app")
         control.wake(safe_point_wanted=True)
-        time.sleep(0.2)
+        wait_until(lambda: control.wakes, what="the loop to see the wake")
         late = socket.create_connection(("127.0.0.1", port), timeout=10)
         late.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         assert Reader(late).response()[2] == b"root"

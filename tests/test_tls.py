@@ -23,6 +23,7 @@ import pytest
 import trustme
 from conftest import read_to_end, run_cli
 from cryptography import x509
+from waits import accept_queue, sender_blocked, wait_until
 
 MODES = {
     "wsgi-1": ["--threads", "1"],
@@ -195,7 +196,7 @@ def test_keepalive_pipelining_and_large_bodies(start_server, certs, mode):
         # a big download, read slowly at first (the server's TLS writes block and resume)
         size = 8 << 20
         sock.sendall(b"GET /big?%d HTTP/1.1\r\nHost: x\r\n\r\n" % size)
-        time.sleep(0.3)
+        wait_until(lambda: sender_blocked(sock), what="the server's TLS writes blocked")
         body = _body(_read_response(sock, buf))
         assert len(body) == size and body[:256] == bytes(range(256))
         # and still the same connection afterwards
@@ -414,7 +415,7 @@ def test_refork_during_a_handshake_does_not_keep_the_connection_open(start_serve
     old = {w["pid"] for w in server.workers()}
     stalled = socket.create_connection(("127.0.0.1", server.port), timeout=25)
     stalled.sendall(b"\x16\x03\x01\x02\x00\x01")  # a ClientHello that never ends
-    time.sleep(0.2)  # accepted by the worker
+    server.wait_for(lambda: accept_queue(server.port) == 0, what="the worker to accept it")
     assert server.request("refork")["ok"] is True
     server.wait_for(lambda: (m := server.mold()) and m["generation"] >= 1, what="the new mold")
     server.wait_for(lambda: not old & {w["pid"] for w in server.workers(None)}, what="old worker gone")
@@ -431,7 +432,7 @@ def test_term_serves_tls_connections_queued_in_the_backlog(start_server, certs):
                           app="apps.lifecycle_apps:asgi", workers=1)  # fmt: skip
     first = _tls_socket(certs, server.port)
     first.sendall(b"GET /block?3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    time.sleep(0.5)  # (set-up, not a measure) the worker's loop is now in the app
+    server.wait_for(lambda: server.workers()[0]["busy"] == 1, what="the worker's loop in the app")
     replies: dict[int, bytes] = {}
 
     def client(i: int) -> None:
@@ -446,7 +447,7 @@ def test_term_serves_tls_connections_queued_in_the_backlog(start_server, certs):
     threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
-    time.sleep(0.3)  # (set-up) the clients are queued in the backlog
+    server.wait_for(lambda: accept_queue(server.port) == 4, what="the clients queued in the backlog")
     server.signal(signal.SIGTERM)
     assert read_to_end(first).startswith(b"HTTP/1.1 200 OK")
     first.close()  # (else the server waits for its close_notify, up to --ssl-handshake-timeout)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from conftest import free_port, pids_alive, run_cli
 from test_websocket_rfc6455 import BINARY, CLOSE, PING, PONG, TEXT, RawWebSocket
+from waits import sender_blocked, wait_until
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
@@ -25,6 +26,7 @@ from refork.asgi.cycle import ClientDisconnected
 from refork.asgi.websocket import WebSocketSession, WebSocketState, build_websocket_scope
 from refork.http.events import EndOfMessage, Request
 from refork.http.parser import RequestParser
+from refork.memory.accounting import read_memory
 from refork.process.slots import AppClock, Slots
 
 APP = "apps.ws_apps:app"
@@ -476,21 +478,21 @@ def test_max_queue_pauses_reading(start_server):
 
 def test_deflate_bomb_closes_1009_without_inflating_it(start_server):
     server = start_server(app=APP, workers=1)  # --ws-max-size 16M
-    before = server.workers()[0]["rss"]
+    worker = server.workers()[0]["pid"]
+    before = read_memory(worker).rss  # read now (the status caches its samples for a second)
     with connect(url(server), ping_interval=None, max_size=None) as ws:
         ws.send(b"\x00" * (64 << 20))  # 64 MB of zeros: about 64 KB on the wire
         with pytest.raises(ConnectionClosed) as info:
             ws.recv()
         assert info.value.rcvd.code == 1009
-    time.sleep(1.1)  # status re-reads memory older than a second
-    after = server.workers()[0]["rss"]
+    after = read_memory(worker).rss
     assert after - before < 32 << 20  # the 64 MB were never inflated
 
 
 def test_pings_keep_alive_and_a_silent_peer_is_closed_1011(start_server):
     server = start_server("--ws-ping-interval", "1", "--ws-ping-timeout", "1", app=APP, workers=1)
     with connect(url(server), ping_interval=None) as ws:  # the library answers pings itself
-        time.sleep(3.5)
+        time.sleep(3.5)  # (the input, not a wait) a quiet client across three pings and their timeouts
         ws.send("still open")
         assert ws.recv() == "still open"
     silent = RawWebSocket(server.port, "/echo")
@@ -521,9 +523,16 @@ def test_backpressure_send_waits_for_a_slow_reader(start_server):
             return int(ws.recv())
 
     server.wait_for(lambda: sent() > 0, what="the flood to start")
-    time.sleep(1.0)
-    first = sent()
-    time.sleep(1.0)
+    wait_until(lambda: sender_blocked(reader.sock), what="the reader's socket full")
+    counts = [sent()]
+
+    def settled() -> bool:
+        counts.append(sent())
+        return counts[-1] == counts[-2]
+
+    wait_until(settled, what="the app's send() to wait")
+    first = counts[-1]
+    time.sleep(1.0)  # (the input, not a wait) a second more of a reader that does not read
     assert sent() == first  # the app's send() waits: nothing more is queued in the server
     assert first * 16384 < 32 << 20  # bounded by the socket buffers plus --ws-write-limit, not memory
     reader.close()

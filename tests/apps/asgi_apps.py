@@ -100,8 +100,11 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     elif path == "/slow":
         delay = float(scope["query_string"].decode() or "1")
         _lifespan_log("slow")
-        await asyncio.sleep(delay)
-        await _respond(send, 200, b"slow done")
+        try:
+            await asyncio.sleep(delay)
+            await _respond(send, 200, b"slow done")
+        finally:
+            _lifespan_log("slow over")
     elif path == "/raise":
         raise RuntimeError("boom")
     elif path == "/noresponse":
@@ -126,6 +129,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await send({"type": "http.response.body", "body": b""})
     elif path == "/wait-disconnect":
         # Waits for the client to go away (mid-body), then notes it in LIFESPAN_LOG.
+        _lifespan_log("waiting for the disconnect")
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
