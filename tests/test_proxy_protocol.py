@@ -21,11 +21,11 @@ import time
 import pytest
 from conftest import free_port, read_to_end
 from proxy_vectors import SIG, VECTORS, v2
-from refork._native import parse_proxy
 from request_paths import PATHS
 from services import ensure_installed
 from test_tls import Certs
 
+from refork._native import parse_proxy
 from refork.http.proxy_protocol import (
     INCOMPLETE,
     NOT_PROXY,
