@@ -147,8 +147,10 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         self.sock.connect(self.path)
 
 
-def _ask(server, unix: str | None, xff: str) -> tuple[str, str | None]:
-    """(scheme, client address) as the app saw them."""
+def _ask(
+    server, unix: str | None, xff: str, headers: dict[str, str] | None = None
+) -> tuple[str, str | None]:
+    """(scheme, client address) as the app saw them (by default behind X-Forwarded-Proto: https)."""
     wsgi = server.interface == "wsgi"
     conn: http.client.HTTPConnection = (
         _UnixHTTPConnection(unix)
@@ -156,7 +158,8 @@ def _ask(server, unix: str | None, xff: str) -> tuple[str, str | None]:
         else http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     )
     try:
-        headers = {"X-Forwarded-For": xff, "X-Forwarded-Proto": "https"}
+        proto = headers if headers is not None else {"X-Forwarded-Proto": "https"}
+        headers = {"X-Forwarded-For": xff, **proto}
         conn.request("GET", "/environ" if wsgi else "/scope", headers=headers)
         response = conn.getresponse()
         assert response.status == 200
@@ -241,3 +244,12 @@ def test_secure_scheme_headers_replace_the_default(serve, tmp_path):
     assert _scheme(server, {"X-Forwarded-Scheme": "https"}) == "https"
     assert _scheme(server, {"X-Forwarded-Proto": "https"}) == "http"  # no longer a secure header
     assert _scheme(server, {"X-Forwarded-Ssl": "on"}) == "http"
+
+
+def test_a_secure_scheme_header_of_any_name_says_https(serve):
+    """gunicorn's secure_scheme_headers may name any field (here X-Scheme): a trusted proxy's
+    says https on every path, the native engines' included."""
+    server, _ = serve("127.0.0.1", extra=("--secure-scheme-header", "X-SCHEME=https"))
+    assert _ask(server, None, "203.0.113.7", {"X-Scheme": "https"}) == ("https", "203.0.113.7")
+    assert _ask(server, None, "203.0.113.7", {"X-Scheme": "http"})[0] == "http"
+    assert _ask(server, None, "203.0.113.7", {"X-Forwarded-Proto": "https"})[0] == "http"  # not named

@@ -76,7 +76,10 @@ def native_parser(limits: Limits) -> _native.Parser:
 
 def native_environ(builder: EnvironBuilder) -> _native.Environ | None:
     """A refork._native.Environ for this builder's settings; None where it cannot stand in (a
-    root path beyond latin-1)."""
+    root path beyond latin-1; a secure scheme header not named X-Forwarded-*, which its fast path
+    does not look for): the Python loop serves that listener."""
+    if builder.other_secure_headers:
+        return None
     try:
         return _native.Environ(builder.base, builder.root_path, builder.url_scheme, builder.server_name,
                                builder.server_port, builder.apply_forwarded)  # fmt: skip

@@ -90,6 +90,11 @@ class EnvironBuilder:
         self.url_scheme = url_scheme
         self.root_path = root_path.rstrip("/")
         self.proxies = proxies if proxies is not None else TrustedProxies([])
+        # secure_scheme_headers named other than X-Forwarded-* (gunicorn allows any name): a
+        # request carrying one goes through the trusted-proxy rules too
+        self.other_secure_headers = frozenset(
+            name for name in self.proxies.secure_headers if not name.startswith(b"x-forwarded-")
+        )
         if isinstance(server, tuple):
             self.server_name, self.server_port = str(server[0]), str(server[1])
         else:  # unix socket: no meaningful address
@@ -151,6 +156,8 @@ class EnvironBuilder:
                     host = value
                 else:
                     forwarded = True
+        if not forwarded and self.other_secure_headers:
+            forwarded = any(name in self.other_secure_headers for name, _ in request.headers)
         if request.content_length is not None or request.chunked:
             env["CONTENT_LENGTH"] = str(body.length)
         env["wsgi.input"] = body
