@@ -310,14 +310,20 @@ def test_new_mold_that_hangs_is_killed_after_spawn_timeout_plus_60s():
     assert of(sim.handle(ReloadRequested()), RereadConfig)  # a later reload may start
 
 
-def test_reload_while_a_new_mold_is_starting_is_refused():
+def test_reload_while_a_new_mold_is_starting_follows_it():
+    """A HUP during a refork (or another reload) is never lost: it starts once that mold is ready."""
     sim = Sim()
     sim.up()
-    reload(sim)
+    new = sim.fork_mold(reload(sim))
     actions = sim.handle(ReloadRequested())
-    assert "reload ignored: a new mold is already starting" in logged(actions)
-    assert of(actions, Refused)[0].reason.startswith("a new mold is already starting")
-    assert of(actions, RereadConfig) == []
+    assert "reload: starts once the mold of gen 1 now starting is ready" in logged(actions)
+    assert of(actions, Refused) == [] and of(actions, RereadConfig) == []
+    assert of(sim.handle(ReloadRequested()), Log) == []  # asked twice: one reload, said once
+    assert of(sim.tick(), RereadConfig) == []
+    sim.handle(messages.Ready(new))
+    actions = sim.tick()
+    assert of(actions, RereadConfig) == [RereadConfig()]
+    assert of(sim.tick(), RereadConfig) == []
 
 
 # -- HUP with a config that fails to parse, validate or run -------------------------------------

@@ -62,7 +62,6 @@ NUDGE_GRACE = 2.0  # a worker whose loop runs reports --request-timeout itself w
 ABORT_GRACE = 1.0  # after a timeout's SIGABRT (the worker_abort hook), seconds before SIGKILL
 REPORT_GRACE = 2.0  # seconds for a promoted mold to report once the worker that forked it died
 REFUSED_REFORK = "no promotable worker (see the log)"
-REFUSED_RELOAD = "a new mold is already starting"
 
 
 class Supervisor(Phases, Starts):
@@ -98,6 +97,7 @@ class Supervisor(Phases, Starts):
         self._actions: list[Action] = []
         self.restarts: dict[str, int] = {}  # workers replaced, by cause (the metrics)
         self._promoted: set[int] = set()  # generations whose mold is a promoted worker (reforks)
+        self.reload_queued = False  # a reload asked while a new mold was starting: it follows it
 
     # -- the entry point -------------------------------------------------------------------------
     @property
@@ -265,6 +265,7 @@ class Supervisor(Phases, Starts):
         self._rollout()
         self._recycle(now)
         self._shed_idle_mold(now)
+        self._start_queued_reload()
         self._schedule_memory_sample(now)
         self._milestones()
 
@@ -427,10 +428,19 @@ class Supervisor(Phases, Starts):
         """The new config takes effect when the new mold is ready; if it fails, nothing changed."""
         if self.stopping or self.delay_until is not None:
             self._emit(Refused("the server is stopping"))
-        elif self.roster.pending_mold() is not None:
-            self._log(INFO, "reload ignored: %s", REFUSED_RELOAD)
-            self._emit(Refused(f"{REFUSED_RELOAD}; try again when `refork status` shows it ready"))
+        elif (pending := self.roster.pending_mold()) is not None:
+            # a refork (or another reload) is starting its mold: this reload follows it, never lost
+            if not self.reload_queued:
+                gen = pending.generation
+                self._log(INFO, "reload: starts once the mold of gen %d now starting is ready", gen)
+            self.reload_queued = True
         else:
+            self._emit(RereadConfig())
+
+    def _start_queued_reload(self) -> None:
+        if self.reload_queued and self.reload_possible:
+            self.reload_queued = False
+            self._log(INFO, "reload: the mold it waited for is ready; reloading")
             self._emit(RereadConfig())
 
     def _config_reread(self, reread: ConfigReread) -> None:
