@@ -68,6 +68,22 @@ def read_to_end(sock: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
+PINNED = {"--refork-after": "off", "--mold-idle-exit": "off"}
+
+
+def pinned_generation(args: tuple[str, ...]) -> list[str]:
+    """Flags that keep one generation and its mold for a test about something else.
+
+    The defaults refork after a few dozen requests and stop an idle mold; a test that counts a
+    worker's requests or signals the mold would race them. Tests of the defaults themselves (the
+    promise matrix) pass ``defaults=True``; a test naming either flag, or a config file, keeps its own.
+    """
+    if any(a in ("-c", "--config") or a.startswith("--config=") for a in args):
+        return []
+    named = {a.split("=")[0] for a in args}
+    return [item for flag, value in PINNED.items() if flag not in named for item in (flag, value)]
+
+
 class LoggedProcess:
     """A server process whose output goes to a log file: read it, stop it (INT, then KILL)."""
 
@@ -94,8 +110,16 @@ class Server(LoggedProcess):
     """One `python -m refork ...` process tree."""
 
     def __init__(
-        self, tmp: Path, args: list[str], app: str, env: dict[str, str] | None, preexec_fn: Any = None
+        self,
+        tmp: Path,
+        args: list[str],
+        app: str,
+        env: dict[str, str] | None,
+        preexec_fn: Any = None,
+        defaults: bool = False,
     ) -> None:
+        if not defaults:
+            args = [*pinned_generation(tuple(args)), *args]
         self.port = free_port()
         self.control = str(tmp / f"refork-{self.port}.ctl")
         self.log_path = tmp / f"refork-{self.port}.log"
@@ -186,22 +210,6 @@ class Server(LoggedProcess):
 
 
 
-PINNED = {"--refork-after": "off", "--mold-idle-exit": "off"}
-
-
-def pinned_generation(args: tuple[str, ...]) -> list[str]:
-    """Flags that keep one generation and its mold for a test about something else.
-
-    The defaults refork after a few dozen requests and stop an idle mold; a test that counts a
-    worker's requests or signals the mold would race them. Tests of the defaults themselves (the
-    promise matrix) pass ``defaults=True``; a test naming either flag, or a config file, keeps its own.
-    """
-    if any(a in ("-c", "--config") or a.startswith("--config=") for a in args):
-        return []
-    named = {a.split("=")[0] for a in args}
-    return [item for flag, value in PINNED.items() if flag not in named for item in (flag, value)]
-
-
 @pytest.fixture
 def start_server(tmp_path):
     servers: list[Server] = []
@@ -215,10 +223,10 @@ def start_server(tmp_path):
         preexec_fn: Any = None,
         defaults: bool = False,
     ) -> Server:
-        extra = list(args) if defaults else [*pinned_generation(args), *args]
+        extra = list(args)
         if workers is not None:
             extra = ["-w", str(workers), *extra]
-        server = Server(tmp_path, extra, app, env, preexec_fn)
+        server = Server(tmp_path, extra, app, env, preexec_fn, defaults)
         servers.append(server)
         if wait:
             server.wait_ready(workers or 1)
