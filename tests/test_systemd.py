@@ -75,7 +75,10 @@ def test_socket_activation_serves_on_the_passed_socket(tmp_path):
     proc, port, log = activate(tmp_path, "--fdname=web")
     try:
         # the first connection makes systemd-socket-activate exec refork; it waits in the backlog
-        status, body = get(port, "/first")
+        try:
+            status, body = get(port, "/first")
+        except OSError as e:
+            raise AssertionError(f"{e!r}:\n{(tmp_path / 'activate.log').read_text()}") from e
         assert status == 200 and body.startswith(b"/first "), (tmp_path / "activate.log").read_text()
         assert get(port, "/env") == (200, b"")  # LISTEN_* / NOTIFY_* are not passed on to the app
         proc.send_signal(signal.SIGTERM)
