@@ -76,10 +76,9 @@ def pinned_generation(args: tuple[str, ...]) -> list[str]:
 
     The defaults refork after a few dozen requests and stop an idle mold; a test that counts a
     worker's requests or signals the mold would race them. Tests of the defaults themselves (the
-    promise matrix) pass ``defaults=True``; a test naming either flag, or a config file, keeps its own.
+    promise matrix) pass ``defaults=True``; a test naming either flag keeps its own (and sets
+    neither in a config file: the flags given here would win).
     """
-    if any(a in ("-c", "--config") or a.startswith("--config=") for a in args):
-        return []
     named = {a.split("=")[0] for a in args}
     return [item for flag, value in PINNED.items() if flag not in named for item in (flag, value)]
 
