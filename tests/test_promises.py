@@ -191,7 +191,7 @@ def test_a_worker_killed_under_load_is_replaced_from_the_mold_losing_only_its_ow
 
 @every_path
 def test_a_killed_mold_is_recovered_and_forks_again(start_server, path):
-    server = serve(start_server, path, "--mold-idle-exit", "off", workers=2)
+    server = serve(start_server, path, "--mold-idle-exit", "off", "--refork-after", "off", workers=2)
     mold = server.mold()
     workers = {w["pid"] for w in server.workers()}
     with Load(server.port, threads=2) as load:
