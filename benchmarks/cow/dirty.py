@@ -23,39 +23,15 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import struct
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
-PAGE = os.sysconf("SC_PAGE_SIZE")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: pagemap
+from pagemap import PAGE, heap_objects, present_pages, writable_private_mappings  # noqa: E402
+
 BENCH_DIR = Path(__file__).resolve().parent.parent
-
-
-def writable_private_mappings() -> list[tuple[int, int, str]]:
-    maps = []
-    with open("/proc/self/maps") as f:
-        for line in f:
-            fields = line.split(maxsplit=5)
-            if fields[1].startswith("rw") and fields[1][3] == "p":
-                start, end = (int(x, 16) for x in fields[0].split("-"))
-                name = fields[5].strip() if len(fields) > 5 else ""
-                maps.append((start, end, name or "[anon]"))
-    return maps
-
-
-def present_pages(maps: list[tuple[int, int, str]]) -> dict[int, int]:
-    """Virtual page address -> physical frame number, for the present pages of maps."""
-    frames = {}
-    with open("/proc/self/pagemap", "rb") as f:
-        for start, end, _ in maps:
-            f.seek(start // PAGE * 8)
-            data = f.read((end - start) // PAGE * 8)
-            for i, (entry,) in enumerate(struct.iter_unpack("<Q", data)):
-                if entry >> 63 & 1:
-                    frames[start + i * PAGE] = entry & ((1 << 55) - 1)
-    return frames
 
 
 def environ(path: str) -> dict:
@@ -66,33 +42,6 @@ def environ(path: str) -> dict:
 def serve(app, paths: list[str], count: int) -> None:
     for i in range(count):
         b"".join(app(environ(paths[i % len(paths)]), lambda status, headers, exc=None: None))
-
-
-def heap_objects() -> tuple[dict[int, list[str]], Counter[str]]:
-    """Start page of every object reachable from the GC's lists and sys.modules -> their kinds;
-    and the number of pages on which objects of each kind start."""
-    gc.unfreeze()
-    seen: set[int] = set()
-    kinds: dict[int, list[str]] = defaultdict(list)
-    stack = list(gc.get_objects()) + list(sys.modules.values())
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        kind = type(obj).__name__
-        kinds[id(obj) // PAGE * PAGE].append(kind)
-        refs = gc.get_referents(obj)
-        if kind == "code":
-            refs += [obj.co_consts, obj.co_names, obj.co_varnames, obj.co_filename, obj.co_name,
-                     obj.co_linetable, obj.co_exceptiontable, obj.co_qualname]
-        elif isinstance(obj, dict):
-            refs += list(obj.keys())
-        stack.extend(refs)
-    pages: Counter[str] = Counter()
-    for starting in kinds.values():
-        pages.update(set(starting))
-    return kinds, pages
 
 
 def main() -> None:
