@@ -66,3 +66,34 @@ def heap_objects() -> tuple[dict[int, list[str]], Counter[str]]:
     for starting in kinds.values():
         pages.update(set(starting))
     return kinds, pages
+
+
+def copied_report(copied: set[int], maps: list[tuple[int, int, str]], top: int,
+                  mappings: int | None = None) -> list[str]:
+    """Lines for the pages a child copied: MiB per mapping (the `mappings` largest), then per kind
+    of object starting on them (a page split evenly among its objects; the `top` kinds)."""
+    by_map: Counter[str] = Counter()
+    for page in copied:
+        for lo, hi, name in maps:
+            if lo <= page < hi:
+                by_map[name.rsplit("/", 1)[-1]] += PAGE
+                break
+    lines = ["", "mapping                                   copied MiB"]
+    lines += [f"{name[:40]:<40} {size / 2**20:10.1f}" for name, size in by_map.most_common(mappings)]
+    kinds, pages = heap_objects()
+    by_kind: Counter[str] = Counter()
+    for page in copied:
+        starting = kinds.get(page)
+        if not starting:
+            by_kind["(no object starts here)"] += PAGE
+            continue
+        for kind in starting:
+            by_kind[kind] += PAGE / len(starting)
+    copied_pages: Counter[str] = Counter()
+    for page in copied:
+        copied_pages.update(set(kinds.get(page, ())))
+    lines += ["", "objects starting on copied pages   copied MiB (page shared evenly)"
+              "   pages copied / with one"]
+    lines += [f"{kind[:40]:<40} {size / 2**20:10.1f}  {copied_pages[kind]:>9,} / {pages[kind]:,}"
+              for kind, size in by_kind.most_common(top)]
+    return lines

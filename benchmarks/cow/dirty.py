@@ -25,11 +25,10 @@ import gc
 import os
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: pagemap
-from pagemap import PAGE, heap_objects, present_pages, writable_private_mappings  # noqa: E402
+from pagemap import PAGE, copied_report, present_pages, writable_private_mappings  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent.parent
 
@@ -81,30 +80,7 @@ def main() -> None:
     copied = {page for page, frame in before.items() if after.get(page, frame) != frame}
     lines = [f"child served {args.requests} requests in {seconds:.1f} s; "
              f"{len(copied) * PAGE / 2**20:.1f} MiB of the mold's pages copied"]
-    by_map: Counter[str] = Counter()
-    for page in copied:
-        for start, end, name in maps:
-            if start <= page < end:
-                by_map[name.rsplit("/", 1)[-1]] += PAGE
-                break
-    lines += ["", "mapping                                   copied MiB"]
-    lines += [f"{name[:40]:<40} {size / 2**20:10.1f}" for name, size in by_map.most_common()]
-    kinds, pages = heap_objects()
-    by_kind: Counter[str] = Counter()
-    for page in copied:
-        starting = kinds.get(page)
-        if not starting:
-            by_kind["(no object starts here)"] += PAGE
-            continue
-        for kind in starting:
-            by_kind[kind] += PAGE / len(starting)
-    copied_pages: Counter[str] = Counter()
-    for page in copied:
-        copied_pages.update(set(kinds.get(page, ())))
-    lines += ["", "objects starting on copied pages   copied MiB (page shared evenly)"
-              "   pages copied / with one"]
-    lines += [f"{kind[:40]:<40} {size / 2**20:10.1f}  {copied_pages[kind]:>9,} / {pages[kind]:,}"
-              for kind, size in by_kind.most_common(args.top)]
+    lines += copied_report(copied, maps, args.top)
     os.write(w, ("\n".join(lines) + "\n").encode())
     os._exit(0)
 
