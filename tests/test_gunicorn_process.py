@@ -89,11 +89,20 @@ def test_daemon_detaches_writes_its_pid_and_serves(tmp_path):
 # --user / --group / --umask
 
 
+def _others_can_read_the_checkout() -> None:
+    """The app and refork are imported after the drop: an unprivileged user must reach them."""
+    for folder in (ROOT, *ROOT.parents):
+        mode = folder.stat().st_mode & 0o777
+        if not mode & 0o001:
+            pytest.fail(f"{folder} (mode {oct(mode)}) is closed to other users: clone refork elsewhere")
+
+
 @pytest.fixture
 def unprivileged():
     """A real unprivileged user and group (created if the machine has none): refork drops to it."""
     if os.geteuid() != 0:
         pytest.fail("the privilege tests run as root (as CI does)")
+    _others_can_read_the_checkout()
     name = "refork-test"
     try:
         pwd.getpwnam(name)
@@ -122,6 +131,7 @@ def test_user_and_group_drop_privileges_after_binding(start_server, tmp_path, un
 
 
 def test_the_privileges_config_file_drops_to_nobody(start_server, tmp_path):
+    _others_can_read_the_checkout()
     env = {"LOG_DIR": str(tmp_path)}
     server = start_server("-c", str(TESTS / "gunicorn_configs" / "privileges.py"), workers=1, env=env)
     nobody = pwd.getpwnam("nobody").pw_uid

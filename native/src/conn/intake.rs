@@ -121,6 +121,7 @@ impl Intake {
         if data.len() < head.len + n {
             conn.wait_in(Phase::Body);
             conn.received = data.len() - head.len;
+            conn.expect = head.len + n;
             return Next::Wait;
         }
         Next::Request(head, n)
@@ -132,8 +133,17 @@ impl Intake {
     /// (a head gets its 503 there, a body goes to the spool). `must`: charged whether it fits or
     /// not (a complete request, or bytes behind a response). Given back when an app thread takes
     /// the request or the connection is dropped (`Conn::release`).
+    /// A body still arriving is charged, and its buffer reserved, at the request's whole size.
     pub fn keep(&self, conn: &mut Conn, must: bool) -> bool {
-        conn.hold(&self.memory, conn.buf.capacity(), must)
+        let size = conn.buf.capacity();
+        let want = if conn.phase == Phase::Body { size.max(conn.expect) } else { size };
+        if !conn.hold(&self.memory, want, must) {
+            return false;
+        }
+        if want > size {
+            conn.buf.reserve_exact(want - conn.buf.len());
+        }
+        true
     }
 
     fn is_health(&self, head: &Head) -> bool {
@@ -229,5 +239,22 @@ mod tests {
         i.memory.give_back(400);
         a.release(); // its request taken
         assert!(i.memory.take(1000));
+    }
+
+    #[test]
+    fn a_body_still_arriving_is_reserved_and_charged_whole() {
+        let i = intake(1000);
+        let mut c = conn();
+        let head = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n";
+        let mut data = head.to_vec();
+        data.extend_from_slice(b"0123456789");
+        assert!(matches!(i.next(&mut c, &data), Next::Wait));
+        c.buf = data;
+        assert!(i.keep(&mut c, false));
+        assert!(c.buf.capacity() >= head.len() + 100); // one allocation for the rest of the body
+        assert!(!i.memory.take(1000 - head.len() - 100 + 1)); // charged at the request's size
+        let before = c.buf.as_ptr();
+        c.buf.extend_from_slice(&[b'x'; 90]); // the rest arrives: no reallocation
+        assert_eq!(before, c.buf.as_ptr());
     }
 }

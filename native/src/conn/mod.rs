@@ -51,6 +51,9 @@ pub(crate) struct Conn {
     pub since: f64,
     /// body bytes received of the request still arriving (each --body-min-rate: one more second)
     pub received: usize,
+    /// the size of the request whose body is arriving (head and body): its buffer is reserved
+    /// whole once, not grown read by read (each growth a copy, and the heap left fragmented)
+    pub expect: usize,
     /// no byte received yet (see refork.serving.connection.Timeouts.expiry)
     pub fresh: bool,
     /// a response the socket has not taken yet, from `out_at`
@@ -86,6 +89,7 @@ impl Conn {
             phase: Phase::Idle,
             since: now,
             received: 0,
+            expect: 0,
             fresh: true,
             out: Vec::new(),
             out_at: 0,

@@ -49,9 +49,12 @@ pub fn accept(listener: libc::c_int) -> io::Result<(libc::c_int, Peer)> {
     Ok((fd, peer))
 }
 
-/// recv into the spare capacity of `buf` (at most `max` bytes); Ok(0): end of stream.
+/// recv into the spare capacity of `buf` (at most `max` bytes; grown by `max` only when it has
+/// none, so a buffer reserved for a whole request is not grown past it); Ok(0): end of stream.
 pub fn recv(fd: libc::c_int, buf: &mut Vec<u8>, max: usize) -> io::Result<usize> {
-    buf.reserve(max);
+    if buf.capacity() == buf.len() {
+        buf.reserve(max);
+    }
     let spare = buf.capacity() - buf.len();
     let n = unsafe { libc::recv(fd, buf.as_mut_ptr().add(buf.len()) as *mut libc::c_void, spare.min(max), 0) };
     if n < 0 {
