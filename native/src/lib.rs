@@ -37,6 +37,8 @@ mod http;
 mod pool;
 mod sys;
 mod wsgi;
+#[cfg(test)]
+mod vectors;
 
 // The engines rely on the GIL (an abi3 module loads on GIL builds only in any case).
 #[pymodule(gil_used = true)]

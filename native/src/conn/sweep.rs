@@ -97,11 +97,6 @@ mod tests {
 
     const FD: i32 = 1 << 20;
 
-    #[test]
-    fn keep_alive_closes_an_idle_connection_quietly() {
-        assert_eq!(verdict(conn(FD, Phase::Idle, 5.0), &T, 0.0), None);
-        assert_eq!(verdict(conn(FD, Phase::Idle, 5.5), &T, 0.0), Some(Expired::Close));
-    }
 
     #[test]
     fn a_request_that_arrived_while_the_loop_was_busy_is_not_dropped_as_idle() {
@@ -116,65 +111,11 @@ mod tests {
         sys::close(fds[1]);
     }
 
-    #[test]
-    fn the_header_timeout_is_a_408() {
-        assert_eq!(verdict(conn(FD, Phase::Head, 10.0), &T, 0.0), None);
-        assert_eq!(verdict(conn(FD, Phase::Head, 10.5), &T, 0.0), Some(Expired::RequestTimeout));
-    }
 
-    #[test]
-    fn the_body_timeout_is_a_408() {
-        assert_eq!(verdict(conn(FD, Phase::Body, 20.0), &T, 0.0), None);
-        assert_eq!(verdict(conn(FD, Phase::Body, 20.5), &T, 0.0), Some(Expired::RequestTimeout));
-    }
 
-    #[test]
-    fn each_body_min_rate_bytes_received_is_one_more_second() {
-        let t = Timeouts { body_min_rate: 1000.0, ..T };
-        let body = |received: usize, age: f64| {
-            let mut c = conn(FD, Phase::Body, age);
-            c.received = received;
-            verdict(c, &t, 0.0)
-        };
-        assert_eq!(body(0, 20.5), Some(Expired::RequestTimeout));
-        assert_eq!(body(5000, 25.0), None);
-        assert_eq!(body(5000, 25.5), Some(Expired::RequestTimeout));
-        assert_eq!(body(500, 20.5), None);
-        // without a rate, bytes received buy no time
-        let mut c = conn(FD, Phase::Body, 20.5);
-        c.received = 1 << 20;
-        assert_eq!(verdict(c, &T, 0.0), Some(Expired::RequestTimeout));
-    }
 
-    #[test]
-    fn a_client_that_stopped_reading_is_a_write_timeout() {
-        assert_eq!(verdict(conn(FD, Phase::Writing, 30.0), &T, 0.0), None);
-        assert_eq!(verdict(conn(FD, Phase::Writing, 30.5), &T, 0.0), Some(Expired::WriteTimeout));
-        // the drain waits for a response to be written
-        assert_eq!(verdict(conn(FD, Phase::Writing, 1.0), &T, NOW - 1.0), None);
-    }
 
-    #[test]
-    fn the_drain_closes_idle_connections_at_its_end() {
-        let idle = conn(FD, Phase::Idle, 1.0);
-        assert_eq!(verdict(idle, &T, NOW + 0.5), None);
-        assert_eq!(verdict(conn(FD, Phase::Idle, 1.0), &T, NOW), Some(Expired::Close));
-        // requests in progress are not cut by the drain: their own deadlines hold
-        assert_eq!(verdict(conn(FD, Phase::Head, 1.0), &T, NOW - 1.0), None);
-        assert_eq!(verdict(conn(FD, Phase::Body, 1.0), &T, NOW - 1.0), None);
-    }
 
-    #[test]
-    fn a_fresh_connection_keeps_its_keep_alive_clock_through_the_drain() {
-        // its client sent nothing before the stop and may be about to: it is owed an answer
-        let fresh = |age| {
-            let mut c = conn(FD, Phase::Idle, age);
-            c.fresh = true;
-            c
-        };
-        assert_eq!(verdict(fresh(1.0), &T, NOW - 1.0), None);
-        assert_eq!(verdict(fresh(5.5), &T, NOW - 1.0), Some(Expired::Close));
-    }
 
     #[test]
     fn only_the_expired_are_taken_out() {
@@ -189,5 +130,33 @@ mod tests {
         let mut left: Vec<i32> = conns.into_keys().collect();
         left.sort();
         assert_eq!(left, [FD, FD + 3]);
+    }
+
+    /// tests/vectors/sweep.txt, which refork.serving.connection.Timeouts is held to as well.
+    #[test]
+    fn the_shared_vectors() {
+        for row in crate::vectors::rows(include_str!("../../../tests/vectors/sweep.txt")) {
+            let num = |i: usize| -> f64 { row[i].parse().unwrap() };
+            let phase = match row[0].as_str() {
+                "idle" => Phase::Idle,
+                "head" => Phase::Head,
+                "body" => Phase::Body,
+                "writing" => Phase::Writing,
+                other => panic!("phase {other}"),
+            };
+            let mut c = conn(FD, phase, num(1));
+            c.received = row[2].parse().unwrap();
+            c.fresh = row[4] == "yes";
+            let t = Timeouts { body_min_rate: num(3), ..T };
+            let drain_until = if row[5] == "-" { 0.0 } else { NOW + num(5) };
+            let expected = match row[6].as_str() {
+                "none" => None,
+                "close" => Some(Expired::Close),
+                "request-timeout" => Some(Expired::RequestTimeout),
+                "write-timeout" => Some(Expired::WriteTimeout),
+                other => panic!("verdict {other}"),
+            };
+            assert_eq!(verdict(c, &t, drain_until), expected, "{row:?}");
+        }
     }
 }

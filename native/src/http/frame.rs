@@ -261,4 +261,42 @@ mod tests {
             assert_eq!(frame(PyBytes::new(py, b"bytes itself").as_any()), None);
         });
     }
+
+    /// tests/vectors/framing.txt, which refork.http.response.ResponseFramer is held to as well.
+    #[test]
+    fn the_shared_vectors() {
+        for row in crate::vectors::rows(include_str!("../../../tests/vectors/framing.txt")) {
+            let request: Vec<&str> = row[0].split(' ').collect();
+            let fields: Vec<(&str, &str)> = if row[2] == "-" {
+                vec![]
+            } else {
+                row[2].split("; ").map(|f| f.split_once(": ").unwrap()).collect()
+            };
+            let has_length = fields.iter().any(|(n, _)| n.eq_ignore_ascii_case("content-length"));
+            let body: Vec<&[u8]> = if row[3] == "-" { vec![] } else { row[3].split('+').map(str::as_bytes).collect() };
+            let reason = match row[1].as_str() {
+                "200" => "OK",
+                "201" => "Created",
+                other => panic!("status {other}"),
+            };
+            Python::initialize();
+            let framed = Python::attach(|py| {
+                let headers = PyList::empty(py);
+                for (n, v) in &fields {
+                    headers.append((PyBytes::new(py, n.as_bytes()), PyBytes::new(py, v.as_bytes()))).unwrap();
+                }
+                let items = PyList::new(py, body.iter().map(|b| PyBytes::new(py, b))).unwrap();
+                let (no_body, http11, keep) = (request[0] == "HEAD", request[1] == "1.1", request[2] == "keep");
+                let code = row[1].parse().unwrap();
+                frame_response(py, code, reason.as_bytes(), &headers, has_length, items.as_any(), no_body, http11, keep).unwrap()
+            });
+            match framed {
+                None => assert_eq!(row[4], "error", "{row:?}"),
+                Some((bytes, _, keep)) => {
+                    assert_eq!(masked(&bytes), row[4], "{row:?}");
+                    assert_eq!(if keep { "kept" } else { "closed" }, row[5], "{row:?}");
+                }
+            }
+        }
+    }
 }
