@@ -280,7 +280,7 @@ def test_parse_size_rejects(text: str) -> None:
 
 def test_the_defaults_refork_like_pitchfork_and_let_an_idle_mold_go():
     config = load_config(["m:app"], environ={})
-    assert (config.refork_after, config.mold_idle_exit) == ([50, 100, 1000], "auto")
+    assert (config.refork_after, config.mold_idle_exit) == ([50, 100, 1000, 0], "auto")
     assert idle_mold_linger("auto", 2) == 1.0 and idle_mold_linger("auto", 1) is None
     assert idle_mold_linger(30.0, 1) == 30.0 and idle_mold_linger(None, 4) is None
 

@@ -313,10 +313,10 @@ def refork_after(value: Any, where: str) -> list[int] | None:
     if value is None or value is False or (isinstance(value, str) and value.strip().lower() in ("off", "")):
         return None
     # A trailing "off" (False in a config file) stops reforking after the last count, as in Pitchfork;
-    # it is kept as a final 0.
+    # it is kept as a final 0 (which reads back as the same).
     items = [v.strip() for v in value.split(",")] if isinstance(value, str) else value
     stop = isinstance(items, list | tuple) and len(items) > 1 and (
-        items[-1] is False or (isinstance(items[-1], str) and items[-1].lower() == "off")
+        items[-1] is False or items[-1] == 0 or (isinstance(items[-1], str) and items[-1].lower() == "off")
     )
     if stop:
         items = list(items[:-1])

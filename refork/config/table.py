@@ -27,7 +27,7 @@ ForkSafety = Literal["warn", "strict", "off"]
 MemoryMetric = Literal["uss", "pss"]
 Allocator = Literal["system", "jemalloc"]
 
-REFORKS: list[int] | None = [50, 100, 1000]  # --refork-after: Pitchfork's, measured on a real app
+REFORKS: list[int] | None = [50, 100, 1000, 0]  # --refork-after 50,100,1000,off: measured on a real app
 IDLE_MOLD_SECONDS = 1.0  # --mold-idle-exit auto, with two or more workers: measured on a real app
 
 
@@ -118,7 +118,7 @@ class Config(ProcessSettings, ProtocolSettings, ServerSettings):
         help="requests per generation before promoting a new mold",
         doc="requests per generation before a worker is promoted to be the next mold (the last count "
         "repeats unless the list ends in `off`); `off` never reforks on its own",
-        shown_default="50,100,1000",
+        shown_default="50,100,1000,off",
         group="memory",
     )
     refork_max_unavailable: int | None = setting(
