@@ -292,10 +292,11 @@ class Http2Connection:
             return
         self.last_stream_id = sid
         request, refused = self._request(event.headers or [])
-        self.received[sid] = 0
         length, most = request.content_length, self.limits.max_body
         if not refused and length is not None and most and length > most:
             refused = 413
+        if not refused:  # (a refused stream's body is dropped as it comes)
+            self.received[sid] = 0
         out.append(StreamOpened(sid, request, ended, refused))  # (h2's StreamEnded follows if ended)
 
     def _request(self, headers: Iterable[Any]) -> tuple[Request, int]:
@@ -329,7 +330,7 @@ class Http2Connection:
             refused = 414
         raw_path, _, query = path.partition(b"?")
         del scheme  # the connection's (TLS or not) is the scope's scheme, as for HTTP/1.1
-        request = Request(method, path, raw_path, query, "2", fields, True, False, False, length)
+        request = Request(method, path, raw_path, query, "2.0", fields, True, False, False, length)
         return request, refused
 
     def _data(self, event: h2.events.DataReceived, out: list[Http2Event]) -> None:
@@ -365,7 +366,10 @@ class Http2Connection:
         """The response head (``headers`` as the app gave them; connection-specific ones dropped)."""
         block = [(b":status", str(status).encode())]
         block += [(n.lower(), v) for n, v in headers if n.lower() not in _CONNECTION_HEADERS]
-        self.h2.send_headers(stream_id, block, end_stream=end_stream)
+        try:
+            self.h2.send_headers(stream_id, block, end_stream=end_stream)
+        except h2.exceptions.StreamClosedError:
+            pass  # reset by the client meanwhile (its StreamReset event says so)
         if end_stream:
             self.received.pop(stream_id, None)
 
@@ -393,16 +397,25 @@ class Http2Connection:
             if n <= 0:
                 return sent
             last = sent + n == total
-            conn.send_data(stream_id, data[sent:sent + n].tobytes(), end_stream=end_stream and last)
+            try:
+                conn.send_data(stream_id, data[sent:sent + n].tobytes(), end_stream=end_stream and last)
+            except h2.exceptions.StreamClosedError:
+                return total  # reset by the client meanwhile: nothing more goes out on it
             sent += n
         if not total and end_stream:
-            conn.send_data(stream_id, b"", end_stream=True)
+            try:
+                conn.send_data(stream_id, b"", end_stream=True)
+            except h2.exceptions.StreamClosedError:
+                pass
         if end_stream:
             self.received.pop(stream_id, None)
         return sent
 
     def send_trailers(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
-        self.h2.send_headers(stream_id, [(n.lower(), v) for n, v in headers], end_stream=True)
+        try:
+            self.h2.send_headers(stream_id, [(n.lower(), v) for n, v in headers], end_stream=True)
+        except h2.exceptions.StreamClosedError:
+            pass
         self.received.pop(stream_id, None)
 
     def body_consumed(self, stream_id: int, n: int) -> None:
