@@ -140,7 +140,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def sniff(self, data: bytes) -> bytes:
         """h2c: a cleartext connection that opens with the HTTP/2 preface is served HTTP/2; b"" while
-        the bytes may still be the preface, or once handed over. Without h1, anything else is 400."""
+        the bytes may still be the preface, or once handed over. Without h1, anything else is closed."""
         seen = self.sniffed + data
         verdict = sniff_preface(seen)
         if verdict is None:
@@ -150,9 +150,9 @@ class HttpProtocol(asyncio.Protocol):
         if verdict:
             hand_over(self, seen)
             return b""
-        if not self.srv.h1:
+        if not self.srv.h1:  # (prior knowledge only: the client was to open with the preface)
             self.fresh = False
-            self.send_error(400)
+            self.close()
             return b""
         return seen
 

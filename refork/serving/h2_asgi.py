@@ -22,6 +22,7 @@ from refork.config import Config
 from refork.http.h2 import (
     PREFACE,
     ConnectionEnded,
+    ErrorCodes,
     Http2Connection,
     Http2Event,
     Http2Limits,
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
     from refork.serving.aio_protocol import HttpProtocol
 
 log = logging.getLogger("refork")
+
+LINGER = 1.0  # seconds a closed connection still reads (and drops) what its client sends
 
 __all__ = ["Http2Protocol", "alpn_protocols", "hand_over", "http2_limits", "sniff_preface", "wants_h2"]
 
@@ -109,6 +112,7 @@ class Http2Protocol(asyncio.Protocol):
         self.since = srv.loop.time()  # when the connection last had no stream (keep-alive clock)
         self.fresh = True  # no request yet (the header deadline, as for HTTP/1.1's first head)
         self.goaway_sent = False
+        self.linger_since = 0.0
 
     def start(self, data: bytes) -> None:
         self.h2.start()
@@ -160,8 +164,9 @@ class Http2Protocol(asyncio.Protocol):
                 stream.reset()
         elif kind is ConnectionEnded:
             assert isinstance(event, ConnectionEnded)
-            if not event.by_client and event.code:
-                log.info("HTTP/2 connection from %s ended: %s", _peer(self.client_addr), event.reason)
+            if not event.by_client and event.code:  # an attack: warning; a broken client: debug
+                level = logging.WARNING if event.code == ErrorCodes.ENHANCE_YOUR_CALM else logging.DEBUG
+                log.log(level, "HTTP/2 connection from %s ended: %s", _peer(self.client_addr), event.reason)
             for stream in list(self.streams.values()):
                 if event.by_client and stream.sid <= event.last_stream_id:
                     continue  # a graceful GOAWAY from the client: its streams still finish
@@ -191,6 +196,8 @@ class Http2Protocol(asyncio.Protocol):
             stream.window_opened()
 
     def eof_received(self) -> bool | None:
+        if self.closing:
+            return None  # the lingering close is over
         for stream in list(self.streams.values()):
             if not stream.body_done:
                 stream.reset()  # a body that can never complete
@@ -309,10 +316,20 @@ class Http2Protocol(asyncio.Protocol):
             self.transport.write(data)
 
     def close(self) -> None:
+        """A lingering close: what is queued (a GOAWAY, the last responses) goes out, the write side
+        shuts, and the client's last bytes are read and dropped until it closes (or LINGER passes):
+        closing with unread bytes in the socket would reset the connection, and the client could
+        lose the responses it has not read yet."""
         if not self.closing:
             self.flush()
             self.closing = True
-            self.transport.close()
+            self.linger_since = self.loop.time()
+            if self.read_paused:
+                self.transport.resume_reading()
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            else:  # TLS: close() sends close_notify and reads on until the client's (or a timeout)
+                self.transport.close()
 
     def stop(self) -> None:
         """Graceful stop: GOAWAY naming the last stream; those finish, then the connection closes."""
@@ -330,7 +347,11 @@ class Http2Protocol(asyncio.Protocol):
             log_write_timeout(timeouts.write, self.client_addr, None)
             self.transport.abort()
             return
-        if self.closing or self.streams:
+        if self.closing:
+            if now - self.linger_since >= LINGER:
+                self.transport.close()
+            return
+        if self.streams:
             return  # the streams' apps have them: the worker's --timeout applies
         phase = Phase.HEAD if self.fresh else Phase.IDLE
         if timeouts.expiry(phase, self.since, now, drain_until, 0, False) is not Expiry.NONE:
