@@ -16,6 +16,7 @@ from pathlib import Path
 import h2.config
 import h2.connection
 import h2.events
+import h2.settings
 import httpx
 import pytest
 import trustme
@@ -260,3 +261,45 @@ def test_rapid_reset_gets_goaway_over_the_wire(start_server, loop):
     # the worker is fine: the next connection is served
     assert _curl("--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_code}",
                  f"http://127.0.0.1:{server.port}/").stdout == "200"  # fmt: skip
+
+
+def test_a_stalled_body_gets_408_on_its_stream_only(start_server, loop):
+    server = _h2c(start_server, loop, "--body-timeout", "1")
+    client = RawClient(server.port)
+    try:
+        client.request(1, "/echo", end=False)  # a head, and a body that never comes
+        client.request(3, "/fine")
+        seen = client.until(lambda s: any(isinstance(e, h2.events.ResponseReceived) and e.stream_id == 1
+                                          for e in s))  # fmt: skip
+        status = {e.stream_id: dict(e.headers)[b":status"] for e in seen
+                  if isinstance(e, h2.events.ResponseReceived)}  # fmt: skip
+        assert status == {3: b"200", 1: b"408"}
+    finally:
+        client.close()
+
+
+def test_a_window_that_stays_shut_costs_only_its_stream(start_server, loop):
+    server = _h2c(start_server, loop, "--write-timeout", "1")
+    client = RawClient(server.port)
+    try:
+        client.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        client.flush()
+        client.request(1, "/big?100000")  # it may send nothing: the client never opens the window
+        seen = client.until(lambda s: any(type(e) is h2.events.StreamReset and e.stream_id == 1 for e in s))
+        assert [e.error_code for e in seen if isinstance(e, h2.events.StreamReset)] == [8]  # CANCEL
+        client.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65535})
+        client.request(3, "/fine")  # the connection goes on
+        client.until(lambda s: any(type(e) is h2.events.StreamEnded and e.stream_id == 3 for e in s))
+    finally:
+        client.close()
+    server.wait_for(lambda: "write timeout" in server.log(), what="the write-timeout line")
+
+
+def test_health_checks_are_answered_on_a_stream_without_the_app(start_server, loop):
+    server = _h2c(start_server, loop, "--health-path", "/_refork/health", "--access-logfile", "-")
+    base = f"http://127.0.0.1:{server.port}"
+    server.wait_for(lambda: _curl("--http2-prior-knowledge", f"{base}/_refork/health/ready").stdout == "ok\n",
+                    what="readiness over HTTP/2")  # fmt: skip
+    _curl("--http2-prior-knowledge", f"{base}/after")
+    server.wait_for(lambda: "GET /after HTTP/2.0" in server.log(), what="the app's line")
+    assert "/_refork/health" not in server.log()  # not logged

@@ -155,7 +155,7 @@ class ProtocolSettings:
         metavar="LIST",
         help="OpenSSL cipher list for TLS 1.2 (default: Python's)",
         doc="OpenSSL cipher string for TLS 1.2 (TLS 1.3 suites are OpenSSL's); default: the `ssl` "
-        "module's. TLS 1.2 is the minimum version; ALPN offers `http/1.1`",
+        "module's. TLS 1.2 is the minimum version; ALPN offers what `--http-protocols` lists",
         group="tls",
     )
     ssl_handshake_timeout: float = setting(
@@ -190,7 +190,7 @@ class ProtocolSettings:
         metavar="N",
         help="streams a client may have open on one HTTP/2 connection",
         doc="streams one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS); "
-        "a stream opened beyond it is refused (RST_STREAM REFUSED_STREAM)",
+        "a client that opens more ends its connection (GOAWAY PROTOCOL_ERROR)",
         group="HTTP/2",
     )
     http2_initial_window_size: int = setting(

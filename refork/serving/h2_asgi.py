@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("refork")
 
+_HEALTH_BODIES = {200: b"ok\n", 503: b"unavailable\n"}  # (refork.serving.health's, over HTTP/1.1)
 LINGER = 1.0  # seconds a closed connection still reads (and drops) what its client sends
 
 __all__ = ["Http2Protocol", "alpn_protocols", "hand_over", "http2_limits", "sniff_preface", "wants_h2"]
@@ -213,6 +214,10 @@ class Http2Protocol(asyncio.Protocol):
         if event.refused:
             self.refuse(event.stream_id, event.refused)
             return
+        kind = srv.health.check(request) if srv.health is not None else None
+        if kind is not None:  # --health-path: answered here, never by the app; not counted, not logged
+            self.refuse(event.stream_id, srv.control.health(kind), request.method == "HEAD", health=True)
+            return
         stream = Stream(self, event.stream_id, request, event.ended)
         self.streams[event.stream_id] = stream
         srv.in_flight += 1
@@ -239,12 +244,15 @@ class Http2Protocol(asyncio.Protocol):
         stream.task = self.loop.create_task(stream.run(app, scope))
         deadlines.current.reset(serving)
 
-    def refuse(self, sid: int, status: int) -> None:
-        """A request the limits refuse (413, 414, 431): answered here, the app never sees it."""
-        body = b"%d %s\n" % (status, reason_phrase(status))
-        headers = [(b"content-type", b"text/plain"), (b"content-length", b"%d" % len(body))]
-        self.h2.respond(sid, status, headers, end_stream=False)
-        self.h2.send_body(sid, memoryview(body), True)
+    def refuse(self, sid: int, status: int, head_only: bool = False, health: bool = False) -> None:
+        """A request answered here, never by the app: refused by a limit (413, 414, 431, 408), or a
+        --health-path check (200 or 503)."""
+        body = _HEALTH_BODIES[status] if health else b"%d %s\n" % (status, reason_phrase(status))
+        headers = [(b"content-type", b"text/plain"), (b"content-length", b"%d" % len(body)),
+                   (b"cache-control", b"no-store")]  # fmt: skip
+        self.h2.respond(sid, status, headers, end_stream=head_only)
+        if not head_only:
+            self.h2.send_body(sid, memoryview(body), True)
         self.h2.reset(sid, 0)  # NO_ERROR: the rest of its body is not wanted
 
     def stream_done(self, stream: Stream) -> None:
@@ -352,10 +360,34 @@ class Http2Protocol(asyncio.Protocol):
                 self.transport.close()
             return
         if self.streams:
-            return  # the streams' apps have them: the worker's --timeout applies
+            for stream in list(self.streams.values()):
+                self.sweep_stream(stream, now, timeouts)
+            return  # (the apps' time is the worker's --timeout)
         phase = Phase.HEAD if self.fresh else Phase.IDLE
         if timeouts.expiry(phase, self.since, now, drain_until, 0, False) is not Expiry.NONE:
             self.stop()
+
+
+    def sweep_stream(self, stream: Stream, now: float, timeouts: Timeouts) -> None:
+        """A stream's own deadlines: its body (408, or a reset once the response started) and a
+        client window that stays shut (the write timeout: reset). Only that stream pays."""
+        if stream.gone or stream.complete:
+            return
+        if not stream.body_done:
+            verdict = timeouts.expiry(Phase.BODY, stream.opened_at, now, 0.0, stream.received, False)
+            if verdict is Expiry.REQUEST_TIMEOUT:
+                if not stream.head_out:
+                    stream.head_out, stream.status = True, 408
+                    self.refuse(stream.sid, 408)
+                else:
+                    self.h2.reset(stream.sid, ErrorCodes.CANCEL)
+                self.flush()
+                stream.reset()
+        elif stream.window_wait_since and now - stream.window_wait_since > timeouts.write:
+            log_write_timeout(timeouts.write, self.client_addr, stream.request)
+            self.h2.reset(stream.sid, ErrorCodes.CANCEL)
+            self.flush()
+            stream.reset()
 
 
 def _peer(client: tuple[str, int] | None) -> str:

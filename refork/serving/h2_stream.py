@@ -34,7 +34,8 @@ class Stream:
     __slots__ = (
         "conn", "sid", "request", "unread", "body_done", "gone", "started", "status", "headers",
         "trailers", "complete", "body_bytes", "receive_waiter", "send_waiter", "task", "token",
-        "started_at", "remote", "hook_request", "delivered_end", "head_out",
+        "started_at", "remote", "hook_request", "delivered_end", "head_out", "opened_at", "received",
+        "window_wait_since",
     )  # fmt: skip
 
     def __init__(self, conn: Http2Protocol, sid: int, request: Request, body_done: bool) -> None:
@@ -59,10 +60,14 @@ class Stream:
         self.started_at = 0.0
         self.remote: str | None = None
         self.hook_request: Any = None
+        self.opened_at = conn.loop.time()  # the body deadline runs from the head
+        self.received = 0  # body bytes: each --body-min-rate of them extends the deadline
+        self.window_wait_since = 0.0  # send() waits for the client's window (the write timeout)
 
     # Driven by the connection ----------------------------------------------------------------
 
     def body_received(self, data: bytes) -> None:
+        self.received += len(data)
         self.unread.append(data)
         self._wake_receive()
 
@@ -206,7 +211,11 @@ class Stream:
             view = view[sent:]
             if not view:
                 break
-            await self._wait(conn)  # the client's window for this stream (or the connection) is shut
+            self.window_wait_since = conn.loop.time()
+            try:
+                await self._wait(conn)  # the client's window for this stream (or the connection) is shut
+            finally:
+                self.window_wait_since = 0.0
         if conn.write_blocked_since:
             await self._wait(conn)  # the transport is over its high-water mark
 
