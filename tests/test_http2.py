@@ -303,3 +303,21 @@ def test_health_checks_are_answered_on_a_stream_without_the_app(start_server, lo
     _curl("--http2-prior-knowledge", f"{base}/after")
     server.wait_for(lambda: "GET /after HTTP/2.0" in server.log(), what="the app's line")
     assert "/_refork/health" not in server.log()  # not logged
+
+
+def test_max_requests_ends_the_connection_with_goaway(start_server, loop):
+    server = _h2c(start_server, loop, "--max-requests", "3")
+    client = RawClient(server.port)
+    try:
+        for sid in (1, 3, 5):
+            client.request(sid, f"/r{sid}")
+        data = b""
+        while chunk := client.sock.recv(65536):  # to the end: the worker closes it after its GOAWAY
+            data += chunk
+    finally:
+        client.close()
+    frames = list(_frames(data))
+    ended = {f.stream_id for f in frames if isinstance(f, DataFrame) and "END_STREAM" in f.flags}
+    assert ended == {1, 3, 5}
+    goaway = [f for f in frames if isinstance(f, GoAwayFrame)]
+    assert goaway and goaway[0].error_code == 0 and goaway[0].last_stream_id == 5
