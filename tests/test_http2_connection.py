@@ -10,6 +10,7 @@ import hpack
 import pytest
 from hyperframe.frame import (
     ContinuationFrame,
+    DataFrame,
     GoAwayFrame,
     HeadersFrame,
     PingFrame,
@@ -178,6 +179,24 @@ def test_rapid_reset_budget_then_goaway():
     assert end.code == ErrorCodes.ENHANCE_YOUR_CALM and "Rapid Reset" in end.reason
     assert goaway_code(server) == ErrorCodes.ENHANCE_YOUR_CALM
     assert server.receive(b"more") == []  # nothing is read after it
+
+
+@pytest.mark.parametrize(
+    "violation",
+    [lambda sid: DataFrame(sid, data=b"x"), lambda sid: WindowUpdateFrame(sid, window_increment=2**31 - 1)],
+    ids=["data-on-closed-stream", "window-overflow"],
+)
+def test_made_you_reset_shares_the_reset_budget(violation):
+    """Stream errors the client provokes make refork reset its streams: the same budget."""
+    server, _ = connect(resets=(20, 1.0))
+    enc = hpack.Encoder()
+    frames = []
+    for i in range(40):
+        sid = 1 + 2 * i
+        frames += [HeadersFrame(sid, data=enc.encode(GET), flags=["END_HEADERS", "END_STREAM"]),
+                   violation(sid), violation(sid)]  # fmt: skip
+    end = ended(raw(server, *frames))
+    assert end.code == ErrorCodes.ENHANCE_YOUR_CALM and "MadeYouReset" in end.reason
 
 
 def test_resets_within_the_budget_refill_with_time():

@@ -9,8 +9,8 @@ sends responses through :meth:`respond` / :meth:`send_body`.
 
 What each known attack gets (docs/http2.md):
 
-- Rapid Reset (streams opened and reset at once): a budget of client resets per connection,
-  then GOAWAY ENHANCE_YOUR_CALM.
+- Rapid Reset (streams opened and reset at once) and MadeYouReset (stream errors that make the
+  server reset them): one budget of resets per connection, then GOAWAY ENHANCE_YOUR_CALM.
 - CONTINUATION flood: a header block is bounded while it arrives (its encoded bytes may not pass
   the max header list size); HPACK bomb: the decoded list is bounded while it is decoded (hpack's
   check); both end the connection (GOAWAY).
@@ -261,8 +261,11 @@ class Http2Connection:
             sid = event.stream_id
             if self.received.pop(sid, None) is not None:
                 out.append(StreamReset(sid, int(event.error_code or 0), event.remote_reset))
-            if event.remote_reset and not budgets["resets"].spend():
-                raise _TooMuch("too many streams reset (Rapid Reset)")
+            # the client's resets (Rapid Reset) and those its stream errors make refork send
+            # (MadeYouReset: DATA on a closed stream, a window overflow...) share one budget
+            if not budgets["resets"].spend():
+                what = "Rapid Reset" if event.remote_reset else "stream errors, MadeYouReset"
+                raise _TooMuch(f"too many streams reset ({what})")
         elif kind is h2.events.WindowUpdated:
             assert isinstance(event, h2.events.WindowUpdated)
             if not budgets["window_updates"].spend():
