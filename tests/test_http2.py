@@ -16,6 +16,7 @@ from pathlib import Path
 import h2.config
 import h2.connection
 import h2.events
+import h2.exceptions
 import h2.settings
 import httpx
 import pytest
@@ -321,3 +322,37 @@ def test_max_requests_ends_the_connection_with_goaway(start_server, loop):
     assert ended == {1, 3, 5}
     goaway = [f for f in frames if isinstance(f, GoAwayFrame)]
     assert goaway and goaway[0].error_code == 0 and goaway[0].last_stream_id == 5
+
+
+def test_bodies_held_for_apps_count_against_max_request_memory(start_server, loop):
+    """Streams whose apps do not read yet fill --max-request-memory: reading waits, nothing is lost."""
+    server = _h2c(start_server, loop, "--max-request-memory", "64K")
+    client = RawClient(server.port)
+    bodies = {1: 60000, 3: 60000, 5: 60000, 7: 60000, 9: 200000}  # four slow apps, one echo
+    try:
+        for sid in bodies:
+            path = "/echo" if sid == 9 else "/slow?0.3"
+            client.conn.send_headers(sid, [(":method", "POST"), (":path", path), (":scheme", "http"),
+                                           (":authority", "x")])  # fmt: skip
+        client.flush()
+        left, answers = dict(bodies), {}
+        while len(answers) < len(bodies):
+            for sid, n in list(left.items()):  # as much as the windows let through
+                try:
+                    size = min(n, client.conn.local_flow_control_window(sid), 16384)
+                    if size:
+                        client.conn.send_data(sid, b"b" * size, end_stream=n == size)
+                except h2.exceptions.StreamClosedError:  # answered, and the rest of its body refused
+                    size = n
+                left[sid] = n - size
+                if left[sid] == 0:
+                    del left[sid]
+            client.flush()
+            for event in client.events():
+                if isinstance(event, h2.events.DataReceived):
+                    answers[event.stream_id] = answers.get(event.stream_id, b"") + event.data
+                    client.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+    finally:
+        client.close()
+    assert [answers[sid] for sid in (1, 3, 5, 7)] == [b"slow done"] * 4
+    assert answers[9].startswith(b"200000 ")

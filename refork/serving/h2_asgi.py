@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("refork")
 
 _HEALTH_BODIES = {200: b"ok\n", 503: b"unavailable\n"}  # (refork.serving.health's, over HTTP/1.1)
+_READ_SIZE = 64 * 1024  # what one read may take (refork.serving.aio_protocol's READ_SIZE)
 LINGER = 1.0  # seconds a closed connection still reads (and drops) what its client sends
 
 __all__ = ["Http2Protocol", "alpn_protocols", "hand_over", "http2_limits", "sniff_preface", "wants_h2"]
@@ -108,7 +109,8 @@ class Http2Protocol(asyncio.Protocol):
         self.h2 = Http2Connection(srv.h2_limits, srv.loop.time)
         self.streams: dict[int, Stream] = {}
         self.write_blocked_since = 0.0
-        self.read_paused = False
+        self.read_paused = False  # while the client does not read its answers
+        self.memory_paused = False  # while the worker's --max-request-memory is full
         self.closing = False
         self.since = srv.loop.time()  # when the connection last had no stream (keep-alive clock)
         self.fresh = True  # no request yet (the header deadline, as for HTTP/1.1's first head)
@@ -133,6 +135,36 @@ class Http2Protocol(asyncio.Protocol):
         self.flush()
         if self.h2.ended:
             self.close()
+        elif self.srv.request_memory.full and not self.memory_paused:
+            self.memory_paused = True  # body bytes held for the apps fill the worker's budget:
+            self.reading()  # read on when there is room (each stream's window bounds the rest)
+            self.srv.request_memory.wait(self, self.room_made, _READ_SIZE)
+
+    def hold(self, n: int) -> None:
+        """Body bytes buffered for an app: charged to the worker's --max-request-memory."""
+        self.srv.request_memory.charge(n)
+
+    def release(self, n: int) -> None:
+        self.srv.request_memory.give_back(n)
+
+    def room_made(self) -> None:
+        self.loop.call_soon(self._read_on)
+
+    def _read_on(self) -> None:
+        if self.srv.request_memory.full and not self.closing:
+            self.srv.request_memory.wait(self, self.room_made, _READ_SIZE)
+            return
+        self.memory_paused = False
+        self.reading()
+
+    def reading(self) -> None:
+        """Pause or resume reading the socket as the two reasons to pause say."""
+        if self.closing:
+            return
+        if self.read_paused or self.memory_paused:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
 
     def handle(self, event: Http2Event) -> None:
         kind = type(event)
@@ -177,6 +209,7 @@ class Http2Protocol(asyncio.Protocol):
         self.closing = True
         srv = self.srv
         srv.connections.discard(self)
+        srv.request_memory.cancel(self)
         for stream in list(self.streams.values()):
             stream.reset()
         if srv.stopping and not srv.connections:
@@ -186,13 +219,13 @@ class Http2Protocol(asyncio.Protocol):
         self.write_blocked_since = self.loop.time()
         if not self.read_paused and not self.closing:  # a client that does not read gets no more
             self.read_paused = True  # answers (PING and SETTINGS acks) queued either
-            self.transport.pause_reading()
+            self.reading()
 
     def resume_writing(self) -> None:
         self.write_blocked_since = 0.0
         if self.read_paused and not self.closing:
             self.read_paused = False
-            self.transport.resume_reading()
+            self.reading()
         for stream in list(self.streams.values()):
             stream.window_opened()
 
@@ -260,6 +293,7 @@ class Http2Protocol(asyncio.Protocol):
         srv = self.srv
         if self.streams.pop(stream.sid, None) is None:
             return
+        stream.let_go()  # (a body the app did not read)
         if not stream.body_done and not stream.gone and not self.closing:
             self.h2.reset(stream.sid, 0)  # answered before its body came: the rest is not wanted
         self.flush()
@@ -332,7 +366,7 @@ class Http2Protocol(asyncio.Protocol):
             self.flush()
             self.closing = True
             self.linger_since = self.loop.time()
-            if self.read_paused:
+            if self.read_paused or self.memory_paused:
                 self.transport.resume_reading()
             if self.transport.can_write_eof():
                 self.transport.write_eof()

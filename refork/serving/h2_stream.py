@@ -69,6 +69,7 @@ class Stream:
     def body_received(self, data: bytes) -> None:
         self.received += len(data)
         self.unread.append(data)
+        self.conn.hold(len(data))
         self._wake_receive()
 
     def end_received(self) -> None:
@@ -78,9 +79,16 @@ class Stream:
     def reset(self) -> None:
         """The client reset the stream (or the connection went): receive() says http.disconnect."""
         self.gone = True
-        self.unread.clear()
+        self.let_go()
         self._wake_receive()
         self.window_opened()
+
+    def let_go(self) -> None:
+        """The unread body is taken or dropped: its bytes leave the worker's --max-request-memory."""
+        held = sum(len(piece) for piece in self.unread)
+        self.unread.clear()
+        if held:
+            self.conn.release(held)
 
     def window_opened(self) -> None:
         waiter = self.send_waiter
@@ -122,7 +130,7 @@ class Stream:
         while True:
             if self.unread:
                 data = self.unread[0] if len(self.unread) == 1 else b"".join(self.unread)
-                self.unread.clear()
+                self.let_go()
                 self.conn.body_consumed(self, len(data))
                 more = not self.body_done
                 self.delivered_end = not more
