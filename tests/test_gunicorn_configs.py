@@ -372,7 +372,7 @@ def test_gunicorn_conf_py_is_read_by_default_and_python_module_form(tmp_path, mo
     [
         (["--strip-header-spaces"], logging.WARNING, "refuses a space before a header's colon"),
         (["--permit-obsolete-folding"], logging.WARNING, "refuses obsolete line folding"),
-        (["--http-protocols", "h2,h1"], logging.WARNING, "refork speaks HTTP/1.1"),
+        (["--http2-cleartext", "prior-knowledge"], logging.WARNING, "add h2c to --http-protocols"),
         (["--header-map", "dangerous"], logging.WARNING, "drops headers with _"),
         (["--logger-class", "myapp.JsonLogger"], logging.WARNING, "logconfig_dict"),
         (["--preload"], logging.INFO, "refork always preloads"),
@@ -390,8 +390,8 @@ def test_what_refork_does_its_own_way_is_one_line_at_start(argv, level, needle):
 
 
 def test_defaults_of_gunicorn_need_no_line():
-    config = load_config(["--header-map", "drop", "--http-protocols", "h1", "--logger-class", "simple", WSGI],
-                         environ={})  # fmt: skip
+    config = load_config(["--header-map", "drop", "--http-protocols", "h2,h1", "--logger-class", "simple",
+                          "--http2-cleartext", "off", WSGI], environ={})  # fmt: skip
     assert config.notes == []
 
 

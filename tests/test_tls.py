@@ -61,7 +61,7 @@ class Certs:
 
     def client_context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.ca_pem))
-        ctx.set_alpn_protocols(["h2", "http/1.1"])  # the server picks http/1.1
+        ctx.set_alpn_protocols(["http/1.1"])  # these tests speak HTTP/1.1 (HTTP/2: tests/test_http2.py)
         return ctx
 
 

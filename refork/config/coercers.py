@@ -618,3 +618,41 @@ def syslog_facility(value: Any, where: str) -> str:
     if text not in SysLogHandler.facility_names:
         raise ConfigError(f"{where} must be a syslog facility like user, daemon or local0, got {got(text)}")
     return text
+
+
+HTTP_PROTOCOLS = ("h1", "h2", "h2c")
+
+
+def http_protocols(value: Any, where: str) -> list[str]:
+    """gunicorn's --http-protocols: h1, h2, h2c as a comma list (or a list), in preference order."""
+    if isinstance(value, str):
+        parts = value.split(",")
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        parts = [p for v in value for p in v.split(",")]
+    else:
+        raise ConfigError(f"{where} must be a comma list of h1, h2, h2c, got {got(value)}")
+    protocols = [p.strip().lower() for p in parts if p.strip()]
+    for name in protocols:
+        if name not in HTTP_PROTOCOLS:
+            raise ConfigError(f"{where}: unknown protocol {name!r} (h1, h2 or h2c, e.g. h2,h1)")
+    if not protocols:
+        raise ConfigError(f"{where} must name at least one of h1, h2, h2c")
+    if len(set(protocols)) != len(protocols):
+        raise ConfigError(f"{where} names a protocol twice: {','.join(protocols)}")
+    return protocols
+
+
+def http2_window(value: Any, where: str) -> int:
+    """An HTTP/2 flow-control window: 65535 (the protocol's initial one) to 2^31-1 (RFC 9113 6.9)."""
+    number = integer(65535, "an integer from 65535 to 2147483647")(value, where)
+    if number > 2**31 - 1:
+        raise ConfigError(f"{where} must be at most 2147483647, got {number}")
+    return number
+
+
+def http2_frame_size(value: Any, where: str) -> int:
+    """SETTINGS_MAX_FRAME_SIZE: 16384 to 16777215 (RFC 9113 6.5.2)."""
+    number = integer(16384, "an integer from 16384 to 16777215")(value, where)
+    if number > 16777215:
+        raise ConfigError(f"{where} must be at most 16777215, got {number}")
+    return number

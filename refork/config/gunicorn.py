@@ -322,39 +322,18 @@ ROWS: tuple[Row, ...] = (
     ),  # fmt: skip
     _same("ciphers", "--ciphers"),
     # HTTP/2
-    _differs(
-        "http_protocols",
-        "--http-protocols",
-        default="h1",
-        note="refork speaks HTTP/1.1; ALPN offers `http/1.1`, so HTTP/2 clients use it",
-    ),  # fmt: skip
+    _same("http_protocols", "--http-protocols", note="refork also takes `h2c` (cleartext, prior knowledge)"),
     _differs(
         "http2_cleartext",
         "--http2-cleartext",
         default="off",
-        note="refork speaks HTTP/1.1 only; an h2c connection gets 400",
+        note="add `h2c` to `--http-protocols`: a cleartext connection that opens with the HTTP/2 preface "
+        "is served HTTP/2; `Upgrade: h2c` is answered as HTTP/1.1",
     ),  # fmt: skip
-    _unneeded(
-        "http2_max_concurrent_streams",
-        "--http2-max-concurrent-streams",
-        default=100,
-        note="refork speaks HTTP/1.1 only",
-    ),  # fmt: skip
-    _unneeded(
-        "http2_initial_window_size",
-        "--http2-initial-window-size",
-        default=65535,
-        note="refork speaks HTTP/1.1 only",
-    ),  # fmt: skip
-    _unneeded(
-        "http2_max_frame_size", "--http2-max-frame-size", default=16384, note="refork speaks HTTP/1.1 only"
-    ),  # fmt: skip
-    _unneeded(
-        "http2_max_header_list_size",
-        "--http2-max-header-list-size",
-        default=65536,
-        note="refork speaks HTTP/1.1 only",
-    ),  # fmt: skip
+    _same("http2_max_concurrent_streams", "--http2-max-concurrent-streams"),
+    _same("http2_initial_window_size", "--http2-initial-window-size"),
+    _same("http2_max_frame_size", "--http2-max-frame-size"),
+    _same("http2_max_header_list_size", "--http2-max-header-list-size"),
     _unneeded(
         "raw_paste_global_conf",
         "--paste-global",

@@ -155,7 +155,7 @@ class ProtocolSettings:
         metavar="LIST",
         help="OpenSSL cipher list for TLS 1.2 (default: Python's)",
         doc="OpenSSL cipher string for TLS 1.2 (TLS 1.3 suites are OpenSSL's); default: the `ssl` "
-        "module's. TLS 1.2 is the minimum version; ALPN offers `http/1.1`",
+        "module's. TLS 1.2 is the minimum version; ALPN offers what `--http-protocols` lists",
         group="tls",
     )
     ssl_handshake_timeout: float = setting(
@@ -168,6 +168,60 @@ class ProtocolSettings:
         "`--header-timeout` then runs for the request head. ASGI on 3.11+: also the wait for a "
         "client's close_notify once the server closed",
         group="tls",
+    )
+
+    # HTTP/2 (refork.http.h2, refork.serving.h2_asgi; docs/http2.md)
+    http_protocols: list[str] = setting(
+        ["h2", "h1"],
+        "--http-protocols",
+        coerce=c.http_protocols,
+        metavar="LIST",
+        help="protocols served, in preference order: h1, h2 (TLS, by ALPN), h2c (cleartext)",
+        doc="comma list in preference order: `h1` (HTTP/1.1), `h2` (HTTP/2 on TLS listeners, picked by "
+        "ALPN), `h2c` (HTTP/2 on cleartext listeners, for a client that opens with the HTTP/2 preface, "
+        "e.g. a load balancer); HTTP/2 is served by ASGI workers, WSGI workers answer HTTP/1.1",
+        shown_default="`h2,h1`",
+        group="HTTP/2",
+    )
+    http2_max_concurrent_streams: int = setting(
+        100,
+        "--http2-max-concurrent-streams",
+        coerce=c.integer(1),
+        metavar="N",
+        help="streams a client may have open on one HTTP/2 connection",
+        doc="streams one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS); "
+        "a client that opens more ends its connection (GOAWAY PROTOCOL_ERROR)",
+        group="HTTP/2",
+    )
+    http2_initial_window_size: int = setting(
+        65535,
+        "--http2-initial-window-size",
+        coerce=c.http2_window,
+        metavar="BYTES",
+        help="request body bytes a stream may send before the app reads them",
+        doc="each stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE): request body bytes a client "
+        "may send ahead of the app's `receive()`; the window reopens as the app reads",
+        group="HTTP/2",
+    )
+    http2_max_frame_size: int = setting(
+        16384,
+        "--http2-max-frame-size",
+        coerce=c.http2_frame_size,
+        metavar="BYTES",
+        help="largest HTTP/2 frame payload accepted",
+        doc="largest frame payload a client may send (SETTINGS_MAX_FRAME_SIZE, 16384 to 16777215)",
+        group="HTTP/2",
+    )
+    http2_max_header_list_size: int = setting(
+        65536,
+        "--http2-max-header-list-size",
+        coerce=c.limit(1 << 20),
+        metavar="BYTES",
+        help="largest decoded header list of one HTTP/2 request (0: 1M)",
+        doc="largest header list of one request after HPACK decoding (SETTINGS_MAX_HEADER_LIST_SIZE), "
+        "checked while it is decoded and while CONTINUATION frames arrive; each header is also held "
+        "to `--limit-request-field-size` and their count to `--limit-request-fields` (431)",
+        group="HTTP/2",
     )
 
     # HTTP limits

@@ -38,6 +38,7 @@ from refork.serving.aio_proxied import ProxiedListener
 from refork.serving.aio_websocket import WebSocketProtocol
 from refork.serving.connection import TICK, Timeouts, release_after_fork, request_limits
 from refork.serving.contract import WorkerControl
+from refork.serving.h2_asgi import Http2Protocol, alpn_protocols, http2_limits
 from refork.serving.health import health_paths
 from refork.serving.request_hooks import RequestHooks
 from refork.serving.tls import contexts_for
@@ -85,7 +86,11 @@ class Server:
         self.request_hooks = RequestHooks.from_config(config)  # pre_request / post_request, if any
         self.health = health_paths(config.health_path)
         self.timeouts = Timeouts.from_config(config)
-        self.connections: set[HttpProtocol | WebSocketProtocol] = set()
+        self.connections: set[HttpProtocol | WebSocketProtocol | Http2Protocol] = set()
+        self.h2_limits = http2_limits(config)  # HTTP/2 (refork.serving.h2_asgi): h2 by ALPN, h2c
+        self.h2_alpn = "h2" in config.http_protocols
+        self.h2c = "h2c" in config.http_protocols
+        self.h1 = "h1" in config.http_protocols
         # plain connections accepted, their protocol made, connection_made not called yet (the
         # loop iteration in between): weak, so that one whose socket failed cannot hold the drain
         self.arriving: weakref.WeakSet[HttpProtocol] = weakref.WeakSet()
@@ -122,6 +127,8 @@ class Server:
         await self.lifespan.startup()
         if not self.stopping:
             self.contexts = contexts_for(self.listeners, self.config)  # built here: after the fork
+            for context in set(self.contexts.values()):  # (this process's copy of the context)
+                context.set_alpn_protocols(alpn_protocols(self.config))
             for sock in self.listeners:
                 ctx = self.contexts.get(sock.fileno())
                 if self.proxy is not None:

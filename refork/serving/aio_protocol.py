@@ -25,6 +25,7 @@ from refork.http.response import simple_response
 from refork.serving.aio_sendfile import send_file
 from refork.serving.aio_websocket import WebSocketProtocol
 from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
+from refork.serving.h2_asgi import hand_over, sniff_preface, wants_h2
 from refork.serving.health import health_response
 
 if TYPE_CHECKING:
@@ -51,7 +52,8 @@ class HttpProtocol(asyncio.Protocol):
     __slots__ = (
         "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
         "queue", "read_paused", "write_blocked_since", "closing", "since", "pending_error", "eof",
-        "trusted", "body_bytes", "scheme", "tls", "fresh", "drain_waiter", "held", "proxied", "__weakref__",
+        "trusted", "body_bytes", "scheme", "tls", "fresh", "drain_waiter", "held", "proxied", "sniffed",
+        "__weakref__",
     )  # fmt: skip
 
     def __init__(self, srv: Server, proxied: tuple[str, int] | None = None) -> None:
@@ -78,6 +80,7 @@ class HttpProtocol(asyncio.Protocol):
         self.fresh = True  # no byte received yet (see Timeouts.expiry)
         self.drain_waiter: asyncio.Future[None] | None = None  # send_file() waits for resume_writing
         self.held = 0  # what the parser holds, charged to the worker's --max-request-memory
+        self.sniffed = b""  # h2c: the first bytes, while they may be the HTTP/2 preface
 
     # asyncio.Protocol ------------------------------------------------------------------------
 
@@ -104,8 +107,14 @@ class HttpProtocol(asyncio.Protocol):
             self.tls = tls_extension(ssl_object)
         self.srv.arriving.discard(self)
         self.srv.connections.add(self)
+        if ssl_object is not None and self.srv.h2_alpn and wants_h2(transport):
+            hand_over(self, b"")  # ALPN picked HTTP/2 (refork.serving.h2_asgi)
 
     def data_received(self, data: bytes) -> None:
+        if self.fresh and self.tls is None and self.srv.h2c:
+            data = self.sniff(data)
+            if not data:
+                return
         self.fresh = False
         if self.cycle is None and not self.parser.in_message:
             self.since = self.loop.time()  # a head starts: the header clock runs
@@ -128,6 +137,24 @@ class HttpProtocol(asyncio.Protocol):
                 self.parse_failed(refused)
                 return
         self.handle(events)
+
+    def sniff(self, data: bytes) -> bytes:
+        """h2c: a cleartext connection that opens with the HTTP/2 preface is served HTTP/2; b"" while
+        the bytes may still be the preface, or once handed over. Without h1, anything else is closed."""
+        seen = self.sniffed + data
+        verdict = sniff_preface(seen)
+        if verdict is None:
+            self.sniffed = seen
+            return b""
+        self.sniffed = b""
+        if verdict:
+            hand_over(self, seen)
+            return b""
+        if not self.srv.h1:  # (prior knowledge only: the client was to open with the preface)
+            self.fresh = False
+            self.close()
+            return b""
+        return seen
 
     def hold(self) -> ParseError | None:
         """Charge what the parser holds now to the worker's --max-request-memory; a head that does

@@ -1,0 +1,428 @@
+"""HTTP/2 on the ASGI loop: one :class:`Http2Protocol` per connection, one Task per stream.
+
+An HTTP/1.1 :class:`refork.serving.aio_protocol.HttpProtocol` hands its transport over
+(:func:`hand_over`) when TLS's ALPN picked ``h2``, or when a cleartext connection opens with the
+HTTP/2 preface and ``h2c`` is in ``--http-protocols`` (prior knowledge, RFC 9113 3.3). An
+``Upgrade: h2c`` request is served as HTTP/1.1 (the upgrade is ignored, as RFC 9113 lets a server
+do). The protocol rules, limits and attack budgets are the sans-IO :mod:`refork.http.h2`'s;
+here are the socket, the tasks, the worker's counters and the connection contract
+(:mod:`refork.serving.connection`): the keep-alive and header deadlines, the write timeout, the
+drain, and GOAWAY when the worker stops (stop, reload, refork, max-requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from refork import deadlines
+from refork.asgi import build_scope
+from refork.config import Config
+from refork.http.h2 import (
+    PREFACE,
+    ConnectionEnded,
+    ErrorCodes,
+    Http2Connection,
+    Http2Event,
+    Http2Limits,
+    StreamBody,
+    StreamEnded,
+    StreamOpened,
+    StreamReset,
+    WindowOpened,
+)
+from refork.http.response import reason_phrase
+from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
+from refork.serving.h2_stream import Stream
+
+if TYPE_CHECKING:
+    from refork.serving.aio import Server
+    from refork.serving.aio_protocol import HttpProtocol
+
+log = logging.getLogger("refork")
+
+_HEALTH_BODIES = {200: b"ok\n", 503: b"unavailable\n"}  # (refork.serving.health's, over HTTP/1.1)
+_READ_SIZE = 64 * 1024  # what one read may take (refork.serving.aio_protocol's READ_SIZE)
+LINGER = 1.0  # seconds a closed connection still reads (and drops) what its client sends
+
+__all__ = ["Http2Protocol", "alpn_protocols", "hand_over", "http2_limits", "sniff_preface", "wants_h2"]
+
+
+def http2_limits(config: Config) -> Http2Limits:
+    """The connection's limits from the settings (refork.http knows no Config)."""
+    return Http2Limits(
+        max_concurrent_streams=config.http2_max_concurrent_streams,
+        initial_window_size=config.http2_initial_window_size,
+        max_frame_size=config.http2_max_frame_size,
+        max_header_list_size=config.http2_max_header_list_size,
+        max_request_line=config.limit_request_line,
+        max_fields=config.limit_request_fields,
+        max_field_size=config.limit_request_field_size,
+        max_body=config.limit_request_body,
+    )
+
+
+def alpn_protocols(config: Config) -> list[str]:
+    """What ALPN offers on TLS listeners, in --http-protocols' order (h2c is cleartext's)."""
+    names = {"h2": "h2", "h1": "http/1.1"}
+    offered = [names[p] for p in config.http_protocols if p in names]
+    return offered or ["http/1.1"]
+
+
+def wants_h2(transport: Any) -> bool:
+    """ALPN picked h2 on this TLS connection."""
+    ssl_object = transport.get_extra_info("ssl_object")
+    return ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2"
+
+
+def sniff_preface(seen: bytes) -> bool | None:
+    """Whether a cleartext connection's first bytes are the HTTP/2 preface: True, False, or None
+    while they are a beginning of it (wait for more)."""
+    if seen.startswith(PREFACE):
+        return True
+    return None if PREFACE.startswith(seen) else False
+
+
+def hand_over(old: HttpProtocol, data: bytes) -> None:
+    """The connection speaks HTTP/2 from here: an Http2Protocol takes the transport, with ``data``
+    (the bytes read so far) as its first input."""
+    srv = old.srv
+    new = Http2Protocol(srv, old)
+    old.closing = True  # the HTTP/1.1 side is done with the connection
+    old.let_go()
+    srv.connections.discard(old)
+    srv.connections.add(new)
+    old.transport.set_protocol(new)
+    new.start(data)
+
+
+class Http2Protocol(asyncio.Protocol):
+    """One HTTP/2 connection: the sans-IO connection, its streams and their app tasks."""
+
+    def __init__(self, srv: Server, old: HttpProtocol) -> None:
+        self.srv = srv
+        self.loop = srv.loop
+        self.transport: Any = old.transport
+        self.server_addr, self.client_addr = old.server_addr, old.client_addr
+        self.scheme, self.tls, self.trusted = old.scheme, old.tls, old.trusted
+        self.h2 = Http2Connection(srv.h2_limits, srv.loop.time)
+        self.streams: dict[int, Stream] = {}
+        self.write_blocked_since = 0.0
+        self.read_paused = False  # while the client does not read its answers
+        self.memory_paused = False  # while the worker's --max-request-memory is full
+        self.closing = False
+        self.since = srv.loop.time()  # when the connection last had no stream (keep-alive clock)
+        self.fresh = True  # no request yet (the header deadline, as for HTTP/1.1's first head)
+        self.goaway_sent = False
+        self.linger_since = 0.0
+
+    def start(self, data: bytes) -> None:
+        self.h2.start()
+        if data:
+            self.data_received(data)
+        else:
+            self.flush()
+
+    # asyncio.Protocol ------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        events = self.h2.receive(data)
+        for event in events:
+            self.handle(event)
+        self.flush()
+        if self.h2.ended:
+            self.close()
+        elif self.srv.request_memory.full and not self.memory_paused:
+            self.memory_paused = True  # body bytes held for the apps fill the worker's budget:
+            self.reading()  # read on when there is room (each stream's window bounds the rest)
+            self.srv.request_memory.wait(self, self.room_made, _READ_SIZE)
+
+    def hold(self, n: int) -> None:
+        """Body bytes buffered for an app: charged to the worker's --max-request-memory."""
+        self.srv.request_memory.charge(n)
+
+    def release(self, n: int) -> None:
+        self.srv.request_memory.give_back(n)
+
+    def room_made(self) -> None:
+        self.loop.call_soon(self._read_on)
+
+    def _read_on(self) -> None:
+        if self.srv.request_memory.full and not self.closing:
+            self.srv.request_memory.wait(self, self.room_made, _READ_SIZE)
+            return
+        self.memory_paused = False
+        self.reading()
+
+    def reading(self) -> None:
+        """Pause or resume reading the socket as the two reasons to pause say."""
+        if self.closing:
+            return
+        if self.read_paused or self.memory_paused:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+
+    def handle(self, event: Http2Event) -> None:
+        kind = type(event)
+        if kind is StreamBody:
+            assert isinstance(event, StreamBody)
+            stream = self.streams.get(event.stream_id)
+            if stream is not None:
+                stream.body_received(event.data)
+        elif kind is StreamOpened:
+            assert isinstance(event, StreamOpened)
+            self.open(event)
+        elif kind is StreamEnded:
+            assert isinstance(event, StreamEnded)
+            stream = self.streams.get(event.stream_id)
+            if stream is not None:
+                stream.end_received()
+        elif kind is WindowOpened:
+            assert isinstance(event, WindowOpened)
+            if event.stream_id:
+                stream = self.streams.get(event.stream_id)
+                if stream is not None:
+                    stream.window_opened()
+            else:
+                for stream in list(self.streams.values()):
+                    stream.window_opened()
+        elif kind is StreamReset:
+            assert isinstance(event, StreamReset)
+            stream = self.streams.get(event.stream_id)
+            if stream is not None:
+                stream.reset()
+        elif kind is ConnectionEnded:
+            assert isinstance(event, ConnectionEnded)
+            if not event.by_client and event.code:  # an attack: warning; a broken client: debug
+                level = logging.WARNING if event.code == ErrorCodes.ENHANCE_YOUR_CALM else logging.DEBUG
+                log.log(level, "HTTP/2 connection from %s ended: %s", _peer(self.client_addr), event.reason)
+            for stream in list(self.streams.values()):
+                if event.by_client and stream.sid <= event.last_stream_id:
+                    continue  # a graceful GOAWAY from the client: its streams still finish
+                stream.reset()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        srv = self.srv
+        srv.connections.discard(self)
+        srv.request_memory.cancel(self)
+        for stream in list(self.streams.values()):
+            stream.reset()
+        if srv.stopping and not srv.connections:
+            srv.check_drained()
+
+    def pause_writing(self) -> None:
+        self.write_blocked_since = self.loop.time()
+        if not self.read_paused and not self.closing:  # a client that does not read gets no more
+            self.read_paused = True  # answers (PING and SETTINGS acks) queued either
+            self.reading()
+
+    def resume_writing(self) -> None:
+        self.write_blocked_since = 0.0
+        if self.read_paused and not self.closing:
+            self.read_paused = False
+            self.reading()
+        for stream in list(self.streams.values()):
+            stream.window_opened()
+
+    def eof_received(self) -> bool | None:
+        if self.closing:
+            return None  # the lingering close is over
+        for stream in list(self.streams.values()):
+            if not stream.body_done:
+                stream.reset()  # a body that can never complete
+        if not self.streams:
+            return None  # close
+        return True  # answer the streams that have their requests, then close
+
+    # Streams ---------------------------------------------------------------------------------
+
+    def open(self, event: StreamOpened) -> None:
+        srv, request = self.srv, event.request
+        self.fresh = False
+        if event.refused:
+            self.refuse(event.stream_id, event.refused)
+            return
+        kind = srv.health.check(request) if srv.health is not None else None
+        if kind is not None:  # --health-path: answered here, never by the app; not counted, not logged
+            self.refuse(event.stream_id, srv.control.health(kind), request.method == "HEAD", health=True)
+            return
+        stream = Stream(self, event.stream_id, request, event.ended)
+        self.streams[event.stream_id] = stream
+        srv.in_flight += 1
+        stream.token = srv.control.request_started(request.method, request.path)
+        scope = build_scope(
+            request, server=self.server_addr, client=self.client_addr, root_path=srv.root_path,
+            proxies=srv.proxies if self.trusted else None, state=srv.lifespan.state, scheme=self.scheme,
+        )  # fmt: skip
+        scope["http_version"] = "2"
+        if self.tls is not None:
+            scope["extensions"]["tls"] = self.tls.copy()
+        del scope["extensions"]["http.response.zerocopysend"]  # (no sendfile() under HTTP/2 framing)
+        app = srv.app
+        if srv.access_log is not None or srv.request_hooks is not None:
+            stream.started_at = self.loop.time()
+            client = scope["client"]
+            stream.remote = client[0] if client else None
+            if srv.request_hooks is not None:
+                stream.hook_request, failed = srv.request_hooks.before_asgi(
+                    request, tuple(client) if client else None, scope["scheme"]
+                )
+                app = failed or app
+        serving = deadlines.current.set(stream.token)
+        stream.task = self.loop.create_task(stream.run(app, scope))
+        deadlines.current.reset(serving)
+
+    def refuse(self, sid: int, status: int, head_only: bool = False, health: bool = False) -> None:
+        """A request answered here, never by the app: refused by a limit (413, 414, 431, 408), or a
+        --health-path check (200 or 503)."""
+        body = _HEALTH_BODIES[status] if health else b"%d %s\n" % (status, reason_phrase(status))
+        headers = [(b"content-type", b"text/plain"), (b"content-length", b"%d" % len(body)),
+                   (b"cache-control", b"no-store")]  # fmt: skip
+        self.h2.respond(sid, status, headers, end_stream=head_only)
+        if not head_only:
+            self.h2.send_body(sid, memoryview(body), True)
+        self.h2.reset(sid, 0)  # NO_ERROR: the rest of its body is not wanted
+
+    def stream_done(self, stream: Stream) -> None:
+        """The app's task ended (response complete, abandoned or reset): account for it."""
+        srv = self.srv
+        if self.streams.pop(stream.sid, None) is None:
+            return
+        stream.let_go()  # (a body the app did not read)
+        if not stream.body_done and not stream.gone and not self.closing:
+            self.h2.reset(stream.sid, 0)  # answered before its body came: the rest is not wanted
+        self.flush()
+        srv.in_flight -= 1
+        srv.control.request_finished(stream.token, stream.status)
+        request = stream.request
+        if srv.access_log is not None:
+            log_access(srv.access_log, request, stream.remote, stream.status, stream.body_bytes,
+                       self.loop.time() - stream.started_at, None, stream.headers)  # fmt: skip
+        if srv.request_hooks is not None:
+            srv.request_hooks.after_asgi(stream.hook_request, request, stream.remote, stream.status,
+                                         stream.body_bytes, stream.headers)  # fmt: skip
+        if not self.streams:
+            self.since = self.loop.time()
+            if self.goaway_sent or self.h2.ended:
+                self.close()
+        if srv.in_flight == 0:
+            srv.idle()
+
+    async def wait_on_client(self, stream: Stream, waiter: asyncio.Future[None]) -> None:
+        """Wait for the client (body bytes, window, write room): not the app's time (--timeout)."""
+        control = self.srv.control
+        control.request_waiting(stream.token)
+        try:
+            await waiter
+        finally:
+            control.request_resumed(stream.token)
+
+    def body_consumed(self, stream: Stream, n: int) -> None:
+        if not self.closing:
+            self.h2.body_consumed(stream.sid, n)
+            self.flush()
+
+    def send_head(self, stream: Stream, end_stream: bool) -> None:
+        if not self.closing:
+            self.h2.respond(stream.sid, stream.status, stream.headers, end_stream)
+            self.flush()
+
+    def send_body(self, stream: Stream, data: memoryview, end: bool) -> int:
+        if self.closing:
+            stream.gone = True
+            return len(data)
+        sent = self.h2.send_body(stream.sid, data, end)
+        self.flush()
+        return sent
+
+    def send_trailers(self, stream: Stream, headers: list[tuple[bytes, bytes]]) -> None:
+        if not self.closing:
+            self.h2.send_trailers(stream.sid, headers)
+            self.flush()
+
+    def reset_stream(self, stream: Stream, code: int) -> None:
+        if not self.closing:
+            self.h2.reset(stream.sid, code)
+            self.flush()
+
+    # Writing, deadlines, stopping ------------------------------------------------------------
+
+    def flush(self) -> None:
+        data = self.h2.data_to_send()
+        if data and not self.closing:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        """A lingering close: what is queued (a GOAWAY, the last responses) goes out, the write side
+        shuts, and the client's last bytes are read and dropped until it closes (or LINGER passes):
+        closing with unread bytes in the socket would reset the connection, and the client could
+        lose the responses it has not read yet."""
+        if not self.closing:
+            self.flush()
+            self.closing = True
+            self.linger_since = self.loop.time()
+            if self.read_paused or self.memory_paused:
+                self.transport.resume_reading()
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            else:  # TLS: close() sends close_notify and reads on until the client's (or a timeout)
+                self.transport.close()
+
+    def stop(self) -> None:
+        """Graceful stop: GOAWAY naming the last stream; those finish, then the connection closes."""
+        if self.closing:
+            return
+        self.goaway_sent = True
+        self.h2.goaway()
+        self.flush()
+        if not self.streams:
+            self.close()
+
+    def sweep(self, now: float, timeouts: Timeouts, drain_until: float) -> None:
+        """The connection contract's deadlines (once a second, from Server.tick)."""
+        if timeouts.write_stalled(self.write_blocked_since, now):
+            log_write_timeout(timeouts.write, self.client_addr, None)
+            self.transport.abort()
+            return
+        if self.closing:
+            if now - self.linger_since >= LINGER:
+                self.transport.close()
+            return
+        if self.streams:
+            for stream in list(self.streams.values()):
+                self.sweep_stream(stream, now, timeouts)
+            return  # (the apps' time is the worker's --timeout)
+        phase = Phase.HEAD if self.fresh else Phase.IDLE
+        if timeouts.expiry(phase, self.since, now, drain_until, 0, False) is not Expiry.NONE:
+            self.stop()
+
+
+    def sweep_stream(self, stream: Stream, now: float, timeouts: Timeouts) -> None:
+        """A stream's own deadlines: its body (408, or a reset once the response started) and a
+        client window that stays shut (the write timeout: reset). Only that stream pays."""
+        if stream.gone or stream.complete:
+            return
+        if not stream.body_done:
+            verdict = timeouts.expiry(Phase.BODY, stream.opened_at, now, 0.0, stream.received, False)
+            if verdict is Expiry.REQUEST_TIMEOUT:
+                if not stream.head_out:
+                    stream.head_out, stream.status = True, 408
+                    self.refuse(stream.sid, 408)
+                else:
+                    self.h2.reset(stream.sid, ErrorCodes.CANCEL)
+                self.flush()
+                stream.reset()
+        elif stream.window_wait_since and now - stream.window_wait_since > timeouts.write:
+            log_write_timeout(timeouts.write, self.client_addr, stream.request)
+            self.h2.reset(stream.sid, ErrorCodes.CANCEL)
+            self.flush()
+            stream.reset()
+
+
+def _peer(client: tuple[str, int] | None) -> str:
+    return f"{client[0]}:{client[1]}" if client else "a unix-socket client"

@@ -1,0 +1,323 @@
+"""refork.http.h2 without sockets: an h2 client (or hand-built frames) on one side, the sans-IO
+server connection on the other; requests, flow control, limits and each known attack."""
+
+from __future__ import annotations
+
+import h2.config
+import h2.connection
+import h2.events
+import hpack
+import pytest
+from hyperframe.frame import (
+    ContinuationFrame,
+    DataFrame,
+    GoAwayFrame,
+    HeadersFrame,
+    PingFrame,
+    PriorityFrame,
+    RstStreamFrame,
+    SettingsFrame,
+    WindowUpdateFrame,
+)
+
+from refork.http.h2 import (
+    PREFACE,
+    Budget,
+    ConnectionEnded,
+    ErrorCodes,
+    Http2Connection,
+    Http2Limits,
+    StreamBody,
+    StreamEnded,
+    StreamOpened,
+    StreamReset,
+)
+
+GET = [(b":method", b"GET"), (b":path", b"/a?x=1"), (b":scheme", b"http"), (b":authority", b"example.com")]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def connect(clock: Clock | None = None, **limits):
+    """A server connection and an h2 client past the preface and the SETTINGS exchange."""
+    server = Http2Connection(Http2Limits(**limits), clock or Clock())
+    server.start()
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+    client.initiate_connection()
+    assert server.receive(client.data_to_send()) == [] or True
+    client.receive_data(server.data_to_send())
+    server.receive(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    return server, client
+
+
+def to_server(server, client):
+    return server.receive(client.data_to_send())
+
+
+def to_client(server, client):
+    return client.receive_data(server.data_to_send())
+
+
+def send_body(client, sid, n):
+    while n:
+        chunk = min(n, 16384)
+        client.send_data(sid, b"x" * chunk)
+        n -= chunk
+
+
+def raw(server, *frames):
+    """Frames from a client that does not play by the rules, past a valid preface."""
+    return server.receive(b"".join(f.serialize() for f in frames))
+
+
+def goaway_code(server) -> int | None:
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    data = server.data_to_send()
+    for event in client.receive_data(data):
+        if isinstance(event, h2.events.ConnectionTerminated):
+            return int(event.error_code)
+    return None
+
+
+def ended(events) -> ConnectionEnded:
+    (end,) = [e for e in events if isinstance(e, ConnectionEnded)]
+    return end
+
+
+def test_a_request_and_its_response():
+    server, client = connect()
+    client.send_headers(1, [*GET, (b"user-agent", b"t")], end_stream=True)
+    opened, end = to_server(server, client)
+    assert isinstance(opened, StreamOpened) and opened.stream_id == 1 and opened.ended and not opened.refused
+    request = opened.request
+    assert (request.method, request.path, request.query) == ("GET", b"/a", b"x=1")
+    assert request.http_version == "2.0"  # the access log's HTTP/2.0; the ASGI scope says "2"
+    assert request.headers == [(b"host", b"example.com"), (b"user-agent", b"t")]
+    assert end == StreamEnded(1)
+    server.respond(1, 200, [(b"Content-Type", b"text/plain"), (b"Connection", b"close")], end_stream=False)
+    assert server.send_body(1, memoryview(b"hello"), end_stream=True) == 5
+    events = to_client(server, client)
+    (response,) = [e for e in events if isinstance(e, h2.events.ResponseReceived)]
+    assert response.headers == [(b":status", b"200"), (b"content-type", b"text/plain")]
+    assert b"".join(e.data for e in events if isinstance(e, h2.events.DataReceived)) == b"hello"
+    assert any(isinstance(e, h2.events.StreamEnded) for e in events)
+    assert server.open_streams == 0
+
+
+def test_request_body_is_flow_controlled_by_what_the_app_takes():
+    server, client = connect(initial_window_size=65535)
+    client.send_headers(1, [(b":method", b"POST"), *GET[1:]])
+    to_server(server, client)
+    assert client.local_flow_control_window(1) == 65535
+    send_body(client, 1, 65535)
+    got = to_server(server, client)
+    assert sum(len(e.data) for e in got if isinstance(e, StreamBody)) == 65535
+    to_client(server, client)
+    assert client.local_flow_control_window(1) == 0  # the app took nothing: the stream waits
+    server.body_consumed(1, 1000)
+    to_client(server, client)
+    assert client.local_flow_control_window(1) == 1000
+
+
+def test_a_stream_that_does_not_read_leaves_the_others_their_window():
+    server, client = connect(initial_window_size=65535)
+    for sid in (1, 3):
+        client.send_headers(sid, [(b":method", b"POST"), *GET[1:]])
+    send_body(client, 1, 65535)
+    to_server(server, client)
+    to_client(server, client)
+    assert client.local_flow_control_window(3) == 65535  # the connection's window was given back
+
+
+def test_body_limit_by_content_length_and_while_streaming():
+    server, client = connect(max_body=10)
+    client.send_headers(1, [(b":method", b"POST"), *GET[1:], (b"content-length", b"11")])
+    (opened,) = to_server(server, client)
+    assert opened.refused == 413
+    client.send_headers(3, [(b":method", b"POST"), *GET[1:]])
+    client.send_data(3, b"x" * 8)
+    client.send_data(3, b"x" * 8)
+    events = to_server(server, client)
+    assert StreamReset(3, ErrorCodes.CANCEL, by_client=False) in events
+    resets = [e for e in to_client(server, client) if isinstance(e, h2.events.StreamReset)]
+    assert [r.stream_id for r in resets] == [3]
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ([(b"x-h%d" % i, b"v") for i in range(101)], 431),
+        ([(b"x-big", b"v" * 9000)], 431),
+        ([(b":method", b"GET"), (b":path", b"/" + b"p" * 9000), (b":scheme", b"http"), (b"host", b"h")], 414),
+    ],
+)
+def test_header_limits_refuse_the_stream(headers, status):
+    server, client = connect()
+    block = headers if headers[0][0] == b":method" else [*GET, *headers]
+    client.send_headers(1, block, end_stream=True)
+    opened = to_server(server, client)[0]
+    assert opened.refused == status
+
+
+def test_rapid_reset_budget_then_goaway():
+    clock = Clock()
+    server, client = connect(clock, resets=(20, 1.0))
+    for i in range(25):
+        sid = 1 + 2 * i
+        client.send_headers(sid, GET, end_stream=True)
+        client.reset_stream(sid)
+    events = to_server(server, client)
+    end = ended(events)
+    assert end.code == ErrorCodes.ENHANCE_YOUR_CALM and "Rapid Reset" in end.reason
+    assert goaway_code(server) == ErrorCodes.ENHANCE_YOUR_CALM
+    assert server.receive(b"more") == []  # nothing is read after it
+
+
+@pytest.mark.parametrize(
+    "violation",
+    [lambda sid: DataFrame(sid, data=b"x"), lambda sid: WindowUpdateFrame(sid, window_increment=2**31 - 1)],
+    ids=["data-on-closed-stream", "window-overflow"],
+)
+def test_made_you_reset_shares_the_reset_budget(violation):
+    """Stream errors the client provokes make refork reset its streams: the same budget."""
+    server, _ = connect(resets=(20, 1.0))
+    enc = hpack.Encoder()
+    frames = []
+    for i in range(40):
+        sid = 1 + 2 * i
+        frames += [HeadersFrame(sid, data=enc.encode(GET), flags=["END_HEADERS", "END_STREAM"]),
+                   violation(sid), violation(sid)]  # fmt: skip
+    end = ended(raw(server, *frames))
+    assert end.code == ErrorCodes.ENHANCE_YOUR_CALM and "MadeYouReset" in end.reason
+
+
+def test_resets_within_the_budget_refill_with_time():
+    clock = Clock()
+    server, client = connect(clock, resets=(5, 1.0))
+    for round_ in range(4):
+        for i in range(4):
+            sid = 1 + 2 * (round_ * 4 + i)
+            client.send_headers(sid, GET, end_stream=True)
+            client.reset_stream(sid)
+        assert not [e for e in to_server(server, client) if isinstance(e, ConnectionEnded)]
+        clock.now += 10
+
+
+def test_continuation_flood_is_cut_while_the_block_arrives():
+    server, _ = connect(max_header_list_size=16384)
+    enc = hpack.Encoder()
+    first = HeadersFrame(1, data=enc.encode(GET))
+    frames = [first] + [ContinuationFrame(1, data=b"\x00" * 16000) for _ in range(5)]
+    end = ended(raw(server, *frames))
+    assert end.code == ErrorCodes.ENHANCE_YOUR_CALM
+    assert len(server.h2.incoming_buffer._headers_buffer) == 0  # nothing of it is kept
+
+
+def test_hpack_bomb_is_cut_while_decoding():
+    server, _ = connect(max_header_list_size=65536)
+    block = hpack.Encoder().encode([*GET] + [(b"x-bomb", b"a" * 4000)] * 40)  # ~4 KB encoded, 160 KB decoded
+    assert len(block) < 8000
+    end = ended(raw(server, HeadersFrame(1, data=block, flags=["END_HEADERS", "END_STREAM"])))
+    assert end.code in (ErrorCodes.ENHANCE_YOUR_CALM, ErrorCodes.PROTOCOL_ERROR)
+    assert goaway_code(server) == end.code
+
+
+@pytest.mark.parametrize(
+    ("frame", "budget"),
+    [
+        (lambda: SettingsFrame(0, settings={SettingsFrame.INITIAL_WINDOW_SIZE: 70000}), "settings"),
+        (lambda: PingFrame(0, opaque_data=b"12345678"), "pings"),
+        (lambda: WindowUpdateFrame(0, window_increment=1), "window_updates"),
+        (lambda: PriorityFrame(1, depends_on=0, stream_weight=16), "priorities"),
+    ],
+)
+def test_control_frame_floods_get_goaway(frame, budget):
+    server, _ = connect(**{budget: (30, 1.0)})
+    events = raw(server, *[frame() for _ in range(40)])
+    assert ended(events).code == ErrorCodes.ENHANCE_YOUR_CALM
+    assert goaway_code(server) == ErrorCodes.ENHANCE_YOUR_CALM
+
+
+def test_a_few_control_frames_are_fine():
+    server, _ = connect()
+    events = raw(server, *[PingFrame(0, opaque_data=b"12345678") for _ in range(10)])
+    assert not [e for e in events if isinstance(e, ConnectionEnded)]
+    assert server.data_to_send().count(b"12345678") == 10  # each answered
+
+
+def test_an_oversized_frame_is_refused_from_its_header():
+    server, _ = connect(max_frame_size=16384)
+    header = (1 << 20).to_bytes(3, "big") + b"\x00\x04\x00\x00\x00\x01"  # DATA, 1 MiB announced
+    end = ended(server.receive(header))
+    assert end.code == ErrorCodes.FRAME_SIZE_ERROR
+
+
+def test_streams_beyond_the_limit_are_refused():
+    server, _ = connect(max_concurrent_streams=2)
+    enc = hpack.Encoder()
+    frames = [HeadersFrame(sid, data=enc.encode(GET), flags=["END_HEADERS"]) for sid in (1, 3, 5)]
+    events = raw(server, *frames)
+    assert [e.stream_id for e in events if isinstance(e, StreamOpened)] == [1, 3]
+    assert ended(events).code in (ErrorCodes.PROTOCOL_ERROR, ErrorCodes.REFUSED_STREAM)
+
+
+def test_graceful_goaway_names_the_last_stream_and_lets_it_finish():
+    server, client = connect()
+    client.send_headers(1, GET, end_stream=True)
+    to_server(server, client)
+    server.goaway()
+    (term,) = [e for e in to_client(server, client) if isinstance(e, h2.events.ConnectionTerminated)]
+    assert (term.error_code, term.last_stream_id) == (ErrorCodes.NO_ERROR, 1)
+    # stream 1 is still answered; a stream opened after the GOAWAY is refused
+    server.respond(1, 204, [], end_stream=True)
+    raw(server, HeadersFrame(3, data=hpack.Encoder().encode(GET), flags=["END_HEADERS", "END_STREAM"]))
+    out = server.data_to_send()
+    peer = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    peer.initiate_connection()
+    frames = list(_frames(out))
+    assert any(isinstance(f, HeadersFrame) and f.stream_id == 1 for f in frames)
+    assert any(isinstance(f, RstStreamFrame) and f.stream_id == 3 and f.error_code == 7 for f in frames)
+
+
+def test_client_goaway_and_reset_are_events():
+    server, client = connect()
+    client.send_headers(1, GET)
+    to_server(server, client)
+    client.reset_stream(1, error_code=8)
+    assert to_server(server, client) == [StreamReset(1, 8)]
+    events = raw(server, GoAwayFrame(0, last_stream_id=0, error_code=0))
+    assert ended(events).by_client
+
+
+def test_a_bad_preface_ends_the_connection():
+    server = Http2Connection(Http2Limits())
+    server.start()
+    end = ended(server.receive(b"GET / HTTP/1.1\r\n\r\n"))
+    assert end.code == ErrorCodes.PROTOCOL_ERROR
+    assert PREFACE.startswith(b"PRI")
+
+
+def test_budget_refills_up_to_its_burst():
+    clock = Clock()
+    budget = Budget(3, 1.0, clock)
+    assert [budget.spend() for _ in range(4)] == [True, True, True, False]
+    clock.now += 100
+    assert [budget.spend() for _ in range(4)] == [True, True, True, False]
+
+
+def _frames(data: bytes):
+    from hyperframe.frame import Frame
+
+    while data:
+        frame, length = Frame.parse_frame_header(memoryview(data[:9]))
+        frame.parse_body(memoryview(data[9:9 + length]))
+        yield frame
+        data = data[9 + length:]
