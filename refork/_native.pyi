@@ -89,14 +89,14 @@ class _Host(Protocol):
     def access_log(self) -> RequestEnd | None: ...
     @property
     def pre_request_hook(self) -> Callable[[Request, dict[str, Any]], object] | None: ...
-    def _exchange(
+    def response_exchange(
         self, fd: int, client: _Client, listener_fd: int, request: Request, keep_alive: bool, /
     ) -> _Exchange: ...
 
 class _EngineHost(_Host, Protocol):
     @property
     def poller(self) -> _Poller: ...
-    def _finish_slow(
+    def finish_response(
         self, fd: int, client: _Client, listener_fd: int, start_response: StartResponse, result: Any,
         exc: Exception | None, environ: dict[str, Any], request: Request, stream: InputStream,
         token: object, started: float | None, keep_alive: bool, rest: bytes, /,
@@ -105,7 +105,7 @@ class _EngineHost(_Host, Protocol):
 class _PoolHost(_Host, Protocol):
     @property
     def threads(self) -> int: ...
-    def _finish_slow(
+    def finish_response(
         self, fd: int, client: _Client, listener_fd: int, start_response: StartResponse, result: Any,
         exc: Exception | None, environ: dict[str, Any], request: Request, stream: InputStream,
         token: object, started: float | None, keep_alive: bool, /,

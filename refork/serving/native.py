@@ -3,7 +3,7 @@
 refork._native (Rust: PyO3 + httparse, built from native/ by ``pip install``) serves WSGI through
 its engines: :mod:`refork.serving.native_engine` with one app thread, :mod:`refork.serving.native_pool`
 with a pool of them. Each hands the connections it does not serve to the Python loop
-(:mod:`refork.serving.threaded`), which runs here as :class:`_NativeLoop`: with
+(:mod:`refork.serving.threaded`), which runs with the parts of :data:`NATIVE`: with
 refork._native.Parser, which parses the common shape with httparse and hands any other message
 (an unusual method or target, chunked, Expect, Upgrade, a head split across reads, an error) from
 its first byte to the Python parser (:mod:`refork.http.parser`), so every rejection, limit and
@@ -22,16 +22,14 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from refork.config import Config
 from refork.errors import ConfigError
 from refork.http.body import InputStream
 from refork.http.events import Body, ParseError, Request
 from refork.http.parser import Limits, RequestParser
 from refork.http.rare import EOM
 from refork.http.response import ResponseFramer
-from refork.serving.contract import WorkerControl
 from refork.serving.outbox import Outbox
-from refork.serving.threaded import _Loop
+from refork.serving.threaded import LoopParts
 from refork.serving.threaded_conn import Conn
 from refork.serving.tls import TlsConn
 from refork.wsgi import EnvironBuilder, Outcome, Output, Streaming
@@ -151,14 +149,12 @@ class NativeConn(Conn):
         self.parser = native_parser(limits)  # type: ignore[assignment]
 
 
-class _NativeLoop(_Loop):
-    conn_type = NativeConn
-    start_wsgi = staticmethod(start_wsgi_native)
+def native_memory(limit: int) -> Any:
+    """The worker's budget of request bytes held: refork._native.MemoryBudget, shared with the
+    engine's threads (see Intake in native/src/conn/intake.rs); the Python one's interface."""
+    return _native.MemoryBudget(limit)
 
-    def __init__(
-        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
-    ) -> None:
-        super().__init__(listeners, app, config, control)
-        for fd, (lsock, builder) in list(self.listeners.items()):
-            self.listeners[fd] = (lsock, NativeEnvironBuilder.like(builder))
+
+# The Python loop's parts when an engine host owns it (refork.serving.threaded.LoopParts)
+NATIVE = LoopParts(NativeConn, start_wsgi_native, NativeEnvironBuilder.like, native_memory)
 

@@ -1,13 +1,14 @@
 """The native WSGI loop with one app thread: refork._native.Engine serves the request path.
 
 The engine (Rust, native/src/engine/) runs the hot loop: accept, read, parse, environ, the app
-call and a list body written in one send, for every plain connection. This loop stays the outer
-one and keeps everything else, unchanged from the Python loop it extends
-(:class:`refork.serving.native._NativeLoop`): the control socket, TLS listeners, ticks, the drain,
-safe points, and every connection or response the engine does not take, which it hands over
-here with its unconsumed bytes (:meth:`_adopt`) or mid-response (:meth:`_exchange`,
-:meth:`_finish_slow`). Once such a connection is between two requests again, with nothing
-half-read or half-written, it goes back to the engine (:meth:`NativeHost._idle_again`).
+call and a list body written in one send, for every plain connection. Its host
+(:class:`EngineHost`) owns a Python loop (:class:`refork.serving.threaded.PythonLoop`, with the
+native parts) that stays the outer one and keeps everything else, unchanged: the control
+socket, TLS listeners, ticks, the drain, safe points, and every connection or response the
+engine does not take, which the engine hands over with its unconsumed bytes (returned by
+``Engine.run``) or mid-response (:meth:`NativeHost.response_exchange`,
+:meth:`EngineHost.finish_response`). Once such a connection is between two requests again, with
+nothing half-read or half-written, it goes back to the engine (:meth:`NativeHost.take_back`).
 
 The engine starts no thread and exists only in a serving worker: a mold has none, and a
 promoted worker's child forgets the engine's connections at the safe point.
@@ -19,23 +20,28 @@ import io
 import logging
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from refork import _native, deadlines
 from refork.config import Config
 from refork.http.body import EMPTY_INPUT, InputStream
-from refork.http.events import ParseError, Request
+from refork.http.events import Request
+from refork.http.parser import Limits
+from refork.http.proxy_protocol import ProxyPolicy
 from refork.http.response import ResponseFramer, simple_response
-from refork.serving.connection import Phase, log_access
+from refork.serving.connection import Phase, RequestEnd, Timeouts, log_access
 from refork.serving.contract import WorkerControl
-from refork.serving.native import NativeEnvironBuilder, _NativeLoop
-from refork.serving.outbox import Outbox
-from refork.serving.threaded_conn import NO_EVENTS, Conn, Step, Writing
-from refork.wsgi import EnvironBuilder, Streaming
+from refork.serving.health import HealthPaths
+from refork.serving.native import NATIVE, NativeEnvironBuilder
+from refork.serving.poller import Poller
+from refork.serving.pool import AppThreads
+from refork.serving.threaded import PythonLoop
+from refork.serving.threaded_conn import Conn
+from refork.wsgi import EnvironBuilder
 from refork.wsgi import response as wsgi_response
 from refork.wsgi.files import FileWrapper
-from refork.wsgi.response import _Exchange, continue_wsgi
+from refork.wsgi.response import _Exchange
 
 if TYPE_CHECKING:
     from refork._native import _Refs
@@ -69,26 +75,69 @@ def refs() -> _Refs:
     }
 
 
-class NativeHost(_NativeLoop):
-    """What both native engines need of the Python loop around them: it gives the engine its plain
-    listeners, adopts the connections the engine hands over (:meth:`_adopt`), and drains, stops
-    and shuts down with it. ``self.engine`` is set by the subclass."""
+class NativeHost:
+    """What both engine hosts share: the Python loop they own (its plain listeners go to the
+    engine), what the engine reads of it, and the connections handed back and forth. It is what
+    serves beside the loop (refork.serving.threaded_lifetime.Beside); ``self.engine`` is set by
+    the subclass, once the loop exists."""
 
     engine: _native.Engine | _native.PoolEngine
 
     def __init__(
-        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
-    ) -> None:
-        super().__init__(listeners, app, config, control)
+        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
+        app_threads: Callable[[int, Callable[..., None]], AppThreads] = AppThreads,
+    ) -> None:  # fmt: skip
+        self.loop = loop = PythonLoop(listeners, app, config, control, NATIVE, self, app_threads)
+        self.control = control
         self.engine_listeners: dict[int, tuple[socket.socket, EnvironBuilder]] = {}
-        for fd, entry in list(self.listeners.items()):
-            if fd not in self.tls and isinstance(entry[1], NativeEnvironBuilder):
-                self.engine_listeners[fd] = self.listeners.pop(fd)
+        for fd, entry in list(loop.listeners.items()):
+            if fd not in loop.tls and isinstance(entry[1], NativeEnvironBuilder):
+                self.engine_listeners[fd] = loop.listeners.pop(fd)
         # a connection's listener, by its environ builder (one per listener)
         self.engine_listener_of = {id(b): fd for fd, (_, b) in self.engine_listeners.items()}
 
-    def _memory_budget(self, limit: int) -> _native.MemoryBudget:
-        return _native.MemoryBudget(limit)  # shared with the engine's threads (see Intake in conn/intake.rs)
+    # ---------------------------------------------------------------- what the engines read
+
+    @property
+    def app(self) -> Any:
+        return self.loop.app
+
+    @property
+    def limits(self) -> Limits:
+        return self.loop.limits
+
+    @property
+    def timeouts(self) -> Timeouts:
+        return self.loop.timeouts
+
+    @property
+    def spool(self) -> int:
+        return int(self.loop.spool)
+
+    @property
+    def health(self) -> HealthPaths | None:
+        return self.loop.health
+
+    @property
+    def memory(self) -> _native.MemoryBudget:
+        memory: _native.MemoryBudget = self.loop.memory
+        return memory
+
+    @property
+    def proxy(self) -> ProxyPolicy | None:
+        return self.loop.proxy
+
+    @property
+    def access_log(self) -> RequestEnd | None:
+        return self.loop.access_log
+
+    @property
+    def threads(self) -> int:
+        return self.loop.threads
+
+    @property
+    def poller(self) -> Poller:
+        return self.loop.poller
 
     # what the engines answer a refused PROXY header with (native/src/conn/proxy.rs; self.proxy)
     proxy_responses = (simple_response(400), simple_response(403))
@@ -97,18 +146,29 @@ class NativeHost(_NativeLoop):
     def pre_request_hook(self) -> Any:
         """gunicorn's pre_request as the engines call it before the app (wsgi/app_call.rs), or None;
         post_request runs where the access-log line is written (self.access_log: a Finisher)."""
-        hooks = self.request_hooks
+        hooks = self.loop.request_hooks
         return hooks.before_wsgi if hooks is not None else None
 
-    def _idle_again(self, conn: Conn) -> bool:
+    def _native_listeners(self) -> list[tuple[int, _native.Environ]]:
+        """(fd, refork._native.Environ) of each listener the engine serves."""
+        return [(fd, b.native) for fd, (_, b) in self.engine_listeners.items()]  # type: ignore[attr-defined]
+
+    def _adopt(self, fd: int, client: Any, listener_fd: int, data: bytes, since: float, fresh: bool,
+               held: int) -> None:  # fmt: skip
+        """A connection the engine hands over (see refork._native._Handed): the loop's now."""
+        self.loop.adopt(fd, client, self.engine_listeners[listener_fd][1], data, since, fresh, held)
+
+    # ---------------------------------------------------------------- beside the loop (Beside)
+
+    def take_back(self, conn: Conn) -> bool:
         """A connection the engine handed over (or a response took) that has nothing half-read or
         half-written goes back to the engine: one file or stream response, a chunked upload or a
         health check must not leave a keep-alive connection (an upstream one of a proxy, say) on
-        this slower loop for good."""
+        the slower Python loop for good."""
         listener = self.engine_listener_of.get(id(conn.builder))
         if (
             listener is None
-            or self.draining
+            or self.loop.draining
             or conn.closed
             or conn.busy
             or conn.phase is not Phase.IDLE
@@ -119,67 +179,47 @@ class NativeHost(_NativeLoop):
             or conn.parser.in_message
         ):
             return False
-        if conn.registered:
-            self.poller.unregister(conn.fd)
-            conn.registered = False
-        if self.conns.get(conn.fd) is conn:
-            del self.conns[conn.fd]
-        conn.closed = True  # (this loop is done with it: the engine has the fd)
-        self._give_back(conn.sock.detach(), conn.client, listener, conn.since)
+        self._give_back(self.loop.detach(conn), conn.client, listener, conn.since)
         return True
 
     def _give_back(self, fd: int, client: Any, listener: int, since: float) -> None:
         self.engine.adopt(fd, client, listener, since)
 
-    def _native_listeners(self) -> list[tuple[int, _native.Environ]]:
-        """(fd, refork._native.Environ) of each listener the engine serves."""
-        return [(fd, b.native) for fd, (_, b) in self.engine_listeners.items()]  # type: ignore[attr-defined]
+    def poll(self, timeout: float) -> list[tuple[int, int]]:
+        raise NotImplementedError  # how the engine is served meanwhile: each host's own
 
-    def _drained(self) -> bool:
+    def app_idle(self) -> bool:
+        return True
+
+    def free_threads(self) -> int | None:
+        return None
+
+    def drained(self) -> bool:
         return bool(self.engine.idle)
 
-    def _conn(self, fd: int, client: Any, listener_fd: int) -> Conn:
-        """The Python side of an engine connection (not yet polled here)."""
-        conn = self.conns.get(fd)
-        if conn is not None:  # made by _exchange for this response
-            return conn
-        sock = socket.socket(fileno=fd)
-        sock.setblocking(False)
-        builder = self.engine_listeners[listener_fd][1]
-        out = Outbox(sock, client, self.timeouts.write, self.control, buffering=self.pool is None)
-        conn = self.conn_type(sock, client, builder, self.limits, out)
-        self.conns[fd] = conn
-        return conn
-
-    def _adopt(
-        self, fd: int, client: Any, listener_fd: int, data: bytes, since: float, fresh: bool, held: int
-    ) -> None:
-        """A connection the engine hands over with the bytes it has not consumed, and the bytes of
-        the worker's budget it charged for them (given back once they are read here)."""
-        conn = self._conn(fd, client, listener_fd)
-        conn.since = since
-        conn.fresh = fresh
-        self.poller.register(fd)
-        conn.registered = True
-        try:
-            if data:
-                self._on_data(conn, data)
-        finally:
-            self.memory.give_back(held)
-
-    def _shutdown(self) -> None:
-        super()._shutdown()
-        self.engine.close_all()
-
-    def _begin_drain(self) -> None:
-        super()._begin_drain()
-        self.engine.drain(self.drain_until, self.control.server_draining)
+    def begin_drain(self, until: float, take_backlog: bool) -> None:
+        self.engine.drain(until, take_backlog)
         for lsock, _ in self.engine_listeners.values():
             lsock.close()
 
+    def sweep(self, now: float) -> None:
+        pass
 
-class _EngineLoop(NativeHost):
-    """The native loop (threads == 1) with the engine serving its plain listeners."""
+    def before_safe_point(self) -> None:
+        pass
+
+    def after_safe_point(self) -> None:
+        pass
+
+    def forked(self) -> None:
+        self.engine.release_after_fork()  # the engine's connections are the parent's too
+
+    def shutdown(self) -> None:
+        self.engine.close_all()
+
+
+class EngineHost(NativeHost):
+    """The engine (threads == 1) serving the plain listeners, beside the Python loop it owns."""
 
     engine: _native.Engine
 
@@ -194,7 +234,7 @@ class _EngineLoop(NativeHost):
         # the engine's requests: registered with the clock only if asked (deadlines.ENGINE)
         serving = deadlines.current.set(deadlines.ENGINE if self.engine.accounts else None)
         try:
-            super().run()
+            self.loop.run()
         finally:
             deadlines.current.reset(serving)
 
@@ -202,26 +242,34 @@ class _EngineLoop(NativeHost):
         # (this may run inside engine.run(): a response the engine handed over mid-request)
         self.returning.append((fd, client, listener, since))
 
-    def _drained(self) -> bool:
-        return not self.returning and super()._drained()
+    def drained(self) -> bool:
+        return not self.returning and super().drained()
 
-    def _poll(self, timeout: float) -> list[tuple[int, int]]:
-        """The engine serves until this loop's own fds are ready (or the timeout, or a signal)."""
+    def poll(self, timeout: float) -> list[tuple[int, int]]:
+        """The engine serves until the loop's own fds are ready (or the timeout, or a signal)."""
+        loop = self.loop
         while self.returning:
             self.engine.adopt(*self.returning.pop())
-        handed, ready = self.engine.run(timeout, not (self.draining or self.control.stopping))
+        handed, ready = self.engine.run(timeout, not (loop.draining or self.control.stopping))
         for item in handed:
             self._adopt(*item)
-        return self.poller.poll(0) if ready else []
+        return loop.poller.poll(0) if ready else []
 
-    # ---------------------------------------------------------------- connections from the engine
+    def sweep(self, now: float) -> None:
+        self.engine.sweep(now)
 
-    def _exchange(
+    def before_safe_point(self) -> None:
+        while self.returning:  # the engine's again before the fork (a child forgets them with it)
+            self.engine.adopt(*self.returning.pop())
+
+    # ---------------------------------------------------------------- called by the engine
+
+    def response_exchange(
         self, fd: int, client: Any, listener_fd: int, request: Request, keep_alive: bool
     ) -> _Exchange:
         """The app's response leaves the engine's path (write(), or anything but a list body): the
-        Python response state for it, over this loop's output for the connection."""
-        conn = self._conn(fd, client, listener_fd)
+        Python response state for it, over the loop's output for the connection."""
+        conn = self.loop.connection(fd, client, self.engine_listeners[listener_fd][1])
         out = conn.out
         out.token = self._request_token()
         out.request = request
@@ -235,63 +283,19 @@ class _EngineLoop(NativeHost):
             token = clock.engine_request() if clock is not None and clock.engine_request else None
         return token
 
-    def _finish_slow(
+    def finish_response(
         self, fd: int, client: Any, listener_fd: int, start_response: Any, result: Any,
         exc: Exception | None, environ: dict[str, Any], request: Request, stream: InputStream,
         token: object, started: float | None, keep_alive: bool, rest: bytes,
     ) -> None:  # fmt: skip
-        """Send a response the engine did not frame (refork.wsgi.continue_wsgi), then serve the
-        connection here: what the client pipelined behind it (`rest`) first."""
+        """Send a response the engine did not frame, then the loop serves the connection."""
         ex = start_response.exchange_now()
-        conn = self._conn(fd, client, listener_fd)
-        serving = deadlines.current.set(token)
-        try:
-            outcome = continue_wsgi(ex, environ, request, result, exc=exc)
-        finally:
-            deadlines.current.reset(serving)
-        conn.phase = Phase.IDLE
-        conn.since = time.monotonic()
-        self.poller.register(fd)
-        conn.registered = True
-        began = started if started is not None else time.perf_counter()
-        if isinstance(outcome, Streaming):
-            steps = self._steps(conn, rest)
-            self._start_writing(conn, Writing(outcome, request, environ, stream, token, began, steps))
-            return
-        if not self._finished(request, environ, stream, token, began, outcome, ex) or conn.closed:
-            self._close(conn)
-        elif rest:
-            self._on_data(conn, rest)
-        else:
-            self._idle_again(conn)
-
-    def _steps(self, conn: Conn, data: bytes) -> Sequence[Step]:
-        """Parse pipelined bytes to answer after a response (a bad one: its error, answered then)."""
-        if not data:
-            return NO_EVENTS
-        try:
-            return conn.parser.feed(data)
-        except ParseError as e:
-            return [*e.events, e]
-
-    # ---------------------------------------------------------------- lifetime
-
-    def _sweep(self, now: float) -> None:
-        super()._sweep(now)
-        self.engine.sweep(now)
-
-    def _safe_point(self) -> None:
-        while self.returning:  # the engine's again before the fork (a child forgets them with it)
-            self.engine.adopt(*self.returning.pop())
-        try:
-            super()._safe_point()
-        except SystemExit:  # the forked child: the engine's connections are the parent's too
-            self.engine.release_after_fork()
-            raise
+        conn = self.loop.connection(fd, client, self.engine_listeners[listener_fd][1])
+        self.loop.finish_handed(conn, ex, environ, request, result, exc, stream, token, started, rest)
 
 
 def serve_wsgi_engine(
     listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
 ) -> None:
     """Serve WSGI with the engine (one app thread) until the control says stop."""
-    _EngineLoop(listeners, app, config, control).run()
+    EngineHost(listeners, app, config, control).run()

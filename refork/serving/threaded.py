@@ -21,8 +21,8 @@ import logging
 import queue
 import socket
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from refork import deadlines
 from refork.config import Config
@@ -42,10 +42,10 @@ from refork.serving.pool import AppThreads
 from refork.serving.proxied import CLOSED, peer_host, read_preface, refuse
 from refork.serving.request_hooks import RequestHooks, request_end
 from refork.serving.threaded_conn import NO_EVENTS, Conn, Job, Step, Writing
-from refork.serving.threaded_lifetime import Lifetime
+from refork.serving.threaded_lifetime import Alone, Beside, Lifetime
 from refork.serving.tls import TlsConn, contexts_for, log_failure
 from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
-from refork.wsgi.response import _Exchange
+from refork.wsgi.response import _Exchange, continue_wsgi
 
 log = logging.getLogger("refork")
 
@@ -60,21 +60,40 @@ _WEBSOCKET_REFUSED = (
 )
 
 
-class _Loop(Lifetime):
-    """The loop: its state, the run, and the request path (accept, sweep, drain: :class:`Lifetime`)."""
+class LoopParts(NamedTuple):
+    """What the Python loop parses, builds environs, frames and budgets memory with: pure Python
+    (:data:`PYTHON`), or refork._native's (refork.serving.native.NATIVE)."""
 
-    start_wsgi = staticmethod(start_wsgi)  # the native loop's: refork.serving.native.start_wsgi_native
+    conn_type: type[Conn]
+    start_wsgi: Callable[..., Outcome | Streaming]
+    builder: Callable[[EnvironBuilder], EnvironBuilder]  # a listener's EnvironBuilder, as used
+    memory: Callable[[int], Any]  # the worker's budget of request bytes held (--max-request-memory)
+
+
+PYTHON = LoopParts(Conn, start_wsgi, lambda builder: builder, MemoryBudget)
+
+
+class PythonLoop(Lifetime):
+    """The loop: its state, the run, and the request path (accept, sweep, drain: :class:`Lifetime`).
+
+    Alone it serves every connection (--wsgi-loop python); an engine host owns one for the
+    connections its engine hands over, and is what serves `beside` it.
+    """
 
     # Out of the instance __dict__: CPython 3.11 and 3.12 stop specializing attribute reads on an
     # instance whose __dict__ holds 30 keys or more, and every self.x of the loop's per-request
-    # code then costs twice as much (the native engine loop's __dict__ holds 28).
-    __slots__ = ("proxy", "request_hooks")
+    # code then costs twice as much.
+    __slots__ = ("proxy", "request_hooks", "start_wsgi", "conn_type", "beside")
 
     def __init__(
-        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
-    ) -> None:
+        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
+        parts: LoopParts = PYTHON, beside: Beside | None = None,
+        app_threads: Callable[[int, Callable[..., None]], AppThreads] = AppThreads,
+    ) -> None:  # fmt: skip
         self.app = app
         self.control = control
+        self.conn_type = parts.conn_type
+        self.start_wsgi = parts.start_wsgi
         self.limits = request_limits(config)
         self.poller = Poller()
         self.conns: dict[int, Conn] = {}
@@ -85,7 +104,7 @@ class _Loop(Lifetime):
         self.in_flight = 0
         self.spool = config.body_spool_threshold
         self.spool_budget = Spool(config.max_spool, config.spool_dir)  # bytes in spool files, all conns
-        self.memory = self._memory_budget(config.max_request_memory)  # request bytes held, all conns
+        self.memory = parts.memory(config.max_request_memory)  # request bytes held, all conns
         self.timeouts = Timeouts.from_config(config)
         self.accept_paused_until = 0.0
         self.accepts_held = False
@@ -110,17 +129,18 @@ class _Loop(Lifetime):
                 proxies=proxies,
                 url_scheme="https" if lsock.fileno() in self.tls else "http",
             )
-            self.listeners[lsock.fileno()] = (lsock, builder)
+            self.listeners[lsock.fileno()] = (lsock, parts.builder(builder))
         self.pool: AppThreads | None = None
         self.done: queue.SimpleQueue[tuple[Conn, bool, Sequence[Step]]] = queue.SimpleQueue()
         self.parked: list[Job] = []
         self.wake_r: socket.socket | None = None
         self.wake_w: socket.socket | None = None
         if self.threads > 1:
-            self.pool = AppThreads(self.threads, self._pool_job)
+            self.pool = app_threads(self.threads, self._pool_job)
             self.wake_r, self.wake_w = socket.socketpair()
             self.wake_r.setblocking(False)
             self.wake_w.setblocking(False)
+        self.beside = beside if beside is not None else Alone(self.poller)
 
     # ---------------------------------------------------------------- the loop
 
@@ -145,12 +165,12 @@ class _Loop(Lifetime):
                     return
                 if control.stopping and not self.draining:
                     self._begin_drain()
-                if self.draining and not conns and self.in_flight == 0 and self._drained():
+                if self.draining and not conns and self.in_flight == 0 and self.beside.drained():
                     return
                 if control.safe_point_wanted and self._app_idle():
                     self._safe_point()
                 self._hold_accepts()
-                for fd, _ in self._poll(max(0.0, min(1.0, next_tick - time.monotonic()))):
+                for fd, _ in self.beside.poll(max(0.0, min(1.0, next_tick - time.monotonic()))):
                     conn = conns.get(fd)
                     if conn is not None:
                         if conn.writing is None:
@@ -173,27 +193,9 @@ class _Loop(Lifetime):
         finally:
             self._shutdown()
 
-    def _memory_budget(self, limit: int) -> Any:
-        """The worker's budget of request bytes held in memory (a native loop's is shared with its
-        engine: refork._native.MemoryBudget, the same interface)."""
-        return MemoryBudget(limit)
-
-    def _poll(self, timeout: float) -> list[tuple[int, int]]:
-        """Wait up to `timeout` s for ready fds (the native engine serves its own meanwhile)."""
-        return self.poller.poll(timeout)
-
-    def _idle_again(self, conn: Conn) -> bool:
-        """A connection may be between requests now (the native engines take theirs back: see
-        refork.serving.native_engine); True when it is no longer this loop's."""
-        return False
-
     def _app_idle(self) -> bool:
         """No request is in the app or waiting for an app thread (a safe point may fork)."""
-        return self.in_flight == 0
-
-    def _drained(self) -> bool:
-        """Nothing of the engine's is left either (a draining loop may return)."""
-        return True
+        return self.in_flight == 0 and self.beside.app_idle()
 
     # ---------------------------------------------------------------- reading and answering
 
@@ -298,11 +300,11 @@ class _Loop(Lifetime):
                 if keep:
                     conn.phase = _IDLE
                     conn.since = time.monotonic()
-                    self._idle_again(conn)
+                    self.beside.take_back(conn)
                 elif keep is not None:  # None: the response waits for the client to read
                     self._close(conn)
             elif not self._advance(conn, events):
-                self._idle_again(conn)
+                self.beside.take_back(conn)
         except Exception:
             log.exception("Error serving a connection")
             self._close(conn)
@@ -488,7 +490,7 @@ class _Loop(Lifetime):
         except OSError:
             return False
 
-    def _finished(self, request: Request, environ: dict[str, Any], stream: InputStream, token: object,
+    def finished(self, request: Request, environ: dict[str, Any], stream: InputStream, token: object,
                   started: float, outcome: Outcome, ex: _Exchange) -> bool:  # fmt: skip
         """A response is done: account it and log it (`ex`: its state); True to keep the connection."""
         self.control.request_finished(token, outcome[0])
@@ -539,7 +541,7 @@ class _Loop(Lifetime):
             conn.tls.polled = _IN
         try:
             if not self._advance(conn, writing.rest):  # pipelined requests behind this one
-                self._idle_again(conn)
+                self.beside.take_back(conn)
         except Exception:
             log.exception("Error serving a connection")
             self._close(conn)
@@ -557,8 +559,43 @@ class _Loop(Lifetime):
         conn.writing = None
         conn.out.clear()
         self.in_flight -= 1
-        return self._finished(writing.request, writing.environ, writing.stream, writing.token,
+        return self.finished(writing.request, writing.environ, writing.stream, writing.token,
                               writing.started, outcome, writing.streaming.ex)  # fmt: skip
+
+    def finish_handed(self, conn: Conn, ex: _Exchange, environ: dict[str, Any], request: Request, result: Any,
+                      exc: Exception | None, stream: InputStream, token: object, started: float | None,
+                      rest: bytes) -> None:  # fmt: skip
+        """Send a response an engine did not frame (refork.wsgi.continue_wsgi), then serve the
+        connection here: what the client pipelined behind it (`rest`) first."""
+        serving = deadlines.current.set(token)
+        try:
+            outcome = continue_wsgi(ex, environ, request, result, exc=exc)
+        finally:
+            deadlines.current.reset(serving)
+        conn.phase = _IDLE
+        conn.since = time.monotonic()
+        self.poller.register(conn.fd)
+        conn.registered = True
+        began = started if started is not None else time.perf_counter()
+        if isinstance(outcome, Streaming):
+            steps = self._steps(conn, rest)
+            self._start_writing(conn, Writing(outcome, request, environ, stream, token, began, steps))
+            return
+        if not self.finished(request, environ, stream, token, began, outcome, ex) or conn.closed:
+            self._close(conn)
+        elif rest:
+            self._on_data(conn, rest)
+        else:
+            self.beside.take_back(conn)
+
+    def _steps(self, conn: Conn, data: bytes) -> Sequence[Step]:
+        """Parse pipelined bytes to answer after a response (a bad one: its error, answered then)."""
+        if not data:
+            return NO_EVENTS
+        try:
+            return conn.parser.feed(data)
+        except ParseError as e:
+            return [*e.events, e]
 
     # ---------------------------------------------------------------- the pool (threads > 1)
 
@@ -615,7 +652,7 @@ class _Loop(Lifetime):
                 log.exception("Error serving a connection")
                 self._close(conn)
                 continue
-            if self._idle_again(conn):
+            if self.beside.take_back(conn):
                 continue
             self.poller.register(conn.fd)
             conn.registered = True
@@ -623,4 +660,4 @@ class _Loop(Lifetime):
 
 def serve_wsgi(listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl) -> None:
     """Serve WSGI on these listeners until the control says stop (see WorkerControl)."""
-    _Loop(listeners, app, config, control).run()
+    PythonLoop(listeners, app, config, control).run()

@@ -1,6 +1,6 @@
 """The WSGI loop's housekeeping: where connections begin and end, and where the loop itself does.
 
-Mixed into :class:`refork.serving.threaded._Loop` (split out by concern; its state is declared
+Mixed into :class:`refork.serving.threaded.PythonLoop` (split out by concern; its state is declared
 here, set there): accepting (a TLS listener's connections wrapped for the loop's own handshake),
 closing, the once-a-second sweep of the deadlines of :mod:`refork.serving.connection` (handshake,
 header, body, write, keep-alive), the drain when the worker stops (the listen backlog taken
@@ -16,7 +16,7 @@ import socket
 import ssl
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from refork.http.body import InputStream
 from refork.http.events import Request
@@ -37,8 +37,85 @@ log = logging.getLogger("refork")
 _ACCEPT_BATCH = 8  # accepts per wake-up: more would starve sibling workers sharing the listener
 
 
+class Beside(Protocol):
+    """What the Python loop asks of whatever serves beside it: nothing (:class:`Alone`), or the
+    native engine whose host owns this loop (refork.serving.native_engine, native_pool), which
+    serves the plain connections while the loop serves the rest."""
+
+    def poll(self, timeout: float) -> list[tuple[int, int]]:
+        """Wait up to `timeout` s for the loop's own ready fds (an engine serves its own meanwhile)."""
+
+    def take_back(self, conn: Conn) -> bool:
+        """A connection may be between requests now: True when it is no longer the loop's."""
+
+    def app_idle(self) -> bool:
+        """No request of the engine's is in the app (with none of the loop's: a safe point)."""
+
+    def free_threads(self) -> int | None:
+        """App threads free for a new request, counted by the engine; None: the loop counts."""
+
+    def drained(self) -> bool:
+        """Nothing of the engine's is left (a draining loop may return)."""
+
+    def begin_drain(self, until: float, take_backlog: bool) -> None:
+        """The loop began its drain (until then); the engine drains with it."""
+
+    def sweep(self, now: float) -> None:
+        """The loop swept its deadlines; the engine sweeps its own."""
+
+    def before_safe_point(self) -> None:
+        """No thread of the engine's may run at the safe point (it may fork)."""
+
+    def after_safe_point(self) -> None:
+        """The safe point is over in the parent: the engine serves again."""
+
+    def forked(self) -> None:
+        """In the forked child: the engine's connections are the parent's."""
+
+    def shutdown(self) -> None:
+        """The loop has shut down: release what the engine owns."""
+
+
+class Alone:
+    """:class:`Beside` for a Python loop that serves every connection itself (--wsgi-loop python)."""
+
+    def __init__(self, poller: Poller) -> None:
+        self.poll = poller.poll
+
+    def take_back(self, conn: Conn) -> bool:
+        return False
+
+    def app_idle(self) -> bool:
+        return True
+
+    def free_threads(self) -> int | None:
+        return None
+
+    def drained(self) -> bool:
+        return True
+
+    def begin_drain(self, until: float, take_backlog: bool) -> None:
+        pass
+
+    def sweep(self, now: float) -> None:
+        pass
+
+    def before_safe_point(self) -> None:
+        pass
+
+    def after_safe_point(self) -> None:
+        pass
+
+    def forked(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
 class Lifetime:
-    """The _Loop's accept, close, sweep, drain, safe point and shutdown."""
+    """The Python loop's accept, close, sweep, drain, safe point and shutdown, and the entry
+    points of an engine host that hands it connections (:meth:`adopt`, :meth:`detach`)."""
 
     control: WorkerControl
     limits: Limits
@@ -60,9 +137,10 @@ class Lifetime:
     parked: list[Job]
     wake_r: socket.socket | None
     wake_w: socket.socket | None
-    conn_type: type[Conn] = Conn  # the native loop's connections parse with refork._native
+    conn_type: type[Conn]  # Conn, or the native parser's (refork.serving.native.NATIVE)
+    beside: Beside
 
-    if TYPE_CHECKING:  # the request path's, in _Loop
+    if TYPE_CHECKING:  # the request path's, in PythonLoop
 
         def _settle(self, conn: Conn, writing: Writing, outcome: Outcome) -> bool: ...
 
@@ -70,6 +148,8 @@ class Lifetime:
 
         def _dispatch(self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step],
                       force: bool = False) -> None: ...  # fmt: skip
+
+        def _on_data(self, conn: Conn, data: bytes) -> None: ...
 
     def _shutdown(self) -> None:
         """Release what this loop owns. No epoll unregister: in a forked child it is shared."""
@@ -91,6 +171,7 @@ class Lifetime:
             if sock is not None:
                 sock.close()
         self.poller.close()
+        self.beside.shutdown()
 
     def _begin_drain(self) -> None:
         """Stop accepting; give open connections a short grace to deliver one more request.
@@ -108,9 +189,11 @@ class Lifetime:
             for entry in self.listeners.values():
                 self._accept(entry, batch=1 << 30)
                 entry[0].close()
+        self.beside.begin_drain(self.drain_until, self.control.server_draining)
 
     def _safe_point(self) -> None:
         """Single-threaded moment for the worker (it may fork); pool threads are joined first."""
+        self.beside.before_safe_point()
         if self.pool is not None:
             self.pool.stop()
         try:
@@ -118,16 +201,21 @@ class Lifetime:
         except SystemExit:  # the forked child unwinding: the client connections are the parent's
             release_after_fork(list(self.conns))
             self.conns.clear()
+            self.beside.forked()
             raise
         if self.pool is not None:
             self.pool.start()
             parked, self.parked = self.parked, []
             for conn, request, stream, rest in parked:
                 self._dispatch(conn, request, stream, rest, force=True)
+        self.beside.after_safe_point()
 
     def _free_threads(self) -> int:
         """App threads free for a new request (a pool's; without one the loop is the app thread)."""
-        return 1 << 30 if self.pool is None else max(0, self.threads - self.in_flight)
+        if self.pool is None:
+            return 1 << 30
+        counted = self.beside.free_threads()  # the pool engine counts the jobs of both loops
+        return max(0, self.threads - self.in_flight) if counted is None else counted
 
     def _hold_accepts(self) -> None:
         """Accept only while an app thread is free, or no other worker has one: a connection
@@ -183,6 +271,7 @@ class Lifetime:
             elif conn.has_input():
                 continue  # a request arrived while the loop was busy (threads == 1): serve it
             self._close(conn)
+        self.beside.sweep(now)
 
     def _accept(self, entry: tuple[socket.socket, EnvironBuilder], batch: int = _ACCEPT_BATCH) -> None:
         lsock, builder = entry
@@ -251,6 +340,45 @@ class Lifetime:
             conn.sock.close()
         except OSError:
             pass
+
+    # ---------------------------------------------------------------- an engine host's entry points
+
+    def connection(self, fd: int, client: Any, builder: EnvironBuilder) -> Conn:
+        """The loop's side of a connection an engine hands over (made once, not yet polled)."""
+        conn = self.conns.get(fd)
+        if conn is not None:  # made already for this response (an engine's response_exchange)
+            return conn
+        sock = socket.socket(fileno=fd)
+        sock.setblocking(False)
+        out = Outbox(sock, client, self.timeouts.write, self.control, buffering=self.pool is None)
+        conn = self.conn_type(sock, client, builder, self.limits, out)
+        self.conns[fd] = conn
+        return conn
+
+    def adopt(self, fd: int, client: Any, builder: EnvironBuilder, data: bytes, since: float, fresh: bool,
+              held: int) -> None:  # fmt: skip
+        """A connection an engine hands over with the bytes it has not consumed, and the bytes of
+        the worker's budget it charged for them (given back once they are read here)."""
+        conn = self.connection(fd, client, builder)
+        conn.since = since
+        conn.fresh = fresh
+        self.poller.register(fd)
+        conn.registered = True
+        try:
+            if data:
+                self._on_data(conn, data)
+        finally:
+            self.memory.give_back(held)
+
+    def detach(self, conn: Conn) -> int:
+        """The loop lets go of a connection without closing it (an engine takes it back): its fd."""
+        if conn.registered:
+            self.poller.unregister(conn.fd)
+            conn.registered = False
+        if self.conns.get(conn.fd) is conn:
+            del self.conns[conn.fd]
+        conn.closed = True  # (this loop is done with it: the engine has the fd)
+        return conn.sock.detach()
 
     def _tls_conn(self, ctx: ssl.SSLContext, sock: socket.socket, client: Any, builder: EnvironBuilder
                   ) -> Conn | None:  # fmt: skip

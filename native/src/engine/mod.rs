@@ -17,7 +17,7 @@
 //! incomplete. `run()` returns those as (fd, client, listener_fd, data, since, fresh, held), held
 //! the bytes of the worker's budget charged for data, given back once the Python loop read it. A
 //! response whose whole body the engine does not frame (a stream, a file, write(), an error) is
-//! finished by the Python loop too (`host._finish_slow`), which takes the connection with it.
+//! finished by the Python loop too (`host.finish_response`), which takes the connection with it.
 //! Once it is between two requests again, the Python loop gives it back (`adopt`).
 //!
 //! The GIL is released only around epoll_wait. The engine starts no thread.
@@ -92,7 +92,7 @@ fn attr<'py>(o: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
 #[pymethods]
 impl Engine {
     /// Engine(host, listeners, refs): `host` is the Python loop (app, control, limits, spool,
-    /// timeouts, health, access_log, _exchange, _finish_slow), `listeners` [(fd, Environ)] its
+    /// timeouts, health, access_log, response_exchange, finish_response), `listeners` [(fd, Environ)] its
     /// plain listening sockets, `refs` a dict of what the engine calls in refork (see
     /// refork.serving.native_engine).
     #[new]
@@ -230,7 +230,7 @@ impl Engine {
     }
 
     /// A connection of `listener_fd` the Python loop gives back between two requests (see
-    /// refork.serving.native_engine.NativeHost._idle_again).
+    /// refork.serving.native_engine.NativeHost.take_back).
     fn adopt(&mut self, fd: i32, client: Bound<'_, PyAny>, listener_fd: i32, since: f64) -> PyResult<()> {
         let environ = self.listeners.place(listener_fd).ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a listener of the engine"))?;
         let conn = Conn::adopted(fd, &client, listener_fd, environ, since)?;

@@ -78,7 +78,7 @@ impl Engine {
     }
 
     /// A response the engine does not frame: the Python response path sends it
-    /// (host._finish_slow), and the Python loop takes the connection with it.
+    /// (host.finish_response), and the Python loop takes the connection with it.
     #[allow(clippy::too_many_arguments)]
     fn finish_slow<'py>(
         &mut self,
@@ -122,7 +122,7 @@ impl Engine {
                 PyBytes::new(py, rest).into_any(),
             ],
         )?;
-        self.host.bind(py).call_method1(pyo3::intern!(py, "_finish_slow"), args)?;
+        self.host.bind(py).call_method1(pyo3::intern!(py, "finish_response"), args)?;
         Ok(())
     }
 

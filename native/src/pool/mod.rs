@@ -52,7 +52,7 @@ pub(crate) fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) enum Job {
     /// a connection whose buffer starts with a complete request of the common shape
     Request(Conn),
-    /// the Python loop's job: the arguments of its handler (refork.serving.threaded._Loop._pool_job)
+    /// the Python loop's job: the arguments of its handler (refork.serving.threaded.PythonLoop._pool_job)
     Python(Py<PyAny>),
 }
 
@@ -263,7 +263,7 @@ pub struct PoolEngine {
 #[pymethods]
 impl PoolEngine {
     /// PoolEngine(host, listeners, refs): as Engine's (engine/); `host` also has
-    /// _finish_slow(...) -> keep, which sends a response this engine does not frame.
+    /// finish_response(...) -> keep, which sends a response this engine does not frame.
     #[new]
     fn new(py: Python<'_>, host: Bound<'_, PyAny>, listeners: Vec<(i32, Py<Environ>)>, refs: Bound<'_, PyAny>) -> PyResult<Self> {
         let ep = sys::Epoll::new()?;
@@ -347,7 +347,7 @@ impl PoolEngine {
     }
 
     /// A connection of `listener_fd` the Python loop gives back between two requests (see
-    /// refork.serving.native_engine.NativeHost._idle_again): the I/O thread's again.
+    /// refork.serving.native_engine.NativeHost.take_back): the I/O thread's again.
     fn adopt(&self, fd: i32, client: Bound<'_, PyAny>, listener_fd: i32, since: f64) -> PyResult<()> {
         let environ = self.side.listener_fds.iter().position(|&l| l == listener_fd).ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a listener of the engine"))?;
         let conn = Conn::adopted(fd, &client, listener_fd, environ, since)?;

@@ -84,7 +84,7 @@ impl PoolEngine {
                 conn.fd, called.client, conn.listener, called.start_response, called.result, called.exc,
                 called.environ, request, input, tracking.token, started, keep_alive,
             );
-            let keep: bool = side.host.bind(py).call_method1(pyo3::intern!(py, "_finish_slow"), args)?.extract()?;
+            let keep: bool = side.host.bind(py).call_method1(pyo3::intern!(py, "finish_response"), args)?.extract()?;
             return Ok((Answer::Sent { keep }, used));
         };
         tracking.finish(control, current, status)?;
