@@ -30,7 +30,7 @@ _Client = tuple[str, int] | None
 _Handed = tuple[int, _Client, int, bytes, float, bool, int]
 
 class _Refs(TypedDict):
-    """What the engines call in refork (refork.serving.native_engine.refs)."""
+    """What the engines call in refork (refork.serving.wsgi.engine_host.refs)."""
 
     current: ContextVar[object | None]
     request_cls: type[Request]
@@ -62,7 +62,7 @@ class _HealthPaths(Protocol):
     def ready(self) -> bytes: ...
 
 class _Host(Protocol):
-    """What both engines read of the Python loop around them (refork.serving.native_engine).
+    """What both engines read of the Python loop around them (refork.serving.wsgi.engine_host).
     The engines also call `control.request_started/request_finished`, the engine
     `control.requests_served` and `control.clock` (an AppClock, when it has one), the pool engine
     `control.free_threads_address()`."""

@@ -249,7 +249,7 @@ import os, signal, socket, sys
 sys.path[:0] = [os.environ["TESTS_DIR"], os.path.dirname(os.environ["TESTS_DIR"])]
 from harness import HarnessControl
 from refork.config import Config
-from refork.serving.aio import serve_asgi
+from refork.serving.asgi.server import serve_asgi
 import importlib
 
 spec, loop, bind, mode = sys.argv[1:5]

@@ -18,7 +18,7 @@
 //! - `sys/`: the system calls (epoll, sockets, eventfd), as safe functions.
 //!
 //! Whatever is not the common shape is handed, from its first byte, to the Python loop
-//! (refork.serving.threaded), which gives every verdict exactly as it does without the engines.
+//! (refork.serving.wsgi.python_loop), which gives every verdict exactly as it does without the engines.
 //!
 //! `Parser` is a drop-in for `refork.http.parser.RequestParser` (same `feed()` / `in_message`
 //! contract, same events) used by the Python loop: the common shape is read with `httparse` in

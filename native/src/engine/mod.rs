@@ -1,6 +1,6 @@
 //! The connection loop of a single-thread WSGI worker, in Rust (`--wsgi-loop native`).
 //!
-//! The Python loop (refork.serving.native) stays the outer loop: it owns the worker's control
+//! The Python loop (refork.serving.wsgi.native_parts) stays the outer loop: it owns the worker's control
 //! socket, TLS listeners, ticks, the drain and the safe points, and calls `run()` in place of its
 //! own poll. `run()` waits on the engine's epoll, which also watches the Python loop's epoll fd
 //! (`outer`): it returns when that one is ready, after a signal, or when its timeout ends. In
@@ -94,7 +94,7 @@ impl Engine {
     /// Engine(host, listeners, refs): `host` is the Python loop (app, control, limits, spool,
     /// timeouts, health, access_log, response_exchange, finish_response), `listeners` [(fd, Environ)] its
     /// plain listening sockets, `refs` a dict of what the engine calls in refork (see
-    /// refork.serving.native_engine).
+    /// refork.serving.wsgi.engine_host).
     #[new]
     fn new(py: Python<'_>, host: Bound<'_, PyAny>, listeners: Vec<(i32, Py<Environ>)>, refs: Bound<'_, PyAny>) -> PyResult<Self> {
         let ep = sys::Epoll::new()?;
@@ -230,7 +230,7 @@ impl Engine {
     }
 
     /// A connection of `listener_fd` the Python loop gives back between two requests (see
-    /// refork.serving.native_engine.NativeHost.take_back).
+    /// refork.serving.wsgi.engine_host.NativeHost.take_back).
     fn adopt(&mut self, fd: i32, client: Bound<'_, PyAny>, listener_fd: i32, since: f64) -> PyResult<()> {
         let environ = self.listeners.place(listener_fd).ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a listener of the engine"))?;
         let conn = Conn::adopted(fd, &client, listener_fd, environ, since)?;

@@ -12,7 +12,7 @@ socketpair.
 The deadlines and the drain are those of :mod:`refork.serving.connection`; a response write
 that makes no progress for the write timeout is cut and logged. This module is the request path
 (read, parse, call the app, write, the pool's hand-over); accepting, closing, the deadline sweep,
-the drain, the safe point and the shutdown are :mod:`refork.serving.threaded_lifetime`.
+the drain, the safe point and the shutdown are :mod:`refork.serving.wsgi.python_loop_lifetime`.
 """
 
 from __future__ import annotations
@@ -38,14 +38,15 @@ from refork.serving.contract import WorkerControl
 from refork.serving.health import health_paths, health_response
 from refork.serving.poller import IN as _IN
 from refork.serving.poller import Poller
-from refork.serving.pool import AppThreads
 from refork.serving.proxied import CLOSED, peer_host, read_preface, refuse
 from refork.serving.request_hooks import RequestHooks, request_end
-from refork.serving.threaded_conn import NO_EVENTS, Conn, Job, Step, Writing
-from refork.serving.threaded_lifetime import Alone, Beside, Lifetime
-from refork.serving.tls import TlsConn, contexts_for, log_failure
+from refork.serving.tls_context import contexts_for
+from refork.serving.tls_io import TlsConn, log_failure
+from refork.serving.wsgi.app_threads import AppThreads
+from refork.serving.wsgi.conn import NO_EVENTS, Conn, Job, Step, Writing
+from refork.serving.wsgi.python_loop_lifetime import Alone, Beside, Lifetime
 from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
-from refork.wsgi.response import _Exchange, continue_wsgi
+from refork.wsgi.response import _Exchange
 
 log = logging.getLogger("refork")
 
@@ -62,7 +63,7 @@ _WEBSOCKET_REFUSED = (
 
 class LoopParts(NamedTuple):
     """What the Python loop parses, builds environs, frames and budgets memory with: pure Python
-    (:data:`PYTHON`), or refork._native's (refork.serving.native.NATIVE)."""
+    (:data:`PYTHON`), or refork._native's (refork.serving.wsgi.native_parts.NATIVE)."""
 
     conn_type: type[Conn]
     start_wsgi: Callable[..., Outcome | Streaming]
@@ -561,101 +562,6 @@ class PythonLoop(Lifetime):
         self.in_flight -= 1
         return self.finished(writing.request, writing.environ, writing.stream, writing.token,
                               writing.started, outcome, writing.streaming.ex)  # fmt: skip
-
-    def finish_handed(self, conn: Conn, ex: _Exchange, environ: dict[str, Any], request: Request, result: Any,
-                      exc: Exception | None, stream: InputStream, token: object, started: float | None,
-                      rest: bytes) -> None:  # fmt: skip
-        """Send a response an engine did not frame (refork.wsgi.continue_wsgi), then serve the
-        connection here: what the client pipelined behind it (`rest`) first."""
-        serving = deadlines.current.set(token)
-        try:
-            outcome = continue_wsgi(ex, environ, request, result, exc=exc)
-        finally:
-            deadlines.current.reset(serving)
-        conn.phase = _IDLE
-        conn.since = time.monotonic()
-        self.poller.register(conn.fd)
-        conn.registered = True
-        began = started if started is not None else time.perf_counter()
-        if isinstance(outcome, Streaming):
-            steps = self._steps(conn, rest)
-            self._start_writing(conn, Writing(outcome, request, environ, stream, token, began, steps))
-            return
-        if not self.finished(request, environ, stream, token, began, outcome, ex) or conn.closed:
-            self._close(conn)
-        elif rest:
-            self._on_data(conn, rest)
-        else:
-            self.beside.take_back(conn)
-
-    def _steps(self, conn: Conn, data: bytes) -> Sequence[Step]:
-        """Parse pipelined bytes to answer after a response (a bad one: its error, answered then)."""
-        if not data:
-            return NO_EVENTS
-        try:
-            return conn.parser.feed(data)
-        except ParseError as e:
-            return [*e.events, e]
-
-    # ---------------------------------------------------------------- the pool (threads > 1)
-
-    def _dispatch(
-        self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step], force: bool = False
-    ) -> None:
-        if conn.registered:
-            self.poller.unregister(conn.fd)
-            conn.registered = False
-        if not force and self.control.safe_point_wanted:
-            self.parked.append((conn, request, stream, rest))  # hold it until the safe point
-            conn.busy = True
-            return
-        conn.busy = True
-        self.in_flight += 1
-        assert self.pool is not None
-        self.pool.submit((conn, request, stream, rest))
-
-    def _pool_job(self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step]) -> None:
-        keep: bool | None = False
-        try:
-            keep = self._respond(conn, request, stream, rest)  # a blocking Outbox: never None
-        except Exception:
-            log.exception("Error serving a request")
-        finally:
-            self.done.put((conn, bool(keep), rest))
-            try:
-                assert self.wake_w is not None
-                self.wake_w.send(b"\0")
-            except (BlockingIOError, OSError):
-                pass  # a wake-up byte is already pending
-
-    def _on_wake(self) -> None:
-        assert self.wake_r is not None
-        try:
-            while self.wake_r.recv(4096):
-                pass
-        except (BlockingIOError, InterruptedError):
-            pass
-        while True:
-            try:
-                conn, keep, rest = self.done.get_nowait()
-            except queue.Empty:
-                return
-            self.in_flight -= 1
-            conn.busy = False
-            if not keep or conn.closed:
-                self._close(conn)
-                continue
-            try:
-                if self._advance(conn, rest):  # pipelined requests first; sets the deadline
-                    continue
-            except Exception:
-                log.exception("Error serving a connection")
-                self._close(conn)
-                continue
-            if self.beside.take_back(conn):
-                continue
-            self.poller.register(conn.fd)
-            conn.registered = True
 
 
 def serve_wsgi(listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl) -> None:

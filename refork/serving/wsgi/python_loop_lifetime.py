@@ -1,36 +1,42 @@
 """The WSGI loop's housekeeping: where connections begin and end, and where the loop itself does.
 
-Mixed into :class:`refork.serving.threaded.PythonLoop` (split out by concern; its state is declared
+Mixed into :class:`refork.serving.wsgi.python_loop.PythonLoop` (split out by concern; its state is declared
 here, set there): accepting (a TLS listener's connections wrapped for the loop's own handshake),
 closing, the once-a-second sweep of the deadlines of :mod:`refork.serving.connection` (handshake,
 header, body, write, keep-alive), the drain when the worker stops (the listen backlog taken
 first), the safe point (pool threads joined around it; the fork clean-up) and the shutdown.
-The request path (read, parse, call the app, write) is in :mod:`refork.serving.threaded`.
+The hand-over to the app threads of ``--threads`` > 1 and back, and the entry points of an
+engine host that owns the loop (:meth:`connection`, :meth:`adopt`, :meth:`finish_handed`,
+:meth:`detach`) are here too. The request path (read, parse, call the app, write) is in
+:mod:`refork.serving.wsgi.python_loop`.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import queue
 import socket
 import ssl
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from refork import deadlines
 from refork.http.body import InputStream
-from refork.http.events import Request
+from refork.http.events import ParseError, Request
 from refork.http.parser import Limits
 from refork.http.proxy_protocol import ProxyPolicy
 from refork.http.response import simple_response
-from refork.serving.connection import Expiry, Timeouts, log_write_timeout, release_after_fork
+from refork.serving.connection import Expiry, Phase, Timeouts, log_write_timeout, release_after_fork
 from refork.serving.contract import WorkerControl
 from refork.serving.outbox import Outbox
 from refork.serving.poller import Poller
-from refork.serving.pool import AppThreads
-from refork.serving.threaded_conn import Conn, Job, Step, Writing
-from refork.serving.tls import TlsConn, TlsOutbox, log_failure, wrap
-from refork.wsgi import EnvironBuilder, Outcome
+from refork.serving.tls_io import TlsConn, TlsOutbox, log_failure, wrap
+from refork.serving.wsgi.app_threads import AppThreads
+from refork.serving.wsgi.conn import NO_EVENTS, Conn, Job, Step, Writing
+from refork.wsgi import EnvironBuilder, Outcome, Streaming
+from refork.wsgi.response import _Exchange, continue_wsgi
 
 log = logging.getLogger("refork")
 
@@ -39,7 +45,7 @@ _ACCEPT_BATCH = 8  # accepts per wake-up: more would starve sibling workers shar
 
 class Beside(Protocol):
     """What the Python loop asks of whatever serves beside it: nothing (:class:`Alone`), or the
-    native engine whose host owns this loop (refork.serving.native_engine, native_pool), which
+    native engine whose host owns this loop (refork.serving.wsgi.engine_host, pool_host), which
     serves the plain connections while the loop serves the rest."""
 
     def poll(self, timeout: float) -> list[tuple[int, int]]:
@@ -137,7 +143,8 @@ class Lifetime:
     parked: list[Job]
     wake_r: socket.socket | None
     wake_w: socket.socket | None
-    conn_type: type[Conn]  # Conn, or the native parser's (refork.serving.native.NATIVE)
+    done: queue.SimpleQueue[tuple[Conn, bool, Sequence[Step]]]  # what the app threads finished
+    conn_type: type[Conn]  # Conn, or the native parser's (refork.serving.wsgi.native_parts.NATIVE)
     beside: Beside
 
     if TYPE_CHECKING:  # the request path's, in PythonLoop
@@ -146,10 +153,17 @@ class Lifetime:
 
         def _app_idle(self) -> bool: ...
 
-        def _dispatch(self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step],
-                      force: bool = False) -> None: ...  # fmt: skip
-
         def _on_data(self, conn: Conn, data: bytes) -> None: ...
+
+        def _advance(self, conn: Conn, events: Sequence[Step]) -> bool: ...
+
+        def _respond(self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step]
+                     ) -> bool | None: ...  # fmt: skip
+
+        def _start_writing(self, conn: Conn, writing: Writing) -> None: ...
+
+        def finished(self, request: Request, environ: dict[str, Any], stream: InputStream, token: object,
+                     started: float, outcome: Outcome, ex: _Exchange) -> bool: ...  # fmt: skip
 
     def _shutdown(self) -> None:
         """Release what this loop owns. No epoll unregister: in a forked child it is shared."""
@@ -380,6 +394,41 @@ class Lifetime:
         conn.closed = True  # (this loop is done with it: the engine has the fd)
         return conn.sock.detach()
 
+    def finish_handed(self, conn: Conn, ex: _Exchange, environ: dict[str, Any], request: Request, result: Any,
+                      exc: Exception | None, stream: InputStream, token: object, started: float | None,
+                      rest: bytes) -> None:  # fmt: skip
+        """Send a response an engine did not frame (refork.wsgi.continue_wsgi), then serve the
+        connection here: what the client pipelined behind it (`rest`) first."""
+        serving = deadlines.current.set(token)
+        try:
+            outcome = continue_wsgi(ex, environ, request, result, exc=exc)
+        finally:
+            deadlines.current.reset(serving)
+        conn.phase = Phase.IDLE
+        conn.since = time.monotonic()
+        self.poller.register(conn.fd)
+        conn.registered = True
+        began = started if started is not None else time.perf_counter()
+        if isinstance(outcome, Streaming):
+            steps = self._steps(conn, rest)
+            self._start_writing(conn, Writing(outcome, request, environ, stream, token, began, steps))
+            return
+        if not self.finished(request, environ, stream, token, began, outcome, ex) or conn.closed:
+            self._close(conn)
+        elif rest:
+            self._on_data(conn, rest)
+        else:
+            self.beside.take_back(conn)
+
+    def _steps(self, conn: Conn, data: bytes) -> Sequence[Step]:
+        """Parse pipelined bytes to answer after a response (a bad one: its error, answered then)."""
+        if not data:
+            return NO_EVENTS
+        try:
+            return conn.parser.feed(data)
+        except ParseError as e:
+            return [*e.events, e]
+
     def _tls_conn(self, ctx: ssl.SSLContext, sock: socket.socket, client: Any, builder: EnvironBuilder
                   ) -> Conn | None:  # fmt: skip
         """A connection on a TLS listener: wrapped, its handshake left to _on_readable."""
@@ -391,3 +440,63 @@ class Lifetime:
             return None
         out = TlsOutbox(tsock, client, self.timeouts.write, self.control, buffering=self.pool is None)
         return self.conn_type(tsock, client, builder, self.limits, out, TlsConn(tsock))
+
+    # ---------------------------------------------------------------- the pool (threads > 1)
+
+    def _dispatch(
+        self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step], force: bool = False
+    ) -> None:
+        if conn.registered:
+            self.poller.unregister(conn.fd)
+            conn.registered = False
+        if not force and self.control.safe_point_wanted:
+            self.parked.append((conn, request, stream, rest))  # hold it until the safe point
+            conn.busy = True
+            return
+        conn.busy = True
+        self.in_flight += 1
+        assert self.pool is not None
+        self.pool.submit((conn, request, stream, rest))
+
+    def _pool_job(self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step]) -> None:
+        keep: bool | None = False
+        try:
+            keep = self._respond(conn, request, stream, rest)  # a blocking Outbox: never None
+        except Exception:
+            log.exception("Error serving a request")
+        finally:
+            self.done.put((conn, bool(keep), rest))
+            try:
+                assert self.wake_w is not None
+                self.wake_w.send(b"\0")
+            except (BlockingIOError, OSError):
+                pass  # a wake-up byte is already pending
+
+    def _on_wake(self) -> None:
+        assert self.wake_r is not None
+        try:
+            while self.wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        while True:
+            try:
+                conn, keep, rest = self.done.get_nowait()
+            except queue.Empty:
+                return
+            self.in_flight -= 1
+            conn.busy = False
+            if not keep or conn.closed:
+                self._close(conn)
+                continue
+            try:
+                if self._advance(conn, rest):  # pipelined requests first; sets the deadline
+                    continue
+            except Exception:
+                log.exception("Error serving a connection")
+                self._close(conn)
+                continue
+            if self.beside.take_back(conn):
+                continue
+            self.poller.register(conn.fd)
+            conn.registered = True

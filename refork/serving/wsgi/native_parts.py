@@ -1,70 +1,36 @@
-"""The native WSGI loop (``--wsgi-loop native``): choosing it, and the Python loop's native parts.
+"""The Python loop's native parts, used when an engine host owns it (:data:`NATIVE`).
 
 refork._native (Rust: PyO3 + httparse, built from native/ by ``pip install``) serves WSGI through
-its engines: :mod:`refork.serving.native_engine` with one app thread, :mod:`refork.serving.native_pool`
-with a pool of them. Each hands the connections it does not serve to the Python loop
-(:mod:`refork.serving.threaded`), which runs with the parts of :data:`NATIVE`: with
-refork._native.Parser, which parses the common shape with httparse and hands any other message
-(an unusual method or target, chunked, Expect, Upgrade, a head split across reads, an error) from
-its first byte to the Python parser (:mod:`refork.http.parser`), so every rejection, limit and
-status code is the Python parser's, by construction; with the native environ and response
-framing. Everything else (accept, timeouts, the drain, safe points, TLS, the access log) is the
-Python loop's, unchanged: both loops pass the same tests.
-
-Choosing (:func:`choose`): ``python``; ``native`` (a config error when the extension is not built);
-``auto`` = native when the extension imports. See docs/native.md.
+its engines: :mod:`refork.serving.wsgi.engine_host` with one app thread,
+:mod:`refork.serving.wsgi.pool_host` with a pool of them. Each hands the connections it does not
+serve to the Python loop it owns (:mod:`refork.serving.wsgi.python_loop`), built with these
+parts: refork._native.Parser, which parses the common shape with httparse and hands any other
+message (an unusual method or target, chunked, Expect, Upgrade, a head split across reads, an
+error) from its first byte to the Python parser (:mod:`refork.http.parser`), so every rejection,
+limit and status code is the Python parser's, by construction; the native environ and response
+framing; the native memory budget, shared with the engine. Everything else (accept, timeouts, the
+drain, safe points, TLS, the access log) is the Python loop's, unchanged: both loops pass the
+same tests.
 """
 
 from __future__ import annotations
 
-import logging
 import socket
 from collections.abc import Callable
 from typing import Any
 
-from refork.errors import ConfigError
+from refork import _native
 from refork.http.body import InputStream
 from refork.http.events import Body, ParseError, Request
 from refork.http.parser import Limits, RequestParser
 from refork.http.rare import EOM
 from refork.http.response import ResponseFramer
 from refork.serving.outbox import Outbox
-from refork.serving.threaded import LoopParts
-from refork.serving.threaded_conn import Conn
-from refork.serving.tls import TlsConn
+from refork.serving.tls_io import TlsConn
+from refork.serving.wsgi.conn import Conn
+from refork.serving.wsgi.python_loop import LoopParts
 from refork.wsgi import EnvironBuilder, Outcome, Output, Streaming
 from refork.wsgi.response import _Exchange, start_wsgi
-
-try:
-    from refork import _native  # typed by refork/_native.pyi
-except ImportError:  # not built: --wsgi-loop auto serves with the Python loop
-    _native = None  # type: ignore[assignment]
-
-log = logging.getLogger("refork")
-
-
-def available() -> bool:
-    """The extension is built and imports."""
-    return _native is not None
-
-
-def check(setting: str) -> None:
-    """``--wsgi-loop native`` without the extension: one readable config error (exit 2)."""
-    if setting == "native" and not available():
-        raise ConfigError(
-            "--wsgi-loop native: the native extension refork._native is not built "
-            "(reinstall with `pip install -e .` where cargo is on PATH, or use --wsgi-loop python)"
-        )
-
-
-def choose(setting: str) -> str:
-    """The loop that runs for this setting: "native" or "python" (see the module docstring)."""
-    if setting == "python":
-        return "python"
-    if available():
-        return "native"
-    check(setting)
-    return "python"
 
 
 def native_parser(limits: Limits) -> _native.Parser:
@@ -155,6 +121,6 @@ def native_memory(limit: int) -> Any:
     return _native.MemoryBudget(limit)
 
 
-# The Python loop's parts when an engine host owns it (refork.serving.threaded.LoopParts)
+# The Python loop's parts when an engine host owns it (refork.serving.wsgi.python_loop.LoopParts)
 NATIVE = LoopParts(NativeConn, start_wsgi_native, NativeEnvironBuilder.like, native_memory)
 

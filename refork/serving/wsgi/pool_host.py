@@ -8,7 +8,7 @@ the GIL. So idle and slow connections cost no thread, and no request waits for a
 get the GIL.
 
 Its host (:class:`PoolHost`) owns a Python loop that stays the outer one, on the worker's main
-thread, as with the single-thread engine (:mod:`refork.serving.native_engine`): the control
+thread, as with the single-thread engine (:mod:`refork.serving.wsgi.engine_host`): the control
 socket, TLS listeners, ticks, the drain, safe points, and every connection the engine hands over
 (any other request shape, a body to spool, a health check, X-Forwarded-*), which it serves as
 the Python loop does, its jobs run by the same app threads. A response the engine does not frame
@@ -33,9 +33,9 @@ from refork.http.body import InputStream
 from refork.http.events import Request
 from refork.http.response import ResponseFramer
 from refork.serving.contract import WorkerControl
-from refork.serving.native_engine import NativeHost, refs
 from refork.serving.outbox import Outbox
-from refork.serving.pool import AppThreads
+from refork.serving.wsgi.app_threads import AppThreads
+from refork.serving.wsgi.native_host import NativeHost, refs
 from refork.wsgi import Streaming
 from refork.wsgi.response import _Exchange, continue_wsgi
 

@@ -1,17 +1,14 @@
-"""The native WSGI loop with one app thread: refork._native.Engine serves the request path.
+"""What both engine hosts share (:class:`NativeHost`): the Python loop they own, what the Rust
+engines read of it, and the connections handed back and forth.
 
-The engine (Rust, native/src/engine/) runs the hot loop: accept, read, parse, environ, the app
-call and a list body written in one send, for every plain connection. Its host
-(:class:`EngineHost`) owns a Python loop (:class:`refork.serving.threaded.PythonLoop`, with the
-native parts) that stays the outer one and keeps everything else, unchanged: the control
-socket, TLS listeners, ticks, the drain, safe points, and every connection or response the
-engine does not take, which the engine hands over with its unconsumed bytes (returned by
-``Engine.run``) or mid-response (:meth:`NativeHost.response_exchange`,
-:meth:`EngineHost.finish_response`). Once such a connection is between two requests again, with
-nothing half-read or half-written, it goes back to the engine (:meth:`NativeHost.take_back`).
-
-The engine starts no thread and exists only in a serving worker: a mold has none, and a
-promoted worker's child forgets the engine's connections at the safe point.
+An engine host (:mod:`refork.serving.wsgi.engine_host`, :mod:`refork.serving.wsgi.pool_host`)
+gives the engine the plain listeners and owns a Python loop
+(:class:`refork.serving.wsgi.python_loop.PythonLoop`, with the parts of
+:data:`refork.serving.wsgi.native_parts.NATIVE`) for everything else: the control socket, TLS
+listeners, ticks, the drain, safe points, and every connection or response the engine does not
+take. The engine hands a connection over with its unconsumed bytes, or mid-response
+(``response_exchange``, ``finish_response``); once it is between two requests again, with nothing
+half-read or half-written, it goes back to the engine (:meth:`NativeHost.take_back`).
 """
 
 from __future__ import annotations
@@ -29,19 +26,18 @@ from refork.http.body import EMPTY_INPUT, InputStream
 from refork.http.events import Request
 from refork.http.parser import Limits
 from refork.http.proxy_protocol import ProxyPolicy
-from refork.http.response import ResponseFramer, simple_response
+from refork.http.response import simple_response
 from refork.serving.connection import Phase, RequestEnd, Timeouts, log_access
 from refork.serving.contract import WorkerControl
 from refork.serving.health import HealthPaths
-from refork.serving.native import NATIVE, NativeEnvironBuilder
 from refork.serving.poller import Poller
-from refork.serving.pool import AppThreads
-from refork.serving.threaded import PythonLoop
-from refork.serving.threaded_conn import Conn
+from refork.serving.wsgi.app_threads import AppThreads
+from refork.serving.wsgi.conn import Conn
+from refork.serving.wsgi.native_parts import NATIVE, NativeEnvironBuilder
+from refork.serving.wsgi.python_loop import PythonLoop
 from refork.wsgi import EnvironBuilder
 from refork.wsgi import response as wsgi_response
 from refork.wsgi.files import FileWrapper
-from refork.wsgi.response import _Exchange
 
 if TYPE_CHECKING:
     from refork._native import _Refs
@@ -78,7 +74,7 @@ def refs() -> _Refs:
 class NativeHost:
     """What both engine hosts share: the Python loop they own (its plain listeners go to the
     engine), what the engine reads of it, and the connections handed back and forth. It is what
-    serves beside the loop (refork.serving.threaded_lifetime.Beside); ``self.engine`` is set by
+    serves beside the loop (refork.serving.wsgi.python_loop_lifetime.Beside); ``self.engine`` is set by
     the subclass, once the loop exists."""
 
     engine: _native.Engine | _native.PoolEngine
@@ -216,86 +212,3 @@ class NativeHost:
 
     def shutdown(self) -> None:
         self.engine.close_all()
-
-
-class EngineHost(NativeHost):
-    """The engine (threads == 1) serving the plain listeners, beside the Python loop it owns."""
-
-    engine: _native.Engine
-
-    def __init__(
-        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
-    ) -> None:
-        super().__init__(listeners, app, config, control)
-        self.engine = _native.Engine(self, self._native_listeners(), refs())
-        self.returning: list[tuple[int, Any, int, float]] = []  # for the engine, after its run()
-
-    def run(self) -> None:
-        # the engine's requests: registered with the clock only if asked (deadlines.ENGINE)
-        serving = deadlines.current.set(deadlines.ENGINE if self.engine.accounts else None)
-        try:
-            self.loop.run()
-        finally:
-            deadlines.current.reset(serving)
-
-    def _give_back(self, fd: int, client: Any, listener: int, since: float) -> None:
-        # (this may run inside engine.run(): a response the engine handed over mid-request)
-        self.returning.append((fd, client, listener, since))
-
-    def drained(self) -> bool:
-        return not self.returning and super().drained()
-
-    def poll(self, timeout: float) -> list[tuple[int, int]]:
-        """The engine serves until the loop's own fds are ready (or the timeout, or a signal)."""
-        loop = self.loop
-        while self.returning:
-            self.engine.adopt(*self.returning.pop())
-        handed, ready = self.engine.run(timeout, not (loop.draining or self.control.stopping))
-        for item in handed:
-            self._adopt(*item)
-        return loop.poller.poll(0) if ready else []
-
-    def sweep(self, now: float) -> None:
-        self.engine.sweep(now)
-
-    def before_safe_point(self) -> None:
-        while self.returning:  # the engine's again before the fork (a child forgets them with it)
-            self.engine.adopt(*self.returning.pop())
-
-    # ---------------------------------------------------------------- called by the engine
-
-    def response_exchange(
-        self, fd: int, client: Any, listener_fd: int, request: Request, keep_alive: bool
-    ) -> _Exchange:
-        """The app's response leaves the engine's path (write(), or anything but a list body): the
-        Python response state for it, over the loop's output for the connection."""
-        conn = self.loop.connection(fd, client, self.engine_listeners[listener_fd][1])
-        out = conn.out
-        out.token = self._request_token()
-        out.request = request
-        return _Exchange(ResponseFramer(request, server_keep_alive=keep_alive), out)
-
-    def _request_token(self) -> object:
-        """The token of the request in the app (the engine's, registered now if need be)."""
-        token = deadlines.current.get()
-        if token is deadlines.ENGINE:
-            clock = getattr(self.control, "clock", None)
-            token = clock.engine_request() if clock is not None and clock.engine_request else None
-        return token
-
-    def finish_response(
-        self, fd: int, client: Any, listener_fd: int, start_response: Any, result: Any,
-        exc: Exception | None, environ: dict[str, Any], request: Request, stream: InputStream,
-        token: object, started: float | None, keep_alive: bool, rest: bytes,
-    ) -> None:  # fmt: skip
-        """Send a response the engine did not frame, then the loop serves the connection."""
-        ex = start_response.exchange_now()
-        conn = self.loop.connection(fd, client, self.engine_listeners[listener_fd][1])
-        self.loop.finish_handed(conn, ex, environ, request, result, exc, stream, token, started, rest)
-
-
-def serve_wsgi_engine(
-    listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
-) -> None:
-    """Serve WSGI with the engine (one app thread) until the control says stop."""
-    EngineHost(listeners, app, config, control).run()

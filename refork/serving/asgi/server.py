@@ -3,7 +3,7 @@
 This module is the worker's side: :class:`Server` (listening, the once-a-second sweep, the
 graceful stop and its backlog, lifespan), :func:`serve_asgi` (safe points between two
 run_forever() calls) and the clean-up of a forked child. Each connection is an
-:class:`refork.serving.aio_protocol.HttpProtocol`: it feeds bytes to the sans-IO
+:class:`refork.serving.asgi.http_protocol.HttpProtocol`: it feeds bytes to the sans-IO
 :class:`RequestParser` and hands each complete request head to a :class:`refork.asgi.HttpCycle`,
 which runs the app; the protocol drives the cycle and the cycle answers through its
 :class:`refork.asgi.Channel` only. The deadlines of
@@ -33,14 +33,14 @@ from refork.http.forwarded import TrustedProxies
 from refork.http.proxy_protocol import policy
 from refork.logs import AccessLog
 from refork.memory.allocator import malloc_trim
-from refork.serving.aio_protocol import HttpProtocol
-from refork.serving.aio_proxied import ProxiedListener
-from refork.serving.aio_websocket import WebSocketProtocol
+from refork.serving.asgi.http_protocol import HttpProtocol
+from refork.serving.asgi.proxied_listener import ProxiedListener
+from refork.serving.asgi.websocket_protocol import WebSocketProtocol
 from refork.serving.connection import TICK, Timeouts, release_after_fork, request_limits
 from refork.serving.contract import WorkerControl
 from refork.serving.health import health_paths
 from refork.serving.request_hooks import RequestHooks
-from refork.serving.tls import contexts_for
+from refork.serving.tls_context import contexts_for
 
 log = logging.getLogger("refork")
 
