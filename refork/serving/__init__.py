@@ -17,6 +17,7 @@ from typing import Any
 
 from refork.config import Config
 from refork.serving.contract import WorkerControl
+from refork.serving.settings import ServingSettings
 
 __all__ = ["WorkerControl", "check_wsgi_loop", "serve", "wsgi_loop"]
 
@@ -34,8 +35,9 @@ def serve(
     if interface == "asgi":
         from refork.serving.asgi.server import serve_asgi
 
-        serve_asgi(listeners, app, config, control)
+        serve_asgi(listeners, app, config, control, ServingSettings.for_worker(config, listeners, asgi=True))
         return
+    settings = ServingSettings.for_worker(config, listeners)
     if config.switch_interval is not None:
         sys.setswitchinterval(config.switch_interval)  # this worker process only (forked from the mold)
     if wsgi_loop(config) == "native":
@@ -43,16 +45,16 @@ def serve(
         if int(config.threads) <= 1:  # the engine: the whole request path native
             from refork.serving.wsgi.engine_host import serve_wsgi_engine
 
-            serve_wsgi_engine(listeners, app, config, control)
+            serve_wsgi_engine(listeners, app, config, control, settings)
         else:  # a pool of app threads fed by the engine's I/O thread
             from refork.serving.wsgi.pool_host import serve_wsgi_pool
 
-            serve_wsgi_pool(listeners, app, config, control)
+            serve_wsgi_pool(listeners, app, config, control, settings)
     else:
         from refork.serving.wsgi.python_loop import serve_wsgi
 
         control.ready_for_requests()  # no start-up work in the loop (the app was loaded and warmed)
-        serve_wsgi(listeners, app, config, control)
+        serve_wsgi(listeners, app, config, control, settings)
 
 
 def wsgi_loop(config: Config) -> str:

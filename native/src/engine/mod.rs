@@ -34,13 +34,12 @@ use crate::conn::intake::{Intake, Next, Preface};
 use crate::conn::listen::Listeners;
 use crate::conn::scratch::Scratch;
 use crate::conn::sweep::{sweep, Expired, Timeouts};
-use crate::conn::{Conn, Phase, RECV};
+use crate::conn::{Conn, Phase};
 use crate::sys;
 use crate::wsgi::accounting::{Current, SlotClock};
 use crate::wsgi::environ::Environ;
 use crate::wsgi::start_response::Hooks;
 
-const ACCEPT_BATCH: usize = 8; // per wake-up: more would starve sibling workers on the listener
 const IN: u32 = libc::EPOLLIN as u32;
 const OUT: u32 = libc::EPOLLOUT as u32;
 
@@ -103,7 +102,7 @@ impl Engine {
         for (fd, _) in &listeners {
             ep.add(*fd, IN)?;
         }
-        let timeouts = Timeouts::from_py(&attr(&host, "timeouts")?)?;
+        let timeouts = Timeouts::from_py(&attr(&host, "settings")?.getattr("timeouts")?)?;
         let intake = Intake::from_host(&host)?;
         let r = |name: &str| -> PyResult<Py<PyAny>> { Ok(refs.get_item(name)?.unbind()) };
         let hooks = Hooks::from_refs(&host, &refs, intake.limits)?;
@@ -177,7 +176,7 @@ impl Engine {
                     outer_ready = true;
                 } else if let Some(i) = self.listeners.event(fd) {
                     if self.listeners.accepting() {
-                        self.accept(py, i, ACCEPT_BATCH)?;
+                        self.accept(py, i, self.intake.accept_batch)?;
                     }
                 } else if let Some(conn) = self.conns.remove(&fd) {
                     if conn.phase == Phase::Writing {
@@ -304,7 +303,7 @@ impl Engine {
 
     fn on_readable(&mut self, py: Python<'_>, mut conn: Conn) -> PyResult<()> {
         let mut buf = self.scratch.for_read(&mut conn);
-        match sys::recv(conn.fd, &mut buf, RECV) {
+        match sys::recv(conn.fd, &mut buf, self.intake.read_size) {
             Ok(0) => {
                 self.scratch.recycle(buf);
                 self.close(conn);

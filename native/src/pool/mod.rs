@@ -284,7 +284,7 @@ impl PoolEngine {
             to_python: Mutex::new(ToPython::default()),
             pause: AtomicBool::new(false),
             holding: AtomicBool::new(false),
-            threads: host.getattr("threads")?.extract()?,
+            threads: host.getattr("settings")?.getattr("threads")?.extract()?,
             full: AtomicBool::new(false),
             free_elsewhere: host.getattr("control")?.call_method0("free_threads_address")?.extract()?,
             keep_alive: AtomicBool::new(true),
@@ -298,7 +298,7 @@ impl PoolEngine {
         let io = io::Io::new(
             shared.clone(),
             listeners.iter().map(|(fd, _)| *fd).collect(),
-            Timeouts::from_py(&host.getattr("timeouts")?)?,
+            Timeouts::from_py(&host.getattr("settings")?.getattr("timeouts")?)?,
             timeout_response,
         );
         let side = AppSide {

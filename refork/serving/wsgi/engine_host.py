@@ -26,6 +26,7 @@ from refork.http.body import InputStream
 from refork.http.events import Request
 from refork.http.response import ResponseFramer
 from refork.serving.contract import WorkerControl
+from refork.serving.settings import ServingSettings
 from refork.serving.wsgi.native_host import NativeHost, refs
 from refork.wsgi.response import _Exchange
 
@@ -38,9 +39,10 @@ class EngineHost(NativeHost):
     engine: _native.Engine
 
     def __init__(
-        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
-    ) -> None:
-        super().__init__(listeners, app, config, control)
+        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
+        settings: ServingSettings,
+    ) -> None:  # fmt: skip
+        super().__init__(listeners, app, config, control, settings)
         self.engine = _native.Engine(self, self._native_listeners(), refs())
         self.returning: list[tuple[int, Any, int, float]] = []  # for the engine, after its run()
 
@@ -109,7 +111,8 @@ class EngineHost(NativeHost):
 
 
 def serve_wsgi_engine(
-    listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
+    listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
+    settings: ServingSettings,
 ) -> None:
     """Serve WSGI with the engine (one app thread) until the control says stop."""
-    EngineHost(listeners, app, config, control).run()
+    EngineHost(listeners, app, config, control, settings).run()

@@ -24,13 +24,11 @@ from refork import _native, deadlines
 from refork.config import Config
 from refork.http.body import EMPTY_INPUT, InputStream
 from refork.http.events import Request
-from refork.http.parser import Limits
-from refork.http.proxy_protocol import ProxyPolicy
 from refork.http.response import simple_response
-from refork.serving.connection import Phase, RequestEnd, Timeouts, log_access
+from refork.serving.connection import Phase, RequestEnd, log_access
 from refork.serving.contract import WorkerControl
-from refork.serving.health import HealthPaths
 from refork.serving.poller import Poller
+from refork.serving.settings import ServingSettings
 from refork.serving.wsgi.app_threads import AppThreads
 from refork.serving.wsgi.conn import Conn
 from refork.serving.wsgi.native_parts import NATIVE, NativeEnvironBuilder
@@ -81,10 +79,11 @@ class NativeHost:
 
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
-        app_threads: Callable[[int, Callable[..., None]], AppThreads] = AppThreads,
+        settings: ServingSettings, app_threads: Callable[[int, Callable[..., None]], AppThreads] = AppThreads,
     ) -> None:  # fmt: skip
-        self.loop = loop = PythonLoop(listeners, app, config, control, NATIVE, self, app_threads)
+        self.loop = loop = PythonLoop(listeners, app, config, control, settings, NATIVE, self, app_threads)
         self.control = control
+        self.settings = settings  # the engine reads its limits, deadlines and constants here
         self.engine_listeners: dict[int, tuple[socket.socket, EnvironBuilder]] = {}
         for fd, entry in list(loop.listeners.items()):
             if fd not in loop.tls and isinstance(entry[1], NativeEnvironBuilder):
@@ -99,43 +98,19 @@ class NativeHost:
         return self.loop.app
 
     @property
-    def limits(self) -> Limits:
-        return self.loop.limits
-
-    @property
-    def timeouts(self) -> Timeouts:
-        return self.loop.timeouts
-
-    @property
-    def spool(self) -> int:
-        return int(self.loop.spool)
-
-    @property
-    def health(self) -> HealthPaths | None:
-        return self.loop.health
-
-    @property
     def memory(self) -> _native.MemoryBudget:
         memory: _native.MemoryBudget = self.loop.memory
         return memory
-
-    @property
-    def proxy(self) -> ProxyPolicy | None:
-        return self.loop.proxy
 
     @property
     def access_log(self) -> RequestEnd | None:
         return self.loop.access_log
 
     @property
-    def threads(self) -> int:
-        return self.loop.threads
-
-    @property
     def poller(self) -> Poller:
         return self.loop.poller
 
-    # what the engines answer a refused PROXY header with (native/src/conn/proxy.rs; self.proxy)
+    # what the engines answer a refused PROXY header with (native/src/conn/proxy.rs; settings.proxy)
     proxy_responses = (simple_response(400), simple_response(403))
 
     @property

@@ -34,6 +34,7 @@ from refork.http.events import Request
 from refork.http.response import ResponseFramer
 from refork.serving.contract import WorkerControl
 from refork.serving.outbox import Outbox
+from refork.serving.settings import ServingSettings
 from refork.serving.wsgi.app_threads import AppThreads
 from refork.serving.wsgi.native_host import NativeHost, refs
 from refork.wsgi import Streaming
@@ -74,9 +75,11 @@ class PoolHost(NativeHost):
     engine: _native.PoolEngine
 
     def __init__(
-        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
-    ) -> None:
-        super().__init__(listeners, app, config, control, lambda size, job: EngineThreads(size, job, self))
+        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
+        settings: ServingSettings,
+    ) -> None:  # fmt: skip
+        threads = lambda size, job: EngineThreads(size, job, self)  # noqa: E731
+        super().__init__(listeners, app, config, control, settings, threads)
         self.engine = _native.PoolEngine(self, self._native_listeners(), refs())
         self.engine_fd: int = self.engine.wake_fd
 
@@ -155,7 +158,8 @@ class PoolHost(NativeHost):
 
 
 def serve_wsgi_pool(
-    listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
+    listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
+    settings: ServingSettings,
 ) -> None:
     """Serve WSGI with the pool engine (threads > 1) until the control says stop."""
-    PoolHost(listeners, app, config, control).run()
+    PoolHost(listeners, app, config, control, settings).run()

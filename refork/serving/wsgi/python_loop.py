@@ -29,18 +29,16 @@ from refork.config import Config
 from refork.http.body import EMPTY_INPUT, BodyBuffer, InputStream, Spool
 from refork.http.budget import MemoryBudget
 from refork.http.events import Body, EndOfMessage, ParseError, Request
-from refork.http.forwarded import TrustedProxies
-from refork.http.proxy_protocol import INCOMPLETE, ProxyError, ProxyHeader, policy
+from refork.http.proxy_protocol import INCOMPLETE, ProxyError, ProxyHeader
 from refork.http.response import CONTINUE, simple_response
 from refork.memory.allocator import malloc_trim
-from refork.serving.connection import TICK, Phase, RequestEnd, Timeouts, log_access, request_limits
+from refork.serving.connection import TICK, Phase, RequestEnd, log_access
 from refork.serving.contract import WorkerControl
-from refork.serving.health import health_paths, health_response
+from refork.serving.health import health_response
 from refork.serving.poller import IN as _IN
 from refork.serving.poller import Poller
 from refork.serving.proxied import CLOSED, peer_host, read_preface, refuse
-from refork.serving.request_hooks import RequestHooks, request_end
-from refork.serving.tls_context import contexts_for
+from refork.serving.settings import ServingSettings
 from refork.serving.tls_io import TlsConn, log_failure
 from refork.serving.wsgi.app_threads import AppThreads
 from refork.serving.wsgi.conn import NO_EVENTS, Conn, Job, Step, Writing
@@ -51,7 +49,6 @@ from refork.wsgi.response import _Exchange
 log = logging.getLogger("refork")
 
 _IDLE, _HEAD, _BODY, _WRITING = Phase.IDLE, Phase.HEAD, Phase.BODY, Phase.WRITING
-_RECV = 1 << 16
 # A WebSocket handshake to a WSGI app (WSGI has no WebSocket interface): 400, not the app's to see.
 # 4xx: the request asks what this endpoint cannot do, nothing failed on the server (no 5xx alert);
 # not 403, which an ASGI app's refusal answers (the two stay distinguishable); not 426, which asks
@@ -84,38 +81,39 @@ class PythonLoop(Lifetime):
     # Out of the instance __dict__: CPython 3.11 and 3.12 stop specializing attribute reads on an
     # instance whose __dict__ holds 30 keys or more, and every self.x of the loop's per-request
     # code then costs twice as much.
-    __slots__ = ("proxy", "request_hooks", "start_wsgi", "conn_type", "beside")
+    __slots__ = ("proxy", "request_hooks", "start_wsgi", "conn_type", "beside", "settings", "read_size")
 
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
-        parts: LoopParts = PYTHON, beside: Beside | None = None,
+        settings: ServingSettings, parts: LoopParts = PYTHON, beside: Beside | None = None,
         app_threads: Callable[[int, Callable[..., None]], AppThreads] = AppThreads,
     ) -> None:  # fmt: skip
         self.app = app
         self.control = control
+        self.settings = settings
         self.conn_type = parts.conn_type
         self.start_wsgi = parts.start_wsgi
-        self.limits = request_limits(config)
+        self.read_size = settings.read_size
+        self.limits = settings.limits
         self.poller = Poller()
         self.conns: dict[int, Conn] = {}
         self.listeners: dict[int, tuple[socket.socket, EnvironBuilder]] = {}
-        self.threads = max(1, int(config.threads))
+        self.threads = settings.threads
         self.draining = False
         self.drain_until = 0.0
         self.in_flight = 0
-        self.spool = config.body_spool_threshold
+        self.spool = settings.inline_body
         self.spool_budget = Spool(config.max_spool, config.spool_dir)  # bytes in spool files, all conns
-        self.memory = parts.memory(config.max_request_memory)  # request bytes held, all conns
-        self.timeouts = Timeouts.from_config(config)
+        self.memory = parts.memory(settings.max_request_memory)  # request bytes held, all conns
+        self.timeouts = settings.timeouts
         self.accept_paused_until = 0.0
         self.accepts_held = False
-        self.request_hooks = RequestHooks.from_config(config)  # pre_request / post_request, if any
-        self.access_log: RequestEnd | None = request_end(config, self.request_hooks)
-        self.health = health_paths(config.health_path)
-        proxies = TrustedProxies(config.forwarded_allow_ips, config.secure_scheme_headers)
-        self.tls = contexts_for(listeners, config)  # listener fd -> SSLContext (TLS listeners)
-        self.proxy = policy(config.proxy_protocol, config.proxy_allow_ips)
-        self.handshake_timeout = config.ssl_handshake_timeout
+        self.request_hooks = settings.request_hooks  # pre_request / post_request, if any
+        self.access_log: RequestEnd | None = settings.request_end
+        self.health = settings.health
+        self.tls = settings.tls  # listener fd -> SSLContext (TLS listeners)
+        self.proxy = settings.proxy
+        self.handshake_timeout = settings.handshake_timeout
         for lsock in listeners:
             lsock.setblocking(False)
             try:
@@ -125,9 +123,9 @@ class PythonLoop(Lifetime):
             server = (str(addr[0]), int(addr[1])) if isinstance(addr, tuple) else str(addr)
             builder = EnvironBuilder(
                 server=server,
-                root_path=config.root_path,
+                root_path=settings.root_path,
                 multithread=self.threads > 1,
-                proxies=proxies,
+                proxies=settings.forwarded,
                 url_scheme="https" if lsock.fileno() in self.tls else "http",
             )
             self.listeners[lsock.fileno()] = (lsock, parts.builder(builder))
@@ -204,7 +202,7 @@ class PythonLoop(Lifetime):
         """Handshake, then read, from this loop only; None: nothing yet, or the connection failed."""
         handshaking = tconn.handshaking
         try:
-            data = tconn.read(_RECV)
+            data = tconn.read(self.read_size)
         except OSError as e:  # garbage, plain HTTP, a refused client certificate: debug, no trace
             log_failure(conn.client, e, tconn.handshaking)
             self._close(conn)
@@ -226,7 +224,7 @@ class PythonLoop(Lifetime):
                 return
         else:
             try:
-                data = conn.sock.recv(_RECV)
+                data = conn.sock.recv(self.read_size)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
@@ -564,6 +562,7 @@ class PythonLoop(Lifetime):
                               writing.started, outcome, writing.streaming.ex)  # fmt: skip
 
 
-def serve_wsgi(listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl) -> None:
+def serve_wsgi(listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
+               settings: ServingSettings) -> None:  # fmt: skip
     """Serve WSGI on these listeners until the control says stop (see WorkerControl)."""
-    PythonLoop(listeners, app, config, control).run()
+    PythonLoop(listeners, app, config, control, settings).run()

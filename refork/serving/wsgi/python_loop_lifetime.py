@@ -19,7 +19,7 @@ import queue
 import socket
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from refork import deadlines
@@ -32,6 +32,7 @@ from refork.serving.connection import Expiry, Phase, Timeouts, log_write_timeout
 from refork.serving.contract import WorkerControl
 from refork.serving.outbox import Outbox
 from refork.serving.poller import Poller
+from refork.serving.settings import ServingSettings
 from refork.serving.tls_io import TlsConn, TlsOutbox, log_failure, wrap
 from refork.serving.wsgi.app_threads import AppThreads
 from refork.serving.wsgi.conn import NO_EVENTS, Conn, Job, Step, Writing
@@ -39,9 +40,6 @@ from refork.wsgi import EnvironBuilder, Outcome, Streaming
 from refork.wsgi.response import _Exchange, continue_wsgi
 
 log = logging.getLogger("refork")
-
-_ACCEPT_BATCH = 8  # accepts per wake-up: more would starve sibling workers sharing the listener
-
 
 class Beside(Protocol):
     """What the Python loop asks of whatever serves beside it: nothing (:class:`Alone`), or the
@@ -135,7 +133,8 @@ class Lifetime:
     accept_paused_until: float
     threads: int
     accepts_held: bool  # no app thread is free: the listeners are out of the poller (_hold_accepts)
-    tls: dict[int, ssl.SSLContext]
+    tls: Mapping[int, ssl.SSLContext]
+    settings: ServingSettings
     proxy: ProxyPolicy | None
     handshake_timeout: float
     pool: AppThreads | None
@@ -287,8 +286,10 @@ class Lifetime:
             self._close(conn)
         self.beside.sweep(now)
 
-    def _accept(self, entry: tuple[socket.socket, EnvironBuilder], batch: int = _ACCEPT_BATCH) -> None:
+    def _accept(self, entry: tuple[socket.socket, EnvironBuilder], batch: int = 0) -> None:
+        """Accept up to `batch` connections (0: the settings' accept batch)."""
         lsock, builder = entry
+        batch = batch or self.settings.accept_batch
         inet = lsock.family in (socket.AF_INET, socket.AF_INET6)
         now = time.monotonic()
         if self.pool is not None and not self.draining:
