@@ -13,13 +13,13 @@ from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
 from refork.http.parser import Limits, RequestParser
 from refork.http.proxy_protocol import ProxyPolicy
 from refork.serving.connection import RequestEnd, Timeouts
-from refork.serving.contract import WorkerControl
+from refork.serving.contract import HandOverHost, WorkerControl
 from refork.wsgi.files import FileWrapper
 from refork.wsgi.response import Prefetched, _Exchange
 
 __all__ = [
-    "Current", "Engine", "Environ", "MemoryBudget", "Parser", "PoolEngine", "StartResponse", "frame_list",
-    "parse_proxy",
+    "Current", "Engine", "Environ", "HandOver", "MemoryBudget", "Parser", "PoolEngine", "StartResponse",
+    "frame_list", "parse_proxy",
 ]  # fmt: skip
 
 # a client as the environ has it: (host, port), or None (a unix-socket peer)
@@ -81,7 +81,7 @@ class _Settings(Protocol):
     @property
     def read_size(self) -> int: ...
 
-class _Host(Protocol):
+class _Host(HandOverHost, Protocol):
     """What both engines read of their host (refork.serving.wsgi.native_host), which owns the Python loop.
     The engines also call `control.request_started/request_finished`, the engine
     `control.requests_served` and `control.clock` (an AppClock, when it has one), the pool engine
@@ -101,25 +101,45 @@ class _Host(Protocol):
     def access_log(self) -> RequestEnd | None: ...
     @property
     def pre_request_hook(self) -> Callable[[Request, dict[str, Any]], object] | None: ...
-    def response_exchange(
-        self, fd: int, client: _Client, listener_fd: int, request: Request, keep_alive: bool, /
-    ) -> _Exchange: ...
 
 class _EngineHost(_Host, Protocol):
     @property
     def poller(self) -> _Poller: ...
-    def finish_response(
-        self, fd: int, client: _Client, listener_fd: int, start_response: StartResponse, result: Any,
-        exc: Exception | None, environ: dict[str, Any], request: Request, stream: InputStream,
-        token: object, started: float | None, keep_alive: bool, rest: bytes, /,
-    ) -> None: ...  # fmt: skip
+    def finish_response(self, hand_over: HandOver, /) -> None: ...
 
 class _PoolHost(_Host, Protocol):
-    def finish_response(
-        self, fd: int, client: _Client, listener_fd: int, start_response: StartResponse, result: Any,
-        exc: Exception | None, environ: dict[str, Any], request: Request, stream: InputStream,
-        token: object, started: float | None, keep_alive: bool, /,
-    ) -> bool: ...  # fmt: skip
+    def finish_response(self, hand_over: HandOver, /) -> bool: ...
+
+@final
+class HandOver:
+    """A request the app answered off an engine's path, given to its host's finish_response."""
+
+    @property
+    def fd(self) -> int: ...
+    @property
+    def client(self) -> _Client: ...
+    @property
+    def listener_fd(self) -> int: ...
+    @property
+    def start_response(self) -> StartResponse: ...
+    @property
+    def result(self) -> Any: ...
+    @property
+    def exc(self) -> Exception | None: ...
+    @property
+    def environ(self) -> dict[str, Any]: ...
+    @property
+    def request(self) -> Request: ...
+    @property
+    def stream(self) -> InputStream: ...
+    @property
+    def token(self) -> object: ...
+    @property
+    def started(self) -> float | None: ...
+    @property
+    def keep_alive(self) -> bool: ...
+    @property
+    def rest(self) -> bytes: ...
 
 @final
 class Parser:

@@ -22,7 +22,6 @@ from typing import Any
 
 from refork import _native, deadlines
 from refork.config import Config
-from refork.http.body import InputStream
 from refork.http.events import Request
 from refork.http.response import ResponseFramer
 from refork.serving.contract import WorkerControl
@@ -99,15 +98,13 @@ class EngineHost(NativeHost):
             token = clock.engine_request() if clock is not None and clock.engine_request else None
         return token
 
-    def finish_response(
-        self, fd: int, client: Any, listener_fd: int, start_response: Any, result: Any,
-        exc: Exception | None, environ: dict[str, Any], request: Request, stream: InputStream,
-        token: object, started: float | None, keep_alive: bool, rest: bytes,
-    ) -> None:  # fmt: skip
+    def finish_response(self, hand_over: _native.HandOver) -> None:
         """Send a response the engine did not frame, then the loop serves the connection."""
-        ex = start_response.exchange_now()
-        conn = self.loop.connection(fd, client, self.engine_listeners[listener_fd][1])
-        self.loop.finish_handed(conn, ex, environ, request, result, exc, stream, token, started, rest)
+        h = hand_over
+        ex = h.start_response.exchange_now()
+        conn = self.loop.connection(h.fd, h.client, self.engine_listeners[h.listener_fd][1])
+        self.loop.finish_handed(conn, ex, h.environ, h.request, h.result, h.exc, h.stream, h.token, h.started,
+                                h.rest)  # fmt: skip
 
 
 def serve_wsgi_engine(

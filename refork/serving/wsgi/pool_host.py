@@ -25,11 +25,10 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from refork import _native, deadlines
 from refork.config import Config
-from refork.http.body import InputStream
 from refork.http.events import Request
 from refork.http.response import ResponseFramer
 from refork.serving.contract import WorkerControl
@@ -134,16 +133,15 @@ class PoolHost(NativeHost):
         out.request = request
         return _Exchange(ResponseFramer(request, server_keep_alive=keep_alive), out)
 
-    def finish_response(
-        self, fd: int, client: Any, listener_fd: int, start_response: Any, result: Any,
-        exc: Exception | None, environ: dict[str, Any], request: Request, stream: InputStream,
-        token: object, started: float | None, keep_alive: bool,
-    ) -> bool:  # fmt: skip
+    def finish_response(self, hand_over: _native.HandOver) -> bool:
         """Send a response the engine did not frame (refork.wsgi.continue_wsgi, blocking) and
         account it; True when the engine may keep the connection."""
+        environ, request, token = hand_over.environ, hand_over.request, hand_over.token
+        result, exc, started = hand_over.result, hand_over.exc, hand_over.started
         began = started if started is not None else time.perf_counter()
-        ex = start_response.exchange_now()
-        ex.out.token = token  # (the app's call is over: deadlines.current no longer has it)
+        ex = hand_over.start_response.exchange_now()
+        out = cast(Outbox, ex.out)  # (made by response_exchange)
+        out.token = token  # (the app's call is over: deadlines.current no longer has it)
         serving = deadlines.current.set(token)
         try:
             outcome = continue_wsgi(ex, environ, request, result, exc=exc)
@@ -152,9 +150,9 @@ class PoolHost(NativeHost):
             outcome = (ex.code, ex.framer.body_bytes, False)
         finally:
             deadlines.current.reset(serving)
-            ex.out.sock.detach()  # the engine's connection again
+            out.sock.detach()  # the engine's connection again
         assert not isinstance(outcome, Streaming)  # a blocking output never waits
-        return self.loop.finished(request, environ, stream, token, began, outcome, ex)
+        return self.loop.finished(request, environ, hand_over.stream, token, began, outcome, ex)
 
 
 def serve_wsgi_pool(
