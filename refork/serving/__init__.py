@@ -75,7 +75,12 @@ def wsgi_loop(config: Config) -> str:
 
 
 def check_wsgi_loop(config: Config) -> None:
-    """At start-up: --wsgi-loop native without the extension is a config error (one line, exit 2)."""
+    """At start-up: --wsgi-loop native without the extension is a config error (one line, exit 2).
+
+    The monitor imports the WSGI Python loop here too: every process forked from it finds the
+    loop and the standard-library modules it uses imported already, a mold that drops privileges
+    (--user) before it imports the app among them."""
+    import refork.serving.wsgi.python_loop  # noqa: F401
     from refork.serving.wsgi.choice import check
 
     check(str(config.wsgi_loop))

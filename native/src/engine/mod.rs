@@ -90,10 +90,10 @@ fn attr<'py>(o: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
 
 #[pymethods]
 impl Engine {
-    /// Engine(host, listeners, refs): `host` is the Python loop (app, control, limits, spool,
-    /// timeouts, health, access_log, response_exchange, finish_response), `listeners` [(fd, Environ)] its
-    /// plain listening sockets, `refs` a dict of what the engine calls in refork (see
-    /// refork.serving.wsgi.engine_host).
+    /// Engine(host, listeners, refs): `host` is the engine host that owns the Python loop (its
+    /// settings, app, control, memory, access_log, poller; response_exchange and finish_response
+    /// called), `listeners` [(fd, Environ)] its plain listening sockets, `refs` a dict of what the
+    /// engine calls in refork (see refork.serving.wsgi.native_host).
     #[new]
     fn new(py: Python<'_>, host: Bound<'_, PyAny>, listeners: Vec<(i32, Py<Environ>)>, refs: Bound<'_, PyAny>) -> PyResult<Self> {
         let ep = sys::Epoll::new()?;

@@ -36,7 +36,7 @@ pub struct Hooks {
 }
 
 impl Hooks {
-    /// From the host loop (its `response_exchange`) and the engines' `refs` (see refork.serving.wsgi.engine_host).
+    /// From the engine host (its `response_exchange`) and the engines' `refs` (see refork.serving.wsgi.native_host).
     pub(crate) fn from_refs(host: &Bound<'_, PyAny>, refs: &Bound<'_, PyAny>, limits: HeadLimits) -> PyResult<Hooks> {
         let r = |name: &str| -> PyResult<Py<PyAny>> { Ok(refs.get_item(name)?.unbind()) };
         Ok(Hooks {
