@@ -7,6 +7,10 @@ of one request, start-up and shut-down cancelled out. Used to check that a refac
 request path as cheap as before (`--base` = a checkout of the commit before).
 
     python benchmarks/instructions.py --base /tmp/base [--python 3.11] [--requests 2000,12000]
+        [--interfaces wsgi,wsgi-pool,asgi]
+
+wsgi is one app thread (the native engine when the extension is built), wsgi-pool is --threads 4
+(the pool engine), asgi the asyncio loop.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from common import BENCH_DIR, free_port, print_table, script_parser, venv_dir
 APPS = BENCH_DIR / "apps"
 REQUEST = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"
 BODY = b"Hello, world!"
+POOL = ("wsgi", ("--threads", "4"))  # --interfaces wsgi-pool: the pool engine
 
 
 def send_requests(port: int, count: int, timeout: float = 600.0) -> None:
@@ -68,8 +73,8 @@ def worker_instructions(
     cmd = [
         "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/out.%p",
         str(python), "-m", "refork", "-w", "1", "--control-socket", "off", "--chdir", str(APPS),
-        "-b", f"127.0.0.1:{port}", "--interface", interface, *extra, app,
-    ]  # fmt: skip
+        "-b", f"127.0.0.1:{port}", "--interface", interface, "--refork-after", "off", *extra, app,
+    ]  # fmt: skip  (no refork: a worker promoted to mold would close the client's connection)
     proc = subprocess.Popen(cmd, env=env, cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     try:
@@ -89,16 +94,17 @@ def main() -> None:
     parser = script_parser(__doc__)
     parser.add_argument("--base", type=Path, required=True, help="another refork checkout (extension built)")
     parser.add_argument("--requests", default="2000,12000", help="the two request counts N1,N2")
-    parser.add_argument("--interfaces", default="wsgi,asgi")
+    parser.add_argument("--interfaces", default="wsgi,wsgi-pool,asgi")
     args = parser.parse_args()
     python = venv_dir(args.python) / "bin" / "python"
     n1, n2 = (int(n) for n in args.requests.split(","))
     rows = []
     for interface in args.interfaces.split(","):
         per_request = {}
+        kind, extra = POOL if interface == "wsgi-pool" else (interface, ())
         for name, tree in (("this tree", None), ("base", args.base.resolve())):
-            low = worker_instructions(python, tree, interface, n1)
-            high = worker_instructions(python, tree, interface, n2)
+            low = worker_instructions(python, tree, kind, n1, extra)
+            high = worker_instructions(python, tree, kind, n2, extra)
             per_request[name] = (high - low) / (n2 - n1)
             print(f"{interface} {name}: {per_request[name]:,.0f} instructions per request", flush=True)
         ratio = per_request["this tree"] / per_request["base"]

@@ -1,5 +1,5 @@
 """refork._native, the Rust extension built from native/: what Python calls, and what the engines
-read of the objects they are given (the host loop and its settings, by attribute name).
+read of the objects they are given (the engine host and its settings, by attribute name).
 
 tests/test_native_stub.py checks it against the built module (mypy's stubtest).
 """
@@ -13,13 +13,13 @@ from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
 from refork.http.parser import Limits, RequestParser
 from refork.http.proxy_protocol import ProxyPolicy
 from refork.serving.connection import RequestEnd, Timeouts
-from refork.serving.contract import WorkerControl
+from refork.serving.contract import HandOverHost, WorkerControl
 from refork.wsgi.files import FileWrapper
 from refork.wsgi.response import Prefetched, _Exchange
 
 __all__ = [
-    "Current", "Engine", "Environ", "MemoryBudget", "Parser", "PoolEngine", "StartResponse", "frame_list",
-    "parse_proxy",
+    "Current", "Engine", "Environ", "HandOver", "MemoryBudget", "Parser", "PoolEngine", "StartResponse",
+    "frame_list", "parse_proxy",
 ]  # fmt: skip
 
 # a client as the environ has it: (host, port), or None (a unix-socket peer)
@@ -30,7 +30,7 @@ _Client = tuple[str, int] | None
 _Handed = tuple[int, _Client, int, bytes, float, bool, int]
 
 class _Refs(TypedDict):
-    """What the engines call in refork (refork.serving.native_engine.refs)."""
+    """What the engines call in refork (refork.serving.wsgi.engine_host.refs)."""
 
     current: ContextVar[object | None]
     request_cls: type[Request]
@@ -61,8 +61,28 @@ class _HealthPaths(Protocol):
     @property
     def ready(self) -> bytes: ...
 
-class _Host(Protocol):
-    """What both engines read of the Python loop around them (refork.serving.native_engine).
+class _Settings(Protocol):
+    """What the engines read of the worker's refork.serving.settings.ServingSettings."""
+
+    @property
+    def limits(self) -> Limits: ...
+    @property
+    def timeouts(self) -> Timeouts: ...
+    @property
+    def inline_body(self) -> int: ...
+    @property
+    def health(self) -> _HealthPaths | None: ...
+    @property
+    def proxy(self) -> ProxyPolicy | None: ...
+    @property
+    def threads(self) -> int: ...
+    @property
+    def accept_batch(self) -> int: ...
+    @property
+    def read_size(self) -> int: ...
+
+class _Host(HandOverHost, Protocol):
+    """What both engines read of their host (refork.serving.wsgi.native_host), which owns the Python loop.
     The engines also call `control.request_started/request_finished`, the engine
     `control.requests_served` and `control.clock` (an AppClock, when it has one), the pool engine
     `control.free_threads_address()`."""
@@ -72,44 +92,54 @@ class _Host(Protocol):
     @property
     def control(self) -> WorkerControl: ...
     @property
-    def limits(self) -> Limits: ...
-    @property
-    def timeouts(self) -> Timeouts: ...
-    @property
-    def spool(self) -> int: ...
-    @property
-    def health(self) -> _HealthPaths | None: ...
+    def settings(self) -> _Settings: ...
     @property
     def memory(self) -> MemoryBudget: ...
-    @property
-    def proxy(self) -> ProxyPolicy | None: ...
     @property
     def proxy_responses(self) -> tuple[bytes, bytes]: ...
     @property
     def access_log(self) -> RequestEnd | None: ...
     @property
     def pre_request_hook(self) -> Callable[[Request, dict[str, Any]], object] | None: ...
-    def _exchange(
-        self, fd: int, client: _Client, listener_fd: int, request: Request, keep_alive: bool, /
-    ) -> _Exchange: ...
 
 class _EngineHost(_Host, Protocol):
     @property
     def poller(self) -> _Poller: ...
-    def _finish_slow(
-        self, fd: int, client: _Client, listener_fd: int, start_response: StartResponse, result: Any,
-        exc: Exception | None, environ: dict[str, Any], request: Request, stream: InputStream,
-        token: object, started: float | None, keep_alive: bool, rest: bytes, /,
-    ) -> None: ...  # fmt: skip
+    def finish_response(self, hand_over: HandOver, /) -> None: ...
 
 class _PoolHost(_Host, Protocol):
+    def finish_response(self, hand_over: HandOver, /) -> bool: ...
+
+@final
+class HandOver:
+    """A request the app answered off an engine's path, given to its host's finish_response."""
+
     @property
-    def threads(self) -> int: ...
-    def _finish_slow(
-        self, fd: int, client: _Client, listener_fd: int, start_response: StartResponse, result: Any,
-        exc: Exception | None, environ: dict[str, Any], request: Request, stream: InputStream,
-        token: object, started: float | None, keep_alive: bool, /,
-    ) -> bool: ...  # fmt: skip
+    def fd(self) -> int: ...
+    @property
+    def client(self) -> _Client: ...
+    @property
+    def listener_fd(self) -> int: ...
+    @property
+    def start_response(self) -> StartResponse: ...
+    @property
+    def result(self) -> Any: ...
+    @property
+    def exc(self) -> Exception | None: ...
+    @property
+    def environ(self) -> dict[str, Any]: ...
+    @property
+    def request(self) -> Request: ...
+    @property
+    def stream(self) -> InputStream: ...
+    @property
+    def token(self) -> object: ...
+    @property
+    def started(self) -> float | None: ...
+    @property
+    def keep_alive(self) -> bool: ...
+    @property
+    def rest(self) -> bytes: ...
 
 @final
 class Parser:

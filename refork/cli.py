@@ -26,7 +26,7 @@ def check_config(config: Config) -> int:
     from refork.loading import app_traceback, change_directory
     from refork.logs import check_log_files, log_notes, setup_logging
     from refork.process.mold import load_checked
-    from refork.serving.tls import check as check_tls
+    from refork.serving.tls_context import check as check_tls
 
     check_log_files(config)
     setup_logging(replace(config, capture_output=False))  # its verdict goes to the terminal

@@ -249,7 +249,7 @@ import os, signal, socket, sys
 sys.path[:0] = [os.environ["TESTS_DIR"], os.path.dirname(os.environ["TESTS_DIR"])]
 from harness import HarnessControl
 from refork.config import Config
-from refork.serving.aio import serve_asgi
+from refork.serving import serve
 import importlib
 
 spec, loop, bind, mode = sys.argv[1:5]
@@ -297,7 +297,7 @@ signal.signal(signal.SIGINT, lambda *_: control.signal(b"I"))
 print("READY", flush=True)
 parent = os.getpid()
 try:
-    serve_asgi([sock], app, config, control)
+    serve([sock], app, "asgi", config, control)
 except Promoted:
     import time
     os.write(1, b"CHILD UNWOUND\n")

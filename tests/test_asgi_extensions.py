@@ -402,7 +402,7 @@ def test_send_file_uses_sendfile_and_keeps_order(loop_name, tmp_path, monkeypatc
 
     import uvloop
 
-    from refork.serving import aio_sendfile
+    from refork.serving.asgi import sendfile as aio_sendfile
 
     calls = []
     real_sendfile = os.sendfile

@@ -2,7 +2,7 @@
 
 import-linter's contracts (pyproject.toml, run by ./scripts/test) forbid cycles between siblings
 and enforce the layers; a cycle through a package's __init__ (`refork.serving` importing
-`refork.serving.aio`, which imports `refork.serving` back) is invisible to them, so this test looks
+`refork.serving.asgi.server`, which imports `refork.serving` back) is invisible to them, so this test looks
 at every import edge: it is on a cycle if the imported module leads back to the importer.
 """
 

@@ -1,4 +1,4 @@
-"""The native WSGI loop (refork.serving.native, refork._native): what is specific to it.
+"""The native WSGI loop (refork.serving.wsgi.native_parts, refork._native): what is specific to it.
 
 The rest of its behaviour is the Python loop's contract, checked by running the WSGI, HTTP and
 process suites a second time on the other loop (./scripts/test; REFORK_WSGI_LOOP).
@@ -36,13 +36,8 @@ from refork.http.events import Event, ParseError, Request
 from refork.http.forwarded import TrustedProxies
 from refork.http.parser import Limits, RequestParser
 from refork.http.response import simple_response
-from refork.serving.native import (
-    NativeEnvironBuilder,
-    available,
-    choose,
-    native_parser,
-    start_wsgi_native,
-)
+from refork.serving.wsgi.choice import available, choose
+from refork.serving.wsgi.native_parts import NativeEnvironBuilder, native_parser, start_wsgi_native
 from refork.wsgi import EnvironBuilder, start_wsgi
 
 
@@ -281,7 +276,7 @@ def test_auto_picks_native_and_native_without_the_extension_is_a_config_error() 
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name == 'refork._native': raise ImportError('blocked')\n"
         "sys.meta_path.insert(0, Block())\n"
-        "from refork.serving.native import choose\n"
+        "from refork.serving.wsgi.choice import choose\n"
         "assert choose('auto') == 'python'\n"
         "from refork.cli import main\n"
         "sys.exit(main(['--wsgi-loop', 'native', 'apps.procs:app']))\n"

@@ -18,7 +18,7 @@
 //! - `sys/`: the system calls (epoll, sockets, eventfd), as safe functions.
 //!
 //! Whatever is not the common shape is handed, from its first byte, to the Python loop
-//! (refork.serving.threaded), which gives every verdict exactly as it does without the engines.
+//! (refork.serving.wsgi.python_loop), which gives every verdict exactly as it does without the engines.
 //!
 //! `Parser` is a drop-in for `refork.http.parser.RequestParser` (same `feed()` / `in_message`
 //! contract, same events) used by the Python loop: the common shape is read with `httparse` in
@@ -48,6 +48,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::Engine>()?;
     m.add_class::<pool::PoolEngine>()?;
     m.add_class::<wsgi::start_response::StartResponse>()?;
+    m.add_class::<wsgi::hand_over::HandOver>()?;
     m.add_class::<wsgi::accounting::Current>()?;
     m.add_class::<conn::budget::MemoryBudget>()?;
     m.add_function(wrap_pyfunction!(http::frame::frame_list, m)?)?;

@@ -3,7 +3,7 @@
 :func:`build_scope` (`scope`) and :class:`ResponseState` (`response`) are sans-IO: a request
 event goes in, a scope dict comes out; ``send()`` messages go in, bytes come out.
 :class:`HttpCycle` (`cycle`) is the app-facing receive()/send() pair of one request, with one
-explicit :class:`CycleState`; the connection (:mod:`refork.serving.aio`) drives it and it
+explicit :class:`CycleState`; the connection (:mod:`refork.serving.asgi.server`) drives it and it
 answers only through the :class:`Channel`. `lifespan` drives the lifespan scope, `warmup` runs
 requests in the mold before it forks. The submodules import each other, never this package,
 which only re-exports.

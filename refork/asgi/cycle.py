@@ -1,7 +1,7 @@
 """receive() / send(): the app side of one request on a connection.
 
 :class:`HttpCycle` keeps one explicit :class:`CycleState`; the connection
-(:mod:`refork.serving.aio`) drives it and it answers only through the :class:`Channel`.
+(:mod:`refork.serving.asgi.server`) drives it and it answers only through the :class:`Channel`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ _DISCONNECTED = CycleState.DISCONNECTED
 
 
 class Channel(Protocol):
-    """The one way an :class:`HttpCycle` reaches its connection (refork.serving.aio_protocol.HttpProtocol).
+    """The one way an :class:`HttpCycle` reaches its connection (serving.asgi.http_protocol.HttpProtocol).
 
     The connection drives the cycle (body pieces, end of body, client gone, writable again); the
     cycle only ever answers through these six calls.

@@ -2,7 +2,7 @@
 
 :func:`build_websocket_scope` turns a handshake request into the scope. :class:`WebSocketSession`
 is the app-facing receive()/send() pair with one explicit :class:`WebSocketState`; the connection
-(refork.serving.aio_websocket) drives it (messages in, the peer gone, writable again) and it
+(refork.serving.asgi.websocket_protocol) drives it (messages in, the peer gone, writable again) and it
 answers only through its :class:`WebSocketChannel`, which speaks the wire protocol.
 
 What the app may send, and when (anything else is a RuntimeError naming what was expected, as
@@ -67,7 +67,7 @@ _DISCONNECTED = WebSocketState.DISCONNECTED
 
 
 class WebSocketChannel(Protocol):
-    """The one way a :class:`WebSocketSession` reaches its connection (serving.aio_websocket)."""
+    """The one way a :class:`WebSocketSession` reaches its connection (serving.asgi.websocket_protocol)."""
 
     def accept(self, subprotocol: str | None, headers: list[tuple[bytes, bytes]]) -> None:
         """Complete the handshake (101) and start exchanging frames."""

@@ -17,7 +17,7 @@ _TWENTY_SECONDS: float | None = 20.0  # typed so setting() infers the optional t
 
 @dataclass
 class ProtocolSettings:
-    # WebSockets (ASGI apps; refork.serving.aio_websocket; docs/websockets.md)
+    # WebSockets (ASGI apps; refork.serving.asgi.websocket_protocol; docs/websockets.md)
     ws: WebSockets = setting(
         "auto",
         "--ws",
@@ -99,7 +99,7 @@ class ProtocolSettings:
         group="websockets",
     )
 
-    # TLS (refork.serving.tls; docs/tls.md): HUP re-reads the files, a new generation serves them
+    # TLS (refork.serving.tls_context; docs/tls.md): HUP re-reads the files, a new generation serves them
     certfile: str | None = setting(
         None,
         "--certfile",
@@ -170,7 +170,7 @@ class ProtocolSettings:
         group="tls",
     )
 
-    # HTTP/2 (refork.http.h2, refork.serving.h2_asgi; docs/http2.md)
+    # HTTP/2 (refork.http.h2, refork.serving.asgi.http2_protocol; docs/http2.md)
     http_protocols: list[str] = setting(
         ["h2", "h1"],
         "--http-protocols",

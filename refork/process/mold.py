@@ -130,9 +130,9 @@ def _load(config: Config) -> tuple[Any, str]:
     interface = resolve_interface(app, config.interface)
     # Import the connection loop here, once, so every worker shares it instead of importing it.
     if interface == "asgi":
-        import refork.serving.aio  # noqa: F401
+        import refork.serving.asgi.server  # noqa: F401
     else:
-        import refork.serving.threaded  # noqa: F401
+        import refork.serving.wsgi.python_loop  # noqa: F401
     return app, interface
 
 

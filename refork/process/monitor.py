@@ -59,7 +59,7 @@ from refork.process.statsd import Statsd, WorkerView, count_logs
 from refork.process.supervisor import events as ev
 from refork.process.supervisor.core import Supervisor
 from refork.process.watch import Watcher
-from refork.serving.tls import check as check_tls
+from refork.serving.tls_context import check as check_tls
 
 log = logging.getLogger("refork")
 TICK = 0.25  # the longest the loop sleeps, seconds
@@ -263,7 +263,7 @@ class Monitor:
 
     def _count_free_threads(self) -> None:
         """App threads free in the serving workers, for the shared page: a worker with none free
-        of its own stops accepting while another has one (refork.serving.threaded_lifetime)."""
+        of its own stops accepting while another has one (refork.serving.wsgi.python_loop_lifetime)."""
         slots = self.ctx.slots
         free = sum(
             slots.free_threads(c.slot)

@@ -17,6 +17,7 @@ from typing import Any
 
 from refork.config import Config
 from refork.serving.contract import WorkerControl
+from refork.serving.settings import ServingSettings
 
 __all__ = ["WorkerControl", "check_wsgi_loop", "serve", "wsgi_loop"]
 
@@ -32,33 +33,34 @@ def serve(
     The loops are imported here, on demand: a WSGI worker never imports asyncio.
     """
     if interface == "asgi":
-        from refork.serving.aio import serve_asgi
+        from refork.serving.asgi.server import serve_asgi
 
-        serve_asgi(listeners, app, config, control)
+        serve_asgi(listeners, app, config, control, ServingSettings.for_worker(config, listeners, asgi=True))
         return
+    settings = ServingSettings.for_worker(config, listeners)
     if config.switch_interval is not None:
         sys.setswitchinterval(config.switch_interval)  # this worker process only (forked from the mold)
     if wsgi_loop(config) == "native":
         control.ready_for_requests()  # no start-up work in the loop (the app was loaded and warmed)
         if int(config.threads) <= 1:  # the engine: the whole request path native
-            from refork.serving.native_engine import serve_wsgi_engine
+            from refork.serving.wsgi.engine_host import serve_wsgi_engine
 
-            serve_wsgi_engine(listeners, app, config, control)
+            serve_wsgi_engine(listeners, app, config, control, settings)
         else:  # a pool of app threads fed by the engine's I/O thread
-            from refork.serving.native_pool import serve_wsgi_pool
+            from refork.serving.wsgi.pool_host import serve_wsgi_pool
 
-            serve_wsgi_pool(listeners, app, config, control)
+            serve_wsgi_pool(listeners, app, config, control, settings)
     else:
-        from refork.serving.threaded import serve_wsgi
+        from refork.serving.wsgi.python_loop import serve_wsgi
 
         control.ready_for_requests()  # no start-up work in the loop (the app was loaded and warmed)
-        serve_wsgi(listeners, app, config, control)
+        serve_wsgi(listeners, app, config, control, settings)
 
 
 def wsgi_loop(config: Config) -> str:
     """The WSGI loop for this config, "native" or "python" (--wsgi-loop; auto: native when
     refork._native is built), logged at each worker start. ConfigError: native asked, not built."""
-    from refork.serving.native import choose
+    from refork.serving.wsgi.choice import choose
 
     setting = str(config.wsgi_loop)
     loop = choose(setting)
@@ -73,7 +75,12 @@ def wsgi_loop(config: Config) -> str:
 
 
 def check_wsgi_loop(config: Config) -> None:
-    """At start-up: --wsgi-loop native without the extension is a config error (one line, exit 2)."""
-    from refork.serving.native import check
+    """At start-up: --wsgi-loop native without the extension is a config error (one line, exit 2).
+
+    The monitor imports the WSGI Python loop here too: every process forked from it finds the
+    loop and the standard-library modules it uses imported already, a mold that drops privileges
+    (--user) before it imports the app among them."""
+    import refork.serving.wsgi.python_loop  # noqa: F401
+    from refork.serving.wsgi.choice import check
 
     check(str(config.wsgi_loop))

@@ -1,6 +1,6 @@
 """The connection contract: what a client can count on, whichever loop serves it.
 
-Both loops (:mod:`refork.serving.threaded` for WSGI, :mod:`refork.serving.aio` for ASGI) apply
+Both loops (:mod:`refork.serving.wsgi.python_loop` for WSGI, :mod:`refork.serving.asgi.server` for ASGI) apply
 these rules instead of spelling them out themselves:
 
 - **Timeouts**, judged by :meth:`Timeouts.expiry` once a second (no timer per request):

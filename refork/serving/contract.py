@@ -6,7 +6,12 @@ the loops without a cycle.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from refork._native import HandOver
+    from refork.http.events import Request
+    from refork.wsgi.response import _Exchange
 
 
 class WorkerControl(Protocol):
@@ -85,3 +90,19 @@ class WorkerControl(Protocol):
 
     def tick(self) -> None:
         """Called on the loop thread at least once a second: liveness, idle work."""
+
+
+class HandOverHost(Protocol):
+    """What a native engine calls on its host (refork.serving.wsgi.engine_host, pool_host) when the
+    app's response leaves the engine's path (write(), a generator, a file, an app error): two
+    public entry points, typed here and in refork/_native.pyi, nothing else by name."""
+
+    def response_exchange(
+        self, fd: int, client: tuple[str, int] | None, listener_fd: int, request: Request, keep_alive: bool, /
+    ) -> _Exchange:
+        """The Python response state for that request (start_response called, or write() used)."""
+
+    def finish_response(self, hand_over: HandOver, /) -> bool | None:
+        """Send the response the engine did not frame and account the request. The single-thread
+        engine's host then serves the connection itself (None); the pool engine's gives it back
+        (True: the engine may keep it)."""

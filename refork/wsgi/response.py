@@ -462,7 +462,7 @@ def continue_wsgi(
     out = ex.out
     try:
         if frame is not None and frame(ex, framer, result, request):
-            items = None  # sent whole by a faster framer (refork.serving.native)
+            items = None  # sent whole by a faster framer (refork.serving.wsgi.native_parts)
         else:
             items = _send_result(ex, result)
     except Exception as exc:

@@ -42,12 +42,18 @@ pub(crate) struct Intake {
     pub health: Vec<Vec<u8>>,
     /// the worker's --max-request-memory: what waits in the connections' buffers
     pub memory: Arc<Budget>,
+    /// connections accepted per wake-up (the settings' accept_batch)
+    pub accept_batch: usize,
+    /// bytes asked of one recv() (the settings' read_size)
+    pub read_size: usize,
 }
 
 impl Intake {
+    /// From the engine host: its `settings` (refork.serving.settings.ServingSettings) and `memory`.
     pub fn from_host(host: &Bound<'_, PyAny>) -> PyResult<Intake> {
+        let settings = host.getattr("settings")?;
         let mut health = Vec::new();
-        let hp = host.getattr("health")?;
+        let hp = settings.getattr("health")?;
         if !hp.is_none() {
             for p in hp.getattr("live")?.try_iter()? {
                 health.push(p?.extract::<Vec<u8>>()?);
@@ -58,10 +64,12 @@ impl Intake {
         let memory = memory.cast::<MemoryBudget>()?.get().inner.clone();
         Ok(Intake {
             proxy: Policy::from_host(host)?,
-            limits: HeadLimits::from_py(&host.getattr("limits")?)?,
-            inline_body: host.getattr("spool")?.extract()?,
+            limits: HeadLimits::from_py(&settings.getattr("limits")?)?,
+            inline_body: settings.getattr("inline_body")?.extract()?,
             health,
             memory,
+            accept_batch: settings.getattr("accept_batch")?.extract()?,
+            read_size: settings.getattr("read_size")?.extract()?,
         })
     }
 
@@ -170,6 +178,8 @@ mod tests {
             inline_body: 100,
             health: vec![b"/healthz".to_vec()],
             memory: Arc::new(Budget::new(memory)),
+            accept_batch: 8,
+            read_size: 1 << 16,
         }
     }
 

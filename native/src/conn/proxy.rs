@@ -201,10 +201,10 @@ fn within(ip: IpAddr, net: IpAddr, prefix: u8) -> bool {
 }
 
 impl Policy {
-    /// From the host loop's `proxy` (a ProxyPolicy, or None when off) and `proxy_responses`
-    /// (the 400 and 403 answers).
+    /// From the engine host's `settings.proxy` (a ProxyPolicy, or None when off) and
+    /// `proxy_responses` (the 400 and 403 answers).
     pub fn from_host(host: &Bound<'_, PyAny>) -> PyResult<Option<Policy>> {
-        let proxy = host.getattr("proxy")?;
+        let proxy = host.getattr("settings")?.getattr("proxy")?;
         if proxy.is_none() {
             return Ok(None);
         }

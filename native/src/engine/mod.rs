@@ -1,6 +1,6 @@
 //! The connection loop of a single-thread WSGI worker, in Rust (`--wsgi-loop native`).
 //!
-//! The Python loop (refork.serving.native) stays the outer loop: it owns the worker's control
+//! The Python loop (refork.serving.wsgi.native_parts) stays the outer loop: it owns the worker's control
 //! socket, TLS listeners, ticks, the drain and the safe points, and calls `run()` in place of its
 //! own poll. `run()` waits on the engine's epoll, which also watches the Python loop's epoll fd
 //! (`outer`): it returns when that one is ready, after a signal, or when its timeout ends. In
@@ -17,7 +17,7 @@
 //! incomplete. `run()` returns those as (fd, client, listener_fd, data, since, fresh, held), held
 //! the bytes of the worker's budget charged for data, given back once the Python loop read it. A
 //! response whose whole body the engine does not frame (a stream, a file, write(), an error) is
-//! finished by the Python loop too (`host._finish_slow`), which takes the connection with it.
+//! finished by the Python loop too (`host.finish_response`), which takes the connection with it.
 //! Once it is between two requests again, the Python loop gives it back (`adopt`).
 //!
 //! The GIL is released only around epoll_wait. The engine starts no thread.
@@ -34,13 +34,12 @@ use crate::conn::intake::{Intake, Next, Preface};
 use crate::conn::listen::Listeners;
 use crate::conn::scratch::Scratch;
 use crate::conn::sweep::{sweep, Expired, Timeouts};
-use crate::conn::{Conn, Phase, RECV};
+use crate::conn::{Conn, Phase};
 use crate::sys;
 use crate::wsgi::accounting::{Current, SlotClock};
 use crate::wsgi::environ::Environ;
 use crate::wsgi::start_response::Hooks;
 
-const ACCEPT_BATCH: usize = 8; // per wake-up: more would starve sibling workers on the listener
 const IN: u32 = libc::EPOLLIN as u32;
 const OUT: u32 = libc::EPOLLOUT as u32;
 
@@ -91,10 +90,10 @@ fn attr<'py>(o: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
 
 #[pymethods]
 impl Engine {
-    /// Engine(host, listeners, refs): `host` is the Python loop (app, control, limits, spool,
-    /// timeouts, health, access_log, _exchange, _finish_slow), `listeners` [(fd, Environ)] its
-    /// plain listening sockets, `refs` a dict of what the engine calls in refork (see
-    /// refork.serving.native_engine).
+    /// Engine(host, listeners, refs): `host` is the engine host that owns the Python loop (its
+    /// settings, app, control, memory, access_log, poller; response_exchange and finish_response
+    /// called), `listeners` [(fd, Environ)] its plain listening sockets, `refs` a dict of what the
+    /// engine calls in refork (see refork.serving.wsgi.native_host).
     #[new]
     fn new(py: Python<'_>, host: Bound<'_, PyAny>, listeners: Vec<(i32, Py<Environ>)>, refs: Bound<'_, PyAny>) -> PyResult<Self> {
         let ep = sys::Epoll::new()?;
@@ -103,7 +102,7 @@ impl Engine {
         for (fd, _) in &listeners {
             ep.add(*fd, IN)?;
         }
-        let timeouts = Timeouts::from_py(&attr(&host, "timeouts")?)?;
+        let timeouts = Timeouts::from_py(&attr(&host, "settings")?.getattr("timeouts")?)?;
         let intake = Intake::from_host(&host)?;
         let r = |name: &str| -> PyResult<Py<PyAny>> { Ok(refs.get_item(name)?.unbind()) };
         let hooks = Hooks::from_refs(&host, &refs, intake.limits)?;
@@ -177,7 +176,7 @@ impl Engine {
                     outer_ready = true;
                 } else if let Some(i) = self.listeners.event(fd) {
                     if self.listeners.accepting() {
-                        self.accept(py, i, ACCEPT_BATCH)?;
+                        self.accept(py, i, self.intake.accept_batch)?;
                     }
                 } else if let Some(conn) = self.conns.remove(&fd) {
                     if conn.phase == Phase::Writing {
@@ -230,7 +229,7 @@ impl Engine {
     }
 
     /// A connection of `listener_fd` the Python loop gives back between two requests (see
-    /// refork.serving.native_engine.NativeHost._idle_again).
+    /// refork.serving.wsgi.engine_host.NativeHost.take_back).
     fn adopt(&mut self, fd: i32, client: Bound<'_, PyAny>, listener_fd: i32, since: f64) -> PyResult<()> {
         let environ = self.listeners.place(listener_fd).ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a listener of the engine"))?;
         let conn = Conn::adopted(fd, &client, listener_fd, environ, since)?;
@@ -304,7 +303,7 @@ impl Engine {
 
     fn on_readable(&mut self, py: Python<'_>, mut conn: Conn) -> PyResult<()> {
         let mut buf = self.scratch.for_read(&mut conn);
-        match sys::recv(conn.fd, &mut buf, RECV) {
+        match sys::recv(conn.fd, &mut buf, self.intake.read_size) {
             Ok(0) => {
                 self.scratch.recycle(buf);
                 self.close(conn);

@@ -2,7 +2,7 @@
 //! written, the request accounted (in the slot natively, or by the control's calls).
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::PyBytes;
 
 use super::{Engine, Served, OUT};
 use crate::conn::{describe, Conn, Phase};
@@ -11,6 +11,7 @@ use crate::sys;
 use crate::wsgi::access_log::AccessLog;
 use crate::wsgi::accounting::PyTracking;
 use crate::wsgi::app_call::{input_stream, method_str, split_target, AppCall, Called};
+use crate::wsgi::hand_over::HandOver;
 
 /// How a request is accounted: in the slot natively (the worker's AppClock gives its words), or
 /// by the control's request_started / request_finished (its token in refork.deadlines.current).
@@ -78,7 +79,7 @@ impl Engine {
     }
 
     /// A response the engine does not frame: the Python response path sends it
-    /// (host._finish_slow), and the Python loop takes the connection with it.
+    /// (host.finish_response), and the Python loop takes the connection with it.
     #[allow(clippy::too_many_arguments)]
     fn finish_slow<'py>(
         &mut self,
@@ -104,25 +105,22 @@ impl Engine {
                 token
             }
         };
-        let args = PyTuple::new(
-            py,
-            [
-                conn.fd.into_pyobject(py)?.into_any(),
-                called.client.into_bound(py),
-                conn.listener.into_pyobject(py)?.into_any(),
-                called.start_response.into_any(),
-                called.result,
-                called.exc,
-                called.environ,
-                request,
-                input.clone(),
-                token,
-                started.bind(py).clone(),
-                pyo3::types::PyBool::new(py, self.keep_alive).to_owned().into_any(),
-                PyBytes::new(py, rest).into_any(),
-            ],
-        )?;
-        self.host.bind(py).call_method1(pyo3::intern!(py, "_finish_slow"), args)?;
+        let hand_over = HandOver {
+            fd: conn.fd,
+            client: called.client,
+            listener_fd: conn.listener,
+            start_response: called.start_response.unbind(),
+            result: called.result.unbind(),
+            exc: called.exc.unbind(),
+            environ: called.environ.unbind(),
+            request: request.unbind(),
+            stream: input.clone().unbind(),
+            token: token.unbind(),
+            started: started.clone_ref(py),
+            keep_alive: self.keep_alive,
+            rest: PyBytes::new(py, rest).unbind(),
+        };
+        self.host.bind(py).call_method1(pyo3::intern!(py, "finish_response"), (hand_over,))?;
         Ok(())
     }
 

@@ -14,10 +14,9 @@ use crate::conn::intake::{Next, Preface};
 use crate::conn::listen::Listeners;
 use crate::conn::scratch::Scratch;
 use crate::conn::sweep::{sweep, Expired, Timeouts};
-use crate::conn::{Conn, Phase, RECV};
+use crate::conn::{Conn, Phase};
 use crate::sys;
 
-const ACCEPT_BATCH: usize = 8; // per wake-up: more would starve sibling workers on the listener
 const TICK: f64 = 1.0; // seconds between two sweeps (a quarter of it while draining)
 
 pub(crate) struct Io {
@@ -77,7 +76,7 @@ impl Io {
         } else if let Some(i) = self.listeners.event(fd) {
             if self.listeners.accepting() {
                 let free = self.shared.free().max(1); // none free: accepting only when nobody has one
-                self.accept(i, ACCEPT_BATCH.min(free));
+                self.accept(i, self.shared.intake.accept_batch.min(free));
             }
         } else if let Some(conn) = self.conns.remove(&fd) {
             if conn.phase == Phase::Writing {
@@ -139,7 +138,7 @@ impl Io {
 
     fn on_readable(&mut self, mut conn: Conn) {
         let mut buf = self.scratch.for_read(&mut conn);
-        match sys::recv(conn.fd, &mut buf, RECV) {
+        match sys::recv(conn.fd, &mut buf, self.shared.intake.read_size) {
             Ok(0) => {
                 self.scratch.recycle(buf);
                 self.shared.close(conn);

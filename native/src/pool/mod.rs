@@ -4,7 +4,7 @@
 //! connections: epoll, accept, recv, the common request shape parsed with httparse, bodies up to
 //! the in-memory threshold, the deadlines, the writes a client is slow to take. A complete request
 //! becomes a job in the queue below, with its connection. The **app threads** are the worker's
-//! Python threads (refork.serving.native_pool): each runs `work()`, which waits for a job with
+//! Python threads (refork.serving.wsgi.pool_host): each runs `work()`, which waits for a job with
 //! the GIL released, then builds the environ, calls the app, frames the whole body (pool/serve.rs)
 //! and writes it with one `send`; the connection then goes back to the I/O thread's epoll
 //! (EPOLLONESHOT: the app thread re-arms it, the I/O thread is not woken), or the same app thread
@@ -13,7 +13,7 @@
 //!
 //! Connections the Python loop served come back between two requests (`adopt`).
 //!
-//! Anything else goes to the Python loop (refork.serving.threaded, through the wake-up eventfd
+//! Anything else goes to the Python loop (refork.serving.wsgi.python_loop, through the wake-up eventfd
 //! it polls and `take()`), with its connection, from the first byte of the message: the Python
 //! parser then gives every verdict, as with the single-thread engine (engine/). The Python
 //! loop's own jobs (a chunked upload, say) run on the same app threads (`submit`).
@@ -52,7 +52,7 @@ pub(crate) fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) enum Job {
     /// a connection whose buffer starts with a complete request of the common shape
     Request(Conn),
-    /// the Python loop's job: the arguments of its handler (refork.serving.threaded._Loop._pool_job)
+    /// the Python loop's job: the arguments of its handler (refork.serving.wsgi.python_loop.PythonLoop._pool_job)
     Python(Py<PyAny>),
 }
 
@@ -263,7 +263,7 @@ pub struct PoolEngine {
 #[pymethods]
 impl PoolEngine {
     /// PoolEngine(host, listeners, refs): as Engine's (engine/); `host` also has
-    /// _finish_slow(...) -> keep, which sends a response this engine does not frame.
+    /// finish_response(...) -> keep, which sends a response this engine does not frame.
     #[new]
     fn new(py: Python<'_>, host: Bound<'_, PyAny>, listeners: Vec<(i32, Py<Environ>)>, refs: Bound<'_, PyAny>) -> PyResult<Self> {
         let ep = sys::Epoll::new()?;
@@ -284,7 +284,7 @@ impl PoolEngine {
             to_python: Mutex::new(ToPython::default()),
             pause: AtomicBool::new(false),
             holding: AtomicBool::new(false),
-            threads: host.getattr("threads")?.extract()?,
+            threads: host.getattr("settings")?.getattr("threads")?.extract()?,
             full: AtomicBool::new(false),
             free_elsewhere: host.getattr("control")?.call_method0("free_threads_address")?.extract()?,
             keep_alive: AtomicBool::new(true),
@@ -298,7 +298,7 @@ impl PoolEngine {
         let io = io::Io::new(
             shared.clone(),
             listeners.iter().map(|(fd, _)| *fd).collect(),
-            Timeouts::from_py(&host.getattr("timeouts")?)?,
+            Timeouts::from_py(&host.getattr("settings")?.getattr("timeouts")?)?,
             timeout_response,
         );
         let side = AppSide {
@@ -347,7 +347,7 @@ impl PoolEngine {
     }
 
     /// A connection of `listener_fd` the Python loop gives back between two requests (see
-    /// refork.serving.native_engine.NativeHost._idle_again): the I/O thread's again.
+    /// refork.serving.wsgi.engine_host.NativeHost.take_back): the I/O thread's again.
     fn adopt(&self, fd: i32, client: Bound<'_, PyAny>, listener_fd: i32, since: f64) -> PyResult<()> {
         let environ = self.side.listener_fds.iter().position(|&l| l == listener_fd).ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a listener of the engine"))?;
         let conn = Conn::adopted(fd, &client, listener_fd, environ, since)?;

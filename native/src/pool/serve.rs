@@ -6,6 +6,7 @@
 use std::sync::atomic::Ordering;
 
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 use super::{PoolEngine, Shared, IN, OUT};
 use crate::conn::intake::Next;
@@ -15,6 +16,7 @@ use crate::sys;
 use crate::wsgi::access_log::AccessLog;
 use crate::wsgi::accounting::PyTracking;
 use crate::wsgi::app_call::{input_stream, method_str, split_target, AppCall};
+use crate::wsgi::hand_over::HandOver;
 
 /// What became of a request's response once the app returned.
 enum Answer {
@@ -80,11 +82,23 @@ impl PoolEngine {
             // the Python response path, on this thread: it writes, blocking, and accounts the request
             tracking.leave(current)?;
             let request = called.request()?;
-            let args = (
-                conn.fd, called.client, conn.listener, called.start_response, called.result, called.exc,
-                called.environ, request, input, tracking.token, started, keep_alive,
-            );
-            let keep: bool = side.host.bind(py).call_method1(pyo3::intern!(py, "_finish_slow"), args)?.extract()?;
+            let hand_over = HandOver {
+                fd: conn.fd,
+                client: called.client,
+                listener_fd: conn.listener,
+                start_response: called.start_response.unbind(),
+                result: called.result.unbind(),
+                exc: called.exc.unbind(),
+                environ: called.environ.unbind(),
+                request: request.unbind(),
+                stream: input.unbind(),
+                token: tracking.token.unbind(),
+                started,
+                keep_alive,
+                rest: PyBytes::new(py, b"").unbind(),
+            };
+            let finish = pyo3::intern!(py, "finish_response");
+            let keep: bool = side.host.bind(py).call_method1(finish, (hand_over,))?.extract()?;
             return Ok((Answer::Sent { keep }, used));
         };
         tracking.finish(control, current, status)?;

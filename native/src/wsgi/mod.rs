@@ -6,4 +6,5 @@ pub(crate) mod accounting;
 pub(crate) mod app_call;
 pub(crate) mod body;
 pub(crate) mod environ;
+pub(crate) mod hand_over;
 pub(crate) mod start_response;

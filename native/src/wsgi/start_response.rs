@@ -14,14 +14,14 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use crate::http::head::{fast_head, HeadLimits};
 use crate::http::parser::request_object;
 
-/// refork.wsgi.response's caches and checks, and the host's `_exchange` (see module docs).
+/// refork.wsgi.response's caches and checks, and the host's `response_exchange` (see module docs).
 #[pyclass(module = "refork._native", frozen)]
 pub struct Hooks {
     pub(crate) status_cache: Py<PyDict>,
     pub(crate) header_cache: Py<PyDict>,
     pub(crate) check_status: Py<PyAny>,
     pub(crate) check_header: Py<PyAny>,
-    /// host._exchange(fd, client, listener_fd, request, keep_alive) -> a Python _Exchange
+    /// host.response_exchange(fd, client, listener_fd, request, keep_alive) -> a Python _Exchange
     pub(crate) exchange: Py<PyAny>,
     /// refork.http.events.Request and the limits its head was read with (see StartResponse::request)
     pub(crate) request_cls: Py<PyAny>,
@@ -36,7 +36,7 @@ pub struct Hooks {
 }
 
 impl Hooks {
-    /// From the host loop (its `_exchange`) and the engines' `refs` (see refork.serving.native_engine).
+    /// From the engine host (its `response_exchange`) and the engines' `refs` (see refork.serving.wsgi.native_host).
     pub(crate) fn from_refs(host: &Bound<'_, PyAny>, refs: &Bound<'_, PyAny>, limits: HeadLimits) -> PyResult<Hooks> {
         let r = |name: &str| -> PyResult<Py<PyAny>> { Ok(refs.get_item(name)?.unbind()) };
         Ok(Hooks {
@@ -44,7 +44,7 @@ impl Hooks {
             header_cache: refs.get_item("header_cache")?.cast_into()?.unbind(),
             check_status: r("check_status")?,
             check_header: r("check_header")?,
-            exchange: host.getattr("_exchange")?.unbind(),
+            exchange: host.getattr("response_exchange")?.unbind(),
             request_cls: r("request_cls")?,
             limits,
             prefetched: r("prefetched")?,

@@ -3,7 +3,7 @@
 This module is the worker's side: :class:`Server` (listening, the once-a-second sweep, the
 graceful stop and its backlog, lifespan), :func:`serve_asgi` (safe points between two
 run_forever() calls) and the clean-up of a forked child. Each connection is an
-:class:`refork.serving.aio_protocol.HttpProtocol`: it feeds bytes to the sans-IO
+:class:`refork.serving.asgi.http_protocol.HttpProtocol`: it feeds bytes to the sans-IO
 :class:`RequestParser` and hands each complete request head to a :class:`refork.asgi.HttpCycle`,
 which runs the app; the protocol drives the cycle and the cycle answers through its
 :class:`refork.asgi.Channel` only. The deadlines of
@@ -29,19 +29,14 @@ from typing import Any
 from refork.asgi import HttpCycle, Lifespan
 from refork.config import Config
 from refork.http.budget import MemoryBudget
-from refork.http.forwarded import TrustedProxies
-from refork.http.proxy_protocol import policy
-from refork.logs import AccessLog
 from refork.memory.allocator import malloc_trim
-from refork.serving.aio_protocol import HttpProtocol
-from refork.serving.aio_proxied import ProxiedListener
-from refork.serving.aio_websocket import WebSocketProtocol
-from refork.serving.connection import TICK, Timeouts, release_after_fork, request_limits
+from refork.serving.asgi.http2_protocol import Http2Protocol, alpn_protocols, http2_limits
+from refork.serving.asgi.http_protocol import HttpProtocol
+from refork.serving.asgi.proxied_listener import ProxiedListener
+from refork.serving.asgi.websocket_protocol import WebSocketProtocol
+from refork.serving.connection import TICK, release_after_fork
 from refork.serving.contract import WorkerControl
-from refork.serving.h2_asgi import Http2Protocol, alpn_protocols, http2_limits
-from refork.serving.health import health_paths
-from refork.serving.request_hooks import RequestHooks
-from refork.serving.tls import contexts_for
+from refork.serving.settings import ServingSettings
 
 log = logging.getLogger("refork")
 
@@ -71,40 +66,40 @@ class Server:
         app: Any,
         config: Config,
         control: WorkerControl,
+        settings: ServingSettings,
     ) -> None:
         self.loop = loop
         self.listeners = listeners
         self.app = app
         self.config = config
         self.control = control
-        self.limits = request_limits(config)
-        allow, secure = config.forwarded_allow_ips, config.secure_scheme_headers
-        self.proxies = TrustedProxies(allow, secure) if allow else None
-        self.root_path = config.root_path
+        self.settings = settings
+        self.limits = settings.limits
+        self.proxies = settings.forwarded if settings.forwarded_allowed else None
+        self.root_path = settings.root_path
         self.lifespan = Lifespan(app)
-        self.access_log = AccessLog.from_config(config, asgi=True)
-        self.request_hooks = RequestHooks.from_config(config)  # pre_request / post_request, if any
-        self.health = health_paths(config.health_path)
-        self.timeouts = Timeouts.from_config(config)
+        self.access_log = settings.access_log
+        self.request_hooks = settings.request_hooks  # pre_request / post_request, if any
+        self.health = settings.health
+        self.timeouts = settings.timeouts
         self.connections: set[HttpProtocol | WebSocketProtocol | Http2Protocol] = set()
-        self.h2_limits = http2_limits(config)  # HTTP/2 (refork.serving.h2_asgi): h2 by ALPN, h2c
+        self.h2_limits = http2_limits(config)  # HTTP/2 (refork.serving.asgi.http2_protocol): h2 by ALPN, h2c
         self.h2_alpn = "h2" in config.http_protocols
         self.h2c = "h2c" in config.http_protocols
         self.h1 = "h1" in config.http_protocols
         # plain connections accepted, their protocol made, connection_made not called yet (the
         # loop iteration in between): weak, so that one whose socket failed cannot hold the drain
         self.arriving: weakref.WeakSet[HttpProtocol] = weakref.WeakSet()
-        self.contexts: dict[int, Any] = {}  # listener fd -> its TLS context (the TLS listeners)
-        self.handshake_timeout = config.ssl_handshake_timeout
+        self.handshake_timeout = settings.handshake_timeout
         self.ws_enabled = config.ws != "none"  # hand WebSocket handshakes to aio_websocket
         self.ws_memory = MemoryBudget(config.ws_max_memory)  # WebSocket messages held for the apps
         self.ws_partial = 0  # of which: the parts of messages still arriving
-        self.request_memory = MemoryBudget(config.max_request_memory)  # heads, unread bodies
+        self.request_memory = MemoryBudget(settings.max_request_memory)  # heads, unread bodies
         self.ws_memory.on_full = self._ws_memory_full
         self.request_memory.on_full = self._request_memory_full
         self.open_websockets = 0  # accepted and not finished: not in in_flight (see aio_websocket)
         self.servers: list[asyncio.AbstractServer] = []
-        self.proxy = policy(config.proxy_protocol, config.proxy_allow_ips)
+        self.proxy = settings.proxy
         self.proxied: list[ProxiedListener] = []  # listeners read for a PROXY header (proxy on)
         self.in_flight = 0
         self.stopping = False
@@ -126,11 +121,10 @@ class Server:
         self._tick_handle = loop.call_later(TICK, self.tick)
         await self.lifespan.startup()
         if not self.stopping:
-            self.contexts = contexts_for(self.listeners, self.config)  # built here: after the fork
-            for context in set(self.contexts.values()):  # (this process's copy of the context)
+            for context in set(self.settings.tls.values()):  # (this process's copy of the context)
                 context.set_alpn_protocols(alpn_protocols(self.config))
             for sock in self.listeners:
-                ctx = self.contexts.get(sock.fileno())
+                ctx = self.settings.tls.get(sock.fileno())
                 if self.proxy is not None:
                     self.proxied.append(ProxiedListener(self, sock, ctx, self.proxy))
                     continue
@@ -241,7 +235,7 @@ class Server:
                     break
                 conn.setblocking(False)
                 self.adopting += 1
-                ctx = self.contexts.get(sock.fileno())
+                ctx = self.settings.tls.get(sock.fileno())
                 adopt = self.loop.connect_accepted_socket(
                     self._protocol_factory(ctx is not None), conn, **self._tls(ctx)
                 )
@@ -320,7 +314,8 @@ class Server:
 
 
 def serve_asgi(
-    listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
+    listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
+    settings: ServingSettings,
 ) -> None:
     """Serve ASGI http on the listeners until control says stop (see WorkerControl).
 
@@ -330,7 +325,7 @@ def serve_asgi(
     """
     loop = new_event_loop(config)
     asyncio.set_event_loop(loop)
-    srv = Server(loop, listeners, app, config, control)
+    srv = Server(loop, listeners, app, config, control, settings)
     main = loop.create_task(srv.main())
     main.add_done_callback(lambda _: loop.stop())
     forked = False

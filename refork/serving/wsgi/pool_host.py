@@ -7,13 +7,13 @@ for a request with the GIL released, calls the app, and writes a list body in on
 the GIL. So idle and slow connections cost no thread, and no request waits for an I/O loop to
 get the GIL.
 
-This loop stays the outer one, on the worker's main thread, as with the single-thread engine
-(:mod:`refork.serving.native_engine`): the control socket, TLS listeners, ticks, the drain, safe
-points, and every connection the engine hands over (any other request shape, a body to spool, a
-health check, X-Forwarded-*), which it serves as the Python loop does, its jobs run by the same
-app threads. A response the engine does not frame (a generator, a file, write(), an app error) is
-sent by the Python response path on the app thread (:meth:`_PoolLoop._finish_slow`) and the
-connection goes back to the engine.
+Its host (:class:`PoolHost`) owns a Python loop that stays the outer one, on the worker's main
+thread, as with the single-thread engine (:mod:`refork.serving.wsgi.engine_host`): the control
+socket, TLS listeners, ticks, the drain, safe points, and every connection the engine hands over
+(any other request shape, a body to spool, a health check, X-Forwarded-*), which it serves as
+the Python loop does, its jobs run by the same app threads. A response the engine does not frame
+(a generator, a file, write(), an app error) is sent by the Python response path on the app
+thread (:meth:`PoolHost.finish_response`) and the connection goes back to the engine.
 
 Forks: at a safe point the I/O thread is joined and the app threads too, so a promoted worker's
 child holds no thread of the pool; it forgets the engine's connections.
@@ -25,17 +25,17 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from refork import _native, deadlines
 from refork.config import Config
-from refork.http.body import InputStream
 from refork.http.events import Request
 from refork.http.response import ResponseFramer
 from refork.serving.contract import WorkerControl
-from refork.serving.native_engine import NativeHost, refs
 from refork.serving.outbox import Outbox
-from refork.serving.pool import AppThreads
+from refork.serving.settings import ServingSettings
+from refork.serving.wsgi.app_threads import AppThreads
+from refork.serving.wsgi.native_host import NativeHost, refs
 from refork.wsgi import Streaming
 from refork.wsgi.response import _Exchange, continue_wsgi
 
@@ -43,52 +43,54 @@ log = logging.getLogger("refork")
 
 
 class EngineThreads(AppThreads):
-    """The app threads of a PoolEngine: each serves the engine's requests and this loop's jobs."""
+    """The app threads of a PoolEngine: each serves the engine's requests and the loop's jobs."""
 
-    def __init__(self, size: int, handler: Callable[..., None], engine: _native.PoolEngine) -> None:
+    def __init__(self, size: int, handler: Callable[..., None], host: PoolHost) -> None:
         super().__init__(size, handler)
-        self.engine = engine
+        self.host = host  # (its engine is made after the loop that makes these threads)
 
     def submit(self, job: tuple[Any, ...]) -> None:
-        self.engine.submit(job)
+        self.host.engine.submit(job)
 
     def stop(self) -> None:
-        self.engine.stop_workers(len(self.threads))
+        self.host.engine.stop_workers(len(self.threads))
         for t in self.threads:
             t.join()
         self.threads = []
 
     def _run(self) -> None:
+        engine = self.host.engine
         while True:
             try:
-                self.engine.work(self.handler)
+                engine.work(self.handler)
                 return
             except SystemExit:  # sys.exit() in app code must not silently shrink the pool
                 log.error("SystemExit raised by the app in a pool thread: ignored")
 
 
-class _PoolLoop(NativeHost):
-    """The native loop (threads > 1) with the pool engine serving its plain listeners."""
+class PoolHost(NativeHost):
+    """The pool engine (threads > 1) serving the plain listeners, beside the Python loop it owns."""
 
     engine: _native.PoolEngine
 
     def __init__(
-        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
-    ) -> None:
-        super().__init__(listeners, app, config, control)
+        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
+        settings: ServingSettings,
+    ) -> None:  # fmt: skip
+        threads = lambda size, job: EngineThreads(size, job, self)  # noqa: E731
+        super().__init__(listeners, app, config, control, settings, threads)
         self.engine = _native.PoolEngine(self, self._native_listeners(), refs())
-        self.pool = EngineThreads(self.threads, self._pool_job, self.engine)
         self.engine_fd: int = self.engine.wake_fd
 
     def run(self) -> None:
-        self.poller.register(self.engine_fd)
+        self.loop.poller.register(self.engine_fd)
         self.engine.start()
-        super().run()
+        self.loop.run()
 
-    def _poll(self, timeout: float) -> list[tuple[int, int]]:
-        """This loop's ready fds; the engine's news (connections handed over, log lines) first."""
+    def poll(self, timeout: float) -> list[tuple[int, int]]:
+        """The loop's ready fds; the engine's news (connections handed over, log lines) first."""
         self.engine.hold(self.control.safe_point_wanted)
-        ready = self.poller.poll(timeout)
+        ready = self.loop.poller.poll(timeout)
         for i, (fd, _) in enumerate(ready):
             if fd == self.engine_fd:
                 del ready[i]
@@ -103,37 +105,43 @@ class _PoolLoop(NativeHost):
         for item in handed:
             self._adopt(*item)
 
-    def _app_idle(self) -> bool:
-        return self.in_flight == 0 and self.engine.in_flight == 0
+    def app_idle(self) -> bool:
+        return self.engine.in_flight == 0
 
-    def _free_threads(self) -> int:
+    def free_threads(self) -> int | None:
         return int(self.engine.free_threads)  # the engine counts the jobs of both loops
 
-    # ---------------------------------------------------------------- responses the engine does not frame
-    # (both on an app thread)
+    def before_safe_point(self) -> None:
+        self.engine.pause()  # no thread of the engine at the fork
 
-    def _exchange(
+    def after_safe_point(self) -> None:
+        self.engine.start()
+        self.engine.hold(False)
+
+    # ---------------------------------------------------------------- called by the engine
+    # (both on an app thread: responses the engine does not frame)
+
+    def response_exchange(
         self, fd: int, client: Any, listener_fd: int, request: Request, keep_alive: bool
     ) -> _Exchange:
         """The Python response state of an engine request, over a blocking output of its socket
-        (borrowed: _finish_slow gives the fd back to the engine)."""
+        (borrowed: finish_response gives the fd back to the engine)."""
         sock = socket.socket(fileno=fd)
         sock.setblocking(False)
-        out = Outbox(sock, client, self.timeouts.write, self.control, buffering=False)
+        out = Outbox(sock, client, self.loop.timeouts.write, self.control, buffering=False)
         out.token = deadlines.current.get()
         out.request = request
         return _Exchange(ResponseFramer(request, server_keep_alive=keep_alive), out)
 
-    def _finish_slow(
-        self, fd: int, client: Any, listener_fd: int, start_response: Any, result: Any,
-        exc: Exception | None, environ: dict[str, Any], request: Request, stream: InputStream,
-        token: object, started: float | None, keep_alive: bool,
-    ) -> bool:  # fmt: skip
+    def finish_response(self, hand_over: _native.HandOver) -> bool:
         """Send a response the engine did not frame (refork.wsgi.continue_wsgi, blocking) and
         account it; True when the engine may keep the connection."""
+        environ, request, token = hand_over.environ, hand_over.request, hand_over.token
+        result, exc, started = hand_over.result, hand_over.exc, hand_over.started
         began = started if started is not None else time.perf_counter()
-        ex = start_response.exchange_now()
-        ex.out.token = token  # (the app's call is over: deadlines.current no longer has it)
+        ex = hand_over.start_response.exchange_now()
+        out = cast(Outbox, ex.out)  # (made by response_exchange)
+        out.token = token  # (the app's call is over: deadlines.current no longer has it)
         serving = deadlines.current.set(token)
         try:
             outcome = continue_wsgi(ex, environ, request, result, exc=exc)
@@ -142,25 +150,14 @@ class _PoolLoop(NativeHost):
             outcome = (ex.code, ex.framer.body_bytes, False)
         finally:
             deadlines.current.reset(serving)
-            ex.out.sock.detach()  # the engine's connection again
+            out.sock.detach()  # the engine's connection again
         assert not isinstance(outcome, Streaming)  # a blocking output never waits
-        return self._finished(request, environ, stream, token, began, outcome, ex)
-
-    # ---------------------------------------------------------------- lifetime
-
-    def _safe_point(self) -> None:
-        self.engine.pause()  # no thread of the engine at the fork
-        try:
-            super()._safe_point()
-        except SystemExit:  # the forked child: the engine's connections are the parent's
-            self.engine.release_after_fork()
-            raise
-        self.engine.start()
-        self.engine.hold(False)
+        return self.loop.finished(request, environ, hand_over.stream, token, began, outcome, ex)
 
 
 def serve_wsgi_pool(
-    listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
+    listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
+    settings: ServingSettings,
 ) -> None:
     """Serve WSGI with the pool engine (threads > 1) until the control says stop."""
-    _PoolLoop(listeners, app, config, control).run()
+    PoolHost(listeners, app, config, control, settings).run()

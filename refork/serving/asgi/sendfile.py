@@ -1,6 +1,6 @@
 """A file's bytes onto an ASGI connection: ``os.sendfile`` on plain sockets, read+write over TLS.
 
-What :meth:`refork.serving.aio_protocol.HttpProtocol.send_file` does for the
+What :meth:`refork.serving.asgi.http_protocol.HttpProtocol.send_file` does for the
 ``http.response.pathsend`` and ``http.response.zerocopysend`` extensions.
 
 Neither asyncio's transports nor uvloop's let anyone else register the socket for writability
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from refork.asgi import ClientDisconnected
 
 if TYPE_CHECKING:
-    from refork.serving.aio_protocol import HttpProtocol
+    from refork.serving.asgi.http_protocol import HttpProtocol
 
 NUDGE = 16 * 1024  # read+write when the kernel is full: it wakes us when the socket drained
 TLS_PIECE = 256 * 1024  # read+write pieces over TLS

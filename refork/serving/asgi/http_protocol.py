@@ -4,9 +4,9 @@
 head to a :class:`refork.asgi.HttpCycle` (which runs the app on a Task) and is that cycle's
 :class:`refork.asgi.Channel`. It keeps the connection's flow control (pausing reads behind a
 backlog, writes over the transport's high-water mark) and applies the deadlines of
-:mod:`refork.serving.connection` when :class:`refork.serving.aio.Server` sweeps it once a second.
+:mod:`refork.serving.connection` when :class:`refork.serving.asgi.server.Server` sweeps it once a second.
 The server side (listening, the graceful stop, safe points and the fork clean-up) is in
-:mod:`refork.serving.aio`.
+:mod:`refork.serving.asgi.server`.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from refork.asgi.tls import tls_extension
 from refork.http.events import Body, Event, ParseError, Request
 from refork.http.parser import RequestParser
 from refork.http.response import simple_response
-from refork.serving.aio_sendfile import send_file
-from refork.serving.aio_websocket import WebSocketProtocol
+from refork.serving.asgi.http2_protocol import hand_over, sniff_preface, wants_h2
+from refork.serving.asgi.sendfile import send_file
+from refork.serving.asgi.websocket_protocol import WebSocketProtocol
 from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
-from refork.serving.h2_asgi import hand_over, sniff_preface, wants_h2
 from refork.serving.health import health_response
 
 if TYPE_CHECKING:
-    from refork.serving.aio import Server
+    from refork.serving.asgi.server import Server
 
 log = logging.getLogger("refork")
 
@@ -58,7 +58,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def __init__(self, srv: Server, proxied: tuple[str, int] | None = None) -> None:
         self.srv = srv
-        self.proxied = proxied  # the client a PROXY header named (refork.serving.aio_proxied)
+        self.proxied = proxied  # the client a PROXY header named (refork.serving.asgi.proxied_listener)
         self.loop = srv.loop
         self.parser = RequestParser(srv.limits, hand_off_websocket=srv.ws_enabled)
         self.transport: Any = None
@@ -108,7 +108,7 @@ class HttpProtocol(asyncio.Protocol):
         self.srv.arriving.discard(self)
         self.srv.connections.add(self)
         if ssl_object is not None and self.srv.h2_alpn and wants_h2(transport):
-            hand_over(self, b"")  # ALPN picked HTTP/2 (refork.serving.h2_asgi)
+            hand_over(self, b"")  # ALPN picked HTTP/2 (refork.serving.asgi.http2_protocol)
 
     def data_received(self, data: bytes) -> None:
         if self.fresh and self.tls is None and self.srv.h2c:
@@ -316,7 +316,7 @@ class HttpProtocol(asyncio.Protocol):
                 self.pause_reading()
 
     def upgrade(self, request: Request) -> None:
-        """A WebSocket handshake: the transport goes to a WebSocketProtocol (serving.aio_websocket)
+        """A WebSocket handshake: the transport goes to a WebSocketProtocol (serving.asgi.websocket_protocol)
         with the bytes after the head. Refused behind a pipelined response (400, once it is
         written) and while the worker stops (503)."""
         srv = self.srv

@@ -1,4 +1,4 @@
-"""What the WSGI loop (refork.serving.threaded) keeps per client connection.
+"""What the WSGI loop (refork.serving.wsgi.python_loop) keeps per client connection.
 
 A Conn is one socket with its parser, the request being received and its place in the
 connection contract (refork.serving.connection: phase and since); a Writing is a response waiting
@@ -16,7 +16,7 @@ from refork.http.events import Event, ParseError, Request
 from refork.http.parser import Limits, RequestParser
 from refork.serving.connection import Phase
 from refork.serving.outbox import Outbox
-from refork.serving.tls import TlsConn
+from refork.serving.tls_io import TlsConn
 from refork.wsgi import EnvironBuilder, Streaming
 
 __all__ = ["NO_EVENTS", "Conn", "Job", "Step", "Writing"]

@@ -1,6 +1,6 @@
 """The ASGI loop's WebSocket connections: RFC 6455 over wsproto, driven by the asyncio transport.
 
-:class:`refork.serving.aio_protocol.HttpProtocol` hands a connection over after a WebSocket
+:class:`refork.serving.asgi.http_protocol.HttpProtocol` hands a connection over after a WebSocket
 handshake request (the parser stops there and keeps the bytes after the head): the transport
 gets a :class:`WebSocketProtocol`, which checks the handshake, runs the app's
 :class:`refork.asgi.websocket.WebSocketSession` on a Task and is that session's channel.
@@ -48,7 +48,7 @@ does not wait for open WebSockets, or a worker holding a long-lived one could ne
 That is safe for the same reason an idle keep-alive connection is: the app's task is suspended
 between two messages, and the forked child never runs it (it keeps every task of the loop
 referenced and unrun, and turns its copies of the client sockets into /dev/null: see
-refork.serving.aio._abandon_after_fork); the parent serves the WebSocket on.
+refork.serving.asgi.server._abandon_after_fork); the parent serves the WebSocket on.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ from refork.http.websocket_frames import ForWsproto, FrameSplitter, server_frame
 from refork.serving.connection import Timeouts, log_access, log_write_timeout
 
 if TYPE_CHECKING:
-    from refork.serving.aio import Server
+    from refork.serving.asgi.server import Server
 
 log = logging.getLogger("refork")
 

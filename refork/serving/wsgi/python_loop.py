@@ -12,7 +12,7 @@ socketpair.
 The deadlines and the drain are those of :mod:`refork.serving.connection`; a response write
 that makes no progress for the write timeout is cut and logged. This module is the request path
 (read, parse, call the app, write, the pool's hand-over); accepting, closing, the deadline sweep,
-the drain, the safe point and the shutdown are :mod:`refork.serving.threaded_lifetime`.
+the drain, the safe point and the shutdown are :mod:`refork.serving.wsgi.python_loop_lifetime`.
 """
 
 from __future__ import annotations
@@ -21,36 +21,34 @@ import logging
 import queue
 import socket
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from refork import deadlines
 from refork.config import Config
 from refork.http.body import EMPTY_INPUT, BodyBuffer, InputStream, Spool
 from refork.http.budget import MemoryBudget
 from refork.http.events import Body, EndOfMessage, ParseError, Request
-from refork.http.forwarded import TrustedProxies
-from refork.http.proxy_protocol import INCOMPLETE, ProxyError, ProxyHeader, policy
+from refork.http.proxy_protocol import INCOMPLETE, ProxyError, ProxyHeader
 from refork.http.response import CONTINUE, simple_response
 from refork.memory.allocator import malloc_trim
-from refork.serving.connection import TICK, Phase, RequestEnd, Timeouts, log_access, request_limits
+from refork.serving.connection import TICK, Phase, RequestEnd, log_access
 from refork.serving.contract import WorkerControl
-from refork.serving.health import health_paths, health_response
+from refork.serving.health import health_response
 from refork.serving.poller import IN as _IN
 from refork.serving.poller import Poller
-from refork.serving.pool import AppThreads
 from refork.serving.proxied import CLOSED, peer_host, read_preface, refuse
-from refork.serving.request_hooks import RequestHooks, request_end
-from refork.serving.threaded_conn import NO_EVENTS, Conn, Job, Step, Writing
-from refork.serving.threaded_lifetime import Lifetime
-from refork.serving.tls import TlsConn, contexts_for, log_failure
+from refork.serving.settings import ServingSettings
+from refork.serving.tls_io import TlsConn, log_failure
+from refork.serving.wsgi.app_threads import AppThreads
+from refork.serving.wsgi.conn import NO_EVENTS, Conn, Job, Step, Writing
+from refork.serving.wsgi.python_loop_lifetime import Alone, Beside, Lifetime
 from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
 from refork.wsgi.response import _Exchange
 
 log = logging.getLogger("refork")
 
 _IDLE, _HEAD, _BODY, _WRITING = Phase.IDLE, Phase.HEAD, Phase.BODY, Phase.WRITING
-_RECV = 1 << 16
 # A WebSocket handshake to a WSGI app (WSGI has no WebSocket interface): 400, not the app's to see.
 # 4xx: the request asks what this endpoint cannot do, nothing failed on the server (no 5xx alert);
 # not 403, which an ASGI app's refusal answers (the two stay distinguishable); not 426, which asks
@@ -60,46 +58,66 @@ _WEBSOCKET_REFUSED = (
 )
 
 
-class _Loop(Lifetime):
-    """The loop: its state, the run, and the request path (accept, sweep, drain: :class:`Lifetime`)."""
+class LoopParts(NamedTuple):
+    """What the Python loop parses, builds environs, frames and budgets memory with: pure Python
+    (:data:`PYTHON`), or refork._native's (refork.serving.wsgi.native_parts.NATIVE)."""
 
-    start_wsgi = staticmethod(start_wsgi)  # the native loop's: refork.serving.native.start_wsgi_native
+    conn_type: type[Conn]
+    start_wsgi: Callable[..., Outcome | Streaming]
+    builder: Callable[[EnvironBuilder], EnvironBuilder]  # a listener's EnvironBuilder, as used
+    memory: Callable[[int], Any]  # the worker's budget of request bytes held (--max-request-memory)
+
+
+PYTHON = LoopParts(Conn, start_wsgi, lambda builder: builder, MemoryBudget)
+
+
+class PythonLoop(Lifetime):
+    """The loop: its state, the run, and the request path (accept, sweep, drain: :class:`Lifetime`).
+
+    Alone it serves every connection (--wsgi-loop python); an engine host owns one for the
+    connections its engine hands over, and is what serves `beside` it.
+    """
 
     # Out of the instance __dict__: CPython 3.11 and 3.12 stop specializing attribute reads on an
     # instance whose __dict__ holds 30 keys or more, and every self.x of the loop's per-request
-    # code then costs twice as much (the native engine loop's __dict__ holds 28).
-    __slots__ = ("proxy", "request_hooks")
+    # code then costs twice as much.
+    __slots__ = ("proxy", "request_hooks", "start_wsgi", "conn_type", "beside", "settings", "read_size")
 
     def __init__(
-        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
-    ) -> None:
+        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
+        settings: ServingSettings, parts: LoopParts = PYTHON, beside: Beside | None = None,
+        app_threads: Callable[[int, Callable[..., None]], AppThreads] = AppThreads,
+    ) -> None:  # fmt: skip
         self.app = app
         self.control = control
-        self.limits = request_limits(config)
+        self.settings = settings
+        self.conn_type = parts.conn_type
+        self.start_wsgi = parts.start_wsgi
+        self.read_size = settings.read_size
+        self.limits = settings.limits
         self.poller = Poller()
         # one buffer every read lands in, copied out at its size: a 64 KiB bytes shrunk to what
         # arrived (recv) leaves the heap fragmented under many connections sending bodies at once
-        self._scratch = bytearray(_RECV)
+        self._scratch = bytearray(settings.read_size)
         self._scratch_view = memoryview(self._scratch)
         self.conns: dict[int, Conn] = {}
         self.listeners: dict[int, tuple[socket.socket, EnvironBuilder]] = {}
-        self.threads = max(1, int(config.threads))
+        self.threads = settings.threads
         self.draining = False
         self.drain_until = 0.0
         self.in_flight = 0
-        self.spool = config.body_spool_threshold
+        self.spool = settings.inline_body
         self.spool_budget = Spool(config.max_spool, config.spool_dir)  # bytes in spool files, all conns
-        self.memory = self._memory_budget(config.max_request_memory)  # request bytes held, all conns
-        self.timeouts = Timeouts.from_config(config)
+        self.memory = parts.memory(settings.max_request_memory)  # request bytes held, all conns
+        self.timeouts = settings.timeouts
         self.accept_paused_until = 0.0
         self.accepts_held = False
-        self.request_hooks = RequestHooks.from_config(config)  # pre_request / post_request, if any
-        self.access_log: RequestEnd | None = request_end(config, self.request_hooks)
-        self.health = health_paths(config.health_path)
-        proxies = TrustedProxies(config.forwarded_allow_ips, config.secure_scheme_headers)
-        self.tls = contexts_for(listeners, config)  # listener fd -> SSLContext (TLS listeners)
-        self.proxy = policy(config.proxy_protocol, config.proxy_allow_ips)
-        self.handshake_timeout = config.ssl_handshake_timeout
+        self.request_hooks = settings.request_hooks  # pre_request / post_request, if any
+        self.access_log: RequestEnd | None = settings.request_end
+        self.health = settings.health
+        self.tls = settings.tls  # listener fd -> SSLContext (TLS listeners)
+        self.proxy = settings.proxy
+        self.handshake_timeout = settings.handshake_timeout
         for lsock in listeners:
             lsock.setblocking(False)
             try:
@@ -109,22 +127,23 @@ class _Loop(Lifetime):
             server = (str(addr[0]), int(addr[1])) if isinstance(addr, tuple) else str(addr)
             builder = EnvironBuilder(
                 server=server,
-                root_path=config.root_path,
+                root_path=settings.root_path,
                 multithread=self.threads > 1,
-                proxies=proxies,
+                proxies=settings.forwarded,
                 url_scheme="https" if lsock.fileno() in self.tls else "http",
             )
-            self.listeners[lsock.fileno()] = (lsock, builder)
+            self.listeners[lsock.fileno()] = (lsock, parts.builder(builder))
         self.pool: AppThreads | None = None
         self.done: queue.SimpleQueue[tuple[Conn, bool, Sequence[Step]]] = queue.SimpleQueue()
         self.parked: list[Job] = []
         self.wake_r: socket.socket | None = None
         self.wake_w: socket.socket | None = None
         if self.threads > 1:
-            self.pool = AppThreads(self.threads, self._pool_job)
+            self.pool = app_threads(self.threads, self._pool_job)
             self.wake_r, self.wake_w = socket.socketpair()
             self.wake_r.setblocking(False)
             self.wake_w.setblocking(False)
+        self.beside = beside if beside is not None else Alone(self.poller)
 
     # ---------------------------------------------------------------- the loop
 
@@ -149,12 +168,12 @@ class _Loop(Lifetime):
                     return
                 if control.stopping and not self.draining:
                     self._begin_drain()
-                if self.draining and not conns and self.in_flight == 0 and self._drained():
+                if self.draining and not conns and self.in_flight == 0 and self.beside.drained():
                     return
                 if control.safe_point_wanted and self._app_idle():
                     self._safe_point()
                 self._hold_accepts()
-                for fd, _ in self._poll(max(0.0, min(1.0, next_tick - time.monotonic()))):
+                for fd, _ in self.beside.poll(max(0.0, min(1.0, next_tick - time.monotonic()))):
                     conn = conns.get(fd)
                     if conn is not None:
                         if conn.writing is None:
@@ -177,27 +196,9 @@ class _Loop(Lifetime):
         finally:
             self._shutdown()
 
-    def _memory_budget(self, limit: int) -> Any:
-        """The worker's budget of request bytes held in memory (a native loop's is shared with its
-        engine: refork._native.MemoryBudget, the same interface)."""
-        return MemoryBudget(limit)
-
-    def _poll(self, timeout: float) -> list[tuple[int, int]]:
-        """Wait up to `timeout` s for ready fds (the native engine serves its own meanwhile)."""
-        return self.poller.poll(timeout)
-
-    def _idle_again(self, conn: Conn) -> bool:
-        """A connection may be between requests now (the native engines take theirs back: see
-        refork.serving.native_engine); True when it is no longer this loop's."""
-        return False
-
     def _app_idle(self) -> bool:
         """No request is in the app or waiting for an app thread (a safe point may fork)."""
-        return self.in_flight == 0
-
-    def _drained(self) -> bool:
-        """Nothing of the engine's is left either (a draining loop may return)."""
-        return True
+        return self.in_flight == 0 and self.beside.app_idle()
 
     # ---------------------------------------------------------------- reading and answering
 
@@ -205,7 +206,7 @@ class _Loop(Lifetime):
         """Handshake, then read, from this loop only; None: nothing yet, or the connection failed."""
         handshaking = tconn.handshaking
         try:
-            data = tconn.read(_RECV)
+            data = tconn.read(self.read_size)
         except OSError as e:  # garbage, plain HTTP, a refused client certificate: debug, no trace
             log_failure(conn.client, e, tconn.handshaking)
             self._close(conn)
@@ -303,11 +304,11 @@ class _Loop(Lifetime):
                 if keep:
                     conn.phase = _IDLE
                     conn.since = time.monotonic()
-                    self._idle_again(conn)
+                    self.beside.take_back(conn)
                 elif keep is not None:  # None: the response waits for the client to read
                     self._close(conn)
             elif not self._advance(conn, events):
-                self._idle_again(conn)
+                self.beside.take_back(conn)
         except Exception:
             log.exception("Error serving a connection")
             self._close(conn)
@@ -493,7 +494,7 @@ class _Loop(Lifetime):
         except OSError:
             return False
 
-    def _finished(self, request: Request, environ: dict[str, Any], stream: InputStream, token: object,
+    def finished(self, request: Request, environ: dict[str, Any], stream: InputStream, token: object,
                   started: float, outcome: Outcome, ex: _Exchange) -> bool:  # fmt: skip
         """A response is done: account it and log it (`ex`: its state); True to keep the connection."""
         self.control.request_finished(token, outcome[0])
@@ -544,7 +545,7 @@ class _Loop(Lifetime):
             conn.tls.polled = _IN
         try:
             if not self._advance(conn, writing.rest):  # pipelined requests behind this one
-                self._idle_again(conn)
+                self.beside.take_back(conn)
         except Exception:
             log.exception("Error serving a connection")
             self._close(conn)
@@ -562,70 +563,11 @@ class _Loop(Lifetime):
         conn.writing = None
         conn.out.clear()
         self.in_flight -= 1
-        return self._finished(writing.request, writing.environ, writing.stream, writing.token,
+        return self.finished(writing.request, writing.environ, writing.stream, writing.token,
                               writing.started, outcome, writing.streaming.ex)  # fmt: skip
 
-    # ---------------------------------------------------------------- the pool (threads > 1)
 
-    def _dispatch(
-        self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step], force: bool = False
-    ) -> None:
-        if conn.registered:
-            self.poller.unregister(conn.fd)
-            conn.registered = False
-        if not force and self.control.safe_point_wanted:
-            self.parked.append((conn, request, stream, rest))  # hold it until the safe point
-            conn.busy = True
-            return
-        conn.busy = True
-        self.in_flight += 1
-        assert self.pool is not None
-        self.pool.submit((conn, request, stream, rest))
-
-    def _pool_job(self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step]) -> None:
-        keep: bool | None = False
-        try:
-            keep = self._respond(conn, request, stream, rest)  # a blocking Outbox: never None
-        except Exception:
-            log.exception("Error serving a request")
-        finally:
-            self.done.put((conn, bool(keep), rest))
-            try:
-                assert self.wake_w is not None
-                self.wake_w.send(b"\0")
-            except (BlockingIOError, OSError):
-                pass  # a wake-up byte is already pending
-
-    def _on_wake(self) -> None:
-        assert self.wake_r is not None
-        try:
-            while self.wake_r.recv(4096):
-                pass
-        except (BlockingIOError, InterruptedError):
-            pass
-        while True:
-            try:
-                conn, keep, rest = self.done.get_nowait()
-            except queue.Empty:
-                return
-            self.in_flight -= 1
-            conn.busy = False
-            if not keep or conn.closed:
-                self._close(conn)
-                continue
-            try:
-                if self._advance(conn, rest):  # pipelined requests first; sets the deadline
-                    continue
-            except Exception:
-                log.exception("Error serving a connection")
-                self._close(conn)
-                continue
-            if self._idle_again(conn):
-                continue
-            self.poller.register(conn.fd)
-            conn.registered = True
-
-
-def serve_wsgi(listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl) -> None:
+def serve_wsgi(listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
+               settings: ServingSettings) -> None:  # fmt: skip
     """Serve WSGI on these listeners until the control says stop (see WorkerControl)."""
-    _Loop(listeners, app, config, control).run()
+    PythonLoop(listeners, app, config, control, settings).run()

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from refork.http.proxy_protocol import INCOMPLETE, ProxyError, ProxyHeader, ProxyPolicy
 from refork.http.response import simple_response
-from refork.serving.aio_protocol import HttpProtocol
+from refork.serving.asgi.http_protocol import HttpProtocol
 from refork.serving.proxied import CLOSED, peer_host, read_preface, refuse
 
 if TYPE_CHECKING:
-    from refork.serving.aio import Server
+    from refork.serving.asgi.server import Server
 
 log = logging.getLogger("refork")
 

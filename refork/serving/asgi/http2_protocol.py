@@ -1,6 +1,6 @@
 """HTTP/2 on the ASGI loop: one :class:`Http2Protocol` per connection, one Task per stream.
 
-An HTTP/1.1 :class:`refork.serving.aio_protocol.HttpProtocol` hands its transport over
+An HTTP/1.1 :class:`refork.serving.asgi.http_protocol.HttpProtocol` hands its transport over
 (:func:`hand_over`) when TLS's ALPN picked ``h2``, or when a cleartext connection opens with the
 HTTP/2 preface and ``h2c`` is in ``--http-protocols`` (prior knowledge, RFC 9113 3.3). An
 ``Upgrade: h2c`` request is served as HTTP/1.1 (the upgrade is ignored, as RFC 9113 lets a server
@@ -33,17 +33,17 @@ from refork.http.h2 import (
     WindowOpened,
 )
 from refork.http.response import reason_phrase
+from refork.serving.asgi.http2_stream import Stream
 from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
-from refork.serving.h2_stream import Stream
 
 if TYPE_CHECKING:
-    from refork.serving.aio import Server
-    from refork.serving.aio_protocol import HttpProtocol
+    from refork.serving.asgi.http_protocol import HttpProtocol
+    from refork.serving.asgi.server import Server
 
 log = logging.getLogger("refork")
 
 _HEALTH_BODIES = {200: b"ok\n", 503: b"unavailable\n"}  # (refork.serving.health's, over HTTP/1.1)
-_READ_SIZE = 64 * 1024  # what one read may take (refork.serving.aio_protocol's READ_SIZE)
+_READ_SIZE = 64 * 1024  # what one read may take (refork.serving.asgi.http_protocol's READ_SIZE)
 LINGER = 1.0  # seconds a closed connection still reads (and drops) what its client sends
 
 __all__ = ["Http2Protocol", "alpn_protocols", "hand_over", "http2_limits", "sniff_preface", "wants_h2"]

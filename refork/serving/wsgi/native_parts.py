@@ -1,72 +1,36 @@
-"""The native WSGI loop (``--wsgi-loop native``): choosing it, and the Python loop's native parts.
+"""The Python loop's native parts, used when an engine host owns it (:data:`NATIVE`).
 
 refork._native (Rust: PyO3 + httparse, built from native/ by ``pip install``) serves WSGI through
-its engines: :mod:`refork.serving.native_engine` with one app thread, :mod:`refork.serving.native_pool`
-with a pool of them. Each hands the connections it does not serve to the Python loop
-(:mod:`refork.serving.threaded`), which runs here as :class:`_NativeLoop`: with
-refork._native.Parser, which parses the common shape with httparse and hands any other message
-(an unusual method or target, chunked, Expect, Upgrade, a head split across reads, an error) from
-its first byte to the Python parser (:mod:`refork.http.parser`), so every rejection, limit and
-status code is the Python parser's, by construction; with the native environ and response
-framing. Everything else (accept, timeouts, the drain, safe points, TLS, the access log) is the
-Python loop's, unchanged: both loops pass the same tests.
-
-Choosing (:func:`choose`): ``python``; ``native`` (a config error when the extension is not built);
-``auto`` = native when the extension imports. See docs/native.md.
+its engines: :mod:`refork.serving.wsgi.engine_host` with one app thread,
+:mod:`refork.serving.wsgi.pool_host` with a pool of them. Each hands the connections it does not
+serve to the Python loop it owns (:mod:`refork.serving.wsgi.python_loop`), built with these
+parts: refork._native.Parser, which parses the common shape with httparse and hands any other
+message (an unusual method or target, chunked, Expect, Upgrade, a head split across reads, an
+error) from its first byte to the Python parser (:mod:`refork.http.parser`), so every rejection,
+limit and status code is the Python parser's, by construction; the native environ and response
+framing; the native memory budget, shared with the engine. Everything else (accept, timeouts, the
+drain, safe points, TLS, the access log) is the Python loop's, unchanged: both loops pass the
+same tests.
 """
 
 from __future__ import annotations
 
-import logging
 import socket
 from collections.abc import Callable
 from typing import Any
 
-from refork.config import Config
-from refork.errors import ConfigError
+from refork import _native
 from refork.http.body import InputStream
 from refork.http.events import Body, ParseError, Request
 from refork.http.parser import Limits, RequestParser
 from refork.http.rare import EOM
 from refork.http.response import ResponseFramer
-from refork.serving.contract import WorkerControl
 from refork.serving.outbox import Outbox
-from refork.serving.threaded import _Loop
-from refork.serving.threaded_conn import Conn
-from refork.serving.tls import TlsConn
+from refork.serving.tls_io import TlsConn
+from refork.serving.wsgi.conn import Conn
+from refork.serving.wsgi.python_loop import LoopParts
 from refork.wsgi import EnvironBuilder, Outcome, Output, Streaming
 from refork.wsgi.response import _Exchange, start_wsgi
-
-try:
-    from refork import _native  # typed by refork/_native.pyi
-except ImportError:  # not built: --wsgi-loop auto serves with the Python loop
-    _native = None  # type: ignore[assignment]
-
-log = logging.getLogger("refork")
-
-
-def available() -> bool:
-    """The extension is built and imports."""
-    return _native is not None
-
-
-def check(setting: str) -> None:
-    """``--wsgi-loop native`` without the extension: one readable config error (exit 2)."""
-    if setting == "native" and not available():
-        raise ConfigError(
-            "--wsgi-loop native: the native extension refork._native is not built "
-            "(reinstall with `pip install -e .` where cargo is on PATH, or use --wsgi-loop python)"
-        )
-
-
-def choose(setting: str) -> str:
-    """The loop that runs for this setting: "native" or "python" (see the module docstring)."""
-    if setting == "python":
-        return "python"
-    if available():
-        return "native"
-    check(setting)
-    return "python"
 
 
 def native_parser(limits: Limits) -> _native.Parser:
@@ -151,14 +115,12 @@ class NativeConn(Conn):
         self.parser = native_parser(limits)  # type: ignore[assignment]
 
 
-class _NativeLoop(_Loop):
-    conn_type = NativeConn
-    start_wsgi = staticmethod(start_wsgi_native)
+def native_memory(limit: int) -> Any:
+    """The worker's budget of request bytes held: refork._native.MemoryBudget, shared with the
+    engine's threads (see Intake in native/src/conn/intake.rs); the Python one's interface."""
+    return _native.MemoryBudget(limit)
 
-    def __init__(
-        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl
-    ) -> None:
-        super().__init__(listeners, app, config, control)
-        for fd, (lsock, builder) in list(self.listeners.items()):
-            self.listeners[fd] = (lsock, NativeEnvironBuilder.like(builder))
+
+# The Python loop's parts when an engine host owns it (refork.serving.wsgi.python_loop.LoopParts)
+NATIVE = LoopParts(NativeConn, start_wsgi_native, NativeEnvironBuilder.like, native_memory)
 

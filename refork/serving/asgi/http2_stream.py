@@ -1,6 +1,6 @@
 """One HTTP/2 stream on the ASGI loop: the receive() and send() its app task sees.
 
-The connection (:class:`refork.serving.h2_asgi.Http2Protocol`) drives it (body pieces, end of
+The connection (:class:`refork.serving.asgi.http2_protocol.Http2Protocol`) drives it (body pieces, end of
 body, reset, window opened) and it answers through the connection's :class:`Http2Connection`.
 Backpressure is HTTP/2's own: the request body's window reopens only as the app reads, and
 send() waits while the client's window for the stream is shut (the rest of the connection goes
@@ -20,7 +20,7 @@ from refork.http.events import Request
 from refork.http.h2 import ErrorCodes
 
 if TYPE_CHECKING:
-    from refork.serving.h2_asgi import Http2Protocol
+    from refork.serving.asgi.http2_protocol import Http2Protocol
 
 log = logging.getLogger("refork")
 
