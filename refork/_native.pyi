@@ -1,7 +1,7 @@
 """refork._native, the Rust extension built from native/: what Python calls, and what the engines
 read of the objects they are given (the engine host and its settings, by attribute name).
 
-tests/test_native_stub.py checks it against the built module (mypy's stubtest).
+tests/serving/test_native_stub.py checks it against the built module (mypy's stubtest).
 """
 
 from collections.abc import Callable, Iterable, Iterator, Sequence

@@ -6,9 +6,10 @@ import os
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from support import paths
+
+ROOT = paths.ROOT
 
 
 def test_pip_wheel_builds_an_installable_wheel(tmp_path):

@@ -2,7 +2,7 @@
 table of docs/from-gunicorn.md, both from the settings themselves.
 
 `python -m refork.config --doc` prints them; `python -m refork.config --write-doc` rewrites the
-blocks between the markers in both pages; tests/test_settings.py fails when a page is stale.
+blocks between the markers in both pages; tests/config/test_settings.py fails when a page is stale.
 """
 
 from __future__ import annotations

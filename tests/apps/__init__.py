@@ -11,11 +11,11 @@ import sys
 import tempfile
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HARNESS = os.path.join(TESTS, "harness.py")
+HARNESS = os.path.join(TESTS, "support", "harness.py")
 
 
 class Server:
-    """tests/harness.py in a subprocess on a random port in 18000-18999."""
+    """tests/support/harness.py in a subprocess on a random port in 18000-18999."""
 
     def __init__(self, spec: str, threads: int = 1, interface: str = "wsgi") -> None:
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server

@@ -1,4 +1,4 @@
-"""ASGI apps for tests/test_asgi_extensions.py: disconnects, file sends, trailers, lifespan state.
+"""ASGI apps for tests/asgi/test_asgi_extensions.py: disconnects, file sends, trailers, lifespan state.
 
 ``EVENTS_LOG`` (env): a file the apps append one line per event to ("disconnect 1.02", ...).
 """

@@ -1,4 +1,4 @@
-"""Apps for tests/test_native_engine.py: one response shape per path, the engine's fast path and
+"""Apps for tests/serving/test_native_engine.py: one response shape per path, the engine's fast path and
 every way out of it (a generator, write(), a file, an error before or after start_response), and
 a request that holds the GIL."""
 

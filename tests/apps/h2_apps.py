@@ -1,4 +1,4 @@
-"""ASGI apps for tests/test_http2.py and tests/test_h2spec.py: what the scope says, a body echo,
+"""ASGI apps for tests/asgi/test_http2.py and tests/asgi/test_h2spec.py: what the scope says, a body echo,
 a big download, a stream that waits for http.disconnect, a slow response, trailers, pathsend."""
 
 from __future__ import annotations

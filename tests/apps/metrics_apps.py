@@ -1,4 +1,4 @@
-"""Apps for tests/test_metrics.py: answer with the status the path asks for, sleep, crash."""
+"""Apps for tests/process/test_metrics.py: answer with the status the path asks for, sleep, crash."""
 
 import asyncio
 import os

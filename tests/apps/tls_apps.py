@@ -1,4 +1,4 @@
-"""Apps for tests/test_tls.py: the scheme the server says, echo of a body, a big download, the
+"""Apps for tests/serving/test_tls.py: the scheme the server says, echo of a body, a big download, the
 ASGI `tls` extension."""
 
 from __future__ import annotations

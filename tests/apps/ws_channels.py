@@ -1,4 +1,4 @@
-"""A Django Channels app with WebSockets, for the real-client tests (tests/test_websocket_clients.py).
+"""A Django Channels app with WebSockets, for the real-client tests (tests/asgi/test_websocket_clients.py).
 
 Configured in code (``settings.configure``: no project directory, no database). The same endpoints
 and protocol as ws_fastapi.py (see ws_shared.py):

@@ -1,4 +1,4 @@
-"""A FastAPI app with WebSockets, for the real-client tests (tests/test_websocket_clients.py).
+"""A FastAPI app with WebSockets, for the real-client tests (tests/asgi/test_websocket_clients.py).
 
 Serve it with refork (``refork --chdir tests apps.ws_fastapi:app``) or uvicorn
 (``uvicorn --app-dir tests apps.ws_fastapi:app``):

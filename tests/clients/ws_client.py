@@ -1,6 +1,6 @@
 """Drive a WebSocket test app (tests/apps/ws_fastapi.py, ws_channels.py) with the `websockets` client
 and print ONE JSON summary of what happened; the same script against two servers serving the same
-app must print the same summary (tests/test_websocket_clients.py runs it against refork and uvicorn).
+app must print the same summary (tests/asgi/test_websocket_clients.py runs it against refork and uvicorn).
 
     python tests/clients/ws_client.py http://127.0.0.1:8000 [--n 200]
 

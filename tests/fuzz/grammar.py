@@ -4,13 +4,13 @@ The grammar is deliberately wider than RFC 9112: it draws valid shapes most of t
 edge cases a strict reader argues about (token methods, HTTP/1.2, chunk extensions with BWS, CL
 with TE, obs-text, forbidden trailers, ...) often enough that every run meets them. Mutations then
 break the bytes where parsers tend to disagree: CR, LF, NUL, SP, HTAB, separators, duplication,
-truncation. Seeds come from the parser's own corpus (tests/test_http_parser.py), imported, not copied.
+truncation. Seeds come from the parser's own corpus (tests/http/test_http_parser.py), imported, not copied.
 """
 
 from __future__ import annotations
 
 from hypothesis import strategies as st
-from test_http_parser import INVALID, VALID
+from support.http_vectors import INVALID, VALID
 
 CORPUS: list[bytes] = [raw for _, raw, _ in INVALID] + [raw for _, raw, _ in VALID]
 

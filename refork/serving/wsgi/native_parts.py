@@ -111,7 +111,7 @@ class NativeConn(Conn):
     def __init__(self, sock: socket.socket, client: Any, builder: EnvironBuilder, limits: Limits,
                  out: Outbox, tls: TlsConn | None = None) -> None:  # fmt: skip
         super().__init__(sock, client, builder, limits, out, tls)
-        # (RequestParser's contract, not its class: the parity tests of tests/test_native_loop.py)
+        # (RequestParser's contract, not its class: the parity tests of tests/serving/test_native_loop.py)
         self.parser = native_parser(limits)  # type: ignore[assignment]
 
 

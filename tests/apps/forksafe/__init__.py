@@ -1,10 +1,10 @@
-"""Sample monoliths that connect at import time, for the fork-safety proof (tests/test_fork_proof.py).
+"""Sample monoliths that connect at import time, for the fork-safety proof (tests/process/test_fork_proof.py).
 
 Each one opens its connections while it loads, as real apps do (a warm-up query, a health PING),
 and answers every request with the worker's pid and the server-side identity of the connection
 that served it. Lines that connect at import carry the marker `# connects at import`: under
 `--fork-safety strict` refork must name one of them. Connection parameters come from the
-REFORK_PROOF_* variables tests/services.py sets.
+REFORK_PROOF_* variables tests/support/services.py sets.
 """
 
 from __future__ import annotations

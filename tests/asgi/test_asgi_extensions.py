@@ -1,0 +1,568 @@
+"""The rest of ASGI (issue 11): prompt http.disconnect, pathsend / zerocopysend, trailers, lifespan state.
+
+Real `python -m refork` processes and raw sockets (the bytes on the wire are the point); the apps
+are in tests/apps/asgi_ext_apps.py and append what they see to EVENTS_LOG.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import signal
+import socket
+import ssl
+import time
+from pathlib import Path
+
+import pytest
+from conftest import free_port, read_to_end
+from support.certs import Certs
+from support.waits import sender_blocked, wait_for_line, wait_until
+
+from refork.asgi import ResponseState
+from refork.http.events import Request
+
+APP = "apps.asgi_ext_apps:app"
+STARLETTE = "apps.asgi_ext_apps:starlette_app"
+LOOPS = ["asyncio", "uvloop"]
+
+
+def in_flight(mport: int) -> float:
+    conn = http.client.HTTPConnection("127.0.0.1", mport, timeout=10)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("refork_worker_requests_in_flight{"))  # fmt: skip
+
+
+def start(start_server, tmp_path, *args: str, app: str = APP, loop: str = "asyncio"):
+    """One worker with metrics (requests in flight), a keep-alive timeout far above what we wait."""
+    mport = free_port()
+    events = tmp_path / "events.log"
+    server = start_server("--loop", loop, "--keepalive", "30", "--metrics-bind", f"127.0.0.1:{mport}",
+                          *args, app=app, workers=1, env={"EVENTS_LOG": str(events)})  # fmt: skip
+    return server, mport, events
+
+
+def read_head(sock: socket.socket, data: bytes = b"") -> tuple[bytes, bytes]:
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def headers_of(head: bytes) -> dict[str, str]:
+    lines = head.decode("latin-1").split("\r\n")[1:]
+    return {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
+
+
+def read_body(sock: socket.socket, rest: bytes, length: int) -> bytes:
+    while len(rest) < length:
+        chunk = sock.recv(1 << 20)
+        assert chunk, len(rest)
+        rest += chunk
+    return rest
+
+
+def read_chunked(sock: socket.socket, rest: bytes) -> tuple[bytes, bytes]:
+    """(body, the raw trailer section including its final CRLF) of a chunked response."""
+    body = b""
+    while True:
+        while b"\r\n" not in rest:
+            chunk = sock.recv(65536)
+            assert chunk
+            rest += chunk
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            while not (rest.startswith(b"\r\n") or b"\r\n\r\n" in rest):
+                chunk = sock.recv(65536)
+                assert chunk
+                rest += chunk
+            return body, rest
+        rest = read_body(sock, rest, size + 2)
+        body += rest[:size]
+        rest = rest[size + 2 :]
+
+
+# ---------------------------------------------------------------------------------------------
+# http.disconnect
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_sse_client_gone_after_1s_app_sees_disconnect_and_the_task_is_freed(start_server, tmp_path, loop):
+    server, mport, events = start(start_server, tmp_path, loop=loop)
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(b"GET /sse HTTP/1.1\r\nHost: a\r\n\r\n")
+    head, rest = read_head(sock)
+    assert head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head
+    data = rest
+    while b"data: 9\n\n" not in data:  # ten events (an event every 100 ms): the stream runs
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    assert b"data: 0\n\n" in data
+    assert server.wait_for(lambda: in_flight(mport) == 1, what="the stream in flight")
+    sock.close()
+    line = wait_for_line(events, "http.disconnect")
+    assert float(line.split()[1]) < 30  # the keep-alive timeout; in practice ~1 s
+    assert wait_for_line(events, "late send raised") == "late send raised ClientDisconnected True"
+    wait_for_line(events, "sse task ended")
+    server.wait_for(lambda: in_flight(mport) == 0, timeout=5, what="no request in flight")
+    assert server.get("/nothing")[0] == 404  # the worker serves on
+    assert "Traceback" not in server.log() and "ERROR" not in server.log(), server.log()
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize("how", ["eof", "rst", "half-close"])
+def test_long_poll_sees_disconnect_when_the_peer_closes(start_server, tmp_path, loop, how):
+    server, mport, events = start(start_server, tmp_path, loop=loop)
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(b"GET /longpoll HTTP/1.1\r\nHost: a\r\n\r\n")
+    wait_for_line(events, "waiting")
+    if how == "rst":
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        sock.close()
+    elif how == "eof":
+        sock.close()
+    else:
+        sock.shutdown(socket.SHUT_WR)
+    line = wait_for_line(events, "http.disconnect")
+    assert float(line.split()[1]) < 30
+    server.wait_for(lambda: in_flight(mport) == 0, timeout=5, what="no request in flight")
+    if how == "half-close":
+        assert read_to_end(sock) == b""  # the app did not answer: the connection is closed, no 500
+    sock.close()
+    assert "Traceback" not in server.log() and "ERROR" not in server.log(), server.log()
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_long_poll_over_tls_sees_disconnect(start_server, tmp_path, loop):
+    certs = Certs(tmp_path)
+    server, mport, events = start(start_server, tmp_path, *certs.args(), loop=loop)
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    tls = certs.client_context().wrap_socket(raw, server_hostname="127.0.0.1")
+    tls.sendall(b"GET /longpoll HTTP/1.1\r\nHost: a\r\n\r\n")
+    wait_for_line(events, "waiting")
+    tls.close()
+    wait_for_line(events, "http.disconnect")
+    server.wait_for(lambda: in_flight(mport) == 0, timeout=5, what="no request in flight")
+
+
+def test_starlette_streaming_response_stops_when_the_client_goes(start_server, tmp_path):
+    """Starlette (spec 2.4) stops on the OSError from send() rather than watching receive()."""
+    server, mport, events = start(start_server, tmp_path, app=STARLETTE)
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(b"GET /stream HTTP/1.1\r\nHost: a\r\n\r\n")
+    head, data = read_head(sock)
+    assert head.startswith(b"HTTP/1.1 200")
+    while b"data: 9\n\n" not in data:  # ten events (an event every 100 ms): the stream runs
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    sock.close()
+    wait_for_line(events, "starlette stream closed")
+    server.wait_for(lambda: in_flight(mport) == 0, timeout=5, what="no request in flight")
+    assert "Traceback" not in server.log(), server.log()
+
+
+# ---------------------------------------------------------------------------------------------
+# pathsend / zerocopysend
+
+
+@pytest.fixture
+def blob(tmp_path) -> Path:
+    path = tmp_path / "blob.bin"
+    path.write_bytes(os.urandom(5 * 1024 * 1024 + 123))
+    return path
+
+
+def fetch(port: int, target: str, *, ctx: ssl.SSLContext | None = None, method: str = "GET") -> tuple:
+    if ctx is None:
+        conn: http.client.HTTPConnection = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    else:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=20, context=ctx)
+    try:
+        conn.request(method, target)
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize("tls", [False, True])
+def test_pathsend_serves_a_file_intact(start_server, tmp_path, blob, loop, tls):
+    certs = Certs(tmp_path) if tls else None
+    server, mport, events = start(start_server, tmp_path, *(certs.args() if certs else ()), loop=loop)
+    ctx = certs.client_context() if certs else None
+    want = hashlib.sha256(blob.read_bytes()).hexdigest()
+    for length in ("app", "none"):  # the app's Content-Length, or none: chunked
+        status, headers, body = fetch(server.port, f"/pathsend?path={blob}&length={length}", ctx=ctx)
+        assert status == 200 and hashlib.sha256(body).hexdigest() == want
+        if length == "app":
+            assert headers["content-length"] == str(blob.stat().st_size)
+        else:
+            assert headers["transfer-encoding"] == "chunked"
+    status, headers, body = fetch(server.port, f"/pathsend?path={blob}", ctx=ctx, method="HEAD")
+    assert status == 200 and body == b"" and headers["content-length"] == str(blob.stat().st_size)
+    # a missing file: the app gets FileNotFoundError from send(), the client a clean 500
+    status, headers, body = fetch(server.port, f"/pathsend?path={tmp_path}/missing&length=none", ctx=ctx)
+    assert status == 500
+    wait_for_line(events, "pathsend FileNotFoundError")
+    assert fetch(server.port, f"/pathsend?path={blob}", ctx=ctx)[0] == 200  # the worker serves on
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_pathsend_keep_alive_and_slow_reader(start_server, tmp_path, blob, loop):
+    """Two responses on one connection, the first read slowly (the kernel's buffer fills)."""
+    server, mport, events = start(start_server, tmp_path, loop=loop)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        sock.sendall(f"GET /pathsend?path={blob} HTTP/1.1\r\nHost: a\r\n\r\n".encode() * 2)
+        wait_until(lambda: sender_blocked(sock), what="the server blocked on the unread socket")
+        size = blob.stat().st_size
+        rest = b""
+        for _ in range(2):
+            head, rest = read_head(sock, rest)
+            assert int(headers_of(head)["content-length"]) == size
+            body = read_body(sock, rest, size)
+            assert body[:size] == blob.read_bytes()
+            rest = body[size:]
+        assert rest == b""
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize("tls", [False, True])
+def test_client_gone_in_the_middle_of_a_file(start_server, tmp_path, blob, loop, tls):
+    certs = Certs(tmp_path) if tls else None
+    server, mport, events = start(start_server, tmp_path, *(certs.args() if certs else ()), loop=loop)
+    for how in ("eof", "rst"):
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+        if certs:
+            sock = certs.client_context().wrap_socket(sock, server_hostname="127.0.0.1")
+        sock.sendall(f"GET /pathsend?path={blob} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+        head, rest = read_head(sock)
+        sock.recv(10000)
+        # the server is stuck on a full socket buffer
+        wait_until(lambda sock=sock: sender_blocked(sock), what="the server blocked on the unread socket")
+        if how == "rst":
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        sock.close()
+        server.wait_for(lambda: in_flight(mport) == 0, timeout=10, what="no request in flight")
+    ctx = certs.client_context() if certs else None
+    status, headers, body = fetch(server.port, f"/pathsend?path={blob}", ctx=ctx)
+    assert status == 200 and body == blob.read_bytes()
+    log = server.log()
+    assert "Traceback" not in log and "ERROR" not in log, log
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_zerocopysend_offset_count_and_position(start_server, tmp_path, blob, loop):
+    server, mport, events = start(start_server, tmp_path, loop=loop)
+    data = blob.read_bytes()
+    # offset+count, count from the current position (0), offset to the end, and past the end
+    parts = f"100:1000,:50,{len(data) - 10}:,{len(data) + 5}:"
+    status, headers, body = fetch(server.port, f"/zerocopy?path={blob}&parts={parts}")
+    assert status == 200 and headers["transfer-encoding"] == "chunked"
+    want = data[100:1100] + b"|" + data[:50] + b"|" + data[-10:] + b"|" + b"|" + b"end"
+    assert body == want
+    assert wait_for_line(events, "position") == "position 50"  # only the offset-less send moved it
+    status, headers, body = fetch(server.port, f"/zerocopy?path={blob}&parts=:")  # the whole file
+    assert body == data + b"|end"
+
+
+def test_starlette_file_response_uses_pathsend(start_server, tmp_path, blob):
+    server, mport, events = start(start_server, tmp_path, app=STARLETTE)
+    status, headers, body = fetch(server.port, f"/file?path={blob}")
+    assert status == 200 and body == blob.read_bytes()
+    assert headers["content-length"] == str(blob.stat().st_size)
+
+
+# ---------------------------------------------------------------------------------------------
+# trailers
+
+
+def _raw(port: int, request: bytes) -> tuple[bytes, bytes, socket.socket]:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(request)
+    head, rest = read_head(sock)
+    return head, rest, sock
+
+
+@pytest.mark.parametrize("length", ["", "&length=1"])
+def test_trailers_sent_when_the_client_asks(start_server, tmp_path, length):
+    server, mport, events = start(start_server, tmp_path)
+    request = f"GET /trailers?x{length} HTTP/1.1\r\nHost: a\r\nTE: trailers\r\n\r\n"
+    head, rest, sock = _raw(server.port, request.encode())
+    with sock:
+        headers = headers_of(head)
+        assert headers["transfer-encoding"] == "chunked" and "content-length" not in headers
+        assert headers["trailer"] == "x-checksum, x-count"
+        body, trailer = read_chunked(sock, rest)
+        assert body == b"hello world"
+        # the exact bytes: both messages' fields, content-length dropped (RFC 9110 6.5.1), one CRLF
+        assert trailer == b"x-checksum: abc123\r\nx-count: 2\r\n\r\n"
+        sock.sendall(b"GET /trailers HTTP/1.1\r\nHost: a\r\nTE: gzip, trailers;q=1\r\n\r\n")  # keep-alive
+        head, rest = read_head(sock)
+        assert read_chunked(sock, rest) == (b"hello world", b"x-checksum: abc123\r\nx-count: 2\r\n\r\n")
+
+
+def test_trailers_dropped_without_te(start_server, tmp_path):
+    server, mport, events = start(start_server, tmp_path)
+    head, rest, sock = _raw(server.port, b"GET /trailers HTTP/1.1\r\nHost: a\r\n\r\n")
+    with sock:
+        assert headers_of(head)["transfer-encoding"] == "chunked"
+        assert read_chunked(sock, rest) == (b"hello world", b"\r\n")  # the plain last chunk
+    head, rest, sock = _raw(server.port, b"GET /trailers?length=1 HTTP/1.1\r\nHost: a\r\n\r\n")
+    with sock:
+        assert headers_of(head)["content-length"] == "11"  # the app's framing is kept
+        assert read_body(sock, rest, 11) == b"hello world"
+        sock.sendall(b"GET /trailers HTTP/1.0\r\nTE: trailers\r\n\r\n")  # 1.0: no chunked, no trailers
+        head, rest = read_head(sock)
+        assert rest + read_to_end(sock) == b"hello world"
+
+
+# ---------------------------------------------------------------------------------------------
+# lifespan state
+
+
+def test_lifespan_state_reaches_each_request_as_a_copy(start_server, tmp_path):
+    server, mport, events = start(start_server, tmp_path, app=STARLETTE)
+    pid = server.workers()[0]["pid"]
+    first = server.get("/state")
+    second = server.get("/state")
+    assert first == (200, f"hello from lifespan in {pid} 1".encode())
+    assert second == (200, f"hello from lifespan in {pid} 2".encode())  # shared objects, one dict each
+    assert server.get("/leak") == (200, b"False")  # request.state.mine did not leak
+
+
+def test_failing_lifespan_startup_ends_the_start_with_one_line_and_no_traceback(start_server, tmp_path):
+    server = start_server(app="apps.asgi_apps:failing_startup", workers=1, wait=False)
+    assert server.wait_exit(30) == 3
+    log = server.log()
+    failed = "worker 0 failed while running the ASGI lifespan startup: ASGI lifespan startup failed: "
+    assert f"{failed}database unreachable" in log
+    assert f"refork: error: no worker could start: {failed}database unreachable" in log.splitlines()[-1]
+    assert "Traceback" not in log and "crash loop" in log, log
+
+
+# ---------------------------------------------------------------------------------------------
+# Units: the response state machine's new messages, and send_file on a real socket in-process
+
+
+def _state(method: str = "GET", te: bytes | None = None, version: str = "1.1") -> ResponseState:
+    headers = [(b"host", b"a")] + ([(b"te", te)] if te is not None else [])
+    return ResponseState(Request(method, b"/", b"/", b"", version, headers))
+
+
+def test_response_state_message_order_errors():
+    state = _state(te=b"trailers")
+    state.feed({"type": "http.response.start", "status": 200, "trailers": True})
+    with pytest.raises(RuntimeError, match="before the last"):
+        state.feed({"type": "http.response.trailers", "headers": []})
+    state.feed({"type": "http.response.body", "body": b"x"})
+    assert not state.complete and state.body_ended
+    with pytest.raises(RuntimeError, match="Expected ASGI message 'http.response.trailers'"):
+        state.feed({"type": "http.response.body", "body": b"y"})
+    with pytest.raises(RuntimeError, match="Invalid trailer field"):
+        state.feed({"type": "http.response.trailers", "headers": [(b"bad name", b"v")]})
+    last = state.feed({"type": "http.response.trailers", "headers": [(b"x-a", b"1")]})
+    assert last == b"0\r\nx-a: 1\r\n\r\n"
+    assert state.complete
+    with pytest.raises(RuntimeError, match="after the response completed"):
+        state.feed({"type": "http.response.body", "body": b""})
+
+    state = _state()
+    state.feed({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]})
+    with pytest.raises(RuntimeError, match="longer than Content-Length"):
+        state.file_frame("http.response.zerocopysend", 6, False)
+    assert state.head_pending  # nothing left: the error can still become a 500
+    before, after, send = state.file_frame("http.response.pathsend", 5, True)
+    assert before.startswith(b"HTTP/1.1 200 OK\r\n") and after == b"" and send and state.complete
+    with pytest.raises(RuntimeError):
+        state.feed({"type": "http.response.body", "body": b""})
+
+    head = _state("HEAD")
+    head.feed({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]})
+    assert head.file_frame("http.response.pathsend", 5, False)[2] is False  # HEAD: no bytes
+
+
+@pytest.mark.parametrize("loop_name", LOOPS)
+def test_send_file_uses_sendfile_and_keeps_order(loop_name, tmp_path, monkeypatch):
+    """A real transport on a socketpair; the reader is slow, so the kernel's buffer fills up."""
+    import asyncio
+
+    import uvloop
+
+    from refork.serving.asgi import sendfile as aio_sendfile
+
+    calls = []
+    real_sendfile = os.sendfile
+
+    def counting(*args):
+        n = real_sendfile(*args)
+        calls.append(n)
+        return n
+
+    monkeypatch.setattr(aio_sendfile.os, "sendfile", counting)
+    data = os.urandom(3 * 1024 * 1024)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    loop = uvloop.new_event_loop() if loop_name == "uvloop" else asyncio.new_event_loop()
+    ours, theirs = socket.socketpair()
+    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+
+    class Conn(asyncio.Protocol):
+        closing = False
+        write_blocked_since = 0.0
+        waiter: asyncio.Future | None = None
+
+        def connection_made(self, transport):
+            self.transport = transport
+
+        def pause_writing(self):
+            self.write_blocked_since = 1.0
+
+        def resume_writing(self):
+            self.write_blocked_since = 0.0
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_result(None)
+
+        async def wait_writable(self):
+            self.waiter = loop.create_future()
+            await self.waiter
+
+    received = bytearray()
+
+    def reader():
+        while len(received) < len(data) + 10:
+            time.sleep(0.001)  # (the input, not a wait) a slow reader: the sender blocks and resumes
+            chunk = theirs.recv(65536)
+            if not chunk:
+                break
+            received.extend(chunk)
+
+    async def main():
+        transport, conn = await loop.create_connection(Conn, sock=ours)
+        transport.write(b"head")
+        limits = transport.get_write_buffer_limits()
+        with open(path, "rb") as f:
+            sent = await aio_sendfile.send_file(conn, f.fileno(), 0, len(data))
+        transport.write(b"tail!!")
+        assert sent == len(data)
+        assert transport.get_write_buffer_limits() == limits  # restored
+        while transport.get_write_buffer_size():
+            await asyncio.sleep(0.01)
+        transport.close()
+
+    import threading
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        thread.join(10)
+        loop.close()
+        theirs.close()
+    assert bytes(received) == b"head" + data + b"tail!!"
+    assert sum(n for n in calls if n > 0) > len(data) // 2  # mostly zero-copy
+
+
+# ---------------------------------------------------------------------------------------------
+# Review of the http cycle against the spec and uvicorn
+
+
+def _run_cycle(app, request: Request | None = None):
+    import asyncio
+
+    from test_asgi_cycle import Channel
+
+    from refork.asgi import HttpCycle, build_scope
+
+    loop = asyncio.new_event_loop()
+    try:
+        channel = Channel()
+        request = request or Request("GET", b"/", b"/", b"", "1.1", [(b"host", b"a")])
+        cycle = HttpCycle(channel, loop, request)
+        cycle.end_received()
+        scope = build_scope(request, server=None, client=None, state={})
+        loop.run_until_complete(cycle.run(app, scope))
+        return channel, cycle, scope
+    finally:
+        loop.close()
+
+
+def test_cycle_review_gaps(caplog):
+    async def returns_value(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200})
+        await send({"type": "http.response.body", "body": b"ok"})
+        return 42
+
+    channel, cycle, scope = _run_cycle(returns_value)
+    assert channel.done == [True] and "should return None, but returned 42" in caplog.text
+    assert scope["asgi"] == {"version": "3.0", "spec_version": "2.4"}
+    assert set(scope["extensions"]) == {"http.response.pathsend", "http.response.zerocopysend",
+                                        "http.response.trailers"}  # fmt: skip
+
+    async def short(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"10")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    caplog.clear()
+    channel, cycle, scope = _run_cycle(short)
+    assert channel.done == [False] and "8 bytes less than its Content-Length" in caplog.text
+
+    async def after_end(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200})
+        await send({"type": "http.response.body", "body": b"ok"})
+        try:
+            await send({"type": "http.response.body", "body": b"more"})
+        except RuntimeError as exc:
+            scope["error"] = str(exc)
+        assert (await receive())["type"] == "http.disconnect"  # the response is done
+
+    channel, cycle, scope = _run_cycle(after_end)
+    assert "after the response completed" in scope["error"] and channel.done == [True]
+
+    async def start_then_fail(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200})
+        raise ValueError("boom")
+
+    channel, cycle, scope = _run_cycle(start_then_fail)
+    assert channel.written[0].startswith(b"HTTP/1.1 500 ")  # the held head was dropped
+    assert channel.done == [False]
+
+    from refork.asgi import build_scope
+
+    request = Request("GET", b"/", b"/", b"", "1.1", [])
+    build_scope(request, server=None, client=None)["asgi"]["spec_version"] = "x"
+    assert build_scope(request, server=None, client=None)["asgi"]["spec_version"] == "2.4"
+
+
+def test_a_worker_is_ready_only_once_its_lifespan_startup_is_done(start_server, tmp_path):
+    """Readiness (and rollouts) count a worker as started only after lifespan startup succeeded:
+    before, its app may not have its database pool yet."""
+    mark = str(tmp_path / "started-")
+    server = start_server(app="apps.slow_lifespan:app", workers=2, env={"REFORK_TEST_MARK": mark})
+    for worker in server.workers():
+        assert os.path.exists(f"{mark}{worker['pid']}"), server.log()
+    assert server.get("/")[0] == 200
+
+
+def test_a_fast_stop_is_not_an_error_of_the_lifespan_task(start_server, tmp_path):
+    """INT cancels the task waiting for lifespan.shutdown: no error line, no traceback."""
+    server = start_server(app="apps.slow_lifespan:app", workers=1,
+                          env={"REFORK_TEST_MARK": str(tmp_path / "started-")})  # fmt: skip
+    assert server.get("/")[0] == 200
+    server.signal(signal.SIGINT)
+    server.wait_exit()
+    assert "[ERROR]" not in server.log() and "Traceback" not in server.log(), server.log()

@@ -1,0 +1,339 @@
+"""HTTP/2 end to end: real servers, real clients (curl --http2 and --http2-prior-knowledge, httpx
+with http2=True, a raw h2 client for resets and GOAWAY), over TLS (ALPN) and h2c, on both loops."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+import httpx
+import pytest
+from hyperframe.frame import DataFrame, Frame, GoAwayFrame
+from support import paths
+from support.certs import Certs
+
+APP = "apps.h2_apps:app"
+LOOPS = ["asyncio", "uvloop"]
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return Certs(tmp_path_factory.mktemp("h2certs"))
+
+
+@pytest.fixture(params=LOOPS)
+def loop(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _curl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["curl", "-sS", "--max-time", "20", *args], capture_output=True, text=True,
+                          timeout=30)  # fmt: skip
+
+
+def _h2c(start_server, loop: str, *args: str, env: dict[str, str] | None = None, workers: int = 1):
+    return start_server("--loop", loop, "--http-protocols", "h2c,h1", *args, app=APP, workers=workers,
+                        env=env)  # fmt: skip
+
+
+# -- curl ---------------------------------------------------------------------------------------
+
+
+def test_curl_prior_knowledge_on_h2c_and_http11_on_the_same_port(start_server, loop):
+    server = _h2c(start_server, loop, "--access-logfile", "-")
+    url = f"http://127.0.0.1:{server.port}/hello?x=1"
+    out = _curl("--http2-prior-knowledge", "-w", "\n%{http_version}", url)
+    body, version = out.stdout.rsplit("\n", 1)
+    assert version == "2", out.stderr
+    info = json.loads(body)
+    assert (info["http_version"], info["scheme"], info["path"]) == ("2", "http", "/hello")
+    assert info["host"] == f"127.0.0.1:{server.port}"  # from :authority
+    body, version = _curl("--http1.1", "-w", "\n%{http_version}", url).stdout.rsplit("\n", 1)
+    assert version == "1.1" and json.loads(body)["http_version"] == "1.1"
+    line = 'GET /hello?x=1 HTTP/2.0" 200'
+    server.wait_for(lambda: line in server.log(), what="an HTTP/2.0 access-log line")
+
+
+def test_h2c_is_off_unless_asked_for(start_server):
+    server = start_server("--loop", "asyncio", app=APP, workers=1)
+    out = _curl("--http2-prior-knowledge", f"http://127.0.0.1:{server.port}/")
+    assert out.returncode != 0  # the preface is not HTTP/1.1: refused with 400, the h2 client fails
+    assert _curl("-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{server.port}/").stdout == "200"
+
+
+def test_curl_http2_over_tls_by_alpn(start_server, certs, loop):
+    server = start_server("--loop", loop, *certs.args(), app=APP, workers=1)  # the default: h2,h1
+    url = f"https://127.0.0.1:{server.port}/tls"
+    out = _curl("--http2", "--cacert", str(certs.ca_pem), "-w", "\n%{http_version}", url)
+    body, version = out.stdout.rsplit("\n", 1)
+    assert version == "2", out.stderr
+    assert json.loads(body)["scheme"] == "https"
+    out = _curl("--http1.1", "--cacert", str(certs.ca_pem), "-w", "\n%{http_version}", url)
+    assert out.stdout.rsplit("\n", 1)[1] == "1.1"
+
+
+def test_h1_only_turns_alpn_h2_off(start_server, certs):
+    server = start_server("--http-protocols", "h1", *certs.args(), app=APP, workers=1)
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    with certs.client_context(["h2", "http/1.1"]).wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        assert sock.selected_alpn_protocol() == "http/1.1"
+
+
+def test_wsgi_workers_answer_http11_to_an_h2_client(start_server, certs):
+    server = start_server(*certs.args(), app="apps.tls_apps:wsgi", workers=1)
+    out = _curl("--http2", "--cacert", str(certs.ca_pem), "-o", "/dev/null", "-w", "%{http_version}",
+                f"https://127.0.0.1:{server.port}/")  # fmt: skip
+    assert out.stdout == "1.1", out.stderr
+
+
+def test_curl_trailers_pathsend_and_an_app_error(start_server, loop):
+    server = _h2c(start_server, loop)
+    base = f"http://127.0.0.1:{server.port}"
+    out = _curl("--http2-prior-knowledge", "-i", f"{base}/trailers")
+    assert "with trailers" in out.stdout and "x-checksum: abc" in out.stdout
+    out = _curl("--http2-prior-knowledge", f"{base}/pathsend")
+    assert out.stdout == paths.TESTS.joinpath("apps", "h2_apps.py").read_text()
+    out = _curl("--http2-prior-knowledge", "-w", "%{http_code}", "-o", "/dev/null", f"{base}/error")
+    assert out.stdout == "500"
+    assert "boom (expected by the test)" in server.log()
+
+
+# -- httpx --------------------------------------------------------------------------------------
+
+
+def test_httpx_many_streams_on_one_tls_connection(start_server, certs, loop):
+    server = start_server("--loop", loop, *certs.args(), app=APP, workers=1)
+    base = f"https://127.0.0.1:{server.port}"
+    upload = os.urandom(3 << 20)
+
+    async def run() -> None:
+        async with httpx.AsyncClient(http2=True, verify=certs.client_context(["h2"]), timeout=30) as client:
+            responses = await asyncio.gather(*[client.get(f"{base}/r{i}") for i in range(50)])
+            assert {r.http_version for r in responses} == {"HTTP/2"}
+            assert [json.loads(r.content)["path"] for r in responses] == [f"/r{i}" for i in range(50)]
+            assert len({json.loads(r.content)["pid"] for r in responses}) == 1  # one connection
+            echo, big = await asyncio.gather(client.post(f"{base}/echo", content=upload),
+                                             client.get(f"{base}/big?{5 << 20}"))  # fmt: skip
+            assert echo.text == f"{len(upload)} {hashlib.sha256(upload).hexdigest()}"
+            assert len(big.content) == 5 << 20
+
+    asyncio.run(run())
+
+
+def test_body_limit_is_413_on_its_stream(start_server, loop):
+    server = _h2c(start_server, loop, "--limit-request-body", "1000")
+    with httpx.Client(http1=False, http2=True, timeout=20) as client:
+        base = f"http://127.0.0.1:{server.port}"
+        assert client.post(f"{base}/echo", content=b"x" * 2000).status_code == 413
+        assert client.post(f"{base}/echo", content=b"x" * 999).text.startswith("999 ")
+
+
+# -- a raw h2 client: resets, GOAWAY --------------------------------------------------------------
+
+
+class RawClient:
+    """An h2 client over a plain socket (h2c prior knowledge)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=20)
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+        self.flush()
+
+    def flush(self) -> None:
+        self.sock.sendall(self.conn.data_to_send())
+
+    def request(self, sid: int, path: str, end: bool = True) -> None:
+        self.conn.send_headers(sid, [(":method", "GET"), (":path", path), (":scheme", "http"),
+                                     (":authority", "localhost")], end_stream=end)  # fmt: skip
+        self.flush()
+
+    def events(self) -> list[h2.events.Event]:
+        data = self.sock.recv(65536)
+        if not data:
+            return [h2.events.ConnectionTerminated()]
+        out = self.conn.receive_data(data)
+        self.flush()
+        return out
+
+    def until(self, predicate, limit: int = 200) -> list[h2.events.Event]:
+        seen: list[h2.events.Event] = []
+        for _ in range(limit):
+            seen += self.events()
+            if predicate(seen):
+                return seen
+        raise AssertionError(f"not seen: {seen}")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_rst_stream_is_http_disconnect_to_the_app(start_server, loop, tmp_path):
+    events = tmp_path / "events"
+    server = _h2c(start_server, loop, env={"H2_EVENTS": str(events)})
+    client = RawClient(server.port)
+    try:
+        client.request(1, "/wait-disconnect?one", end=False)
+        server.wait_for(lambda: events.exists() and "waiting one" in events.read_text(), what="the app")
+        client.conn.reset_stream(1, error_code=8)
+        client.flush()
+        server.wait_for(lambda: "disconnect one" in events.read_text(), what="http.disconnect")
+        client.request(3, "/after")  # the connection goes on
+        seen = client.until(lambda s: any(type(e) is h2.events.StreamEnded and e.stream_id == 3 for e in s))
+        assert any(isinstance(e, h2.events.ResponseReceived) and e.stream_id == 3 for e in seen)
+    finally:
+        client.close()
+
+
+def test_graceful_stop_sends_goaway_and_finishes_the_stream(start_server, loop, tmp_path):
+    events = tmp_path / "events"
+    server = _h2c(start_server, loop, "--graceful-timeout", "20", env={"H2_EVENTS": str(events)})
+    client = RawClient(server.port)
+    try:
+        client.request(1, "/slow?1.5")
+        server.wait_for(lambda: events.exists() and "slow" in events.read_text(), what="the app")
+        server.signal(signal.SIGTERM)
+        # read to the end as frames (h2's own client takes nothing after a GOAWAY)
+        data = b""
+        while chunk := client.sock.recv(65536):
+            data += chunk
+        frames = list(_frames(data))
+        goaway = [f for f in frames if isinstance(f, GoAwayFrame)]
+        assert goaway and (goaway[0].error_code, goaway[0].last_stream_id) == (0, 1)
+        body = [f for f in frames if isinstance(f, DataFrame) and f.stream_id == 1]
+        assert b"".join(f.data for f in body) == b"slow done" and "END_STREAM" in body[-1].flags
+        assert frames.index(goaway[0]) < frames.index(body[0])  # GOAWAY first, then the answer
+    finally:
+        client.close()
+
+
+def _frames(data: bytes):
+    while len(data) >= 9:
+        frame, length = Frame.parse_frame_header(memoryview(data[:9]))
+        frame.parse_body(memoryview(data[9:9 + length]))
+        yield frame
+        data = data[9 + length:]
+
+
+def test_rapid_reset_gets_goaway_over_the_wire(start_server, loop):
+    server = _h2c(start_server, loop)
+    client = RawClient(server.port)
+    try:
+        for i in range(400):
+            sid = 1 + 2 * i
+            client.conn.send_headers(sid, [(":method", "GET"), (":path", "/"), (":scheme", "http"),
+                                           (":authority", "x")], end_stream=True)  # fmt: skip
+            client.conn.reset_stream(sid)
+        client.flush()
+        seen = client.until(lambda s: any(isinstance(e, h2.events.ConnectionTerminated) for e in s))
+        (goaway,) = [e for e in seen if isinstance(e, h2.events.ConnectionTerminated)][:1]
+        assert goaway.error_code == 11  # ENHANCE_YOUR_CALM
+    finally:
+        client.close()
+    # the worker is fine: the next connection is served
+    assert _curl("--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_code}",
+                 f"http://127.0.0.1:{server.port}/").stdout == "200"  # fmt: skip
+
+
+def test_a_stalled_body_gets_408_on_its_stream_only(start_server, loop):
+    server = _h2c(start_server, loop, "--body-timeout", "1")
+    client = RawClient(server.port)
+    try:
+        client.request(1, "/echo", end=False)  # a head, and a body that never comes
+        client.request(3, "/fine")
+        seen = client.until(lambda s: any(isinstance(e, h2.events.ResponseReceived) and e.stream_id == 1
+                                          for e in s))  # fmt: skip
+        status = {e.stream_id: dict(e.headers)[b":status"] for e in seen
+                  if isinstance(e, h2.events.ResponseReceived)}  # fmt: skip
+        assert status == {3: b"200", 1: b"408"}
+    finally:
+        client.close()
+
+
+def test_a_window_that_stays_shut_costs_only_its_stream(start_server, loop):
+    server = _h2c(start_server, loop, "--write-timeout", "1")
+    client = RawClient(server.port)
+    try:
+        client.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        client.flush()
+        client.request(1, "/big?100000")  # it may send nothing: the client never opens the window
+        seen = client.until(lambda s: any(type(e) is h2.events.StreamReset and e.stream_id == 1 for e in s))
+        assert [e.error_code for e in seen if isinstance(e, h2.events.StreamReset)] == [8]  # CANCEL
+        client.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 65535})
+        client.request(3, "/fine")  # the connection goes on
+        client.until(lambda s: any(type(e) is h2.events.StreamEnded and e.stream_id == 3 for e in s))
+    finally:
+        client.close()
+    server.wait_for(lambda: "write timeout" in server.log(), what="the write-timeout line")
+
+
+def test_health_checks_are_answered_on_a_stream_without_the_app(start_server, loop):
+    server = _h2c(start_server, loop, "--health-path", "/_refork/health", "--access-logfile", "-")
+    base = f"http://127.0.0.1:{server.port}"
+    server.wait_for(lambda: _curl("--http2-prior-knowledge", f"{base}/_refork/health/ready").stdout == "ok\n",
+                    what="readiness over HTTP/2")  # fmt: skip
+    _curl("--http2-prior-knowledge", f"{base}/after")
+    server.wait_for(lambda: "GET /after HTTP/2.0" in server.log(), what="the app's line")
+    assert "/_refork/health" not in server.log()  # not logged
+
+
+def test_max_requests_ends_the_connection_with_goaway(start_server, loop):
+    server = _h2c(start_server, loop, "--max-requests", "3")
+    client = RawClient(server.port)
+    try:
+        for sid in (1, 3, 5):
+            client.request(sid, f"/r{sid}")
+        data = b""
+        while chunk := client.sock.recv(65536):  # to the end: the worker closes it after its GOAWAY
+            data += chunk
+    finally:
+        client.close()
+    frames = list(_frames(data))
+    ended = {f.stream_id for f in frames if isinstance(f, DataFrame) and "END_STREAM" in f.flags}
+    assert ended == {1, 3, 5}
+    goaway = [f for f in frames if isinstance(f, GoAwayFrame)]
+    assert goaway and goaway[0].error_code == 0 and goaway[0].last_stream_id == 5
+
+
+def test_bodies_held_for_apps_count_against_max_request_memory(start_server, loop):
+    """Streams whose apps do not read yet fill --max-request-memory: reading waits, nothing is lost."""
+    server = _h2c(start_server, loop, "--max-request-memory", "64K")
+    client = RawClient(server.port)
+    bodies = {1: 60000, 3: 60000, 5: 60000, 7: 60000, 9: 200000}  # four slow apps, one echo
+    try:
+        for sid in bodies:
+            path = "/echo" if sid == 9 else "/slow?0.3"
+            client.conn.send_headers(sid, [(":method", "POST"), (":path", path), (":scheme", "http"),
+                                           (":authority", "x")])  # fmt: skip
+        client.flush()
+        left, answers = dict(bodies), {}
+        while len(answers) < len(bodies):
+            for sid, n in list(left.items()):  # as much as the windows let through
+                try:
+                    size = min(n, client.conn.local_flow_control_window(sid), 16384)
+                    if size:
+                        client.conn.send_data(sid, b"b" * size, end_stream=n == size)
+                except h2.exceptions.StreamClosedError:  # answered, and the rest of its body refused
+                    size = n
+                left[sid] = n - size
+                if left[sid] == 0:
+                    del left[sid]
+            client.flush()
+            for event in client.events():
+                if isinstance(event, h2.events.DataReceived):
+                    answers[event.stream_id] = answers.get(event.stream_id, b"") + event.data
+                    client.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+    finally:
+        client.close()
+    assert [answers[sid] for sid in (1, 3, 5, 7)] == [b"slow done"] * 4
+    assert answers[9].startswith(b"200000 ")

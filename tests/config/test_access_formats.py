@@ -1,0 +1,194 @@
+"""gunicorn's access-log formats: the same requests to a real gunicorn and to refork, the same lines.
+
+gunicorn (the `test` extra installs it) serves tests/apps/access_apps.py's WSGI app with its sync
+worker and the ASGI app with its asgi worker; refork serves the same app on every request path
+with the same format. The lines must be equal but for the atoms that measure time or name the
+process (checked for their shape). The requests are the odd ones: a query with quotes, a
+percent-encoded UTF-8 path, quotes, backslashes, a tab and a latin-1 byte in headers, a repeated
+header, no Referer, HTTP/1.0, a 404, a 204, a chunked (streamed) body, HEAD, Basic auth, a POST.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import TESTS, free_port, read_to_end
+from support.request_paths import PATHS
+
+from refork.config import ConfigError, load_config
+from refork.http.events import Request
+from refork.log_format import GUNICORN_DEFAULT, compile_format
+
+# Every atom; the time and pid atoms last, after a "|[" that the comparison cuts at.
+FORMAT = (
+    '%(h)s|%(l)s|%(u)s|"%(r)s"|%(m)s|%(U)s|%(q)s|%(H)s|%(s)s|%(B)s|%(b)s|"%(f)s"|"%(a)s"|%({x-odd}i)s|'
+    "%({X-Dup}i)s|%({x-quote}o)s|%({content-type}o)s|%({missing}o)s|%({HTTP_X_ODD}e)s|"
+    "%({request_method}e)s|%({path_info}e)s|%({nothere}e)s|%(nosuch)s|%%|%(t)s %(T)s %(M)s %(D)s %(L)s %(p)s"
+)
+STAMP = r"\[\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d [+-]\d{4}\]"
+TIMES = re.compile(STAMP + r" (\d+) (\d+) (\d+) (\d+\.\d{6}) <(\d+)>")
+
+REQUESTS = [
+    b"GET / HTTP/1.1\r\nHost: x\r\nUser-Agent: curl/8\r\nReferer: http://r/\r\n",
+    b'GET /q?a=1&b=%20"x"&c HTTP/1.1\r\nHost: x\r\n',
+    b"GET /caf%C3%A9/%E2%9C%93?x=%C3%A9 HTTP/1.1\r\nHost: x\r\n",
+    b'GET / HTTP/1.1\r\nHost: x\r\nUser-Agent: a "quoted" \\back\\slash\r\nX-Odd: tab\there "q"\r\n'
+    b"X-Dup: 1\r\nX-Dup: 2\r\n",
+    b"GET /missing HTTP/1.0\r\n",
+    b"GET /stream HTTP/1.1\r\nHost: x\r\n",
+    b"HEAD / HTTP/1.1\r\nHost: x\r\n",
+    b"GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Basic dXNlcjpwYXNz\r\n",
+    b"GET /empty HTTP/1.1\r\nHost: x\r\n",
+    b"GET / HTTP/1.1\r\nHost: x\r\nX-Odd: caf\xe9\r\nReferer: a\r\nReferer: b\r\n",
+    b"POST /post HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n",
+]
+
+
+
+def _send_all(port: int, requests: list[bytes] = REQUESTS) -> None:
+    """Each request on a connection of its own (gunicorn's sync worker closes after each)."""
+    for raw in requests:
+        head = raw if raw.startswith(b"GET /missing") else raw + b"Connection: close\r\n"
+        body = b"hello" if raw.startswith(b"POST") else b""
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(head + b"\r\n" + body)
+            assert read_to_end(sock).startswith(b"HTTP/1.")
+
+
+def _lines(path, count: int) -> list[str]:
+    """The access log's lines once it has `count` of them."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if path.exists():
+            lines = path.read_text(encoding="utf-8").splitlines()
+            if len(lines) >= count:
+                return lines
+        time.sleep(0.05)
+    raise AssertionError(f"{path} has not {count} lines: {path.read_text() if path.exists() else 'no file'}")
+
+
+def _run_gunicorn(tmp, interface: str, args: list[str]) -> list[str]:
+    port = free_port()
+    log = tmp / f"gunicorn-{interface}-{port}.log"
+    worker = ["-k", "asgi"] if interface == "asgi" else []
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-b", f"127.0.0.1:{port}", "-w", "1", *worker,
+         "--access-logfile", str(log), *args, f"apps.access_apps:{interface}"],
+        cwd=TESTS, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, "gunicorn exited"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.05)
+        _send_all(port)
+        return _lines(log, len(REQUESTS))
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+@pytest.fixture(scope="module")
+def gunicorn_lines(tmp_path_factory):
+    """gunicorn's lines for the WSGI and the ASGI app, with FORMAT and with its default format."""
+    tmp = tmp_path_factory.mktemp("gunicorn")
+    runs: dict[tuple[str, str], list[str]] = {}
+
+    def lines(interface: str, fmt: str) -> list[str]:
+        if (interface, fmt) not in runs:
+            args = ["--access-logformat", fmt] if fmt != "default" else []
+            runs[interface, fmt] = _run_gunicorn(tmp, interface, args)
+        return runs[interface, fmt]
+
+    return lines
+
+
+def _refork_lines(start_server, tmp_path, path: str, args: list[str]) -> list[str]:
+    interface, loop = PATHS[path]
+    log = tmp_path / f"refork-{path}.log"
+    server = start_server(*loop, "--access-logfile", str(log), *args, app=f"apps.access_apps:{interface}",
+                          workers=1)  # fmt: skip
+    _send_all(server.port)
+    return _lines(log, len(REQUESTS))
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_every_atom_matches_gunicorn(path, start_server, tmp_path, gunicorn_lines):
+    ours = _refork_lines(start_server, tmp_path, path, ["--access-logformat", FORMAT])
+    theirs = gunicorn_lines(PATHS[path][0], FORMAT)
+    assert [line.partition("|[")[0] for line in ours] == [line.partition("|[")[0] for line in theirs]
+    for line in ours:
+        stamp = "[" + line.partition("|[")[2]
+        m = TIMES.fullmatch(stamp)
+        assert m, stamp
+        seconds, millis, micros, decimal, _pid = m.groups()
+        assert int(millis) == int(micros) // 1000 and int(seconds) == int(micros) // 1_000_000
+        assert decimal == f"{int(micros) // 1_000_000}.{int(micros) % 1_000_000:06d}"
+
+
+@pytest.mark.parametrize("path", ["engine", "asyncio"])
+def test_default_format_is_gunicorns(path, start_server, tmp_path, gunicorn_lines):
+    """No --access-logformat: gunicorn's default lines (the date aside)."""
+    ours = _refork_lines(start_server, tmp_path, path, [])
+    theirs = gunicorn_lines(PATHS[path][0], "default")
+    date = re.compile(r" \[\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d [+-]\d{4}\] ")
+    assert [date.sub(" [date] ", line) for line in ours] == [date.sub(" [date] ", line) for line in theirs]
+    assert ours[0].endswith(' "GET / HTTP/1.1" 200 6 "http://r/" "curl/8"')
+
+
+def test_refork_formats_and_the_flag_spellings(start_server, tmp_path):
+    """common, combined and json stay refork's; --access-log-format and --access-logformat are one."""
+    for flag, fmt in (("--access-log-format", "combined"), ("--access-logformat", "json")):
+        log = tmp_path / f"{fmt}.log"
+        server = start_server("--access-logfile", str(log), flag, fmt, app="apps.access_apps:wsgi", workers=1)
+        _send_all(server.port, REQUESTS[:1])
+        (line,) = _lines(log, 1)
+        if fmt == "combined":
+            expected = rf'127\.0\.0\.1 - - {STAMP} "GET / HTTP/1\.1" 200 6 "http://r/" "curl/8"'
+            assert re.fullmatch(expected, line)
+        else:
+            assert '"path":"/"' in line and '"user_agent":"curl/8"' in line
+
+
+@pytest.mark.parametrize(
+    "fmt, error",
+    [
+        ("%(h)d", "real number"),  # Python's own words, which 3.15 rephrased
+        ("%(h)s %s", "'%s' names no atom"),
+        ("%(h", "unsupported %-directive"),
+        ("%(h)s %(T)*d", "a '*' width takes no atom"),
+        ("   ", "an empty format"),
+        ("apache", 'no atom in "apache"'),
+    ],
+)
+def test_a_bad_format_is_a_config_error(fmt, error):
+    with pytest.raises(ConfigError) as e:
+        load_config(["--access-logformat", fmt, "app:app"], environ={})
+    assert error in str(e.value) and "--access-log" in str(e.value)
+
+
+def test_the_config_file_name_and_default():
+    assert load_config(["app:app"], environ={}).access_log_format == GUNICORN_DEFAULT
+    config = load_config(["--access-logformat", "COMBINED", "app:app"], environ={})
+    assert config.access_log_format == "combined"
+
+
+def test_atoms_without_a_server():
+    """What the lines above cannot show: a missing remote, a failed Basic decoding, {var}e on the
+    ASGI loop (gunicorn's minimal environ), non-str environ values."""
+    request = Request("GET", b"/a?b", b"/a", b"b", "1.0", [(b"authorization", b"Basic !!!"), (b"x-y", b"z")])
+    line = compile_format("%(h)s %(u)s %({wsgi.version}e)s %({HTTP_X_Y}e)s %(H)s")
+    environ = {"wsgi.version": (1, 0), "HTTP_X_Y": "z"}
+    assert line(request, None, 200, 0, 0.0, environ, None) == "- - (1, 0) z HTTP/1.0"
+    asgi = compile_format("%({http_x_y}e)s %({remote_addr}e)s %({path_info}e)s", asgi=True)
+    assert asgi(request, "10.0.0.1", 200, 0, 0.0, None, None) == "z 10.0.0.1 /a"

@@ -1,0 +1,373 @@
+"""The promises, each one test run on every request path that serves it (and, by ./scripts/test,
+on every supported interpreter): a hung request costs only itself, a slow client only its
+connection, a killed worker or mold is replaced with nothing else lost, a refork, a reload and
+recycling lose nothing, and a prepared heap keeps computing right.
+
+A new request path is one more entry in request_paths.PATHS; a new promise is one more test here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from conftest import Server, read_to_end
+from support.load import Load
+from support.request_paths import PATHS, every_path, flags, threads, wsgi_paths
+
+from refork.memory.heap import immortalize_support
+
+CONTENT_LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
+
+
+def serve(start_server: Callable[..., Server], path: str, *args: str, workers: int = 2, **kw) -> Server:
+    chosen, app = flags(path, "apps.promises")
+    return start_server(*chosen, *args, app=app, workers=workers, defaults=True, **kw)
+
+
+class Hung:
+    """Clients that keep a request to /hang open, each sending another when its connection dies."""
+
+    def __init__(self, port: int, clients: int) -> None:
+        self.port = port
+        self.stop = threading.Event()
+        self.sent = 0
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
+
+    def __enter__(self) -> Hung:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(10)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
+                    self.sent += 1
+                    while not self.stop.is_set():
+                        try:
+                            if not s.recv(100):
+                                break  # its worker was replaced: hang another
+                        except TimeoutError:
+                            continue
+            except OSError:
+                time.sleep(0.05)
+
+
+# -- a hung request costs only itself --------------------------------------------------------------
+@every_path
+def test_a_flood_of_hung_requests_costs_only_those_requests(start_server, path):
+    """Hung requests on more than half of the app threads (a worker holding one is killed at
+    --timeout and replaced): the other requests are served, >= 95% of them."""
+    per_worker = threads(path)
+    workers = 4 if per_worker == 1 else 2
+    hung = max(2, workers * per_worker * 5 // 8) if per_worker else 20
+    server = serve(start_server, path, "--timeout", "2", workers=workers)
+    with Hung(server.port, hung) as flood:
+        server.wait_for(lambda: flood.sent >= hung, what=f"{hung} hung requests")
+        with Load(server.port, threads=4) as load:
+            load.wait_for_requests(300, timeout=30)
+            if PATHS[path][0] == "wsgi":  # the load goes on across a --timeout kill and its replacement
+                server.wait_for(lambda: "killing it" in server.log(), what="a --timeout kill")
+            load.wait_for_requests(300, timeout=30)
+    served = load.ok / max(1, load.ok + len(load.failures))
+    assert load.ok >= 300 and served >= 0.95, (load.ok, load.failures[:5], server.log()[-3000:])
+    # a request that was on a killed worker's other thread is among the failures counted above
+    server.wait_for(lambda: server.get("/")[0] == 200, what="a request served once the flood ends")
+    if PATHS[path][0] == "asgi":  # an awaiting request holds no thread: its worker is never killed for it
+        assert "killing it" not in server.log() and load.failures == []
+
+
+@wsgi_paths
+def test_a_worker_whose_app_threads_are_all_busy_accepts_nothing_it_cannot_start(start_server, path):
+    """With one worker's app threads all hung, new connections go to the worker that can serve
+    them: none waits behind the hung requests (they would be lost when --timeout kills it)."""
+    per_worker = threads(path)
+    server = serve(start_server, path, "--timeout", "60", workers=2)
+    full = None
+    hung: list[socket.socket] = []
+    try:
+        while full is None and len(hung) < 2 * per_worker - 1:
+            s = socket.create_connection(("127.0.0.1", server.port))
+            s.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
+            hung.append(s)
+            total = len(hung)
+            busy = server.wait_for(
+                lambda total=total: (b := [w["busy"] for w in server.workers()]) and sum(b) == total and b,
+                what=f"{total} hung requests in the app",
+            )
+            full = next((i for i, b in enumerate(busy) if b == per_worker), None)
+        assert full is not None, "no worker got all its threads hung"
+        free = [w["pid"] for w in server.workers() if w["busy"] < per_worker]
+        for _ in range(40):  # each on a new connection: the kernel offers it to both workers
+            code, body = server.get("/", timeout=5)
+            assert code == 200 and int(body.split()[0]) in free
+    finally:
+        for s in hung:
+            s.close()
+
+
+@every_path
+def test_a_worker_blocked_in_the_app_past_timeout_is_killed_and_replaced(start_server, path):
+    server = serve(start_server, path, "--timeout", "1", workers=1)
+    before = server.workers()[0]["pid"]
+    blocking = "/block?30" if PATHS[path][0] == "asgi" else "/sleep?30"
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(f"GET {blocking} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        server.wait_for(lambda: (w := server.workers()) and w[0]["pid"] != before, what="a replacement")
+    assert "busy longer than 1s; killing it" in server.log()
+    assert server.get("/")[0] == 200
+
+
+# -- a slow client costs only its connection -------------------------------------------------------
+@every_path
+def test_a_client_that_never_reads_and_a_slowloris_cost_only_their_connections(start_server, path):
+    server = serve(start_server, path, "--write-timeout", "2", "--header-timeout", "2", workers=1)
+    reader = socket.create_connection(("127.0.0.1", server.port))
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    reader.sendall(b"GET /big?50000000 HTTP/1.1\r\nHost: x\r\n\r\n")  # and never reads
+    loris = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    loris.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # and never ends its head
+    with Load(server.port, threads=2) as load:
+        load.wait_for_requests(100)
+    assert load.failures == [] and load.ok >= 100
+    assert loris.recv(100).startswith(b"HTTP/1.1 408")
+    server.wait_for(lambda: "write timeout" in server.log(), what="the non-reader cut")
+    loris.close()
+    reader.close()
+    assert server.get("/")[0] == 200
+
+
+# -- every response answers its own request -------------------------------------------------------
+@every_path
+@pytest.mark.parametrize("status", [100, 103])
+def test_an_app_answering_an_interim_status_as_its_response_gets_a_500_and_nothing_is_mispaired(
+    start_server, path, status
+):
+    """A 1xx is interim (RFC 9110 15.2): sent as the response, the client would take the next
+    response for this request's. The app's bug is a 500 (the connection then closes), and the
+    request pipelined behind it is never answered as if it were the first's."""
+    server = serve(start_server, path, workers=1)
+    pipelined = f"GET /status?{status} HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(pipelined.encode())
+        data = read_to_end(s)
+    assert data.startswith(b"HTTP/1.1 500 ") and data.count(b"HTTP/1.1 ") == 1, data[:300]
+    assert "informational" in server.log() or "Informational" in server.log(), server.log()[-2000:]
+    assert server.get("/")[0] == 200
+
+
+# -- a dead process is replaced, nothing else lost ------------------------------------------------
+@every_path
+def test_a_worker_killed_under_load_is_replaced_from_the_mold_losing_only_its_own_requests(
+    start_server, path
+):
+    server = serve(start_server, path, workers=2)
+    with Load(server.port, threads=4) as load:
+        load.wait_until_warm()
+        victim = server.workers()[0]
+        os.kill(victim["pid"], signal.SIGKILL)
+        server.wait_for(
+            lambda: len([w for w in server.workers() if w["pid"] != victim["pid"]]) == 2,
+            timeout=10,
+            what="a replacement",
+        )
+        load.wait_for_requests(100)
+    assert len(load.failures) <= 4, load.failures  # at most one in flight per client on the victim
+    assert "fresh import" not in server.log()  # forked warm: from the mold, or a promoted worker
+
+
+@every_path
+def test_a_killed_mold_is_recovered_and_forks_again(start_server, path):
+    server = serve(start_server, path, "--mold-idle-exit", "off", "--refork-after", "off", workers=2)
+    mold = server.mold()
+    workers = {w["pid"] for w in server.workers()}
+    with Load(server.port, threads=2) as load:
+        os.kill(mold["pid"], signal.SIGKILL)
+        server.wait_for(lambda: (m := server.mold()) and m["pid"] != mold["pid"], what="a new mold")
+        assert {w["pid"] for w in server.workers()} == workers  # they kept serving
+        victim = server.workers()[0]["pid"]
+        os.kill(victim, signal.SIGKILL)
+        server.wait_for(
+            lambda: len([w for w in server.workers() if w["pid"] != victim]) == 2, what="a fork from it"
+        )
+        load.wait_for_requests(50)
+    assert len(load.failures) <= 2, load.failures
+
+
+# -- refork, reload and recycling lose nothing ----------------------------------------------------
+@every_path
+def test_a_refork_under_load_loses_nothing(start_server, path):
+    server = serve(start_server, path, workers=2)
+    with Load(server.port, threads=4) as load:
+        load.wait_for_requests(50)
+        before = server.status()["generation"]
+        server.signal(signal.SIGUSR2)  # (or one the policy started meanwhile: a refork all the same)
+        server.wait_for(
+            lambda: (gen := server.status()["generation"]) > before
+            and {w["generation"] for w in server.workers(state=None)} == {gen}
+            and len(server.workers()) == 2,
+            what="a new generation everywhere",
+        )
+        load.wait_for_requests(50)
+    assert load.failures == []
+
+
+@every_path
+def test_the_default_refork_policy_under_load_loses_nothing(start_server, path):
+    """With no flags, workers are promoted after 50 and then 100 requests: two reforks in a row
+    while clients keep sending."""
+    server = serve(start_server, path, workers=2)
+    with Load(server.port, threads=4) as load:
+        server.wait_for(
+            lambda: (gen := server.status()["generation"]) >= 2
+            and {w["generation"] for w in server.workers(state=None)} == {gen}
+            and len(server.workers()) == 2,
+            timeout=60,
+            what="two reforks by the default policy",
+        )
+        load.wait_for_requests(50)
+    assert load.failures == []
+    assert server.log().count("promoting worker") >= 2
+
+
+@every_path
+def test_a_reload_under_load_loses_nothing(start_server, path):
+    server = serve(start_server, path, "--refork-after", "off", workers=2)
+    old = {w["pid"] for w in server.workers()}
+    with Load(server.port, threads=4) as load:
+        load.wait_for_requests(50)
+        server.signal(signal.SIGHUP)
+        server.wait_for(
+            lambda: server.status()["generation"] == 1
+            and {w["generation"] for w in server.workers(state=None)} == {1}
+            and len(server.workers()) == 2,
+            timeout=30,
+            what="generation 1 everywhere",
+        )
+        load.wait_for_requests(50)
+    assert load.failures == []
+    assert not old & {w["pid"] for w in server.workers()}
+    assert "starting a new mold from a fresh import" not in server.log()
+
+
+@every_path
+def test_max_requests_recycling_under_load_loses_nothing(start_server, path):
+    server = serve(start_server, path, "--max-requests", "40", workers=2)
+    first = {w["pid"] for w in server.workers()}
+    with Load(server.port, threads=3) as load:
+        server.wait_for(lambda: len(load.pids) >= 6, timeout=30, what="three rounds of recycled workers")
+    assert load.failures == []
+    assert not first & {w["pid"] for w in server.workers()}
+
+
+def pipelined_bodies(port: int, request: bytes, total: int, depth: int = 50) -> Iterator[bytes]:
+    """The bodies of `total` responses to `request`, sent `depth` at a time on a keep-alive
+    connection; when the server closes it (a worker retired by a refork), the rest go on a new one."""
+    count = 0
+    while count < total:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            buffer = [b""]
+            open_ = True
+            while open_ and count < total:
+                s.sendall(request * depth)
+                for _ in range(depth):
+                    body = next_body(s, buffer)
+                    if body is None:
+                        open_ = False  # what was not answered goes again on a new connection
+                        break
+                    count += 1
+                    yield body
+
+
+def next_body(s: socket.socket, buffer: list[bytes]) -> bytes | None:
+    """The next response's body from `s` (Content-Length framed), or None when `s` is closed first."""
+    while True:
+        head, sep, rest = buffer[0].partition(b"\r\n\r\n")
+        match = CONTENT_LENGTH.search(head) if sep else None
+        if match and len(rest) >= int(match.group(1)):
+            length = int(match.group(1))
+            buffer[0] = rest[length:]
+            return rest[:length]
+        try:
+            data = s.recv(65536)
+        except ConnectionResetError:  # closed with requests of ours unread: they go again
+            return None
+        if not data:
+            return None
+        buffer[0] += data
+
+# -- the prepared heap ----------------------------------------------------------------------------
+@every_path
+def test_a_prepared_heap_serves_a_call_heavy_app_right_for_10k_requests(start_server, path):
+    from apps.heavy import EXPECTED
+
+    server = serve(start_server, path, workers=2)
+    supported, why = immortalize_support()
+    heap = server.log()
+    assert ("immortalize on (" in heap) if supported else (f"immortalize unsupported: {why}" in heap), heap
+    expected = str(EXPECTED).encode()
+    bodies = list(pipelined_bodies(server.port, b"GET /calls HTTP/1.1\r\nHost: x\r\n\r\n", 10_000))
+    wrong = [body for body in bodies if body != expected]
+    assert wrong == []
+    assert server.proc.poll() is None and len(server.workers()) == 2
+    assert "was killed by" not in server.log()
+
+
+# -- a dead monitor leaves nothing behind ------------------------------------------------------
+def cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+@every_path
+def test_a_worker_whose_monitor_died_frees_the_port_finishes_quietly_and_exits(start_server, path):
+    """With a request hung in it: the port is free at once (a restarted server can bind), it
+    says so once, spins on nothing, and is gone within --graceful-timeout."""
+    from conftest import pids_alive
+
+    server = serve(start_server, path, "--graceful-timeout", "3", workers=1)
+    worker = server.workers()[0]["pid"]
+    with socket.create_connection(("127.0.0.1", server.port)) as hung:
+        hung.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
+        server.wait_for(lambda: server.workers()[0]["busy"] == 1, what="the hung request in the app")
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait()
+        died = time.monotonic()
+
+        def port_free() -> bool:
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("127.0.0.1", server.port))
+                    s.listen()
+                except OSError:
+                    return False
+                return True
+
+        deadline = died + 5
+        while not port_free():
+            assert time.monotonic() < deadline, "the orphan kept the listening socket"
+            time.sleep(0.05)
+        before = cpu_ticks(worker)
+        while time.monotonic() < died + 1.5:
+            assert pids_alive([worker]), "exited before --graceful-timeout with a request in flight"
+            time.sleep(0.1)
+        assert cpu_ticks(worker) - before < 30, "the orphan spins"
+        while pids_alive([worker]):
+            assert time.monotonic() < died + 3 + 5, "the orphan outlived --graceful-timeout"
+            time.sleep(0.1)
+    assert server.log().count("the monitor is gone") == 1, server.log()[-2000:]

@@ -1,0 +1,541 @@
+"""The memory and disk promises, on every request path each applies to (tests/support/request_paths.py,
+and the helpers of tests/promises/test_promises.py): what one client's bytes can hold of a worker.
+
+- Request heads are bounded as they arrive: a line longer than its limit is refused as soon as that
+  many bytes came without its end, the heads being received hold at most --max-request-memory of a
+  worker, and the worker's RSS stays near its baseline during a flood of them and returns to it
+  after (bodies held in memory likewise).
+- WebSocket messages waiting for the app are bounded per connection and per worker
+  (--ws-max-memory), deflated ones too: a flood keeps the worker near its baseline.
+- The spool holds what has arrived of a body, never what its header declares; a full spool
+  directory is a 507 with Retry-After, not a reset.
+
+RSS is read from /proc/PID/smaps_rollup of the worker itself, before, during and after each flood.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import socket
+import tempfile
+import threading
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Server
+from support.head_lines import HEAD, HEAD_LINES
+from support.request_paths import PATHS, every_path, wsgi_paths
+from test_promises import serve as serve_with_defaults
+
+
+def serve(start_server: Callable[..., Server], path: str, *args: str, **kw: Any) -> Server:
+    """One worker's memory watched over a flood: no refork replaces it meanwhile (the policy's
+    own promises are in test_promises)."""
+    return serve_with_defaults(start_server, path, "--refork-after", "off", *args, **kw)
+
+asgi_paths = pytest.mark.parametrize("path", [p for p, (kind, _) in PATHS.items() if kind == "asgi"])
+
+MIB = 1 << 20
+
+
+def rss(pid: int) -> int:
+    """The resident set of a process, in bytes."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Rss:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no Rss line for {pid}")
+
+
+def spool_files(pid: int, directory: str | Path | None = None) -> list[int]:
+    """The sizes of the request bodies a worker has spooled now: its unlinked files in the spool
+    directory (tempfile's default unless given)."""
+    where = f"{directory or tempfile.gettempdir()}/"
+    sizes = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith(where) and link.endswith(" (deleted)"):
+                sizes.append(os.stat(f"/proc/{pid}/fd/{fd}").st_size)
+        except OSError:
+            continue
+    return sizes
+
+
+def response(sock: socket.socket) -> bytes:
+    """One response with a Content-Length body (or what came before the server closed)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+class RssSampler:
+    """The most a process's RSS reached while the `with` block ran (sampled every 10 ms)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = rss(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.peak = max(self.peak, rss(self.pid))
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.01):
+            try:
+                self.peak = max(self.peak, rss(self.pid))
+            except OSError:
+                return
+
+
+def settles_near(server, pid: int, baseline: int, margin: int) -> int:
+    """Wait until the worker's RSS is back within `margin` of `baseline`; that RSS."""
+    return server.wait_for(lambda: (now := rss(pid)) < baseline + margin and now, timeout=20,
+                           what=f"RSS back within {margin >> 20} MiB of {baseline >> 20} MiB")  # fmt: skip
+
+
+class Upload:
+    """A POST /upload sent from a thread while another reads the answer as it comes: a server that
+    refuses a body early closes with unread bytes, and its answer must be read before the reset."""
+
+    def __init__(self, port: int, length: int, send: int | None = None) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.length = length
+        self.to_send = length if send is None else send
+        self.sent = 0
+        self.answer = b""
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.sock.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % length)
+        self.more(self.to_send)
+
+    def _read(self) -> None:
+        try:
+            self.answer = response(self.sock)
+        except OSError:
+            pass
+
+    def more(self, n: int) -> None:
+        chunk = b"u" * 65536
+        try:
+            while n > 0 and not self.answer:
+                self.sock.sendall(chunk[:n])
+                self.sent += min(n, len(chunk))
+                n -= len(chunk)
+        except OSError:
+            pass
+
+    def finish(self) -> bytes:
+        self.more(self.length - self.sent)
+        self.reader.join(30)
+        self.close()
+        return self.answer
+
+    def close(self) -> None:
+        """Gone for good (shutdown first: the reading thread's recv holds the socket open)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+# -- the spool holds what arrived ----------------------------------------------------------------
+@wsgi_paths
+def test_declared_lengths_reserve_nothing_of_the_spool(start_server, path):
+    """Four uploads declaring a gigabyte each and sending a little more than the in-memory
+    threshold hold what they sent, not the 4 GiB budget: another upload is served meanwhile, and the
+    worker's RSS does not grow with them (their bytes are on disk)."""
+    server = serve(start_server, path, workers=1)
+    pid = server.workers()[0]["pid"]
+    server.get("/")
+    before = rss(pid)
+    holders = [Upload(server.port, 1 << 30, send=1100 << 10) for _ in range(4)]
+    server.wait_for(lambda: len([s for s in spool_files(pid) if s >= 1 << 20]) == 4, what="4 spooled bodies")
+    upload = Upload(server.port, 2 * MIB)
+    answer = upload.finish()
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\n%d" % (2 * MIB)), answer[:300]
+    during = rss(pid)
+    for holder in holders:
+        holder.close()
+    server.wait_for(lambda: not spool_files(pid), what="the spooled bodies let go")
+    assert during - before < 16 * MIB, (before, during)
+
+
+def private_tmpfs(mount: Path, size: str) -> Callable[[], None]:
+    """A preexec_fn: the server runs in a mount namespace of its own with a tmpfs of `size` on
+    `mount` (a user namespace too when not root), so its spool directory can really fill up."""
+
+    def enter() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        uid, gid = os.getuid(), os.getgid()
+        if libc.unshare(0x00020000 | (0 if uid == 0 else 0x10000000)):  # CLONE_NEWNS (| NEWUSER)
+            raise OSError(ctypes.get_errno(), "unshare")
+        if uid:
+            for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
+        if libc.mount(b"none", b"/", None, 0x4000 | 0x40000, None):  # MS_REC | MS_PRIVATE
+            raise OSError(ctypes.get_errno(), "mount --make-rprivate /")
+        if libc.mount(b"tmpfs", str(mount).encode(), b"tmpfs", 0, f"size={size}".encode()):
+            raise OSError(ctypes.get_errno(), f"mount tmpfs on {mount}")
+
+    return enter
+
+
+@wsgi_paths
+def test_a_full_spool_directory_is_a_507_with_retry_after(start_server, path, tmp_path):
+    """The spool directory's disk fills up under two uploads: the one that finds it full gets a
+    507 with Retry-After (not a reset), its file is let go, and the other one completes."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    server = serve(start_server, path, "--spool-dir", str(spool), workers=1,
+                   preexec_fn=private_tmpfs(spool, "3m"))  # fmt: skip
+    pid = server.workers()[0]["pid"]
+    first = Upload(server.port, 2 * MIB, send=1536 << 10)
+    server.wait_for(lambda: any(s >= 1400 << 10 for s in spool_files(pid, spool)), what="the first spooled")
+    second = Upload(server.port, 2 * MIB)
+    answer = second.finish()
+    assert answer.startswith(b"HTTP/1.1 507 ") and b"\r\nRetry-After: 1\r\n" in answer, answer[:300]
+    server.wait_for(lambda: len(spool_files(pid, spool)) == 1, what="the refused body let go")
+    answer = first.finish()
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\n%d" % (2 * MIB)), answer[:300]
+    assert server.get("/")[0] == 200
+
+
+# -- WebSocket messages are bounded per connection and per worker ----------------------------------
+def masked(first: int, payload: bytes) -> bytes:
+    """A client frame: `first` (FIN, RSV, opcode), the mask bit and length, a mask, the payload."""
+    n = len(payload)
+    if n < 126:
+        length = bytes((0x80 | n,))
+    elif n < 1 << 16:
+        length = bytes((0x80 | 126,)) + n.to_bytes(2, "big")
+    else:
+        length = bytes((0x80 | 127,)) + n.to_bytes(8, "big")
+    mask = b"\x01\x02\x03\x04"
+    key = int.from_bytes((mask * (n // 4 + 1))[:n], "little")
+    data = (int.from_bytes(payload, "little") ^ key).to_bytes(n, "little") if n else b""
+    return bytes((first,)) + length + mask + data
+
+
+def deflated(size: int, fin: bool = True) -> bytes:
+    """A binary message (or its first fragment: fin False) of `size` zero bytes, compressed
+    (permessage-deflate, RFC 7692): 16 MiB make about 16 KiB on the wire."""
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    payload = c.compress(bytes(size)) + c.flush(zlib.Z_SYNC_FLUSH)
+    return masked((0x80 if fin else 0) | 0x40 | 0x02, payload[:-4] if fin else payload)
+
+
+def deflate_websocket(port: int, path: str) -> socket.socket:
+    """A WebSocket whose messages are each compressed on their own (client_no_context_takeover):
+    the same frame can be sent again and again."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(
+        f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Extensions: permessage-deflate; client_no_context_takeover\r\n\r\n".encode()
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 101 ") and b"permessage-deflate" in head, head
+    return sock
+
+
+def close_code(sock: socket.socket) -> int | None:
+    """The code of the close frame the server sends next (None: the connection ended without one)."""
+    data = b""
+    while True:
+        while len(data) >= 2 and len(data) >= 2 + (data[1] & 0x7F):  # short unmasked server frames
+            frame, data = data[: 2 + (data[1] & 0x7F)], data[2 + (data[1] & 0x7F) :]
+            if frame[0] & 0x0F == 0x8:
+                return int.from_bytes(frame[2:4], "big")
+        try:
+            chunk = sock.recv(4096)
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        data += chunk
+
+
+def counts(server) -> tuple[int, int, int]:
+    """(messages, disconnects) the app's WebSockets received in the worker, and the body bytes its
+    /trickle requests read."""
+    received, closed, body = server.get("/counts")[1].split()
+    return int(received), int(closed), int(body)
+
+
+def ws_count(server) -> tuple[int, int]:
+    return counts(server)[:2]
+
+
+def warm_websockets(server) -> int:
+    """One WebSocket message and disconnect first (the worker's first use of wsproto and zlib are
+    part of its baseline, not of the flood); the worker's RSS then."""
+    pid = server.workers()[0]["pid"]
+    warm = deflate_websocket(server.port, "/ws")
+    warm.sendall(deflated(MIB))
+    server.wait_for(lambda: ws_count(server)[0] == 1, what="the warm-up message")
+    warm.close()
+    server.wait_for(lambda: ws_count(server)[1] == 1, what="the warm-up's disconnect")
+    return rss(pid)
+
+
+@asgi_paths
+def test_deflated_websocket_messages_for_a_slow_app_keep_the_worker_near_its_baseline(start_server, path):
+    """Two clients each send 20 deflated 16 MiB messages (about 320 KiB on the wire) to an app
+    that takes one a tenth of a second: each connection holds at most --ws-max-size for its app,
+    the rest waits deflated (reading paused), so the worker's RSS stays within 64 MiB of its
+    baseline; the app gets every message; once the clients are gone the RSS comes back."""
+    server = serve(start_server, path, workers=1)
+    pid = server.workers()[0]["pid"]
+    baseline = warm_websockets(server)
+    clients = [deflate_websocket(server.port, "/ws?0.1") for _ in range(2)]
+    flood = deflated(16 * MIB) * 20
+    with RssSampler(pid) as during:
+        for c in clients:
+            threading.Thread(target=c.sendall, args=(flood,), daemon=True).start()
+        server.wait_for(lambda: ws_count(server)[0] == 41, timeout=60, what="every message to the app")
+    for c in clients:
+        c.close()
+    server.wait_for(lambda: ws_count(server)[1] == 3, what="the disconnects")
+    settles_near(server, pid, baseline, 16 * MIB)
+    assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
+
+
+@asgi_paths
+def test_websockets_hold_no_more_than_ws_max_memory_of_a_worker(start_server, path):
+    """Four clients flood an app that takes nothing for a while, under --ws-max-memory 24M: the
+    worker holds about that for them, whatever they send, and each connection either has every
+    message taken by the app or is closed with 1009 (its message could not fit while no app had one
+    to take): never the worker killed for its memory."""
+    server = serve(start_server, path, "--ws-max-memory", "24M", workers=1)
+    pid = server.workers()[0]["pid"]
+    baseline = warm_websockets(server)
+    clients = [deflate_websocket(server.port, "/ws?0.5") for _ in range(4)]
+    codes: list[int | None] = []
+    readers = [threading.Thread(target=lambda c=c: codes.append(close_code(c)), daemon=True) for c in clients]
+    with RssSampler(pid) as during:
+        for c, reader in zip(clients, readers, strict=True):
+            reader.start()
+            threading.Thread(target=c.sendall, args=(deflated(12 * MIB) * 6,), daemon=True).start()
+        server.wait_for(lambda: ws_count(server)[0] + 6 * len(codes) >= 1 + 24, timeout=60,
+                        what="every message taken, or its connection closed")  # fmt: skip
+    assert all(code == 1009 for code in codes), codes
+    for c in clients:
+        c.close()
+    server.wait_for(lambda: ws_count(server)[1] == 5, what="the disconnects")
+    settles_near(server, pid, baseline, 16 * MIB)
+    assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
+    assert server.workers()[0]["pid"] == pid
+
+
+@asgi_paths
+def test_a_message_that_cannot_fit_in_ws_max_memory_while_no_app_has_one_is_closed_with_1009(
+    start_server, path
+):
+    """Backpressure cannot make room for a message bigger than the worker's whole budget when no app
+    holds a message to take: the connection pushing past is closed with 1009, the others go on."""
+    server = serve(start_server, path, "--ws-max-memory", "2M", workers=1)
+    big = deflate_websocket(server.port, "/ws")
+    big.sendall(deflated(3 * MIB, fin=False))  # the first fragment of a message: 3 MiB, and more to come
+    assert close_code(big) == 1009
+    big.close()
+    small = deflate_websocket(server.port, "/ws")
+    small.sendall(deflated(MIB) * 3)
+    server.wait_for(lambda: ws_count(server)[0] == 3, what="the next client's messages")
+    small.close()
+
+
+# -- request heads and bodies are bounded as they arrive ------------------------------------------
+class Flood:
+    """Connections that each send a request (head, and body) in pieces, never finishing it: one
+    piece per connection per round, as far as the server reads (nothing blocks on a connection it
+    stopped reading); the answers it gives meanwhile are collected."""
+
+    def __init__(self, port: int, clients: int, start: bytes) -> None:
+        self.socks: list[socket.socket] = []
+        self.unsent: list[bytes] = []
+        for _ in range(clients):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.setblocking(False)
+            self.socks.append(s)
+            self.unsent.append(start)
+        self.answers: dict[int, bytes] = {}
+        self.round(b"")
+
+    def round(self, piece: bytes) -> None:
+        """Each connection not answered yet sends what it can of its bytes and `piece`; the answers
+        that came are read."""
+        poller = select.poll()
+        for i, s in enumerate(self.socks):
+            if i not in self.answers:
+                poller.register(s, select.POLLIN)
+        ready = {fd for fd, _ in poller.poll(0)}
+        for i, s in enumerate(self.socks):
+            if i in self.answers:
+                continue
+            if s.fileno() in ready:
+                self.answers[i] = self._answer(s)
+                continue
+            data = self.unsent[i] + piece
+            try:
+                sent = s.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self.answers[i] = self._answer(s)
+                continue
+            self.unsent[i] = data[sent:]
+
+    def _answer(self, s: socket.socket) -> bytes:
+        try:
+            return s.recv(65536) or b"(closed)"
+        except BlockingIOError:
+            return b"(nothing)"
+        except OSError:
+            return b"(reset)"
+
+    def wait(self, server, answered: int) -> None:
+        """Until at least `answered` connections have their answer (sending what is left meanwhile)."""
+        server.wait_for(lambda: self.round(b"") or len(self.answers) >= answered, timeout=30,
+                        what=f"{answered} answers ({len(self.answers)} so far)")  # fmt: skip
+
+    def statuses(self) -> dict[bytes, int]:
+        """How many connections got each answer (its status line's code), so far."""
+        counts: dict[bytes, int] = {}
+        for answer in self.answers.values():
+            code = answer[9:12] if answer.startswith(b"HTTP/1.1 ") else answer
+            counts[code] = counts.get(code, 0) + 1
+        return counts
+
+    def close(self) -> None:
+        for s in self.socks:
+            s.close()
+
+
+@every_path
+def test_a_line_past_its_limit_is_answered_as_soon_as_it_is_past_it(start_server, path):
+    """The table of tests/support/head_lines.py, on every path (the native engines' read path waits for a
+    head's end itself): a line past its limit is answered at once, without another byte; one
+    within it is waited for and served."""
+    server = serve(start_server, path, workers=1)
+    for name, raw, status, rest in HEAD_LINES:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.sendall(raw)
+            if status is None:
+                s.sendall(rest)
+            answer = response(s)
+        expected = b"HTTP/1.1 %d " % (status or 200)
+        assert answer.startswith(expected), (name, answer[:200])
+
+
+
+
+@every_path
+def test_a_flood_of_endless_header_lines_is_refused_as_it_arrives_and_costs_the_worker_little(
+    start_server, path
+):
+    """300 connections each send 600 KB of one header line that never ends: each is answered 431
+    once its line passes --limit-request-field-size (not at the end of the line, nor at the
+    head's cap), and the worker's RSS stays within 64 MiB of its baseline and comes back to it."""
+    server = serve(start_server, path, workers=1)
+    pid = server.workers()[0]["pid"]
+    server.get("/")
+    baseline = rss(pid)
+    with RssSampler(pid) as during:
+        flood = Flood(server.port, 300, HEAD + b"X-Long: ")
+        for _ in range(600 // 16):
+            flood.round(b"v" * (16 << 10))
+        flood.wait(server, 300)
+        statuses = flood.statuses()
+        flood.close()
+    assert statuses == {b"431": 300}, statuses
+    settles_near(server, pid, baseline, 16 * MIB)
+    assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
+    assert server.get("/")[0] == 200
+
+
+@every_path
+def test_heads_held_past_max_request_memory_are_refused_and_the_worker_stays_near_its_baseline(
+    start_server, path
+):
+    """300 connections each send header lines within every limit (8000 bytes, 90 of them) and never
+    end the head: 216 MB if all were kept. The worker holds --max-request-memory (16 MiB) of them
+    at most: the connections pushing past it get 503 with Retry-After; its RSS stays within 64 MiB
+    of its baseline, and comes back to it once they are gone."""
+    server = serve(start_server, path, workers=1)
+    pid = server.workers()[0]["pid"]
+    server.get("/")
+    baseline = rss(pid)
+    with RssSampler(pid) as during:
+        flood = Flood(server.port, 300, HEAD)
+        for i in range(90):
+            flood.round(b"X-%d: " % i + b"v" * 7990 + b"\r\n")
+        flood.wait(server, 300 - (16 << 20) // (90 * 8000))  # the most it can hold whole
+        statuses = flood.statuses()
+        answers = list(flood.answers.values())
+        flood.close()
+    assert set(statuses) == {b"503"}, statuses
+    assert all(b"\r\nRetry-After: 1\r\n" in a for a in answers)
+    settles_near(server, pid, baseline, 16 * MIB)
+    assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
+    assert server.get("/")[0] == 200
+
+
+@every_path
+def test_bodies_held_in_memory_are_bounded_per_worker(start_server, path):
+    """300 uploads of a body under --body-spool-threshold stop 100 KB short of its end: 270 MB if
+    each were kept whole. A WSGI worker holds them in memory until they are whole: up to
+    --max-request-memory, the rest goes to the spool on disk; an ASGI worker holds what the app has
+    not read yet (it reads a piece every 0.2 s): up to that budget, and stops reading the others
+    meanwhile. Its RSS stays within 64 MiB of its baseline and comes back to it once they are gone."""
+    server = serve(start_server, path, workers=1)
+    pid = server.workers()[0]["pid"]
+    server.get("/")
+    baseline = rss(pid)
+    with RssSampler(pid) as during:
+        asgi = PATHS[path][0] == "asgi"
+        target = b"/trickle?0.2" if asgi else b"/upload"
+        head = b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n" % target
+        flood = Flood(server.port, 300, head)
+        for _ in range(900 // 30):
+            flood.round(b"b" * 30000)
+        if not asgi:  # all read: what is not in memory is in the spool
+            server.wait_for(lambda: flood.round(b"") or sum(spool_files(pid)) + (16 << 20) >= 300 * 900_000,
+                            what="the bodies over the budget spooled")  # fmt: skip
+        else:  # all read by the app, as fast as it wants: what waits for it waits in the budget
+            server.wait_for(lambda: flood.round(b"") or counts(server)[2] == 300 * 900_000, timeout=60,
+                            what="every body read by the app")  # fmt: skip
+        statuses = flood.statuses()
+        flood.close()
+    assert statuses == {}, statuses  # nobody refused, nobody cut
+    settles_near(server, pid, baseline, 16 * MIB)
+    assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
+    assert server.get("/")[0] == 200

@@ -1,0 +1,1 @@
+"""What the tests share: servers and clients, load, fakes, request paths, waits."""

@@ -1,0 +1,131 @@
+"""A small load generator for tests: threads sending GETs and counting failures.
+
+Keep-alive connections are reused; a request that fails on a *reused* connection before any
+response byte arrived is retried once on a fresh one, as RFC 9112 §9.3.1 allows for idempotent
+requests (the server may close an idle connection at any time). Anything else is a failure.
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+
+
+class Load:
+    def __init__(self, port: int, path: str = "/", threads: int = 4, keep_alive: bool = True) -> None:
+        self.port = port
+        self.path = path
+        self.keep_alive = keep_alive
+        self.ok = 0
+        self.failures: list[str] = []
+        self.pids: set[int] = set()
+        self._warm: set[int] = set()  # threads whose connection has carried a response
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+
+    def __enter__(self) -> Load:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(30)
+
+    def wait_for_requests(self, count: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        start = self.ok
+        while self.ok - start < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def wait_until_warm(self, timeout: float = 30.0) -> None:
+        """Until every thread holds a connection that has carried a response.
+
+        A request in flight on a fresh connection when its worker is SIGKILLed is lost for good;
+        on a reused one the client may retry it. Tests that kill a worker wait for this first.
+        """
+        deadline = time.monotonic() + timeout
+        while len(self._warm) < len(self._threads):
+            if time.monotonic() > deadline:
+                warm, total = len(self._warm), len(self._threads)
+                raise TimeoutError(f"only {warm} of {total} load threads got a response")
+            time.sleep(0.01)
+
+    def _connect(self) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+
+    def _run(self) -> None:
+        conn = self._connect()
+        reused = False
+        headers = {} if self.keep_alive else {"Connection": "close"}
+        while not self._stop.is_set():
+            try:
+                conn.request("GET", self.path, headers=headers)
+                resp = conn.getresponse()
+                body = resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"status {resp.status}: {body[:100]!r}")
+                with self._lock:
+                    self.ok += 1
+                    self._warm.add(threading.get_ident())
+                    try:
+                        self.pids.add(int(body.split()[0]))
+                    except (ValueError, IndexError):
+                        pass
+                reused = True
+                if resp.will_close or not self.keep_alive:
+                    conn.close()
+                    conn = self._connect()
+                    reused = False
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as e:
+                conn.close()
+                conn = self._connect()
+                if reused:
+                    reused = False
+                    continue  # the idempotent retry on a fresh connection
+                with self._lock:
+                    self.failures.append(repr(e))
+            except Exception as e:  # noqa: BLE001 - every other error is a failed request
+                conn.close()
+                conn = self._connect()
+                reused = False
+                with self._lock:
+                    self.failures.append(repr(e))
+        conn.close()
+
+
+def send_until_refused(sock, head: bytes, filler: bytes, total: int) -> tuple[int, bytes]:
+    """Send head + up to `total` filler bytes while a thread reads the answer (the server closes
+    early with unread bytes, so the reply must be read as it comes, before the reset)."""
+    import threading
+
+    got = bytearray()
+
+    def read():
+        try:
+            while True:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                got.extend(data)
+        except OSError:
+            return
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    sent = 0
+    try:
+        sock.sendall(head)
+        while sent < total:
+            sock.sendall(filler)
+            sent += len(filler)
+    except OSError:
+        pass
+    reader.join(10)
+    return sent, bytes(got)
