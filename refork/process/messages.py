@@ -71,6 +71,16 @@ class WantsPromotion:
 
 
 @dataclass
+class PromotionDeclined:
+    """A worker told to become a mold found no moment without a request in its app in time:
+    it serves on, and the monitor forgets the mold it was to fork."""
+
+    pid: int
+    generation: int
+    reason: str
+
+
+@dataclass
 class WantsRetirement:
     """Replace this worker, then stop it: it reached --max-requests, or a request of it passed
     --request-timeout (`cause` names which, for the restart counters)."""
@@ -124,7 +134,15 @@ class ReopenLogs:
 
 # What a child may report, and what the monitor may command.
 Report: TypeAlias = (
-    Spawned | Starting | Ready | StartFailed | WantsPromotion | WantsRetirement | ForkUnsafe | WorkerExited
+    Spawned
+    | Starting
+    | Ready
+    | StartFailed
+    | WantsPromotion
+    | PromotionDeclined
+    | WantsRetirement
+    | ForkUnsafe
+    | WorkerExited
 )
 Command: TypeAlias = SpawnWorker | Promote | Stop | ReopenLogs
 Message: TypeAlias = Report | Command

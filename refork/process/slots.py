@@ -374,6 +374,15 @@ class AppClock:
         """Some request is in the app (the deadline is held)."""
         return bool(self._in_app or self._extended)
 
+    def in_flight_since(self, moment: float) -> bool:
+        """Some request that began at or before `moment` is still in flight (in the app, or awaiting
+        its client; an open WebSocket does not count): what keeps a worker from a safe point."""
+        with self._lock:
+            if self._in_app and next(iter(self._in_app.values())) <= moment:
+                return True
+            tokens = [*self._extended, *(t for t in self._waiting if t not in self._upgraded)]
+        return any(t.began <= moment for t in tokens)  # type: ignore[attr-defined]  # InFlight tokens
+
     def tick(self) -> None:
         if self._marked or self._heartbeat:
             with self._lock:

@@ -31,6 +31,7 @@ from refork.process.stacks import request_stack  # at import: never import in a 
 
 log = logging.getLogger("refork")
 PROMOTION_RETRY = 10.0  # seconds before asking to be promoted again
+SAFE_POINT_WAIT = 1.0  # seconds a request older than a Promote may keep the worker from its safe point
 OVERDUE_SIGNAL = signal.SIGUSR2  # the monitor's "look at your overdue requests" (a blocked loop)
 MONITOR_GONE_SIGNAL = signal.SIGHUP  # the kernel's, when the monitor (the parent) dies
 
@@ -122,6 +123,7 @@ class Worker:
         self._ready = False  # the loop serves (ready_for_requests)
         self._phase = "starting"  # what it does before it is ready (see starting())
         self._promote_to: int | None = None
+        self._promote_asked = 0.0  # when the monitor's Promote came
         self._retire_at = 0
         if config.max_requests > 0:
             self._retire_at = config.max_requests + random.randint(0, max(0, config.max_requests_jitter))
@@ -278,6 +280,7 @@ class Worker:
                     self._stop_now()
             elif isinstance(message, messages.Promote):
                 self._promote_to = message.generation
+                self._promote_asked = time.monotonic()
             elif isinstance(message, messages.ReopenLogs):
                 from refork.logs import reopen_log_files
 
@@ -364,6 +367,10 @@ class Worker:
 
     def tick(self) -> None:
         self.clock.tick()
+        asked = self._promote_asked
+        waited = time.monotonic() > asked + SAFE_POINT_WAIT
+        if self._promote_to is not None and waited and self.clock.in_flight_since(asked):
+            self._decline_promotion()
         if not self._unsafe_reported and not fork_safety.is_fork_safe():  # (the engine's requests)
             self._report_unsafe()
         if self.request_timeout is not None:
@@ -420,6 +427,18 @@ class Worker:
             return
         self._promotion_asked = now
         self.ctx.tell(messages.WantsPromotion(os.getpid(), requests))
+
+    def _decline_promotion(self) -> None:
+        """A request that was in flight when the Promote came is still there (a long or hung one):
+        rather than hold new requests behind it, serve on and let the monitor forget this mold; the
+        worker asks again later. (Newer requests only delay the safe point: they end.)"""
+        generation, self._promote_to = self._promote_to, None
+        assert generation is not None
+        reason = f"a request older than the ask still in flight after {SAFE_POINT_WAIT:g}s; serving on"
+        log.info("worker %d (gen %d): not promoted to mold of gen %d: %s", self.nr, self.generation,
+                 generation, reason)  # fmt: skip
+        self._promotion_asked = time.monotonic()
+        self.ctx.tell(messages.PromotionDeclined(os.getpid(), generation, reason))
 
     def _report_unsafe(self) -> None:
         self._unsafe_reported = True

@@ -112,11 +112,37 @@ def test_a_worker_whose_app_threads_are_all_busy_accepts_nothing_it_cannot_start
         assert full is not None, "no worker got all its threads hung"
         free = [w["pid"] for w in server.workers() if w["busy"] < per_worker]
         for _ in range(40):  # each on a new connection: the kernel offers it to both workers
-            code, body = server.get("/", timeout=5)
+            try:
+                code, body = server.get("/", timeout=5)
+            except TimeoutError:
+                raise AssertionError(f"a GET waited 5 s: {server.workers()}\n{server.log()}") from None
             assert code == 200 and int(body.split()[0]) in free
     finally:
         for s in hung:
             s.close()
+
+
+@pytest.mark.parametrize("path", [p for p in PATHS if threads(p) != 1])  # (one thread: nothing serves beside)
+def test_a_refork_asked_while_a_request_hangs_holds_nothing_behind_it(start_server, path):
+    """The only worker, told to become a mold while a request hangs in its app, finds no safe point:
+    it declines within about a second and serves on (new requests wait at most that long), and the
+    mold it was to fork is forgotten, so a reload goes ahead."""
+    server = serve(start_server, path, "--refork-after", "off", "--graceful-timeout", "1", workers=1)
+    with socket.create_connection(("127.0.0.1", server.port)) as hung:
+        hung.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
+        server.wait_for(lambda: server.workers()[0]["busy"] == 1, what="the hung request in the app")
+        server.signal(signal.SIGUSR2)
+        server.wait_for(lambda: "promoting worker 0" in server.log(), what="the promotion asked")
+        assert server.get("/", timeout=10)[0] == 200
+        server.wait_for(lambda: "not promoted to mold of gen 1" in server.log(), what="the decline")
+        server.signal(signal.SIGHUP)
+        server.wait_for(
+            lambda: server.status()["generation"] == 1
+            and {w["generation"] for w in server.workers(state=None)} == {1}
+            and len(server.workers()) == 1,
+            timeout=30,
+            what="the reload",
+        )
 
 
 @every_path

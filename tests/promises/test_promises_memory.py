@@ -267,6 +267,16 @@ def deflate_websocket(port: int, path: str) -> socket.socket:
     return sock
 
 
+def hang_up(sock: socket.socket) -> None:
+    """Close a client whose reader thread may still be in recv(): close() alone would not end
+    the connection while that recv() holds the socket (no FIN until data arrived)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # the server closed it already
+    sock.close()
+
+
 def close_code(sock: socket.socket) -> int | None:
     """The code of the close frame the server sends next (None: the connection ended without one)."""
     data = b""
@@ -349,7 +359,7 @@ def test_websockets_hold_no_more_than_ws_max_memory_of_a_worker(start_server, pa
                         what="every message taken, or its connection closed")  # fmt: skip
     assert all(code == 1009 for code in codes), codes
     for c in clients:
-        c.close()
+        hang_up(c)
     server.wait_for(lambda: ws_count(server)[1] == 5, what="the disconnects")
     settles_near(server, pid, baseline, 16 * MIB)
     assert during.peak - baseline < 64 * MIB, (baseline, during.peak)

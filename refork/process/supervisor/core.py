@@ -204,6 +204,8 @@ class Supervisor(Phases, Starts):
                 child.restart_cause = message.cause  # also: no more SIGUSR2 nudges (request_timeout)
         elif isinstance(message, messages.WantsPromotion):
             self._promotion_wanted(child)
+        elif isinstance(message, messages.PromotionDeclined):
+            self._promotion_declined(child, message)
         else:
             child.fork_unsafe = message.reason
             self._log(INFO, "worker %d (pid %d) is fork-unsafe: %s", child.nr, child.pid, message.reason)
@@ -494,7 +496,7 @@ class Supervisor(Phases, Starts):
         if self.roster.pending_mold() is not None:
             self._log(INFO, "refork ignored: a new mold is already starting")
             return False
-        chosen = self.roster.warmest_promotable(self.generation, self.slots)
+        chosen = self.roster.warmest_promotable(self.generation, self.slots, self.now)
         if chosen is None:
             self._log(WARNING, "refork: no fork-safe worker of gen %d is ready", self.generation)
             return False
@@ -505,6 +507,18 @@ class Supervisor(Phases, Starts):
         """--refork-after: the worker reached its threshold; promote it unless a refork would overlap."""
         if self.reload_possible and may_promote(worker, self.roster, self.generation):
             self._promote(worker, self.generation + 1)
+
+    def _promotion_declined(self, worker: Child, declined: messages.PromotionDeclined) -> None:
+        """The worker found no safe point in time and serves on: its mold is not coming, so a
+        reload or the next refork need not wait for it."""
+        pending = self.roster.pending_mold()
+        if pending is None or pending.promoted_from != worker.pid or pending.pid:
+            return
+        self.roster.clear_pending_mold()
+        self._promoted.discard(declined.generation)
+        worker.declined_at = self.now
+        self._log(INFO, "worker %d (pid %d) not promoted to mold of gen %d: %s", worker.nr, worker.pid,
+                  declined.generation, declined.reason)  # fmt: skip
 
     def _promote(self, worker: Child, generation: int) -> None:
         self._log(
@@ -621,7 +635,7 @@ class Supervisor(Phases, Starts):
     def _summon_mold(self) -> None:
         """A worker is needed and the mold was shed: promote a warm worker, or import afresh."""
         promotable = self.mold_crashes.failures < 2
-        chosen = self.roster.warmest_promotable(self.generation, self.slots) if promotable else None
+        chosen = self.roster.warmest_promotable(self.generation, self.slots, self.now) if promotable else None
         if chosen is not None:
             self._log(INFO, "a worker is needed and the mold was stopped while idle")
             self._promote(chosen, self.generation)

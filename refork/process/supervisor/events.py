@@ -3,7 +3,7 @@
 Small frozen dataclasses, like h11's events: the monitor turns signals, reports, exits, control
 commands and the passing of time into events, and carries out the actions the core returns.
 Children's reports (refork.process.messages: Spawned, Starting, Ready, StartFailed, WantsRetirement,
-WantsPromotion, ForkUnsafe) are events as they are.
+WantsPromotion, PromotionDeclined, ForkUnsafe) are events as they are.
 """
 
 from __future__ import annotations
@@ -146,6 +146,7 @@ Report = (
     | messages.StartFailed
     | messages.WantsRetirement
     | messages.WantsPromotion
+    | messages.PromotionDeclined
     | messages.ForkUnsafe
 )
 Event = (

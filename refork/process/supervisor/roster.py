@@ -17,6 +17,8 @@ from refork.memory.accounting import ProcessMemory, format_bytes
 from refork.process import messages
 from refork.process.supervisor.events import SlotReading
 
+DECLINED_PAUSE = 10.0  # seconds a worker that declined a promotion is not chosen again
+
 
 @dataclass
 class Child:
@@ -37,6 +39,7 @@ class Child:
     restart_cause: str | None = None  # why it is replaced: the metrics' cause (see restart_cause())
     nudged: float = 0.0  # the slot deadline it was last sent SIGUSR2 for (--request-timeout)
     fork_unsafe: str | None = None
+    declined_at: float = 0.0  # it last found no safe point to be promoted at (PromotionDeclined)
     failed: str | None = None  # why it could not start (StartFailed)
     phase: str = ""  # what it was doing before it was ready (Starting), for the log if it dies
     memory: ProcessMemory | None = None
@@ -210,10 +213,18 @@ class Roster:
     def rollout_in_progress(self, generation: int) -> bool:
         return any(c.generation < generation for c in self.workers())
 
-    def warmest_promotable(self, generation: int, slots: Mapping[int, SlotReading]) -> Child | None:
-        """The ready, fork-safe worker of `generation` that has served the most (as `slots` say)."""
+    def warmest_promotable(
+        self, generation: int, slots: Mapping[int, SlotReading], now: float
+    ) -> Child | None:
+        """The ready, fork-safe worker of `generation` that has served the most (as `slots` say),
+        leaving out one that just declined (a long request kept it from a safe point)."""
         candidates = [
-            c for c in self.serving_workers() if c.ready and c.generation == generation and not c.fork_unsafe
+            c
+            for c in self.serving_workers()
+            if c.ready
+            and c.generation == generation
+            and not c.fork_unsafe
+            and (not c.declined_at or now - c.declined_at >= DECLINED_PAUSE)
         ]
         unread = SlotReading(0, 0.0, 0)
         return max(candidates, key=lambda c: slots.get(c.slot, unread).requests, default=None)

@@ -170,8 +170,11 @@ class PythonLoop(Lifetime):
                     self._begin_drain()
                 if self.draining and not conns and self.in_flight == 0 and self.beside.drained():
                     return
-                if control.safe_point_wanted and self._app_idle():
-                    self._safe_point()
+                if control.safe_point_wanted:
+                    if self._app_idle():
+                        self._safe_point()
+                elif self.parked:  # the worker declined the promotion it held them for
+                    self._dispatch_parked()
                 self._hold_accepts()
                 for fd, _ in self.beside.poll(max(0.0, min(1.0, next_tick - time.monotonic()))):
                     conn = conns.get(fd)

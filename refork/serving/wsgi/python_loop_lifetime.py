@@ -218,10 +218,14 @@ class Lifetime:
             raise
         if self.pool is not None:
             self.pool.start()
-            parked, self.parked = self.parked, []
-            for conn, request, stream, rest in parked:
-                self._dispatch(conn, request, stream, rest, force=True)
+            self._dispatch_parked()
         self.beside.after_safe_point()
+
+    def _dispatch_parked(self) -> None:
+        """The requests held for a safe point go to the app threads (it was taken, or declined)."""
+        parked, self.parked = self.parked, []
+        for conn, request, stream, rest in parked:
+            self._dispatch(conn, request, stream, rest, force=True)
 
     def _free_threads(self) -> int:
         """App threads free for a new request (a pool's; without one the loop is the app thread)."""
