@@ -8,8 +8,8 @@ gets a :class:`WebSocketProtocol`, which checks the handshake, runs the app's
 Why wsproto: it is sans-IO (bytes in, events out, like refork's own HTTP parser and h11), so the
 frames, masking, fragmentation, UTF-8 and close rules of RFC 6455 and permessage-deflate (RFC 7692)
 are one library's, and the I/O, the deadlines and the flow control stay here, on the transport.
-The handshake itself (RFC 6455 4.2) is answered here from the request refork already parsed: no
-second HTTP parse.
+The handshake itself (RFC 6455 4.2) is answered from the request refork already parsed, with no
+second HTTP parse (refork.http.websocket_handshake).
 
 What each setting does (docs/websockets.md):
 
@@ -54,10 +54,7 @@ refork.serving.asgi.server._abandon_after_fork); the parent serves the WebSocket
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
-import zlib
 from typing import TYPE_CHECKING, Any
 
 from wsproto.connection import Connection, ConnectionState, ConnectionType
@@ -69,16 +66,13 @@ from wsproto.events import (
     Pong,
     TextMessage,
 )
-from wsproto.extensions import Extension, PerMessageDeflate
-from wsproto.frame_protocol import CloseReason, FrameDecoder, FrameProtocol, Opcode, RsvBits
-from wsproto.handshake import server_extensions_handshake
-from wsproto.utilities import LocalProtocolError, generate_accept_token
+from wsproto.utilities import LocalProtocolError
 
 from refork import deadlines
 from refork.asgi.websocket import WebSocketSession, build_websocket_scope
 from refork.http.events import Request
-from refork.http.response import simple_response
 from refork.http.websocket_frames import ForWsproto, FrameSplitter, server_frame
+from refork.http.websocket_handshake import accept_response, handshake_error, refusal
 from refork.serving.connection import Timeouts, log_access, log_write_timeout
 
 if TYPE_CHECKING:
@@ -155,13 +149,10 @@ class WebSocketProtocol(asyncio.Protocol):
     def start(self) -> None:
         """Check the handshake, then give it to the app (reading paused until it accepts)."""
         srv, request = self.srv, self.request
-        status = _handshake_error(request)
+        status = handshake_error(request)
         if status:
-            response = simple_response(status)
-            if status == 426:  # RFC 6455 4.4: say which version we speak
-                response = response.replace(b"\r\n", b"\r\nSec-WebSocket-Version: 13\r\n", 1)
             self.session.status = status
-            self.respond(response, True)
+            self.respond(refusal(status), True)
             if srv.access_log is not None:
                 log_access(srv.access_log, request, None, status, 0, 0.0)
             return
@@ -186,25 +177,11 @@ class WebSocketProtocol(asyncio.Protocol):
     # The session's channel -------------------------------------------------------------------
 
     def accept(self, subprotocol: str | None, headers: list[tuple[bytes, bytes]]) -> None:
-        srv, request = self.srv, self.request
-        key = _header(request, b"sec-websocket-key") or b""
-        lines = [
-            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            b"Sec-WebSocket-Accept: " + generate_accept_token(key.strip()) + b"\r\n"
-        ]
-        if subprotocol:
-            lines.append(b"Sec-WebSocket-Protocol: " + subprotocol.encode("latin-1") + b"\r\n")
-        extensions: list[Extension] = []
-        offers = _header_list(request, b"sec-websocket-extensions")
-        if offers and srv.config.ws_per_message_deflate:
-            deflate = BoundedDeflate(srv.config.ws_max_size)
-            agreed = server_extensions_handshake(offers, [deflate])
-            if agreed:
-                lines.append(b"Sec-WebSocket-Extensions: " + agreed + b"\r\n")
-                extensions.append(deflate)
-        for name, value in headers:
-            lines.append(name + b": " + value + b"\r\n")
-        lines.append(b"\r\n")
+        srv = self.srv
+        config = srv.config
+        head, extensions = accept_response(
+            self.request, subprotocol, headers, config.ws_per_message_deflate, config.ws_max_size
+        )
         self.conn = Connection(ConnectionType.SERVER, extensions)
         if not extensions:
             self.frames = FrameSplitter(self.max_size)
@@ -212,8 +189,8 @@ class WebSocketProtocol(asyncio.Protocol):
         if self.closed:
             return  # the client went away during the app's connect handler
         transport = self.transport
-        transport.set_write_buffer_limits(high=srv.config.ws_write_limit)
-        transport.write(b"".join(lines))
+        transport.set_write_buffer_limits(high=config.ws_write_limit)
+        transport.write(head)
         srv.control.request_upgraded(self.token)
         srv.in_flight -= 1  # an open WebSocket does not hold a safe point (see the module docstring)
         srv.open_websockets += 1
@@ -554,79 +531,3 @@ class WebSocketProtocol(asyncio.Protocol):
                        self.loop.time() - self.started_at)  # fmt: skip
         if srv.in_flight == 0:
             srv.idle()
-
-
-COMPRESS_WINDOW_BITS = 12  # a 4 KiB window (not 32 KiB) for what the server sends, as websockets does
-COMPRESS_MEM_LEVEL = 5  # zlib's default is 8: about 91 KiB a connection's compressor touches, 29 KiB at 12/5
-
-
-class BoundedDeflate(PerMessageDeflate):
-    """permessage-deflate that inflates no piece of a frame past --ws-max-size: wsproto's own
-    inflates whatever a piece holds, and a few kilobytes of deflate can hold gigabytes (a zip
-    bomb). Past the limit the message is too big (1009) before the memory is spent.
-
-    Its compressor is also smaller than wsproto's: a window never larger than the negotiated one
-    needs no negotiation (any inflater reads it), and memLevel is the server's own business."""
-
-    def __init__(self, max_size: int) -> None:
-        super().__init__()
-        self.max_size = max_size
-
-    def frame_outbound(
-        self, proto: FrameDecoder | FrameProtocol, opcode: Opcode, rsv: RsvBits, data: bytes, fin: bool
-    ) -> tuple[RsvBits, bytes]:
-        starts = opcode is not Opcode.CONTINUATION and self._compressible_opcode(opcode)
-        if self._compressor is None and starts:
-            bits = min(self.server_max_window_bits, COMPRESS_WINDOW_BITS)
-            level = zlib.Z_DEFAULT_COMPRESSION
-            self._compressor = zlib.compressobj(level, zlib.DEFLATED, -bits, COMPRESS_MEM_LEVEL)
-        return super().frame_outbound(proto, opcode, rsv, data, fin)
-
-    def frame_inbound_payload_data(
-        self, proto: FrameDecoder | FrameProtocol, data: bytes
-    ) -> bytes | CloseReason:
-        if not self._inbound_compressed or not self._inbound_is_compressible:
-            return data
-        decompressor = self._decompressor
-        assert decompressor is not None
-        try:
-            out = decompressor.decompress(bytes(data), self.max_size + 1)
-        except zlib.error:
-            return CloseReason.INVALID_FRAME_PAYLOAD_DATA
-        if decompressor.unconsumed_tail:
-            return CloseReason.MESSAGE_TOO_BIG
-        return out
-
-
-def _header(request: Request, name: bytes) -> bytes | None:
-    for key, value in request.headers:
-        if key == name:
-            return value
-    return None
-
-
-def _header_list(request: Request, name: bytes) -> list[str]:
-    """A comma-separated header's elements, over all its lines."""
-    out: list[str] = []
-    for key, value in request.headers:
-        if key == name:
-            out.extend(item.strip() for item in value.decode("latin-1").split(",") if item.strip())
-    return out
-
-
-def _handshake_error(request: Request) -> int:
-    """0 for a valid opening handshake (RFC 6455 4.2.1), else the status to answer."""
-    if request.http_version != "1.1":
-        return 400
-    version = _header(request, b"sec-websocket-version")
-    if version is None or version.strip() != b"13":
-        return 426
-    key = _header(request, b"sec-websocket-key")
-    if key is None:
-        return 400
-    try:
-        if len(base64.b64decode(key.strip(), validate=True)) != 16:
-            return 400
-    except (binascii.Error, ValueError):
-        return 400
-    return 0
