@@ -13,7 +13,7 @@ import signal
 from collections.abc import Mapping
 from logging import DEBUG, ERROR, INFO, WARNING
 
-from refork.config import Config, idle_mold_linger, reloaded
+from refork.config import Config, reloaded
 from refork.memory.accounting import ProcessMemory
 from refork.process import messages
 from refork.process.slots import SlotAllocator
@@ -54,7 +54,8 @@ from refork.process.supervisor.events import (
     Tick,
 )
 from refork.process.supervisor.phases import Phases
-from refork.process.supervisor.rollout import crash_loop_over, may_promote, recycle, rollout_limit, to_retire
+from refork.process.supervisor.promotions import Promotions
+from refork.process.supervisor.rollout import crash_loop_over, recycle, to_retire
 from refork.process.supervisor.roster import Child, Roster, exit_description, restart_cause
 from refork.process.supervisor.starts import Starts
 
@@ -64,7 +65,7 @@ REPORT_GRACE = 2.0  # seconds for a promoted mold to report once the worker that
 REFUSED_REFORK = "no promotable worker (see the log)"
 
 
-class Supervisor(Phases, Starts):
+class Supervisor(Phases, Starts, Promotions):
     """The monitor's state and decisions. Construct, feed `Boot()`, then every event as it comes."""
 
     def __init__(self, config: Config, *, subreaper: bool, capacity: int, python: str = "") -> None:
@@ -487,54 +488,6 @@ class Supervisor(Phases, Starts):
         if config.workers != previous.workers:
             self._set_worker_count(config.workers)
 
-    # -- promotion: refork -----------------------------------------------------------------------
-    def _refork_now(self) -> bool:
-        """USR2 / `refork refork`: promote the warmest fork-safe worker of the current generation."""
-        if not self.subreaper:
-            self._log(WARNING, "refork unavailable without a child subreaper")
-            return False
-        if self.roster.pending_mold() is not None:
-            self._log(INFO, "refork ignored: a new mold is already starting")
-            return False
-        chosen = self.roster.warmest_promotable(self.generation, self.slots, self.now)
-        if chosen is None:
-            self._log(WARNING, "refork: no fork-safe worker of gen %d is ready", self.generation)
-            return False
-        self._promote(chosen, self.generation + 1)
-        return True
-
-    def _promotion_wanted(self, worker: Child) -> None:
-        """--refork-after: the worker reached its threshold; promote it unless a refork would overlap."""
-        if self.reload_possible and may_promote(worker, self.roster, self.generation):
-            self._promote(worker, self.generation + 1)
-
-    def _promotion_declined(self, worker: Child, declined: messages.PromotionDeclined) -> None:
-        """The worker found no safe point in time and serves on: its mold is not coming, so a
-        reload or the next refork need not wait for it."""
-        pending = self.roster.pending_mold()
-        if pending is None or pending.promoted_from != worker.pid or pending.pid:
-            return
-        self.roster.clear_pending_mold()
-        self._promoted.discard(declined.generation)
-        worker.declined_at = self.now
-        self._log(INFO, "worker %d (pid %d) not promoted to mold of gen %d: %s", worker.nr, worker.pid,
-                  declined.generation, declined.reason)  # fmt: skip
-
-    def _promote(self, worker: Child, generation: int) -> None:
-        self._log(
-            INFO,
-            "promoting worker %d (pid %d, %d requests) to mold of gen %d",
-            worker.nr,
-            worker.pid,
-            self._requests(worker),
-            generation,
-        )
-        self.roster.expect_mold(generation, self.now, promoted_from=worker.pid)
-        if generation > self.generation:
-            self._promoted.add(generation)
-        self._emit(Send(worker.pid, messages.Promote(generation)))
-        self.rollout_limit = rollout_limit(self.config, self.target_workers)
-
     # -- what molds report -----------------------------------------------------------------------
     def _mold_ready(self, mold: Child) -> None:
         previous = self.roster.current_mold()
@@ -603,45 +556,3 @@ class Supervisor(Phases, Starts):
                 "starting a new mold from a fresh import%s; workers keep serving",
                 f" in {delay:.1f}s" if delay else "",
             )
-
-    # -- --mold-idle-exit ------------------------------------------------------------------------
-    def _shed_idle_mold(self, now: float) -> None:
-        """Stop a mold with nothing to do, freeing the pages only it still holds.
-
-        Once every worker has copied a page, the mold's original is private to the mold: on 3.11
-        that is most of the heap it touched. The next worker needed comes from a promoted worker.
-        """
-        linger = idle_mold_linger(self.config.mold_idle_exit, self.target_workers)
-        mold = self.roster.usable_mold()
-        if linger is None or mold is None or not self.subreaper or now - self.mold_busy_at < linger:
-            return
-        if (
-            self.roster.pending_mold() is not None
-            or self.roster.has_pending_workers()
-            or not all(c.ready for c in self.roster.workers())
-            or self.roster.workers_wanted(self.target_workers, self.generation)
-        ):
-            return
-        self._log(
-            INFO,
-            "mold (gen %d, pid %d) idle for %gs; stopping it to free its memory (--mold-idle-exit)",
-            mold.generation,
-            mold.pid,
-            linger,
-        )
-        self.mold_shed = True
-        self._stop_child(mold, graceful=True)
-
-    def _summon_mold(self) -> None:
-        """A worker is needed and the mold was shed: promote a warm worker, or import afresh."""
-        promotable = self.mold_crashes.failures < 2
-        chosen = self.roster.warmest_promotable(self.generation, self.slots, self.now) if promotable else None
-        if chosen is not None:
-            self._log(INFO, "a worker is needed and the mold was stopped while idle")
-            self._promote(chosen, self.generation)
-        else:
-            self._log(
-                INFO,
-                "a worker is needed and no worker can be promoted: starting a mold from a fresh import",
-            )
-            self._spawn_mold(self.generation)
