@@ -5,7 +5,8 @@
   process_settings; and the server hooks;
 - refork.config.gunicorn: every gunicorn setting mapped to what refork does (docs/from-gunicorn.md);
 - refork.config.settings: how a setting is declared and turned into argparse arguments and docs rows;
-- refork.config.coercers: the value checks, one line of error each;
+- refork.config.coercers: the value checks, one line of error each (process_coercers: those of
+  gunicorn's process and logging settings);
 - refork.config.load: the sources and their precedence, HUP's reloaded(), --print-config's describe();
 - refork.config.docs: the generated options table of docs/configuration.md.
 

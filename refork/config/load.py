@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 
 import refork.config.coercers as c
 import refork.config.gunicorn as gunicorn
+import refork.config.process_coercers as pc
 from refork import __version__
 from refork.config.settings import add_arguments, given
 from refork.config.table import HOOKS, NOT_SETTINGS, RESTART_ONLY, SETTINGS, Config, setting_named
@@ -341,12 +342,12 @@ def _coerce(config: Config, name: str, raw: Any, where: str) -> Any:
 
 def _worker_class(config: Config) -> None:
     """What -k means for refork: the interface, or the threads of a gevent/eventlet worker."""
-    kind = c.WORKER_CLASSES[config.worker_class]
+    kind = pc.WORKER_CLASSES[config.worker_class]
     where = config.sources.get("worker_class", "worker_class")
-    if kind == c.ASGI and "interface" not in config.sources:
+    if kind == pc.ASGI and "interface" not in config.sources:
         config.interface = "asgi"
         config.sources["interface"] = where
-    elif kind == c.GREEN:
+    elif kind == pc.GREEN:
         if "threads" not in config.sources:
             config.threads = min(config.worker_connections or GREEN_THREADS, MOST_GREEN_THREADS)
             config.sources["threads"] = where

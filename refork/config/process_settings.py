@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import refork.config.coercers as c
+import refork.config.process_coercers as pc
 from refork.config.settings import setting
 
 SECURE_SCHEME_HEADERS = {"X-FORWARDED-PROTOCOL": "ssl", "X-FORWARDED-PROTO": "https", "X-FORWARDED-SSL": "on"}
@@ -24,7 +25,7 @@ class ProcessSettings:
         "sync",
         "-k",
         "--worker-class",
-        coerce=c.worker_class,
+        coerce=pc.worker_class,
         metavar="CLASS",
         help="gunicorn's worker class: sync, gthread, uvicorn's UvicornWorker, gevent... (see docs)",
         doc="gunicorn's worker class, mapped: `sync` and `gthread` serve WSGI on `--threads`; "
@@ -37,7 +38,7 @@ class ProcessSettings:
     worker_connections: int | None = setting(
         None,
         "--worker-connections",
-        coerce=c.optional_positive_int,
+        coerce=pc.optional_positive_int,
         metavar="N",
         help="gevent/eventlet workers: sets --threads (at most 64)",
         doc="with a gevent, eventlet or tornado `--worker-class`, the `--threads` each worker runs "
@@ -62,7 +63,7 @@ class ProcessSettings:
         None,
         "-u",
         "--user",
-        coerce=c.user,
+        coerce=pc.user,
         metavar="USER",
         help="run the mold and workers as USER (name or uid) once the sockets are bound",
         doc="the user (name or uid) the monitor switches to once the sockets, pid file and control "
@@ -74,7 +75,7 @@ class ProcessSettings:
         None,
         "-g",
         "--group",
-        coerce=c.group,
+        coerce=pc.group,
         metavar="GROUP",
         help="run as GROUP (name or gid); default: USER's primary group",
         doc="the group (name or gid) switched to with `--user`; default: the user's primary group",
@@ -95,7 +96,7 @@ class ProcessSettings:
         None,
         "-m",
         "--umask",
-        coerce=c.umask,
+        coerce=pc.umask,
         metavar="MASK",
         help="umask of the server's processes, e.g. 0o022 or 022",
         doc="the file mode mask of every refork process (unix sockets included), as `os.umask` takes "
@@ -108,7 +109,7 @@ class ProcessSettings:
         [],
         "-e",
         "--env",
-        coerce=c.list_of(c.env_assignment, split_items=False),
+        coerce=c.list_of(pc.env_assignment, split_items=False),
         action="append",
         metavar="KEY=VALUE",
         help="set an environment variable before the app is loaded",
@@ -130,7 +131,7 @@ class ProcessSettings:
     secure_scheme_headers: dict[str, str] = setting(
         dict(SECURE_SCHEME_HEADERS),
         "--secure-scheme-header",
-        coerce=c.secure_scheme_headers,
+        coerce=pc.secure_scheme_headers,
         metavar="NAME=VALUE",
         action="append",
         help="a header and value a trusted proxy sends for https (gunicorn's dict)",
@@ -184,7 +185,7 @@ class ProcessSettings:
     logconfig_dict: dict[str, Any] = setting(
         _NO_DICT,
         "--log-config-dict",
-        coerce=c.log_dict,
+        coerce=pc.log_dict,
         metavar="JSON",
         help="logging.config.dictConfig dict (a config file's dict, or JSON)",
         doc="a `logging.config.dictConfig` dict (JSON on the command line), applied after refork's "
@@ -213,7 +214,7 @@ class ProcessSettings:
     syslog_addr: str = setting(
         "udp://localhost:514",
         "--log-syslog-to",
-        coerce=c.syslog_address,
+        coerce=pc.syslog_address,
         metavar="ADDR",
         help="syslog address: unix://PATH[#dgram|#stream], udp://HOST:PORT, tcp://HOST:PORT",
         group="logging",
@@ -230,7 +231,7 @@ class ProcessSettings:
     syslog_facility: str = setting(
         "user",
         "--log-syslog-facility",
-        coerce=c.syslog_facility,
+        coerce=pc.syslog_facility,
         metavar="FACILITY",
         help="syslog facility name",
         group="logging",
