@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from refork.asgi.files import file_source
 from refork.asgi.response import FILE_MESSAGES, ResponseState
+from refork.asgi.waiting import wake
 from refork.http.budget import MemoryBudget
 from refork.http.events import Request
 from refork.http.response import CONTINUE, simple_response
@@ -167,11 +168,8 @@ class HttpCycle:
 
     def resume_sending(self) -> None:
         """The transport's buffer drained (or the client is gone): a waiting send() goes on."""
-        waiter = self.send_waiter
-        if waiter is not None:
-            self.send_waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+        waiter, self.send_waiter = self.send_waiter, None
+        wake(waiter)
 
     def close_after(self) -> None:
         """Close the connection after this response ("Connection: close" if not framed yet)."""
@@ -195,11 +193,8 @@ class HttpCycle:
             self.channel.write(head)
 
     def _wake_receive(self) -> None:
-        waiter = self.receive_waiter
-        if waiter is not None:
-            self.receive_waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+        waiter, self.receive_waiter = self.receive_waiter, None
+        wake(waiter)
 
     # The app side ----------------------------------------------------------------------------
 

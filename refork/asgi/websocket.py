@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from refork.asgi.cycle import ClientDisconnected
 from refork.asgi.response import ResponseState
 from refork.asgi.scope import build_scope
+from refork.asgi.waiting import wake
 from refork.http.events import Request
 from refork.http.forwarded import TrustedProxies
 from refork.http.response import simple_response
@@ -200,14 +201,11 @@ class WebSocketSession:
         self._wake(True)
 
     def _wake(self, sending: bool) -> None:
-        waiter = self.send_waiter if sending else self.receive_waiter
-        if waiter is not None:
-            if sending:
-                self.send_waiter = None
-            else:
-                self.receive_waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+        if sending:
+            waiter, self.send_waiter = self.send_waiter, None
+        else:
+            waiter, self.receive_waiter = self.receive_waiter, None
+        wake(waiter)
 
     @property
     def accepted(self) -> bool:

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("refork")
 
 _HEALTH_BODIES = {200: b"ok\n", 503: b"unavailable\n"}  # (refork.serving.health's, over HTTP/1.1)
-_READ_SIZE = 64 * 1024  # what one read may take (refork.serving.asgi.http_protocol's READ_SIZE)
 LINGER = 1.0  # seconds a closed connection still reads (and drops) what its client sends
 
 __all__ = ["Http2Protocol", "alpn_protocols", "hand_over", "http2_limits", "sniff_preface", "wants_h2"]
@@ -138,7 +137,7 @@ class Http2Protocol(asyncio.Protocol):
         elif self.srv.request_memory.full and not self.memory_paused:
             self.memory_paused = True  # body bytes held for the apps fill the worker's budget:
             self.reading()  # read on when there is room (each stream's window bounds the rest)
-            self.srv.request_memory.wait(self, self.room_made, _READ_SIZE)
+            self.srv.request_memory.wait(self, self.room_made, self.srv.read_size)
 
     def hold(self, n: int) -> None:
         """Body bytes buffered for an app: charged to the worker's --max-request-memory."""
@@ -152,7 +151,7 @@ class Http2Protocol(asyncio.Protocol):
 
     def _read_on(self) -> None:
         if self.srv.request_memory.full and not self.closing:
-            self.srv.request_memory.wait(self, self.room_made, _READ_SIZE)
+            self.srv.request_memory.wait(self, self.room_made, self.srv.read_size)
             return
         self.memory_paused = False
         self.reading()

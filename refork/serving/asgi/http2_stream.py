@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from refork.asgi.cycle import ClientDisconnected
 from refork.asgi.files import file_source
+from refork.asgi.waiting import wake
 from refork.http.events import Request
 from refork.http.h2 import ErrorCodes
 
@@ -91,18 +92,12 @@ class Stream:
             self.conn.release(held)
 
     def window_opened(self) -> None:
-        waiter = self.send_waiter
-        if waiter is not None:
-            self.send_waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+        waiter, self.send_waiter = self.send_waiter, None
+        wake(waiter)
 
     def _wake_receive(self) -> None:
-        waiter = self.receive_waiter
-        if waiter is not None:
-            self.receive_waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+        waiter, self.receive_waiter = self.receive_waiter, None
+        wake(waiter)
 
     # The app side ----------------------------------------------------------------------------
 

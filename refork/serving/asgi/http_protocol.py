@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from refork import deadlines
 from refork.asgi import HttpCycle, build_scope
 from refork.asgi.tls import tls_extension
+from refork.asgi.waiting import wake
 from refork.http.events import Body, Event, ParseError, Request
 from refork.http.parser import RequestParser
 from refork.http.response import simple_response
@@ -34,11 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("refork")
 
 MAX_PIPELINE = 32  # queued pipelined requests before we stop reading the socket
-# What a connection reads at once, so what one let read may take. uvloop reads 64 KiB; asyncio's
-# plain transport 256 KiB into a new bytes object each time, cut down to what came: held to 64 KiB
-# too (one read more per connection when the budget fills, and less heap churn: measured, a flood
-# of 300 uploads peaked about 15 MiB lower).
-READ_SIZE = 64 * 1024
 _IDLE, _HEAD, _BODY = Phase.IDLE, Phase.HEAD, Phase.BODY
 
 
@@ -86,8 +82,13 @@ class HttpProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        if getattr(transport, "max_size", None) == 256 * 1024:  # asyncio's plain transport:
-            transport.max_size = READ_SIZE  # (see READ_SIZE)
+        if getattr(transport, "max_size", None) == 256 * 1024:
+            # What a connection reads at once, so what one let read may take. uvloop reads 64 KiB
+            # (ServingSettings.read_size); asyncio's plain transport 256 KiB into a new bytes
+            # object each time, cut down to what came: held to the read size too (one read more
+            # per connection when the budget fills, and less heap churn: measured, a flood of 300
+            # uploads peaked about 15 MiB lower).
+            transport.max_size = self.srv.read_size
         sockname = transport.get_extra_info("sockname")
         if isinstance(sockname, tuple):
             self.server_addr = (sockname[0], sockname[1])
@@ -257,11 +258,8 @@ class HttpProtocol(asyncio.Protocol):
         await waiter
 
     def _wake_drain(self) -> None:
-        waiter = self.drain_waiter
-        if waiter is not None:
-            self.drain_waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+        waiter, self.drain_waiter = self.drain_waiter, None
+        wake(waiter)
 
     def cycle_done(self, cycle: HttpCycle, keep_alive: bool) -> None:
         """The response is written (or abandoned): account for it and move on to the next one."""
@@ -435,7 +433,7 @@ class HttpProtocol(asyncio.Protocol):
             self.transport.pause_reading()
         reading = self.reading
         if reading is not None and self.srv.request_memory.full:
-            self.srv.request_memory.wait(self, self.room_made, READ_SIZE)
+            self.srv.request_memory.wait(self, self.room_made, self.srv.read_size)
 
     def room_made(self) -> None:
         """The worker's --max-request-memory has room again (called from it): read on soon."""
@@ -445,7 +443,7 @@ class HttpProtocol(asyncio.Protocol):
         reading = self.reading
         if reading is not None and (reading.backlogged or self.srv.request_memory.full):
             if self.srv.request_memory.full:  # (not only its own backlog): when others make room
-                self.srv.request_memory.wait(self, self.room_made, READ_SIZE)
+                self.srv.request_memory.wait(self, self.room_made, self.srv.read_size)
             return
         if len(self.queue) > MAX_PIPELINE or self.pending_error or self.closing:
             return

@@ -82,6 +82,7 @@ class Server:
         self.request_hooks = settings.request_hooks  # pre_request / post_request, if any
         self.health = settings.health
         self.timeouts = settings.timeouts
+        self.read_size = settings.read_size  # what one read of a connection may take (see HttpProtocol)
         self.connections: set[HttpProtocol | WebSocketProtocol | Http2Protocol] = set()
         self.h2_limits = http2_limits(config)  # HTTP/2 (refork.serving.asgi.http2_protocol): h2 by ALPN, h2c
         self.h2_alpn = "h2" in config.http_protocols
