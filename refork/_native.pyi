@@ -18,16 +18,12 @@ from refork.wsgi.files import FileWrapper
 from refork.wsgi.response import Prefetched, _Exchange
 
 __all__ = [
-    "Current", "Engine", "Environ", "HandOver", "MemoryBudget", "Parser", "PoolEngine", "StartResponse",
-    "frame_list", "parse_proxy",
+    "Current", "Engine", "Environ", "HandOver", "Handed", "MemoryBudget", "Parser", "PoolEngine",
+    "StartResponse", "frame_list", "parse_proxy",
 ]  # fmt: skip
 
 # a client as the environ has it: (host, port), or None (a unix-socket peer)
 _Client = tuple[str, int] | None
-# a connection an engine hands to the Python loop: (fd, client, listener fd, the bytes it has not
-# consumed, since (time.monotonic()), fresh (no byte read yet), bytes of the worker's memory
-# budget charged for those bytes (given back once the Python loop read them))
-_Handed = tuple[int, _Client, int, bytes, float, bool, int]
 
 class _Refs(TypedDict):
     """What the engines call in refork (refork.serving.wsgi.engine_host.refs)."""
@@ -111,6 +107,28 @@ class _PoolHost(_Host, Protocol):
     def finish_response(self, hand_over: HandOver, /) -> bool: ...
 
 @final
+class Handed:
+    """A connection an engine hands to the Python loop, with the bytes it has not consumed."""
+
+    @property
+    def fd(self) -> int: ...
+    @property
+    def client(self) -> _Client: ...
+    @property
+    def listener_fd(self) -> int: ...
+    @property
+    def data(self) -> bytes: ...
+    @property
+    def since(self) -> float:
+        """When its current phase began (time.monotonic())."""
+    @property
+    def fresh(self) -> bool:
+        """No byte of it was read yet."""
+    @property
+    def held(self) -> int:
+        """Bytes of the worker's memory budget charged for `data` (given back once read)."""
+
+@final
 class HandOver:
     """A request the app answered off an engine's path, given to its host's finish_response."""
 
@@ -173,7 +191,7 @@ class Engine:
     """The connection loop of a single-thread WSGI worker."""
 
     def __new__(cls, host: _EngineHost, listeners: Sequence[tuple[int, Environ]], refs: _Refs) -> Engine: ...
-    def run(self, timeout: float, keep_alive: bool) -> tuple[list[_Handed], bool]: ...
+    def run(self, timeout: float, keep_alive: bool) -> tuple[list[Handed], bool]: ...
     def drain(self, drain_until: float, take_backlog: bool) -> None: ...
     def sweep(self, now: float) -> None: ...
     def adopt(self, fd: int, client: _Client, listener_fd: int, since: float) -> None: ...
@@ -198,7 +216,7 @@ class PoolEngine:
     def submit(self, job: tuple[Any, ...]) -> None: ...
     def stop_workers(self, count: int) -> None: ...
     def hold(self, on: bool) -> None: ...
-    def take(self) -> tuple[list[_Handed], list[tuple[bool, str]]]: ...
+    def take(self) -> tuple[list[Handed], list[tuple[bool, str]]]: ...
     def drain(self, drain_until: float, take_backlog: bool) -> None: ...
     def release_after_fork(self) -> None: ...
     def close_all(self) -> None: ...

@@ -15,6 +15,7 @@ use crate::http::head::Head;
 use crate::sys::{self, Peer};
 
 pub(crate) mod budget;
+pub(crate) mod handed;
 pub(crate) mod intake;
 pub(crate) mod listen;
 pub(crate) mod proxy;

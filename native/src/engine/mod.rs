@@ -14,8 +14,8 @@
 //! byte of the message: a head that is not the common shape (the Python parser then gives the
 //! verdict: same rejections, limits and status codes), a body over the in-memory threshold
 //! (spooled by Python), a health check, a head over HEAD_WAIT bytes still
-//! incomplete. `run()` returns those as (fd, client, listener_fd, data, since, fresh, held), held
-//! the bytes of the worker's budget charged for data, given back once the Python loop read it. A
+//! incomplete. `run()` returns those (conn/handed.rs: each with its unconsumed bytes and what of
+//! the worker's budget they are charged, given back once the Python loop read them). A
 //! response whose whole body the engine does not frame (a stream, a file, write(), an error) is
 //! finished by the Python loop too (`host.finish_response`), which takes the connection with it.
 //! Once it is between two requests again, the Python loop gives it back (`adopt`).
@@ -30,6 +30,7 @@ use pyo3::types::PyBytes;
 
 mod serve;
 
+use crate::conn::handed::Handed;
 use crate::conn::intake::{Intake, Next, Preface};
 use crate::conn::listen::Listeners;
 use crate::conn::scratch::Scratch;
@@ -79,7 +80,7 @@ pub struct Engine {
     perf_counter: Py<PyAny>,
     timeout_response: Py<PyBytes>,
     events: Vec<(i32, u32)>,
-    handed: Vec<Py<PyAny>>,
+    handed: Vec<Py<Handed>>,
     /// the buffer a read goes into when its connection holds no partial request
     scratch: Scratch,
 }
@@ -151,7 +152,7 @@ impl Engine {
     /// Serve until the Python loop's epoll is ready, a signal came or `timeout` seconds passed.
     /// `keep_alive` False: every response says "Connection: close" (a stopping worker).
     /// Returns (connections handed to the Python loop, whether its epoll is ready).
-    fn run(&mut self, py: Python<'_>, timeout: f64, keep_alive: bool) -> PyResult<(Vec<Py<PyAny>>, bool)> {
+    fn run(&mut self, py: Python<'_>, timeout: f64, keep_alive: bool) -> PyResult<(Vec<Py<Handed>>, bool)> {
         self.keep_alive = keep_alive;
         let ms = (timeout * 1000.0).ceil().clamp(0.0, 3_600_000.0) as i32;
         let mut events = std::mem::take(&mut self.events);
@@ -295,9 +296,7 @@ impl Engine {
     /// Give a connection to the Python loop with `data`, its unconsumed bytes.
     fn hand_over(&mut self, py: Python<'_>, mut conn: Conn, data: &[u8]) -> PyResult<()> {
         self.ep.delete(conn.fd);
-        let held = conn.hand_charge(&self.intake.memory, data.len());
-        let item = (conn.fd, conn.client(py)?, conn.listener, PyBytes::new(py, data), conn.since, conn.fresh, held);
-        self.handed.push(item.into_pyobject(py)?.into_any().unbind());
+        self.handed.push(Handed::new(py, &mut conn, &self.intake.memory, data)?);
         Ok(())
     }
 

@@ -2,7 +2,6 @@
 //! written, the request accounted (in the slot natively, or by the control's calls).
 
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 
 use super::{Engine, Served, OUT};
 use crate::conn::{describe, Conn, Phase};
@@ -11,7 +10,7 @@ use crate::sys;
 use crate::wsgi::access_log::AccessLog;
 use crate::wsgi::accounting::PyTracking;
 use crate::wsgi::app_call::{input_stream, method_str, split_target, AppCall, Called};
-use crate::wsgi::hand_over::HandOver;
+use crate::wsgi::hand_over::{HandOver, Standing};
 
 /// How a request is accounted: in the slot natively (the worker's AppClock gives its words), or
 /// by the control's request_started / request_finished (its token in refork.deadlines.current).
@@ -92,7 +91,6 @@ impl Engine {
         rest: &[u8],
     ) -> PyResult<()> {
         self.ep.delete(conn.fd);
-        let request = called.request()?;
         let token = match tracking {
             Tracking::Python(t) => {
                 t.leave(self.current.bind(py))?;
@@ -105,22 +103,8 @@ impl Engine {
                 token
             }
         };
-        let hand_over = HandOver {
-            fd: conn.fd,
-            client: called.client,
-            listener_fd: conn.listener,
-            start_response: called.start_response.unbind(),
-            result: called.result.unbind(),
-            exc: called.exc.unbind(),
-            environ: called.environ.unbind(),
-            request: request.unbind(),
-            stream: input.clone().unbind(),
-            token: token.unbind(),
-            started: started.clone_ref(py),
-            keep_alive: self.keep_alive,
-            rest: PyBytes::new(py, rest).unbind(),
-        };
-        self.host.bind(py).call_method1(pyo3::intern!(py, "finish_response"), (hand_over,))?;
+        let standing = Standing { token, started, keep_alive: self.keep_alive, rest };
+        HandOver::finish(self.host.bind(py), conn, called, input, standing)?;
         Ok(())
     }
 

@@ -34,6 +34,7 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 mod io;
 mod serve;
 
+use crate::conn::handed::Handed;
 use crate::conn::intake::Intake;
 use crate::conn::sweep::Timeouts;
 use crate::conn::Conn;
@@ -446,8 +447,7 @@ impl PoolEngine {
         self.shared.py_wake.fd
     }
 
-    /// (connections handed over as (fd, client, listener_fd, data, since, fresh, held), log lines as
-    /// (is an error, message)).
+    /// (the connections handed over (conn/handed.rs), log lines as (is an error, message)).
     fn take<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
         self.shared.py_wake.drain();
         let told = std::mem::take(&mut *locked(&self.shared.to_python));
@@ -455,9 +455,7 @@ impl PoolEngine {
         let handed = PyList::empty(py);
         let memory = &self.shared.intake.memory;
         for (mut conn, data) in told.handed {
-            let held = conn.hand_charge(memory, data.len());
-            let item = (conn.fd, conn.client(py)?, conn.listener, PyBytes::new(py, &data), conn.since, conn.fresh, held);
-            handed.append(item)?;
+            handed.append(Handed::new(py, &mut conn, memory, &data)?)?;
         }
         Ok((handed, PyList::new(py, told.notices)?))
     }

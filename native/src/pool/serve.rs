@@ -6,7 +6,6 @@
 use std::sync::atomic::Ordering;
 
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 
 use super::{PoolEngine, Shared, IN, OUT};
 use crate::conn::intake::Next;
@@ -16,7 +15,7 @@ use crate::sys;
 use crate::wsgi::access_log::AccessLog;
 use crate::wsgi::accounting::PyTracking;
 use crate::wsgi::app_call::{input_stream, method_str, split_target, AppCall};
-use crate::wsgi::hand_over::HandOver;
+use crate::wsgi::hand_over::{HandOver, Standing};
 
 /// What became of a request's response once the app returned.
 enum Answer {
@@ -81,24 +80,8 @@ impl PoolEngine {
         let Some((status, bytes, length, keep)) = called.framed.take() else {
             // the Python response path, on this thread: it writes, blocking, and accounts the request
             tracking.leave(current)?;
-            let request = called.request()?;
-            let hand_over = HandOver {
-                fd: conn.fd,
-                client: called.client,
-                listener_fd: conn.listener,
-                start_response: called.start_response.unbind(),
-                result: called.result.unbind(),
-                exc: called.exc.unbind(),
-                environ: called.environ.unbind(),
-                request: request.unbind(),
-                stream: input.unbind(),
-                token: tracking.token.unbind(),
-                started,
-                keep_alive,
-                rest: PyBytes::new(py, b"").unbind(),
-            };
-            let finish = pyo3::intern!(py, "finish_response");
-            let keep: bool = side.host.bind(py).call_method1(finish, (hand_over,))?.extract()?;
+            let standing = Standing { token: tracking.token, started: &started, keep_alive, rest: b"" };
+            let keep: bool = HandOver::finish(side.host.bind(py), conn, called, &input, standing)?.extract()?;
             return Ok((Answer::Sent { keep }, used));
         };
         tracking.finish(control, current, status)?;

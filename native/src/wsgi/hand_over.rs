@@ -5,7 +5,9 @@
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use super::app_call::Called;
 use super::start_response::StartResponse;
+use crate::conn::Conn;
 
 /// A request the app answered off the engine's path: which connection, what the app returned, and
 /// where the request stands (its accounting token, when it started, what was pipelined behind it).
@@ -36,4 +38,44 @@ pub struct HandOver {
     pub keep_alive: bool,
     /// bytes the client pipelined behind the request (the single-thread engine; empty for the pool's)
     pub rest: Py<PyBytes>,
+}
+
+/// Where the request stands when an engine hands it over: its accounting token, when it started,
+/// whether the server keeps connections, what was pipelined behind it.
+pub(crate) struct Standing<'a, 'py> {
+    pub token: Bound<'py, PyAny>,
+    pub started: &'a Py<PyAny>,
+    pub keep_alive: bool,
+    pub rest: &'a [u8],
+}
+
+impl HandOver {
+    /// The request `called` on `conn`, with its wsgi.input, handed to the host's
+    /// `finish_response` (both engines' one epilogue for a response they do not frame); what the
+    /// host returns.
+    pub(crate) fn finish<'py>(
+        host: &Bound<'py, PyAny>,
+        conn: &Conn,
+        called: Called<'py>,
+        input: &Bound<'py, PyAny>,
+        standing: Standing<'_, 'py>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = host.py();
+        let hand_over = HandOver {
+            fd: conn.fd,
+            listener_fd: conn.listener,
+            request: called.request()?.unbind(),
+            client: called.client,
+            start_response: called.start_response.unbind(),
+            result: called.result.unbind(),
+            exc: called.exc.unbind(),
+            environ: called.environ.unbind(),
+            stream: input.clone().unbind(),
+            token: standing.token.unbind(),
+            started: standing.started.clone_ref(py),
+            keep_alive: standing.keep_alive,
+            rest: PyBytes::new(py, standing.rest).unbind(),
+        };
+        host.call_method1(pyo3::intern!(py, "finish_response"), (hand_over,))
+    }
 }

@@ -67,7 +67,7 @@ class EngineHost(NativeHost):
             self.engine.adopt(*self.returning.pop())
         handed, ready = self.engine.run(timeout, not (loop.draining or self.control.stopping))
         for item in handed:
-            self._adopt(*item)
+            self._adopt(item)
         return loop.poller.poll(0) if ready else []
 
     def sweep(self, now: float) -> None:

@@ -124,10 +124,10 @@ class NativeHost:
         """(fd, refork._native.Environ) of each listener the engine serves."""
         return [(fd, b.native) for fd, (_, b) in self.engine_listeners.items()]  # type: ignore[attr-defined]
 
-    def _adopt(self, fd: int, client: Any, listener_fd: int, data: bytes, since: float, fresh: bool,
-               held: int) -> None:  # fmt: skip
-        """A connection the engine hands over (see refork._native._Handed): the loop's now."""
-        self.loop.adopt(fd, client, self.engine_listeners[listener_fd][1], data, since, fresh, held)
+    def _adopt(self, handed: _native.Handed) -> None:
+        """A connection the engine hands over: the loop's now."""
+        h, builder = handed, self.engine_listeners[handed.listener_fd][1]
+        self.loop.adopt(h.fd, h.client, builder, h.data, h.since, h.fresh, h.held)
 
     # ---------------------------------------------------------------- beside the loop (Beside)
 

@@ -103,7 +103,7 @@ class PoolHost(NativeHost):
         for is_error, message in notices:
             (log.error if is_error else log.warning)("%s", message)
         for item in handed:
-            self._adopt(*item)
+            self._adopt(item)
 
     def app_idle(self) -> bool:
         return self.engine.in_flight == 0
