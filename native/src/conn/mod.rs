@@ -26,8 +26,6 @@ use budget::Budget;
 
 /// An incomplete head longer than this goes to the Python parser (its limits decide).
 pub(crate) const HEAD_WAIT: usize = 1 << 14;
-/// The scratch read buffer's size (what one recv() asks is the settings' read_size, the same by default).
-pub(crate) const RECV: usize = 1 << 16;
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub(crate) enum Phase {

@@ -1,16 +1,18 @@
 //! The loop's read buffer, lent to a connection only while it holds part of a request.
 
-use super::{Conn, RECV};
+use super::Conn;
 
 /// A loop's one read buffer: a read goes into it unless the connection holds part of a request
 /// already, so an idle connection holds no buffer.
 pub(crate) struct Scratch {
     buf: Vec<u8>,
+    /// what one recv() asks (the settings' read_size): the buffer's size
+    size: usize,
 }
 
 impl Scratch {
-    pub fn new() -> Scratch {
-        Scratch { buf: Vec::with_capacity(RECV) }
+    pub fn new(size: usize) -> Scratch {
+        Scratch { buf: Vec::with_capacity(size), size }
     }
 
     /// The buffer to read `conn`'s next bytes into: its own, or the scratch one.
@@ -37,7 +39,8 @@ impl Scratch {
 
     /// A buffer no longer needed: the scratch one again if it is one's size.
     pub fn recycle(&mut self, mut buf: Vec<u8>) {
-        if buf.capacity() >= RECV && buf.capacity() <= 4 * RECV && self.buf.capacity() < RECV {
+        let size = self.size;
+        if buf.capacity() >= size && buf.capacity() <= 4 * size && self.buf.capacity() < size {
             buf.clear();
             self.buf = buf;
         }
@@ -49,13 +52,15 @@ mod tests {
     use super::*;
     use crate::sys::Peer;
 
+    const RECV: usize = 1 << 16;
+
     fn conn() -> Conn {
         Conn::new(-1, Peer::Unix, -1, 0, 0.0)
     }
 
     #[test]
     fn an_idle_connection_reads_into_the_scratch_buffer() {
-        let mut scratch = Scratch::new();
+        let mut scratch = Scratch::new(RECV);
         let mut c = conn();
         let buf = scratch.for_read(&mut c);
         assert!(buf.capacity() >= RECV && buf.is_empty());
@@ -69,7 +74,7 @@ mod tests {
 
     #[test]
     fn nothing_left_the_buffer_goes_back() {
-        let mut scratch = Scratch::new();
+        let mut scratch = Scratch::new(RECV);
         let mut buf = scratch.for_read(&mut conn());
         buf.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
         let n = buf.len();
@@ -79,7 +84,7 @@ mod tests {
 
     #[test]
     fn a_little_left_of_a_big_buffer_is_copied_out() {
-        let mut scratch = Scratch::new();
+        let mut scratch = Scratch::new(RECV);
         let mut buf = scratch.for_read(&mut conn());
         buf.extend_from_slice(b"GET / HTTP/1.1\r\n\r\nGET /next");
         let kept = scratch.keep(buf, 18);
@@ -90,7 +95,7 @@ mod tests {
 
     #[test]
     fn much_left_keeps_the_buffer_itself() {
-        let mut scratch = Scratch::new();
+        let mut scratch = Scratch::new(RECV);
         let mut buf = scratch.for_read(&mut conn());
         buf.resize(RECV, b'x');
         let kept = scratch.keep(buf, 10);
@@ -102,7 +107,7 @@ mod tests {
 
     #[test]
     fn only_a_buffer_of_its_size_becomes_the_scratch_one() {
-        let mut scratch = Scratch { buf: Vec::new() };
+        let mut scratch = Scratch { buf: Vec::new(), size: RECV };
         scratch.recycle(Vec::with_capacity(100));
         assert_eq!(scratch.buf.capacity(), 0);
         scratch.recycle(Vec::with_capacity(8 * RECV)); // a flood's buffer is let go

@@ -105,6 +105,7 @@ impl Engine {
         }
         let timeouts = Timeouts::from_py(&attr(&host, "settings")?.getattr("timeouts")?)?;
         let intake = Intake::from_host(&host)?;
+        let scratch = Scratch::new(intake.read_size);
         let r = |name: &str| -> PyResult<Py<PyAny>> { Ok(refs.get_item(name)?.unbind()) };
         let hooks = Hooks::from_refs(&host, &refs, intake.limits)?;
         let (clock, request) = match attr(&host, "control")?.getattr("clock") {
@@ -145,7 +146,7 @@ impl Engine {
             timeout_response: refs.get_item("timeout_response")?.cast_into()?.unbind(),
             events: Vec::with_capacity(256),
             handed: Vec::new(),
-            scratch: Scratch::new(),
+            scratch,
         })
     }
 

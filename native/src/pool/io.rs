@@ -32,6 +32,7 @@ pub(crate) struct Io {
 
 impl Io {
     pub fn new(shared: Arc<Shared>, listeners: Vec<i32>, timeouts: Timeouts, timeout_response: Vec<u8>) -> Io {
+        let scratch = Scratch::new(shared.intake.read_size);
         Io {
             shared,
             listeners: Listeners::new(listeners),
@@ -39,7 +40,7 @@ impl Io {
             timeouts,
             drain_until: 0.0,
             timeout_response,
-            scratch: Scratch::new(),
+            scratch,
             events: Vec::with_capacity(256),
         }
     }
