@@ -116,11 +116,16 @@ def run_as(user: User, fn: Callable[[], None]) -> None:
     assert os.waitstatus_to_exitcode(status) == 0
 
 
+STOP = b"STOP: the test is over"
+
+
 @contextlib.contextmanager
 def fake_server(path: str, answer: dict[str, Any], user: User | None = None) -> Iterator[list[bytes]]:
     """A control socket served by someone else (or by us): one answer to every connection.
 
-    Yields a list that, once the block ends, holds what each client sent it.
+    Yields a list that, once the block ends, holds what each client sent it: the block's end
+    connects once more and sends STOP, and the server answers connections in order, so every
+    client before it is recorded by then.
     """
     ready_r, ready_w = os.pipe()
     seen_r, seen_w = os.pipe()
@@ -141,6 +146,8 @@ def fake_server(path: str, answer: dict[str, Any], user: User | None = None) -> 
                 client.settimeout(5)
                 try:
                     got = client.recv(65536)
+                    if got == STOP:
+                        os._exit(0)
                     client.sendall(json.dumps(answer).encode() + b"\n")
                 except OSError:
                     got = b""
@@ -155,8 +162,21 @@ def fake_server(path: str, answer: dict[str, Any], user: User | None = None) -> 
         assert os.read(ready_r, 1) == b"R", "the fake server did not start"
         yield seen
     finally:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stop:
+                stop.settimeout(5)
+                stop.connect(path)
+                stop.sendall(STOP)
+                stop.recv(1)  # (the end: the server exits)
+        except OSError:
+            pass  # it is gone already
+        deadline = time.monotonic() + 10
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.01)
         with os.fdopen(seen_r, "rb") as f:
             seen.extend(json.loads(line).encode("latin-1") for line in f.read().splitlines())
         os.close(ready_r)
