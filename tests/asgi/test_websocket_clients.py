@@ -235,6 +235,16 @@ EXPECTED_PYTHON = {
 }
 
 
+def _as_refork_closes(summary: dict, kind: str) -> dict:
+    """uvicorn closes the TCP connection right after its 1009 while the client is still sending the
+    message that was too big: the unread bytes make its kernel send a reset, which can reach the
+    client before the close frame does (1006, more often on a loaded machine). refork lingers until
+    the client's bytes stop, so its 1009 always arrives. The comparison is of the apps' behaviour."""
+    if kind == "uvicorn" and summary.get("too_big") == {"code": 1006}:
+        summary["too_big"] = {"code": 1009}
+    return summary
+
+
 def _spec_version(summary: dict) -> tuple[int, ...]:
     """The scope's asgi spec_version, taken out of the summary: refork may advertise a newer one
     than uvicorn (the issue: "the version uvicorn advertises or newer")."""
@@ -252,7 +262,7 @@ def _python_summary(served: Served) -> dict:
 
 
 def test_python_client(served):
-    summary = copy.deepcopy(_check(_python_summary(served), served))
+    summary = _as_refork_closes(copy.deepcopy(_check(_python_summary(served), served)), served.kind)
     assert _spec_version(summary) >= (2, 3), "websocket reason fields need ASGI spec 2.3"
     assert summary == EXPECTED_PYTHON
 
@@ -267,7 +277,8 @@ def test_python_client_same_as_uvicorn(app, tmp_path):
         if runs[kind] is None:
             with _serve(kind, app, tmp_path / kind) as served:
                 runs[kind] = _python_summary(served)
-    refork, uvicorn = copy.deepcopy(runs["refork"]), copy.deepcopy(runs["uvicorn"])
+    refork = copy.deepcopy(runs["refork"])
+    uvicorn = _as_refork_closes(copy.deepcopy(runs["uvicorn"]), "uvicorn")
     assert _spec_version(refork) >= _spec_version(uvicorn)
     assert refork == uvicorn
 
