@@ -35,6 +35,7 @@ from refork.memory.allocator import malloc_trim
 from refork.serving.connection import TICK, Phase, RequestEnd, log_access
 from refork.serving.contract import WorkerControl
 from refork.serving.health import health_response
+from refork.serving.http2 import alpn_protocols, http2_limits
 from refork.serving.poller import IN as _IN
 from refork.serving.poller import Poller
 from refork.serving.proxied import CLOSED, peer_host, read_preface, refuse
@@ -42,6 +43,7 @@ from refork.serving.settings import ServingSettings
 from refork.serving.tls_io import TlsConn, log_failure
 from refork.serving.wsgi.app_threads import AppThreads
 from refork.serving.wsgi.conn import NO_EVENTS, Conn, Job, Step, Writing
+from refork.serving.wsgi.http2 import Session, sniff, take_over
 from refork.serving.wsgi.python_loop_lifetime import Alone, Beside, Lifetime
 from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
 from refork.wsgi.response import _Exchange
@@ -81,7 +83,8 @@ class PythonLoop(Lifetime):
     # Out of the instance __dict__: CPython 3.11 and 3.12 stop specializing attribute reads on an
     # instance whose __dict__ holds 30 keys or more, and every self.x of the loop's per-request
     # code then costs twice as much.
-    __slots__ = ("proxy", "request_hooks", "start_wsgi", "conn_type", "beside", "settings", "read_size")
+    __slots__ = ("proxy", "request_hooks", "start_wsgi", "conn_type", "beside", "settings", "read_size",
+                 "h1", "h2c", "h2_alpn", "h2_limits", "h2_kicked")
 
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
@@ -118,6 +121,13 @@ class PythonLoop(Lifetime):
         self.tls = settings.tls  # listener fd -> SSLContext (TLS listeners)
         self.proxy = settings.proxy
         self.handshake_timeout = settings.handshake_timeout
+        protocols = config.http_protocols  # HTTP/2 (refork.serving.wsgi.http2): h2 by ALPN, h2c
+        self.h1, self.h2c = "h1" in protocols, "h2c" in protocols
+        self.h2_alpn = "h2" in protocols and bool(self.tls)
+        self.h2_limits = http2_limits(config)
+        self.h2_kicked: queue.SimpleQueue[Session] = queue.SimpleQueue()  # app threads' news for the loop
+        for context in set(self.tls.values()):  # (this process's copy of the context)
+            context.set_alpn_protocols(alpn_protocols(config))
         for lsock in listeners:
             lsock.setblocking(False)
             try:
@@ -222,12 +232,18 @@ class PythonLoop(Lifetime):
         return data
 
     def _on_readable(self, conn: Conn) -> None:
+        if conn.h2 is not None:
+            conn.h2.on_ready()
+            return
         if conn.preface is not None and not self._read_preface(conn):
             return
         tconn = conn.tls
         if tconn is not None:
             data = self._tls_read(conn, tconn)
             if data is None:
+                return
+            if data and conn.fresh and self.h2_alpn and tconn.sock.selected_alpn_protocol() == "h2":
+                take_over(self, conn, data)
                 return
         else:
             try:
@@ -241,6 +257,10 @@ class PythonLoop(Lifetime):
         if not data:
             self._close(conn)
             return
+        if conn.sniffed is not None:
+            data = sniff(self, conn, data)
+            if not data:
+                return
         conn.fresh = False
         self._on_data(conn, data)
 

@@ -20,7 +20,7 @@ import socket
 import ssl
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from refork import deadlines
 from refork.http.body import InputStream
@@ -36,8 +36,12 @@ from refork.serving.settings import ServingSettings
 from refork.serving.tls_io import TlsConn, TlsOutbox, log_failure, wrap
 from refork.serving.wsgi.app_threads import AppThreads
 from refork.serving.wsgi.conn import NO_EVENTS, Conn, Job, Step, Writing
+from refork.serving.wsgi.http2 import Session, Stream, sniff
 from refork.wsgi import EnvironBuilder, Outcome, Streaming
 from refork.wsgi.response import _Exchange, continue_wsgi
+
+if TYPE_CHECKING:
+    from refork.serving.wsgi.python_loop import PythonLoop
 
 log = logging.getLogger("refork")
 
@@ -145,6 +149,9 @@ class Lifetime:
     done: queue.SimpleQueue[tuple[Conn, bool, Sequence[Step]]]  # what the app threads finished
     conn_type: type[Conn]  # Conn, or the native parser's (refork.serving.wsgi.native_parts.NATIVE)
     beside: Beside
+    h1: bool  # --http-protocols (refork.serving.wsgi.http2)
+    h2c: bool
+    h2_kicked: queue.SimpleQueue[Session]
 
     if TYPE_CHECKING:  # the request path's, in PythonLoop
 
@@ -202,6 +209,8 @@ class Lifetime:
             for entry in self.listeners.values():
                 self._accept(entry, batch=1 << 30)
                 entry[0].close()
+        for session in [c.h2 for c in self.conns.values() if c.h2 is not None]:
+            session.stop()  # GOAWAY: the streams it names finish, then the connection closes
         self.beside.begin_drain(self.drain_until, self.control.server_draining)
 
     def _safe_point(self) -> None:
@@ -264,6 +273,9 @@ class Lifetime:
         drain_until = self.drain_until if self.draining else 0.0
         write_stalled = self.timeouts.write_stalled
         for conn in [c for c in self.conns.values() if not c.busy]:
+            if conn.h2 is not None:
+                conn.h2.sweep(now, self.draining, drain_until)
+                continue
             if conn.tls is not None and conn.tls.handshaking:
                 if now - conn.since > self.handshake_timeout:
                     log_failure(conn.client, TimeoutError("handshake timeout"), True)
@@ -330,6 +342,8 @@ class Lifetime:
             conn.since = now
             if self.proxy is not None:
                 conn.preface = b""  # a PROXY header may come first (see threaded._read_preface)
+            if self.h2c and ctx is None:
+                conn.sniffed = b""  # the HTTP/2 preface may come first (refork.serving.wsgi.http2.sniff)
             self.conns[conn.fd] = conn
             self.poller.register(conn.fd)
             conn.registered = True
@@ -338,6 +352,8 @@ class Lifetime:
         if conn.closed:
             return
         conn.closed = True
+        if conn.h2 is not None:
+            conn.h2.lost()
         writing = conn.writing
         if writing is not None:
             self._settle(conn, writing, writing.streaming.abandon())
@@ -384,10 +400,22 @@ class Lifetime:
         self.poller.register(fd)
         conn.registered = True
         try:
+            if data and self.h2c and data[:1] == b"P":  # an engine hands over what opens with the preface
+                conn.sniffed = b""
+                data = sniff(cast("PythonLoop", self), conn, data)
             if data:
                 self._on_data(conn, data)
         finally:
             self.memory.give_back(held)
+
+    def h2_kick(self, session: Session) -> None:
+        """From an app thread: an HTTP/2 connection has bytes to send, or a call ended."""
+        self.h2_kicked.put(session)
+        try:
+            assert self.wake_w is not None
+            self.wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # a wake-up byte is already pending
 
     def detach(self, conn: Conn) -> int:
         """The loop lets go of a connection without closing it (an engine takes it back): its fd."""
@@ -463,7 +491,13 @@ class Lifetime:
         assert self.pool is not None
         self.pool.submit((conn, request, stream, rest))
 
-    def _pool_job(self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step]) -> None:
+    def _pool_job(self, conn: Conn | Stream, request: Request | None, stream: InputStream,
+                  rest: Sequence[Step]) -> None:  # fmt: skip
+        if request is None:  # an HTTP/2 stream's app call (refork.serving.wsgi.http2): it accounts itself
+            assert isinstance(conn, Stream)
+            conn.run()
+            return
+        assert isinstance(conn, Conn)
         keep: bool | None = False
         try:
             keep = self._respond(conn, request, stream, rest)  # a blocking Outbox: never None
@@ -484,6 +518,12 @@ class Lifetime:
                 pass
         except (BlockingIOError, InterruptedError):
             pass
+        while True:  # HTTP/2 connections whose app threads have bytes to send or calls ended
+            try:
+                session = self.h2_kicked.get_nowait()
+            except queue.Empty:
+                break
+            session.service()
         while True:
             try:
                 conn, keep, rest = self.done.get_nowait()

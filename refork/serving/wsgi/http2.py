@@ -1,0 +1,576 @@
+"""HTTP/2 on the WSGI loop: one :class:`Session` per connection, each stream one app call.
+
+The loop (:mod:`refork.serving.wsgi.python_loop`) turns a connection into a Session when TLS's
+ALPN picked ``h2``, or when a cleartext connection opens with the preface and ``h2c`` is in
+``--http-protocols`` (an engine hands such a connection to the loop). The protocol rules, limits
+and attack budgets are the sans-IO :mod:`refork.http.h2`'s; the answers refork gives itself
+(a limit's 4xx, --health-path) are :mod:`refork.serving.http2`'s, as on the ASGI loop.
+
+Threads: the loop thread alone reads and writes the socket. With ``--threads`` > 1 each stream is
+a job for the worker's app threads (at most that many in the app; the others wait in the queue,
+holding no thread); the app's thread and the loop share the connection's state under one lock
+and the app thread wakes the loop when it has bytes to send. With one thread the app runs on the
+loop thread, one stream at a time, and a wait (the body, the client's window) turns the
+connection's own reads and writes until it is over, as an HTTP/1.1 request blocks that worker.
+
+Backpressure is HTTP/2's: a stream's receive window reopens only as its app reads
+``wsgi.input``; the app's write waits while the client's window for the stream is shut (the
+write timeout then resets that stream only) or while the socket's queue is over its high-water
+mark (reading pauses meanwhile).
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import ssl
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from refork import deadlines
+from refork.http.body import EMPTY_INPUT, InputStream
+from refork.http.events import Request
+from refork.http.h2 import (
+    ConnectionEnded,
+    ErrorCodes,
+    Http2Connection,
+    Http2Event,
+    StreamBody,
+    StreamEnded,
+    StreamOpened,
+    StreamReset,
+)
+from refork.serving.connection import Expiry, Phase, log_access, log_write_timeout
+from refork.serving.http2 import answer_here, sniff_preface
+from refork.serving.poller import IN, OUT
+from refork.wsgi.response import SendFailed, check_header, check_status
+
+if TYPE_CHECKING:
+    from refork.serving.wsgi.conn import Conn
+    from refork.serving.wsgi.python_loop import PythonLoop
+
+log = logging.getLogger("refork")
+
+__all__ = ["Session", "Stream", "sniff", "take_over"]
+
+HIGH_WATER = 1 << 18  # socket bytes queued before apps' writes wait and reading pauses
+_CHUNK = 1 << 16  # bytes per send() (TLS: a retry after a want repeats exactly this slice)
+_ERROR_BODY = b"Internal Server Error"
+_WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+class Session:
+    """One HTTP/2 connection of the WSGI loop: the sans-IO connection, its socket queue, its streams."""
+
+    def __init__(self, loop: PythonLoop, conn: Conn) -> None:
+        self.loop = loop
+        self.conn = conn
+        self.h2 = Http2Connection(loop.h2_limits)
+        self.threaded = loop.pool is not None
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)  # body bytes, a window, room in the queue, a reset
+        self.streams: dict[int, Stream] = {}
+        self.ready: deque[Stream] = deque()  # one thread: the streams the loop thread runs next
+        self.finished: list[Stream] = []  # app calls over, for the loop thread to account
+        self.running = False  # one thread: an app call is on the loop thread now
+        self.out = bytearray()  # bytes for the socket
+        self.sending = b""  # the slice a send() is writing (a TLS retry repeats it)
+        self.polled = IN
+        self.closed = False
+        self.goaway_sent = False
+        self.since = time.monotonic()  # when the connection last had no stream (keep-alive clock)
+        self.fresh = True  # no request yet (the header deadline)
+        self.stalled_since = 0.0  # the socket took no bytes since (the write timeout)
+
+    # ------------------------------------------------------------ the loop thread
+
+    def start(self, data: bytes) -> None:
+        with self.lock:
+            self.h2.start()
+        self.feed(data)
+
+    def on_ready(self) -> None:
+        """The socket is readable or writable: write what waits, then read (unless the client
+        does not read its answers)."""
+        self.flush()
+        if self.closed or len(self.out) > HIGH_WATER:
+            return
+        data = self._recv()
+        if data is None:
+            return
+        if not data:
+            self.loop._close(self.conn)  # the client closed: its streams are gone
+            return
+        self.feed(data)
+
+    def _recv(self) -> bytes | None:
+        conn = self.conn
+        try:
+            if conn.tls is not None:
+                data = conn.tls.read(self.loop.read_size)
+            else:
+                data = conn.sock.recv(self.loop.read_size)
+        except _WOULD_BLOCK:
+            return None
+        except OSError:
+            return b""
+        return data
+
+    def feed(self, data: bytes) -> None:
+        """Bytes from the client: the events they make, handled; what they make the server say, sent."""
+        if data:
+            with self.lock:
+                for event in self.h2.receive(data):
+                    self._handle(event)
+                self.changed.notify_all()
+        self.service()
+
+    def _handle(self, event: Http2Event) -> None:
+        kind = type(event)
+        if kind is StreamBody:
+            assert isinstance(event, StreamBody)
+            stream = self.streams.get(event.stream_id)
+            if stream is not None:
+                stream.pieces.append(event.data)
+                stream.received += len(event.data)
+        elif kind is StreamOpened:
+            assert isinstance(event, StreamOpened)
+            self._open(event)
+        elif kind is StreamEnded:
+            assert isinstance(event, StreamEnded)
+            stream = self.streams.get(event.stream_id)
+            if stream is not None:
+                stream.body_done = True
+        elif kind is StreamReset:
+            assert isinstance(event, StreamReset)
+            stream = self.streams.get(event.stream_id)
+            if stream is not None:
+                stream.gone = True
+        elif kind is ConnectionEnded:
+            assert isinstance(event, ConnectionEnded)
+            if not event.by_client and event.code:  # an attack: warning; a broken client: debug
+                level = logging.WARNING if event.code == ErrorCodes.ENHANCE_YOUR_CALM else logging.DEBUG
+                client = self.conn.client
+                peer = f"{client[0]}:{client[1]}" if client else "a unix-socket client"
+                log.log(level, "HTTP/2 connection from %s ended: %s", peer, event.reason)
+            for stream in self.streams.values():
+                if not (event.by_client and stream.sid <= event.last_stream_id):
+                    stream.gone = True  # (a graceful GOAWAY from the client: its streams finish)
+
+    def _open(self, event: StreamOpened) -> None:
+        loop, request, sid = self.loop, event.request, event.stream_id
+        self.fresh = False
+        if event.refused:
+            answer_here(self.h2, sid, event.refused)
+            return
+        kind = loop.health.check(request) if loop.health is not None else None
+        if kind is not None:  # --health-path: answered here, never by the app; not counted, not logged
+            answer_here(self.h2, sid, loop.control.health(kind), request.method == "HEAD", health=True)
+            return
+        stream = Stream(self, sid, request, event.ended)
+        self.streams[sid] = stream
+        if self.threaded:
+            assert loop.pool is not None
+            loop.in_flight += 1
+            loop.pool.submit((stream, None, None, None))  # (PythonLoop._pool_job: stream.run())
+        else:
+            self.ready.append(stream)
+
+    def service(self) -> None:
+        """Account the app calls that ended, send what is queued, run the next streams (one
+        thread); close once the connection is over."""
+        self._account()
+        self.flush()
+        if not self.threaded and not self.running:
+            while self.ready and not self.closed:
+                stream = self.ready.popleft()
+                self.loop.in_flight += 1
+                self.running = True
+                try:
+                    stream.run()
+                finally:
+                    self.running = False
+                self._account()
+                self.flush()
+        if not self.closed and not self.streams and (self.goaway_sent or self.h2.ended):
+            self.loop._close(self.conn)
+
+    def _account(self) -> None:
+        loop = self.loop
+        with self.lock:
+            finished, self.finished = self.finished, []
+            for stream in finished:
+                self.streams.pop(stream.sid, None)
+                loop.in_flight -= 1
+                if not stream.body_done and not stream.gone and not self.closed:
+                    self.h2.reset(stream.sid, 0)  # answered before its body came: the rest is not wanted
+            if finished and not self.streams:
+                self.since = time.monotonic()
+
+    def flush(self) -> None:
+        """Write what is queued, as much as the socket takes now; poll for the rest."""
+        if self.closed:
+            return
+        with self.lock:
+            data = self.h2.data_to_send()
+            if data:
+                self.out += data
+            sock = self.conn.sock
+            progress = False
+            while self.sending or self.out:
+                if not self.sending:
+                    self.sending = bytes(self.out[:_CHUNK])
+                    del self.out[:_CHUNK]
+                try:
+                    n = sock.send(self.sending)
+                except _WOULD_BLOCK:
+                    break
+                except OSError:
+                    self.loop._close(self.conn)
+                    return
+                self.sending = self.sending[n:]
+                progress = True
+            waiting = bool(self.sending or self.out)
+            if progress or not waiting:
+                self.stalled_since = time.monotonic() if waiting else 0.0
+                self.changed.notify_all()
+            elif not self.stalled_since:
+                self.stalled_since = time.monotonic()
+        mask = (OUT if len(self.out) > HIGH_WATER else IN | OUT) if waiting else IN
+        if mask != self.polled and self.conn.registered:
+            self.polled = mask
+            self.loop.poller.watch(self.conn.fd, mask)
+
+    def lost(self) -> None:
+        """The loop closed the connection: every stream is gone; the apps still running end."""
+        with self.lock:
+            self.closed = True
+            self.ready.clear()
+            for stream in self.streams.values():
+                stream.gone = True
+            self.changed.notify_all()
+
+    def stop(self) -> None:
+        """Graceful: GOAWAY naming the last stream taken; those finish, then the connection closes."""
+        if self.closed or self.goaway_sent:
+            return
+        with self.lock:
+            self.goaway_sent = True
+            self.h2.goaway()
+        self.service()
+
+    def sweep(self, now: float, draining: bool, drain_until: float) -> None:
+        """The deadlines (once a second): a socket that takes nothing, stalled bodies, the idle clock."""
+        loop, timeouts = self.loop, self.loop.timeouts
+        if self.stalled_since and timeouts.write_stalled(self.stalled_since, now):
+            log_write_timeout(timeouts.write, self.conn.client, None)
+            loop._close(self.conn)
+            return
+        if draining and not self.goaway_sent:
+            self.stop()
+            return
+        with self.lock:
+            for stream in self.streams.values():
+                if stream.gone or stream.body_done:
+                    continue
+                verdict = timeouts.expiry(Phase.BODY, stream.opened_at, now, 0.0, stream.received, False)
+                if verdict is Expiry.REQUEST_TIMEOUT:  # the stream pays, not the connection
+                    if not stream.head_out:
+                        stream.head_out, stream.status = True, 408
+                        answer_here(self.h2, stream.sid, 408)
+                    else:
+                        self.h2.reset(stream.sid, ErrorCodes.CANCEL)
+                    stream.gone = True
+            self.changed.notify_all()
+            idle = not self.streams and not self.ready
+        if idle:
+            phase = Phase.HEAD if self.fresh else Phase.IDLE
+            if timeouts.expiry(phase, self.since, now, drain_until, 0, False) is not Expiry.NONE:
+                self.stop()
+                return
+        self.service()
+
+    # ------------------------------------------------------------ an app's thread (with the lock)
+
+    def wait(self, ready: Callable[[], bool], timeout: float) -> bool:
+        """Until `ready()` or `timeout` seconds: on an app thread, for the loop to change the
+        state; on the loop thread (one thread), turning this connection's reads and writes."""
+        if self.threaded:
+            return self.changed.wait_for(ready, timeout)
+        deadline = time.monotonic() + timeout
+        fd = self.conn.fd
+        while not ready():
+            left = deadline - time.monotonic()
+            if left <= 0 or self.closed:
+                return ready()
+            self.flush()
+            if self.closed:
+                continue
+            poll = select.poll()
+            poll.register(fd, (IN | OUT) if (self.sending or self.out) else IN)
+            if poll.poll(min(left, 1.0) * 1000):
+                self.on_ready()
+        return True
+
+    def kick(self) -> None:
+        """Bytes for the socket (or an app call over): the loop thread sends them."""
+        if self.threaded:
+            self.loop.h2_kick(self)
+        else:
+            self.flush()
+
+    def backlog(self) -> int:
+        return len(self.out) + len(self.sending)
+
+
+class Stream:
+    """One request and its app call: the app side of a stream (``run`` on the app's thread)."""
+
+    __slots__ = (
+        "session", "sid", "request", "pieces", "body_done", "gone", "head_out", "status", "headers",
+        "body_bytes", "opened_at", "received", "started",
+    )  # fmt: skip
+
+    def __init__(self, session: Session, sid: int, request: Request, body_done: bool) -> None:
+        self.session = session
+        self.sid = sid
+        self.request = request
+        self.pieces: deque[bytes] = deque()  # body bytes not read by the app yet
+        self.body_done = body_done
+        self.gone = False  # reset by the client (or refork), or the connection lost
+        self.head_out = False
+        self.status = 0  # from start_response
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body_bytes = 0
+        self.opened_at = time.monotonic()  # the body deadline runs from the head
+        self.received = 0  # body bytes (each --body-min-rate of them extends the deadline)
+        self.started = False  # start_response was called
+
+    def run(self) -> None:
+        """The app call and its response; then the loop thread accounts for it."""
+        session = self.session
+        loop, conn, request = session.loop, session.conn, self.request
+        control = loop.control
+        token = control.request_started(request.method, request.path)
+        began = time.perf_counter()
+        environ: dict[str, Any] | None = None
+        serving = deadlines.current.set(token)
+        body = _StreamInput(self) if not self.body_done or self.pieces else EMPTY_INPUT
+        try:
+            environ = conn.builder.build(request, body, conn.client)
+            app = loop.app
+            if loop.request_hooks is not None:
+                app = loop.request_hooks.wrap_wsgi(app, request, environ)
+            self._call(app, environ)
+        except SendFailed as e:
+            log.debug("HTTP/2 stream %d ended early: %s", self.sid, e)
+        except Exception:
+            if self.gone:
+                log.debug("WSGI app failed after its stream was reset", exc_info=True)
+            else:
+                log.exception("Error handling request %s", request.path.decode("latin-1"))
+            self._abort()
+        finally:
+            deadlines.current.reset(serving)
+            control.request_finished(token, self.status)
+            if loop.access_log is not None and environ is not None:
+                log_access(loop.access_log, request, environ.get("REMOTE_ADDR"), self.status, self.body_bytes,
+                           time.perf_counter() - began, environ, self.headers)  # fmt: skip
+            with session.lock:
+                session.finished.append(self)
+            session.kick()
+
+    def _call(self, app: Any, environ: dict[str, Any]) -> None:
+        result = app(environ, self.start_response)
+        try:
+            for item in result:
+                if type(item) is not bytes:
+                    raise TypeError(f"WSGI app yielded {type(item).__name__}, not bytes")
+                if item:
+                    self._send(item, end=False)
+            self._send(b"", end=True)
+        finally:
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+
+    def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None
+                       ) -> Callable[[bytes], None]:  # fmt: skip
+        """PEP 3333's, with the HTTP/1.1 path's checks (refork.wsgi.response)."""
+        if exc_info is not None:
+            try:
+                if self.head_out:
+                    raise exc_info[1].with_traceback(exc_info[2])
+            finally:
+                exc_info = None
+        elif self.started:
+            raise AssertionError("start_response() called a second time without exc_info")
+        code, _ = check_status(status)
+        if type(headers) is not list:
+            raise TypeError(f"WSGI headers must be a list, got {type(headers).__name__}")
+        self.headers = [check_header(item)[0] for item in headers]
+        self.status, self.started = code, True
+        return self.write
+
+    def write(self, data: bytes) -> None:
+        """The legacy write() callable: sent before it returns (as the client's window allows)."""
+        if type(data) is not bytes:
+            raise TypeError(f"write() takes bytes, got {type(data).__name__}")
+        if data:
+            self._send(data, end=False)
+
+    def _send(self, data: bytes, end: bool) -> None:
+        """The head if not out yet, then `data` as the client's window allows (END_STREAM with
+        the last byte if `end`); the app waits while the window or the socket's queue is full."""
+        if not self.started:
+            raise AssertionError("the WSGI app did not call start_response()")
+        session = self.session
+        h2, write_timeout = session.h2, session.loop.timeouts.write
+        if self.request.method == "HEAD":
+            data = b""
+        with session.lock:
+            if self.gone:
+                raise SendFailed("the client reset the stream")
+            if not self.head_out:
+                self.head_out = True
+                h2.respond(self.sid, self.status, self.headers, end and not data)
+                if end and not data:
+                    session.kick()
+                    return
+            view = memoryview(data)
+            self.body_bytes += len(data)
+            while True:
+                view = view[h2.send_body(self.sid, view, end):]
+                session.kick()
+                if not view:
+                    break
+                if not session.wait(lambda: self.gone or h2.window(self.sid) > 0, write_timeout):
+                    log_write_timeout(write_timeout, session.conn.client, self.request)
+                    h2.reset(self.sid, ErrorCodes.CANCEL)
+                    self.gone = True
+                    session.kick()
+                if self.gone:
+                    raise SendFailed("the client reset the stream")
+            if session.backlog() > HIGH_WATER:  # the client does not read the connection fast enough
+                session.wait(lambda: self.gone or session.closed or session.backlog() <= HIGH_WATER,
+                             write_timeout)  # fmt: skip  (the loop's sweep cuts a stalled socket)
+
+    def _abort(self) -> None:
+        """500 if nothing went out yet, else RST_STREAM INTERNAL_ERROR (the client sees it cut)."""
+        session = self.session
+        with session.lock:
+            if self.gone:
+                return
+            if not self.head_out:
+                self.head_out = True
+                self.status = 500
+                self.headers = [(b"content-type", b"text/plain; charset=utf-8"),
+                                (b"content-length", b"%d" % len(_ERROR_BODY))]  # fmt: skip
+                session.h2.respond(self.sid, 500, self.headers, False)
+                self.body_bytes = len(_ERROR_BODY)
+                session.h2.send_body(self.sid, memoryview(_ERROR_BODY), True)
+            else:
+                session.h2.reset(self.sid, ErrorCodes.INTERNAL_ERROR)
+        session.kick()
+
+
+class _StreamInput(InputStream):
+    """``wsgi.input`` of a stream: its body as it arrives; what the app reads reopens the
+    client's window by as much."""
+
+    __slots__ = ("stream", "buf")
+
+    def __init__(self, stream: Stream) -> None:
+        super().__init__(None, stream.request.content_length or 0)  # type: ignore[arg-type]
+        self.stream = stream
+        self.buf = b""
+
+    def _more(self) -> bool:
+        """Wait for more of the body; False at its end (or when the stream is gone)."""
+        stream = self.stream
+        session = stream.session
+        with session.lock:
+            if not (stream.pieces or stream.body_done or stream.gone):
+                timeout = session.loop.timeouts.body + 1.0  # (the sweep's 408 ends it first)
+                session.wait(lambda: bool(stream.pieces) or stream.body_done or stream.gone, timeout)
+            if not stream.pieces:
+                return False
+            data = b"".join(stream.pieces)
+            stream.pieces.clear()
+            session.h2.body_consumed(stream.sid, len(data))
+        session.kick()
+        self.buf += data
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        while (size is None or size < 0 or len(self.buf) < size) and self._more():
+            pass
+        if size is None or size < 0:
+            data, self.buf = self.buf, b""
+        else:
+            data, self.buf = self.buf[:size], self.buf[size:]
+        return data
+
+    def readline(self, size: int | None = -1) -> bytes:
+        while b"\n" not in self.buf and (size is None or size < 0 or len(self.buf) < size) and self._more():
+            pass
+        end = self.buf.find(b"\n") + 1 or len(self.buf)
+        if size is not None and size >= 0:
+            end = min(end, size)
+        data, self.buf = self.buf[:end], self.buf[end:]
+        return data
+
+    def readlines(self, hint: int | None = -1) -> list[bytes]:
+        lines: list[bytes] = []
+        total = 0
+        while True:
+            line = self.readline()
+            if not line:
+                return lines
+            lines.append(line)
+            total += len(line)
+            if hint is not None and 0 < hint <= total:
+                return lines
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
+
+    def close(self) -> None:
+        self.buf = b""
+
+
+def take_over(loop: PythonLoop, conn: Conn, data: bytes) -> None:
+    """The connection speaks HTTP/2 from here (ALPN picked h2, or it opened with the preface on an
+    h2c port); ``data`` is what was read of it so far."""
+    conn.sniffed = None
+    conn.fresh = False
+    session = conn.h2 = Session(loop, conn)
+    session.start(data)
+
+
+def sniff(loop: PythonLoop, conn: Conn, data: bytes) -> bytes:
+    """h2c: a cleartext connection that opens with the HTTP/2 preface is served HTTP/2. The bytes
+    for HTTP/1.1; b"" while they may still be the preface, once handed over, or when closed
+    (without h1 in --http-protocols anything else is closed)."""
+    seen = (conn.sniffed or b"") + data
+    verdict = sniff_preface(seen)
+    if verdict is None:
+        conn.sniffed = seen
+        return b""
+    conn.sniffed = None
+    if verdict:
+        take_over(loop, conn, seen)
+        return b""
+    if not loop.h1:
+        loop._close(conn)
+        return b""
+    return seen
