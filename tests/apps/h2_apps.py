@@ -110,8 +110,9 @@ def wsgi_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Ite
     else:
         environ["wsgi.input"].read()
         protocol = environ["SERVER_PROTOCOL"]
-        info = {"http_version": {"HTTP/2.0": "2"}.get(protocol, protocol[5:]), "scheme": environ["wsgi.url_scheme"],
-                "path": path, "host": environ.get("HTTP_HOST", ""), "pid": os.getpid(),
+        info = {"http_version": {"HTTP/2.0": "2"}.get(protocol, protocol[5:]), "path": path,
+                "scheme": environ["wsgi.url_scheme"], "host": environ.get("HTTP_HOST", ""),
+                "pid": os.getpid(),
                 "server_protocol": protocol}  # fmt: skip
         out = json.dumps(info).encode()
         headers = [("Content-Type", "application/json")]

@@ -121,9 +121,8 @@ class PythonLoop(Lifetime):
         self.tls = settings.tls  # listener fd -> SSLContext (TLS listeners)
         self.proxy = settings.proxy
         self.handshake_timeout = settings.handshake_timeout
-        protocols = config.http_protocols  # HTTP/2 (refork.serving.wsgi.http2): h2 by ALPN, h2c
-        self.h1, self.h2c = "h1" in protocols, "h2c" in protocols
-        self.h2_alpn = "h2" in protocols and bool(self.tls)
+        self.h1, self.h2c = settings.h1, settings.h2c  # HTTP/2 (refork.serving.wsgi.http2): h2c, h2 by ALPN
+        self.h2_alpn = "h2" in config.http_protocols and bool(self.tls)
         self.h2_limits = http2_limits(config)
         self.h2_kicked: queue.SimpleQueue[Session] = queue.SimpleQueue()  # app threads' news for the loop
         for context in set(self.tls.values()):  # (this process's copy of the context)

@@ -400,7 +400,7 @@ class Lifetime:
         self.poller.register(fd)
         conn.registered = True
         try:
-            if data and self.h2c and data[:1] == b"P":  # an engine hands over what opens with the preface
+            if data and self.h2c and (data[:1] == b"P" or not self.h1):  # what opens with the preface
                 conn.sniffed = b""
                 data = sniff(cast("PythonLoop", self), conn, data)
             if data:
