@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -87,6 +88,10 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": out})
 
 
+_lock = threading.Lock()
+_calls = [0, 0]  # app calls now, the most at once
+
+
 def wsgi_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterator[bytes]:
     path, query = environ["PATH_INFO"], environ["QUERY_STRING"]
     headers = [("Content-Type", "text/plain")]
@@ -107,6 +112,14 @@ def wsgi_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Ite
         out = b"slow done"
     elif path == "/error":
         raise RuntimeError("boom (expected by the test)")
+    elif path == "/concurrent":  # the most app calls at once this worker has seen
+        with _lock:
+            _calls[0] += 1
+            _calls[1] = max(_calls)
+        time.sleep(0.3)
+        with _lock:
+            out = str(_calls[1]).encode()
+            _calls[0] -= 1
     else:
         environ["wsgi.input"].read()
         protocol = environ["SERVER_PROTOCOL"]

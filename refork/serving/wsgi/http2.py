@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import select
+import socket
 import ssl
 import threading
 import time
@@ -56,6 +57,7 @@ log = logging.getLogger("refork")
 
 __all__ = ["Session", "Stream", "sniff", "take_over"]
 
+LINGER = 1.0  # seconds a closed connection still reads (and drops) what its client sends
 HIGH_WATER = 1 << 18  # socket bytes queued before apps' writes wait and reading pauses
 _CHUNK = 1 << 16  # bytes per send() (TLS: a retry after a want repeats exactly this slice)
 _ERROR_BODY = b"Internal Server Error"
@@ -84,6 +86,7 @@ class Session:
         self.since = time.monotonic()  # when the connection last had no stream (keep-alive clock)
         self.fresh = True  # no request yet (the header deadline)
         self.stalled_since = 0.0  # the socket took no bytes since (the write timeout)
+        self.lingering_since = 0.0  # the write side is shut: what the client still sends is dropped
 
     # ------------------------------------------------------------ the loop thread
 
@@ -104,7 +107,28 @@ class Session:
         if not data:
             self.loop._close(self.conn)  # the client closed: its streams are gone
             return
+        if self.lingering_since:
+            return  # (dropped)
         self.feed(data)
+
+    def linger(self) -> None:
+        """A lingering close: what is queued (a GOAWAY, the last responses) goes out, the write
+        side shuts, and the client's last bytes are read and dropped until it closes (or LINGER
+        passes): closing with unread bytes would reset the connection, and the client could lose
+        the answers it has not read yet."""
+        if self.lingering_since or self.closed:
+            return
+        self.flush()
+        if self.closed:
+            return
+        if self.sending or self.out or self.conn.tls is not None:
+            self.loop._close(self.conn)  # (TLS: its close_notify; a full socket: nothing to save)
+            return
+        self.lingering_since = time.monotonic()
+        try:
+            self.conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self.loop._close(self.conn)
 
     def _recv(self) -> bytes | None:
         conn = self.conn
@@ -185,8 +209,7 @@ class Session:
         self._account()
         self.flush()
         if not self.threaded and not self.running:
-            while self.ready and not self.closed:
-                stream = self.ready.popleft()
+            while not self.closed and (stream := self._runnable()) is not None:
                 self.loop.in_flight += 1
                 self.running = True
                 try:
@@ -196,7 +219,25 @@ class Session:
                 self._account()
                 self.flush()
         if not self.closed and not self.streams and (self.goaway_sent or self.h2.ended):
-            self.loop._close(self.conn)
+            self.linger()
+
+    def _runnable(self) -> Stream | None:
+        """One thread: the next stream to run on the loop thread. One whose body is all here (or
+        fills its window: the client sends no more until the app reads); a stream whose body is
+        still coming waits without the thread, as over HTTP/1.1, and one whose body never comes
+        gets its 408 from the sweep and is dropped here."""
+        window = self.h2.limits.initial_window_size
+        with self.lock:
+            for stream in list(self.ready):
+                if stream.gone:
+                    self.ready.remove(stream)
+                    self.streams.pop(stream.sid, None)
+                elif stream.body_done or stream.received >= window:
+                    self.ready.remove(stream)
+                    return stream
+        if not self.streams and not self.ready:
+            self.since = time.monotonic()
+        return None
 
     def _account(self) -> None:
         loop = self.loop
@@ -265,6 +306,10 @@ class Session:
     def sweep(self, now: float, draining: bool, drain_until: float) -> None:
         """The deadlines (once a second): a socket that takes nothing, stalled bodies, the idle clock."""
         loop, timeouts = self.loop, self.loop.timeouts
+        if self.lingering_since:
+            if now - self.lingering_since >= LINGER:
+                loop._close(self.conn)
+            return
         if self.stalled_since and timeouts.write_stalled(self.stalled_since, now):
             log_write_timeout(timeouts.write, self.conn.client, None)
             loop._close(self.conn)
@@ -273,18 +318,7 @@ class Session:
             self.stop()
             return
         with self.lock:
-            for stream in self.streams.values():
-                if stream.gone or stream.body_done:
-                    continue
-                verdict = timeouts.expiry(Phase.BODY, stream.opened_at, now, 0.0, stream.received, False)
-                if verdict is Expiry.REQUEST_TIMEOUT:  # the stream pays, not the connection
-                    if not stream.head_out:
-                        stream.head_out, stream.status = True, 408
-                        answer_here(self.h2, stream.sid, 408)
-                    else:
-                        self.h2.reset(stream.sid, ErrorCodes.CANCEL)
-                    stream.gone = True
-            self.changed.notify_all()
+            self._sweep_streams(now)
             idle = not self.streams and not self.ready
         if idle:
             phase = Phase.HEAD if self.fresh else Phase.IDLE
@@ -292,6 +326,23 @@ class Session:
                 self.stop()
                 return
         self.service()
+
+    def _sweep_streams(self, now: float) -> None:
+        """Bodies that do not arrive in time: 408 on their stream (a reset once the response
+        started); the stream pays, not the connection."""
+        timeouts = self.loop.timeouts
+        for stream in self.streams.values():
+            if stream.gone or stream.body_done:
+                continue
+            verdict = timeouts.expiry(Phase.BODY, stream.opened_at, now, 0.0, stream.received, False)
+            if verdict is Expiry.REQUEST_TIMEOUT:
+                if not stream.head_out:
+                    stream.head_out, stream.status = True, 408
+                    answer_here(self.h2, stream.sid, 408)
+                else:
+                    self.h2.reset(stream.sid, ErrorCodes.CANCEL)
+                stream.gone = True
+        self.changed.notify_all()
 
     # ------------------------------------------------------------ an app's thread (with the lock)
 
@@ -313,6 +364,7 @@ class Session:
             poll.register(fd, (IN | OUT) if (self.sending or self.out) else IN)
             if poll.poll(min(left, 1.0) * 1000):
                 self.on_ready()
+            self._sweep_streams(time.monotonic())  # (the loop's sweep waits for this app call)
         return True
 
     def kick(self) -> None:
@@ -386,12 +438,15 @@ class Stream:
     def _call(self, app: Any, environ: dict[str, Any]) -> None:
         result = app(environ, self.start_response)
         try:
+            held = b""  # one item behind: the last goes out with END_STREAM
             for item in result:
                 if type(item) is not bytes:
                     raise TypeError(f"WSGI app yielded {type(item).__name__}, not bytes")
                 if item:
-                    self._send(item, end=False)
-            self._send(b"", end=True)
+                    if held:
+                        self._send(held, end=False)
+                    held = item
+            self._send(held, end=True)
         finally:
             close = getattr(result, "close", None)
             if close is not None:
