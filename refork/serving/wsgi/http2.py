@@ -383,7 +383,7 @@ class Stream:
 
     __slots__ = (
         "session", "sid", "request", "pieces", "body_done", "gone", "head_out", "status", "headers",
-        "body_bytes", "opened_at", "received", "started",
+        "body_bytes", "opened_at", "received", "started", "token",
     )  # fmt: skip
 
     def __init__(self, session: Session, sid: int, request: Request, body_done: bool) -> None:
@@ -400,13 +400,14 @@ class Stream:
         self.opened_at = time.monotonic()  # the body deadline runs from the head
         self.received = 0  # body bytes (each --body-min-rate of them extends the deadline)
         self.started = False  # start_response was called
+        self.token: object = None  # the worker's deadline of the app call
 
     def run(self) -> None:
         """The app call and its response; then the loop thread accounts for it."""
         session = self.session
         loop, conn, request = session.loop, session.conn, self.request
         control = loop.control
-        token = control.request_started(request.method, request.path)
+        token = self.token = control.request_started(request.method, request.path)
         began = time.perf_counter()
         environ: dict[str, Any] | None = None
         serving = deadlines.current.set(token)
@@ -502,7 +503,7 @@ class Stream:
                 session.kick()
                 if not view:
                     break
-                if not session.wait(lambda: self.gone or h2.window(self.sid) > 0, write_timeout):
+                if not self.wait(lambda: self.gone or h2.window(self.sid) > 0, write_timeout):
                     log_write_timeout(write_timeout, session.conn.client, self.request)
                     h2.reset(self.sid, ErrorCodes.CANCEL)
                     self.gone = True
@@ -510,8 +511,18 @@ class Stream:
                 if self.gone:
                     raise SendFailed("the client reset the stream")
             if session.backlog() > HIGH_WATER:  # the client does not read the connection fast enough
-                session.wait(lambda: self.gone or session.closed or session.backlog() <= HIGH_WATER,
-                             write_timeout)  # fmt: skip  (the loop's sweep cuts a stalled socket)
+                self.wait(lambda: self.gone or session.closed or session.backlog() <= HIGH_WATER,
+                          write_timeout)  # fmt: skip  (the loop's sweep cuts a stalled socket)
+
+    def wait(self, ready: Callable[[], bool], timeout: float) -> bool:
+        """Wait for the client (the body, its window, the socket), with the session's lock: its
+        time, not the app's (the worker's --timeout does not count it)."""
+        control = self.session.loop.control
+        control.request_waiting(self.token)
+        try:
+            return self.session.wait(ready, timeout)
+        finally:
+            control.request_resumed(self.token)
 
     def _abort(self) -> None:
         """500 if nothing went out yet, else RST_STREAM INTERNAL_ERROR (the client sees it cut)."""
@@ -550,7 +561,7 @@ class _StreamInput(InputStream):
         with session.lock:
             if not (stream.pieces or stream.body_done or stream.gone):
                 timeout = session.loop.timeouts.body + 1.0  # (the sweep's 408 ends it first)
-                session.wait(lambda: bool(stream.pieces) or stream.body_done or stream.gone, timeout)
+                stream.wait(lambda: bool(stream.pieces) or stream.body_done or stream.gone, timeout)
             if not stream.pieces:
                 return False
             data = b"".join(stream.pieces)
