@@ -36,7 +36,8 @@ from refork.serving.settings import ServingSettings
 from refork.serving.tls_io import TlsConn, TlsOutbox, log_failure, wrap
 from refork.serving.wsgi.app_threads import AppThreads
 from refork.serving.wsgi.conn import NO_EVENTS, Conn, Job, Step, Writing
-from refork.serving.wsgi.http2 import Session, Stream, sniff
+from refork.serving.wsgi.http2 import Session, sniff
+from refork.serving.wsgi.http2_stream import Stream
 from refork.wsgi import EnvironBuilder, Outcome, Streaming
 from refork.wsgi.response import _Exchange, continue_wsgi
 
