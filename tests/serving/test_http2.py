@@ -322,9 +322,10 @@ def test_max_requests_ends_the_connection_with_goaway(start_server, loop):
     assert goaway and goaway[0].error_code == 0 and goaway[0].last_stream_id == 5
 
 
-def test_bodies_held_for_apps_count_against_max_request_memory(start_server, asgi_loop):
-    """Streams whose apps do not read yet fill --max-request-memory: reading waits, nothing is lost."""
-    server = _h2c(start_server, asgi_loop, "--max-request-memory", "64K")
+def test_bodies_held_for_apps_count_against_max_request_memory(start_server, loop):
+    """Streams whose apps do not read yet fill --max-request-memory: nothing is lost (ASGI: reading
+    waits; WSGI: the bytes are charged, each stream held to its window)."""
+    server = _h2c(start_server, loop, "--max-request-memory", "64K")
     client = RawClient(server.port)
     bodies = {1: 60000, 3: 60000, 5: 60000, 7: 60000, 9: 200000}  # four slow apps, one echo
     try:

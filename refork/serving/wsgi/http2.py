@@ -82,6 +82,7 @@ class Session:
         self.fresh = True  # no request yet (the header deadline)
         self.stalled_since = 0.0  # the socket took no bytes since (the write timeout)
         self.lingering_since = 0.0  # the write side is shut: what the client still sends is dropped
+        self.released = 0  # body bytes apps took, for the loop thread to give back to the budget
 
     # ------------------------------------------------------------ the loop thread
 
@@ -154,6 +155,7 @@ class Session:
             stream = self.streams.get(event.stream_id)
             if stream is not None:
                 stream.pieces.append(event.data)
+                self.loop.memory.charge(len(event.data))  # held for the app: the worker's budget
                 stream.received += len(event.data)
         elif kind is StreamOpened:
             assert isinstance(event, StreamOpened)
@@ -216,6 +218,15 @@ class Session:
         if not self.closed and not self.streams and (self.goaway_sent or self.h2.ended):
             self.linger()
 
+    def _drop_body(self, stream: Stream) -> None:
+        """The body bytes a stream held (taken by its app, or left unread) leave the worker's
+        --max-request-memory (on the loop thread: the budget is the loop's)."""
+        self.released += sum(len(piece) for piece in stream.pieces)
+        stream.pieces.clear()
+        if self.released:
+            self.loop.memory.give_back(self.released)
+            self.released = 0
+
     def _runnable(self) -> Stream | None:
         """One thread: the next stream to run on the loop thread. One whose body is all here (or
         fills its window: the client sends no more until the app reads); a stream whose body is
@@ -227,6 +238,7 @@ class Session:
                 if stream.gone:
                     self.ready.remove(stream)
                     self.streams.pop(stream.sid, None)
+                    self._drop_body(stream)
                 elif stream.body_done or stream.received >= window:
                     self.ready.remove(stream)
                     return stream
@@ -240,9 +252,13 @@ class Session:
             finished, self.finished = self.finished, []
             for stream in finished:
                 self.streams.pop(stream.sid, None)
+                self._drop_body(stream)
                 loop.in_flight -= 1
                 if not stream.body_done and not stream.gone and not self.closed:
                     self.h2.reset(stream.sid, 0)  # answered before its body came: the rest is not wanted
+            if self.released:  # (what the apps read meanwhile)
+                loop.memory.give_back(self.released)
+                self.released = 0
             if finished and not self.streams:
                 self.since = time.monotonic()
 
@@ -284,6 +300,9 @@ class Session:
         """The loop closed the connection: every stream is gone; the apps still running end."""
         with self.lock:
             self.closed = True
+            for stream in self.ready:  # (never run: the others' bodies go when their calls end)
+                self.streams.pop(stream.sid, None)
+                self._drop_body(stream)
             self.ready.clear()
             for stream in self.streams.values():
                 stream.gone = True

@@ -221,6 +221,7 @@ class _StreamInput(InputStream):
                 return False
             data = b"".join(stream.pieces)
             stream.pieces.clear()
+            session.released += len(data)  # (given back to the worker's budget by the loop thread)
             session.h2.body_consumed(stream.sid, len(data))
         session.kick()
         self.buf += data
