@@ -34,6 +34,7 @@ SERVERS = {
     "wsgi-native-1-thread": (WSGI_APP, ("--wsgi-loop", "native", "--threads", "1")),
 }
 ASGI = [name for name in SERVERS if name.startswith("asgi")]
+WSGI = [name for name in SERVERS if name.startswith("wsgi")]
 
 
 @pytest.fixture(scope="module")
@@ -355,6 +356,26 @@ def test_bodies_held_for_apps_count_against_max_request_memory(start_server, loo
         client.close()
     assert [answers[sid] for sid in (1, 3, 5, 7)] == [b"slow done"] * 4
     assert answers[9].startswith(b"200000 ")
+
+
+@pytest.mark.parametrize("kind", WSGI)
+def test_a_reset_stream_ends_its_wsgi_app_call(start_server, kind):
+    """A client that resets a stream while its app writes (here: waits on the shut window): the
+    app's next write raises, its call ends (and is logged), the connection goes on."""
+    server = _h2c(start_server, SERVERS[kind], "--access-logfile", "-")
+    client = RawClient(server.port)
+    try:
+        client.request(1, "/big?10000000")  # far past the window: the app waits for the client
+        client.until(lambda s: any(isinstance(e, h2.events.DataReceived) and e.stream_id == 1 for e in s))
+        client.conn.reset_stream(1, error_code=8)
+        client.flush()
+        client.request(3, "/after")
+        seen = client.until(lambda s: any(type(e) is h2.events.StreamEnded and e.stream_id == 3 for e in s))
+        assert any(isinstance(e, h2.events.ResponseReceived) and e.stream_id == 3 for e in seen)
+    finally:
+        client.close()
+    server.wait_for(lambda: "GET /big?10000000 HTTP/2.0\" 200" in server.log(), what="the reset call's line")
+    assert "Traceback" not in server.log()
 
 
 @pytest.mark.parametrize("threads", [1, 3])
