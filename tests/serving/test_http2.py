@@ -378,6 +378,30 @@ def test_a_reset_stream_ends_its_wsgi_app_call(start_server, kind):
     assert "Traceback" not in server.log()
 
 
+@pytest.mark.parametrize("kind", WSGI)
+def test_a_refork_ends_http2_connections_with_goaway_after_their_streams(start_server, kind, tmp_path):
+    """A refork (USR2): the worker's app call in flight finishes (the safe point waits for it), and
+    the generation it leaves sends its connections GOAWAY naming the streams it took."""
+    events = tmp_path / "events"
+    server = _h2c(start_server, SERVERS[kind], "--graceful-timeout", "20", env={"H2_EVENTS": str(events)})
+    client = RawClient(server.port)
+    try:
+        client.request(1, "/slow?1")
+        server.wait_for(lambda: events.exists() and "slow" in events.read_text(), what="the app")
+        server.signal(signal.SIGUSR2)
+        data = b""
+        while chunk := client.sock.recv(65536):  # to the end: the old worker closes it after its GOAWAY
+            data += chunk
+    finally:
+        client.close()
+    frames = list(_frames(data))
+    body = [f for f in frames if isinstance(f, DataFrame) and f.stream_id == 1]
+    assert b"".join(f.data for f in body) == b"slow done" and "END_STREAM" in body[-1].flags
+    goaway = [f for f in frames if isinstance(f, GoAwayFrame)]
+    assert goaway and (goaway[0].error_code, goaway[0].last_stream_id) == (0, 1)
+    server.wait_for(lambda: server.status()["generation"] == 1, what="generation 1")
+
+
 @pytest.mark.parametrize("threads", [1, 3])
 def test_wsgi_threads_bound_the_streams_in_the_app(start_server, threads):
     """Each stream is one app call on the worker's app threads: never more than --threads at once;

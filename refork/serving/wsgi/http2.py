@@ -194,9 +194,7 @@ class Session:
         stream = Stream(self, sid, request, event.ended)
         self.streams[sid] = stream
         if self.threaded:
-            assert loop.pool is not None
-            loop.in_flight += 1
-            loop.pool.submit((stream, None, None, None))  # (PythonLoop._pool_job: stream.run())
+            loop.h2_dispatch(stream)
         else:
             self.ready.append(stream)
 

@@ -44,6 +44,7 @@ from refork.serving.tls_io import TlsConn, log_failure
 from refork.serving.wsgi.app_threads import AppThreads
 from refork.serving.wsgi.conn import NO_EVENTS, Conn, Job, Step, Writing
 from refork.serving.wsgi.http2 import Session, sniff, take_over
+from refork.serving.wsgi.http2_stream import Stream
 from refork.serving.wsgi.python_loop_lifetime import Alone, Beside, Lifetime
 from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
 from refork.wsgi.response import _Exchange
@@ -84,7 +85,7 @@ class PythonLoop(Lifetime):
     # instance whose __dict__ holds 30 keys or more, and every self.x of the loop's per-request
     # code then costs twice as much.
     __slots__ = ("proxy", "request_hooks", "start_wsgi", "conn_type", "beside", "settings", "read_size",
-                 "h1", "h2c", "h2_alpn", "h2_limits", "h2_kicked")
+                 "h1", "h2c", "h2_alpn", "h2_limits", "h2_kicked", "h2_parked")
 
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
@@ -125,6 +126,7 @@ class PythonLoop(Lifetime):
         self.h2_alpn = "h2" in config.http_protocols and bool(self.tls)
         self.h2_limits = http2_limits(config)
         self.h2_kicked: queue.SimpleQueue[Session] = queue.SimpleQueue()  # app threads' news for the loop
+        self.h2_parked: list[Stream] = []
         for context in set(self.tls.values()):  # (this process's copy of the context)
             context.set_alpn_protocols(alpn_protocols(config))
         for lsock in listeners:
@@ -182,7 +184,7 @@ class PythonLoop(Lifetime):
                 if control.safe_point_wanted:
                     if self._app_idle():
                         self._safe_point()
-                elif self.parked:  # the worker declined the promotion it held them for
+                elif self.parked or self.h2_parked:  # the worker declined the promotion it held them for
                     self._dispatch_parked()
                 self._hold_accepts()
                 for fd, _ in self.beside.poll(max(0.0, min(1.0, next_tick - time.monotonic()))):

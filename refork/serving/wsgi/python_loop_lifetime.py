@@ -153,6 +153,7 @@ class Lifetime:
     h1: bool  # --http-protocols (refork.serving.wsgi.http2)
     h2c: bool
     h2_kicked: queue.SimpleQueue[Session]
+    h2_parked: list[Stream]  # HTTP/2 streams held for a safe point (see parked)
 
     if TYPE_CHECKING:  # the request path's, in PythonLoop
 
@@ -236,6 +237,9 @@ class Lifetime:
         parked, self.parked = self.parked, []
         for conn, request, stream, rest in parked:
             self._dispatch(conn, request, stream, rest, force=True)
+        streams, self.h2_parked = self.h2_parked, []
+        for h2_stream in streams:
+            self.h2_dispatch(h2_stream, force=True)
 
     def _free_threads(self) -> int:
         """App threads free for a new request (a pool's; without one the loop is the app thread)."""
@@ -491,6 +495,16 @@ class Lifetime:
         self.in_flight += 1
         assert self.pool is not None
         self.pool.submit((conn, request, stream, rest))
+
+    def h2_dispatch(self, stream: Stream, force: bool = False) -> None:
+        """An HTTP/2 stream's app call for the app threads; held while a safe point is wanted, as
+        a request is (refork.serving.wsgi.http2)."""
+        if not force and self.control.safe_point_wanted:
+            self.h2_parked.append(stream)
+            return
+        self.in_flight += 1
+        assert self.pool is not None
+        self.pool.submit((stream, None, None, None))  # (_pool_job: stream.run())
 
     def _pool_job(self, conn: Conn | Stream, request: Request | None, stream: InputStream,
                   rest: Sequence[Step]) -> None:  # fmt: skip
