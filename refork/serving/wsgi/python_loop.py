@@ -230,6 +230,9 @@ class PythonLoop(Lifetime):
             self.poller.watch(conn.fd, tconn.wants)
         if handshaking and not tconn.handshaking:
             conn.since = time.monotonic()  # handshake done: the keep-alive clock until a head starts
+            if self.h2_alpn and tconn.sock.selected_alpn_protocol() == "h2":
+                take_over(self, conn, data or b"")  # HTTP/2 from here (refork.serving.wsgi.http2)
+                return None
         return data
 
     def _on_readable(self, conn: Conn) -> None:
@@ -242,9 +245,6 @@ class PythonLoop(Lifetime):
         if tconn is not None:
             data = self._tls_read(conn, tconn)
             if data is None:
-                return
-            if data and conn.fresh and self.h2_alpn and tconn.sock.selected_alpn_protocol() == "h2":
-                take_over(self, conn, data)
                 return
         else:
             try:
