@@ -126,7 +126,7 @@ def wsgi_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Ite
         info = {"http_version": {"HTTP/2.0": "2"}.get(protocol, protocol[5:]), "path": path,
                 "scheme": environ["wsgi.url_scheme"], "host": environ.get("HTTP_HOST", ""),
                 "pid": os.getpid(),
-                "server_protocol": protocol}  # fmt: skip
+                "server_protocol": protocol, "remote": environ.get("REMOTE_ADDR")}  # fmt: skip
         out = json.dumps(info).encode()
         headers = [("Content-Type", "application/json")]
     start_response("200 OK", [*headers, ("Content-Length", str(len(out)))])

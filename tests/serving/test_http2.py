@@ -441,3 +441,30 @@ def test_wsgi_environ_over_http2(start_server, certs):
         assert echo.text == f"{len(upload)} {hashlib.sha256(upload).hexdigest()}"
         chunked = client.post(f"{base}/echo", content=iter([upload[:1000], upload[1000:5000]]))
         assert chunked.text.startswith("5000 ")  # no content-length: read to the end of the stream
+
+
+@pytest.mark.parametrize("kind", WSGI)
+def test_wsgi_h2_over_tls_behind_a_proxy_header(start_server, certs, kind):
+    """A PROXY header, then TLS with ALPN h2: HTTP/2, and the client the header names."""
+    app, flags = SERVERS[kind]
+    server = start_server(*flags, "--proxy-protocol", "v1", *certs.args(), app=app, workers=1)
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+    raw.sendall(b"PROXY TCP4 203.0.113.7 127.0.0.1 40000 443\r\n")
+    with certs.client_context(["h2"]).wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        assert sock.selected_alpn_protocol() == "h2"
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        conn.send_headers(1, [(":method", "GET"), (":path", "/env"), (":scheme", "https"),
+                              (":authority", "localhost")], end_stream=True)  # fmt: skip
+        sock.sendall(conn.data_to_send())
+        body, ended = b"", False
+        while not ended:
+            data = sock.recv(65536)
+            assert data, "closed before the answer"
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.DataReceived):
+                    body += event.data
+                ended = ended or isinstance(event, h2.events.StreamEnded)
+            sock.sendall(conn.data_to_send())
+    info = json.loads(body)
+    assert (info["server_protocol"], info["scheme"], info["remote"]) == ("HTTP/2.0", "https", "203.0.113.7")
