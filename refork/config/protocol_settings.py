@@ -170,7 +170,7 @@ class ProtocolSettings:
         group="tls",
     )
 
-    # HTTP/2 (refork.http.h2, refork.serving.asgi.http2_protocol; docs/http2.md)
+    # HTTP/2 (refork.http.h2, refork.serving.asgi.http2_protocol, refork.serving.wsgi.http2; docs/http2.md)
     http_protocols: list[str] = setting(
         ["h2", "h1"],
         "--http-protocols",
@@ -179,7 +179,7 @@ class ProtocolSettings:
         help="protocols served, in preference order: h1, h2 (TLS, by ALPN), h2c (cleartext)",
         doc="comma list in preference order: `h1` (HTTP/1.1), `h2` (HTTP/2 on TLS listeners, picked by "
         "ALPN), `h2c` (HTTP/2 on cleartext listeners, for a client that opens with the HTTP/2 preface, "
-        "e.g. a load balancer); HTTP/2 is served by ASGI workers, WSGI workers answer HTTP/1.1",
+        "e.g. a load balancer); WSGI and ASGI workers alike",
         shown_default="`h2,h1`",
         group="HTTP/2",
     )

@@ -48,6 +48,8 @@ class ServingSettings:
     max_request_memory: int  # the worker's budget of request bytes held in memory
     root_path: str
     threads: int  # app threads (WSGI; at least 1)
+    h1: bool = True  # --http-protocols: HTTP/1.1 served
+    h2c: bool = False  # --http-protocols: HTTP/2 on cleartext listeners (prior knowledge)
     accept_batch: int = ACCEPT_BATCH
     read_size: int = READ_SIZE
 
@@ -74,4 +76,6 @@ class ServingSettings:
             max_request_memory=config.max_request_memory,
             root_path=config.root_path,
             threads=max(1, int(config.threads)),
+            h1="h1" in config.http_protocols,
+            h2c="h2c" in config.http_protocols,
         )

@@ -93,7 +93,7 @@ _HEADER_CACHE: dict[tuple[str, str], tuple[tuple[bytes, bytes], bool]] = {}
 _TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
-def _check_status(status: Any) -> tuple[int, bytes]:
+def check_status(status: Any) -> tuple[int, bytes]:
     hit = _STATUS_CACHE.get(status) if type(status) is str else None
     if hit is not None:
         return hit
@@ -114,7 +114,7 @@ def _check_status(status: Any) -> tuple[int, bytes]:
     return hit
 
 
-def _check_header(item: Any) -> tuple[tuple[bytes, bytes], bool]:
+def check_header(item: Any) -> tuple[tuple[bytes, bytes], bool]:
     """Validate one (name, value) pair; returns it encoded and whether it is Content-Length."""
     if type(item) is not tuple or len(item) != 2:
         raise TypeError(f"WSGI header must be a (name, value) tuple, got {item!r}")
@@ -163,7 +163,7 @@ class _Exchange:
                 exc_info = None
         elif self.code:
             raise AssertionError("start_response() called a second time without exc_info")
-        code, reason = _check_status(status)
+        code, reason = check_status(status)
         if type(headers) is not list:
             raise TypeError(f"WSGI headers must be a list, got {type(headers).__name__}")
         out = []
@@ -172,7 +172,7 @@ class _Exchange:
         for item in headers:
             hit = cache.get(item) if type(item) is tuple else None
             if hit is None:
-                hit = _check_header(item)
+                hit = check_header(item)
             if hit[1]:
                 has_length = True
             out.append(hit[0])

@@ -46,7 +46,16 @@ pub(crate) struct Intake {
     pub accept_batch: usize,
     /// bytes asked of one recv() (the settings' read_size)
     pub read_size: usize,
+    /// h2c in --http-protocols: a cleartext connection that opens with the HTTP/2 preface is the
+    /// Python loop's (refork.serving.wsgi.http2)
+    pub h2c: bool,
+    /// h1 in --http-protocols (without it, an h2c port hands every connection over: the Python
+    /// loop closes one that does not open with the preface)
+    pub h1: bool,
 }
+
+/// The HTTP/2 connection preface (RFC 9113 3.4).
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 impl Intake {
     /// From the engine host: its `settings` (refork.serving.settings.ServingSettings) and `memory`.
@@ -70,6 +79,8 @@ impl Intake {
             memory,
             accept_batch: settings.getattr("accept_batch")?.extract()?,
             read_size: settings.getattr("read_size")?.extract()?,
+            h2c: settings.getattr("h2c")?.extract()?,
+            h1: settings.getattr("h1")?.extract()?,
         })
     }
 
@@ -101,6 +112,15 @@ impl Intake {
             }
             Err(refusal) => Preface::Refused(refusal),
         }
+    }
+
+    /// A connection's first read (`data`, non-empty) on an h2c port: true when the connection is
+    /// the Python loop's (it opens with the HTTP/2 preface, or HTTP/1.1 is off). One compare of at
+    /// most 24 bytes, on the first read only: the HTTP/1.1 path pays nothing after it. (Behind a
+    /// PROXY header the preface is the Python loop's by the HTTP/1.1 rules: not a request head.)
+    pub fn hands_h2c(&self, data: &[u8]) -> bool {
+        let n = data.len().min(PREFACE.len());
+        self.h2c && self.proxy.is_none() && (!self.h1 || data[..n] == PREFACE[..n])
     }
 
     /// The answer to a refused header.
@@ -180,6 +200,8 @@ mod tests {
             memory: Arc::new(Budget::new(memory)),
             accept_batch: 8,
             read_size: 1 << 16,
+            h2c: false,
+            h1: true,
         }
     }
 
@@ -231,6 +253,19 @@ mod tests {
         }
         assert_eq!(next(&i, &long[..HEAD_WAIT]).0, "wait");
         assert_eq!(next(&i, &long).0, "hand over");
+    }
+
+    #[test]
+    fn an_h2c_port_hands_over_what_opens_with_the_preface() {
+        let mut i = intake(0);
+        assert!(!i.hands_h2c(PREFACE)); // h2c off: the HTTP/1.1 rules (a bad request there)
+        i.h2c = true;
+        assert!(i.hands_h2c(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04"));
+        assert!(i.hands_h2c(b"PRI * HT")); // the start of it: the Python loop waits for the rest
+        assert!(!i.hands_h2c(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"));
+        assert!(!i.hands_h2c(b"PRIX"));
+        i.h1 = false; // h2c only: everything (the Python loop closes what is not the preface)
+        assert!(i.hands_h2c(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"));
     }
 
     #[test]

@@ -309,8 +309,11 @@ impl Engine {
                 self.close(conn);
                 Ok(())
             }
-            Ok(_) => {
-                conn.fresh = false;
+            Ok(n) => {
+                if std::mem::replace(&mut conn.fresh, false) && self.intake.hands_h2c(&buf[buf.len() - n..]) {
+                    let data = self.scratch.keep(buf, 0);
+                    return self.hand_over(py, conn, &data);
+                }
                 self.process(py, conn, buf)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {

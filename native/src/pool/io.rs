@@ -144,8 +144,12 @@ impl Io {
                 self.scratch.recycle(buf);
                 self.shared.close(conn);
             }
-            Ok(_) => {
-                conn.fresh = false;
+            Ok(n) => {
+                if std::mem::replace(&mut conn.fresh, false) && self.shared.intake.hands_h2c(&buf[buf.len() - n..]) {
+                    let data = self.scratch.keep(buf, 0);
+                    self.shared.hand_over(conn, data);
+                    return;
+                }
                 self.process(conn, buf);
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {

@@ -1,8 +1,8 @@
 //! start_response for the engine: PEP 3333's callable with refork.wsgi.response's rules.
 //!
 //! The checks are the Python ones, by construction: a status or header pair is looked up in
-//! refork.wsgi.response's own caches and, on a miss, checked by its own `_check_status` /
-//! `_check_header` (same exceptions, same messages; they fill the caches). Nothing is sent while
+//! refork.wsgi.response's own caches and, on a miss, checked by its own `check_status` /
+//! `check_header` (same exceptions, same messages; they fill the caches). Nothing is sent while
 //! the app runs unless it calls the legacy `write()`: that creates the Python `_Exchange` of the
 //! request (the engine's host hands the connection to the Python loop) and everything from then
 //! on is the Python response path.

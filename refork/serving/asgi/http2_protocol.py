@@ -18,23 +18,20 @@ from typing import TYPE_CHECKING, Any
 
 from refork import deadlines
 from refork.asgi import build_scope
-from refork.config import Config
 from refork.http.h2 import (
-    PREFACE,
     ConnectionEnded,
     ErrorCodes,
     Http2Connection,
     Http2Event,
-    Http2Limits,
     StreamBody,
     StreamEnded,
     StreamOpened,
     StreamReset,
     WindowOpened,
 )
-from refork.http.response import reason_phrase
 from refork.serving.asgi.http2_stream import Stream
 from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
+from refork.serving.http2 import answer_here
 
 if TYPE_CHECKING:
     from refork.serving.asgi.http_protocol import HttpProtocol
@@ -42,45 +39,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("refork")
 
-_HEALTH_BODIES = {200: b"ok\n", 503: b"unavailable\n"}  # (refork.serving.health's, over HTTP/1.1)
 LINGER = 1.0  # seconds a closed connection still reads (and drops) what its client sends
 
-__all__ = ["Http2Protocol", "alpn_protocols", "hand_over", "http2_limits", "sniff_preface", "wants_h2"]
-
-
-def http2_limits(config: Config) -> Http2Limits:
-    """The connection's limits from the settings (refork.http knows no Config)."""
-    return Http2Limits(
-        max_concurrent_streams=config.http2_max_concurrent_streams,
-        initial_window_size=config.http2_initial_window_size,
-        max_frame_size=config.http2_max_frame_size,
-        max_header_list_size=config.http2_max_header_list_size,
-        max_request_line=config.limit_request_line,
-        max_fields=config.limit_request_fields,
-        max_field_size=config.limit_request_field_size,
-        max_body=config.limit_request_body,
-    )
-
-
-def alpn_protocols(config: Config) -> list[str]:
-    """What ALPN offers on TLS listeners, in --http-protocols' order (h2c is cleartext's)."""
-    names = {"h2": "h2", "h1": "http/1.1"}
-    offered = [names[p] for p in config.http_protocols if p in names]
-    return offered or ["http/1.1"]
+__all__ = ["Http2Protocol", "hand_over", "wants_h2"]
 
 
 def wants_h2(transport: Any) -> bool:
     """ALPN picked h2 on this TLS connection."""
     ssl_object = transport.get_extra_info("ssl_object")
     return ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2"
-
-
-def sniff_preface(seen: bytes) -> bool | None:
-    """Whether a cleartext connection's first bytes are the HTTP/2 preface: True, False, or None
-    while they are a beginning of it (wait for more)."""
-    if seen.startswith(PREFACE):
-        return True
-    return None if PREFACE.startswith(seen) else False
 
 
 def hand_over(old: HttpProtocol, data: bytes) -> None:
@@ -277,15 +244,7 @@ class Http2Protocol(asyncio.Protocol):
         deadlines.current.reset(serving)
 
     def refuse(self, sid: int, status: int, head_only: bool = False, health: bool = False) -> None:
-        """A request answered here, never by the app: refused by a limit (413, 414, 431, 408), or a
-        --health-path check (200 or 503)."""
-        body = _HEALTH_BODIES[status] if health else b"%d %s\n" % (status, reason_phrase(status))
-        headers = [(b"content-type", b"text/plain"), (b"content-length", b"%d" % len(body)),
-                   (b"cache-control", b"no-store")]  # fmt: skip
-        self.h2.respond(sid, status, headers, end_stream=head_only)
-        if not head_only:
-            self.h2.send_body(sid, memoryview(body), True)
-        self.h2.reset(sid, 0)  # NO_ERROR: the rest of its body is not wanted
+        answer_here(self.h2, sid, status, head_only, health)
 
     def stream_done(self, stream: Stream) -> None:
         """The app's task ended (response complete, abandoned or reset): account for it."""

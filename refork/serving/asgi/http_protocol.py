@@ -23,11 +23,12 @@ from refork.asgi.waiting import wake
 from refork.http.events import Body, Event, ParseError, Request
 from refork.http.parser import RequestParser
 from refork.http.response import simple_response
-from refork.serving.asgi.http2_protocol import hand_over, sniff_preface, wants_h2
+from refork.serving.asgi.http2_protocol import hand_over, wants_h2
 from refork.serving.asgi.sendfile import send_file
 from refork.serving.asgi.websocket_protocol import WebSocketProtocol
 from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
 from refork.serving.health import health_response
+from refork.serving.http2 import sniff_preface
 
 if TYPE_CHECKING:
     from refork.serving.asgi.server import Server

@@ -30,12 +30,13 @@ from refork.asgi import HttpCycle, Lifespan
 from refork.config import Config
 from refork.http.budget import MemoryBudget
 from refork.memory.allocator import malloc_trim
-from refork.serving.asgi.http2_protocol import Http2Protocol, alpn_protocols, http2_limits
+from refork.serving.asgi.http2_protocol import Http2Protocol
 from refork.serving.asgi.http_protocol import HttpProtocol
 from refork.serving.asgi.proxied_listener import ProxiedListener
 from refork.serving.asgi.websocket_protocol import WebSocketProtocol
 from refork.serving.connection import TICK, release_after_fork
 from refork.serving.contract import WorkerControl
+from refork.serving.http2 import alpn_protocols, http2_limits
 from refork.serving.settings import ServingSettings
 
 log = logging.getLogger("refork")

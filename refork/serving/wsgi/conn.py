@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from refork.http.body import BodyBuffer, InputStream
 from refork.http.events import Event, ParseError, Request
@@ -18,6 +18,9 @@ from refork.serving.connection import Phase
 from refork.serving.outbox import Outbox
 from refork.serving.tls_io import TlsConn
 from refork.wsgi import EnvironBuilder, Streaming
+
+if TYPE_CHECKING:
+    from refork.serving.wsgi.http2 import Session
 
 __all__ = ["NO_EVENTS", "Conn", "Job", "Step", "Writing"]
 
@@ -33,8 +36,7 @@ class Conn:
     __slots__ = (
         "sock", "fd", "client", "builder", "parser", "request", "body", "received",
         "phase", "since", "fresh", "continued", "registered", "busy", "closed", "out", "writing", "tls",
-        "held",
-        "preface",
+        "held", "preface", "sniffed", "h2",
     )  # fmt: skip
 
     def __init__(self, sock: socket.socket, client: Any, builder: EnvironBuilder, limits: Limits,
@@ -59,6 +61,8 @@ class Conn:
         self.tls = tls  # the TLS side (handshake, reads) on a TLS listener; None: plain
         self.held = 0  # what its parser holds, charged to the worker's --max-request-memory
         self.preface: bytes | None = None  # a PROXY header's bytes read so far; None: none expected
+        self.sniffed: bytes | None = None  # h2c: the first bytes while they may be the HTTP/2 preface
+        self.h2: Session | None = None  # an HTTP/2 connection (refork.serving.wsgi.http2)
 
     def has_input(self) -> bool:
         """Bytes (or a FIN) wait to be read: the sweep spares a connection the loop has not

@@ -35,6 +35,7 @@ from refork.memory.allocator import malloc_trim
 from refork.serving.connection import TICK, Phase, RequestEnd, log_access
 from refork.serving.contract import WorkerControl
 from refork.serving.health import health_response
+from refork.serving.http2 import alpn_protocols, http2_limits
 from refork.serving.poller import IN as _IN
 from refork.serving.poller import Poller
 from refork.serving.proxied import CLOSED, peer_host, read_preface, refuse
@@ -42,6 +43,8 @@ from refork.serving.settings import ServingSettings
 from refork.serving.tls_io import TlsConn, log_failure
 from refork.serving.wsgi.app_threads import AppThreads
 from refork.serving.wsgi.conn import NO_EVENTS, Conn, Job, Step, Writing
+from refork.serving.wsgi.http2 import Session, sniff, take_over
+from refork.serving.wsgi.http2_stream import Stream
 from refork.serving.wsgi.python_loop_lifetime import Alone, Beside, Lifetime
 from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
 from refork.wsgi.response import _Exchange
@@ -81,7 +84,8 @@ class PythonLoop(Lifetime):
     # Out of the instance __dict__: CPython 3.11 and 3.12 stop specializing attribute reads on an
     # instance whose __dict__ holds 30 keys or more, and every self.x of the loop's per-request
     # code then costs twice as much.
-    __slots__ = ("proxy", "request_hooks", "start_wsgi", "conn_type", "beside", "settings", "read_size")
+    __slots__ = ("proxy", "request_hooks", "start_wsgi", "conn_type", "beside", "settings", "read_size",
+                 "h1", "h2c", "h2_alpn", "h2_limits", "h2_kicked", "h2_parked")
 
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
@@ -118,6 +122,13 @@ class PythonLoop(Lifetime):
         self.tls = settings.tls  # listener fd -> SSLContext (TLS listeners)
         self.proxy = settings.proxy
         self.handshake_timeout = settings.handshake_timeout
+        self.h1, self.h2c = settings.h1, settings.h2c  # HTTP/2 (refork.serving.wsgi.http2): h2c, h2 by ALPN
+        self.h2_alpn = "h2" in config.http_protocols and bool(self.tls)
+        self.h2_limits = http2_limits(config)
+        self.h2_kicked: queue.SimpleQueue[Session] = queue.SimpleQueue()  # app threads' news for the loop
+        self.h2_parked: list[Stream] = []
+        for context in set(self.tls.values()):  # (this process's copy of the context)
+            context.set_alpn_protocols(alpn_protocols(config))
         for lsock in listeners:
             lsock.setblocking(False)
             try:
@@ -173,7 +184,7 @@ class PythonLoop(Lifetime):
                 if control.safe_point_wanted:
                     if self._app_idle():
                         self._safe_point()
-                elif self.parked:  # the worker declined the promotion it held them for
+                elif self.parked or self.h2_parked:  # the worker declined the promotion it held them for
                     self._dispatch_parked()
                 self._hold_accepts()
                 for fd, _ in self.beside.poll(max(0.0, min(1.0, next_tick - time.monotonic()))):
@@ -219,9 +230,15 @@ class PythonLoop(Lifetime):
             self.poller.watch(conn.fd, tconn.wants)
         if handshaking and not tconn.handshaking:
             conn.since = time.monotonic()  # handshake done: the keep-alive clock until a head starts
+            if self.h2_alpn and tconn.sock.selected_alpn_protocol() == "h2":
+                take_over(self, conn, data or b"")  # HTTP/2 from here (refork.serving.wsgi.http2)
+                return None
         return data
 
     def _on_readable(self, conn: Conn) -> None:
+        if conn.h2 is not None:
+            conn.h2.on_ready()
+            return
         if conn.preface is not None and not self._read_preface(conn):
             return
         tconn = conn.tls
@@ -241,6 +258,10 @@ class PythonLoop(Lifetime):
         if not data:
             self._close(conn)
             return
+        if conn.sniffed is not None:
+            data = sniff(self, conn, data)
+            if not data:
+                return
         conn.fresh = False
         self._on_data(conn, data)
 

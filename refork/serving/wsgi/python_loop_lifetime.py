@@ -20,7 +20,7 @@ import socket
 import ssl
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from refork import deadlines
 from refork.http.body import InputStream
@@ -36,8 +36,13 @@ from refork.serving.settings import ServingSettings
 from refork.serving.tls_io import TlsConn, TlsOutbox, log_failure, wrap
 from refork.serving.wsgi.app_threads import AppThreads
 from refork.serving.wsgi.conn import NO_EVENTS, Conn, Job, Step, Writing
+from refork.serving.wsgi.http2 import Session, sniff
+from refork.serving.wsgi.http2_stream import Stream
 from refork.wsgi import EnvironBuilder, Outcome, Streaming
 from refork.wsgi.response import _Exchange, continue_wsgi
+
+if TYPE_CHECKING:
+    from refork.serving.wsgi.python_loop import PythonLoop
 
 log = logging.getLogger("refork")
 
@@ -145,6 +150,10 @@ class Lifetime:
     done: queue.SimpleQueue[tuple[Conn, bool, Sequence[Step]]]  # what the app threads finished
     conn_type: type[Conn]  # Conn, or the native parser's (refork.serving.wsgi.native_parts.NATIVE)
     beside: Beside
+    h1: bool  # --http-protocols (refork.serving.wsgi.http2)
+    h2c: bool
+    h2_kicked: queue.SimpleQueue[Session]
+    h2_parked: list[Stream]  # HTTP/2 streams held for a safe point (see parked)
 
     if TYPE_CHECKING:  # the request path's, in PythonLoop
 
@@ -202,6 +211,8 @@ class Lifetime:
             for entry in self.listeners.values():
                 self._accept(entry, batch=1 << 30)
                 entry[0].close()
+        for session in [c.h2 for c in self.conns.values() if c.h2 is not None]:
+            session.stop()  # GOAWAY: the streams it names finish, then the connection closes
         self.beside.begin_drain(self.drain_until, self.control.server_draining)
 
     def _safe_point(self) -> None:
@@ -226,6 +237,9 @@ class Lifetime:
         parked, self.parked = self.parked, []
         for conn, request, stream, rest in parked:
             self._dispatch(conn, request, stream, rest, force=True)
+        streams, self.h2_parked = self.h2_parked, []
+        for h2_stream in streams:
+            self.h2_dispatch(h2_stream, force=True)
 
     def _free_threads(self) -> int:
         """App threads free for a new request (a pool's; without one the loop is the app thread)."""
@@ -264,6 +278,9 @@ class Lifetime:
         drain_until = self.drain_until if self.draining else 0.0
         write_stalled = self.timeouts.write_stalled
         for conn in [c for c in self.conns.values() if not c.busy]:
+            if conn.h2 is not None:
+                conn.h2.sweep(now, self.draining, drain_until)
+                continue
             if conn.tls is not None and conn.tls.handshaking:
                 if now - conn.since > self.handshake_timeout:
                     log_failure(conn.client, TimeoutError("handshake timeout"), True)
@@ -330,6 +347,8 @@ class Lifetime:
             conn.since = now
             if self.proxy is not None:
                 conn.preface = b""  # a PROXY header may come first (see threaded._read_preface)
+            if self.h2c and ctx is None:
+                conn.sniffed = b""  # the HTTP/2 preface may come first (refork.serving.wsgi.http2.sniff)
             self.conns[conn.fd] = conn
             self.poller.register(conn.fd)
             conn.registered = True
@@ -338,6 +357,8 @@ class Lifetime:
         if conn.closed:
             return
         conn.closed = True
+        if conn.h2 is not None:
+            conn.h2.lost()
         writing = conn.writing
         if writing is not None:
             self._settle(conn, writing, writing.streaming.abandon())
@@ -384,10 +405,22 @@ class Lifetime:
         self.poller.register(fd)
         conn.registered = True
         try:
+            if data and self.h2c and (data[:1] == b"P" or not self.h1):  # what opens with the preface
+                conn.sniffed = b""
+                data = sniff(cast("PythonLoop", self), conn, data)
             if data:
                 self._on_data(conn, data)
         finally:
             self.memory.give_back(held)
+
+    def h2_kick(self, session: Session) -> None:
+        """From an app thread: an HTTP/2 connection has bytes to send, or a call ended."""
+        self.h2_kicked.put(session)
+        try:
+            assert self.wake_w is not None
+            self.wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # a wake-up byte is already pending
 
     def detach(self, conn: Conn) -> int:
         """The loop lets go of a connection without closing it (an engine takes it back): its fd."""
@@ -463,7 +496,23 @@ class Lifetime:
         assert self.pool is not None
         self.pool.submit((conn, request, stream, rest))
 
-    def _pool_job(self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step]) -> None:
+    def h2_dispatch(self, stream: Stream, force: bool = False) -> None:
+        """An HTTP/2 stream's app call for the app threads; held while a safe point is wanted, as
+        a request is (refork.serving.wsgi.http2)."""
+        if not force and self.control.safe_point_wanted:
+            self.h2_parked.append(stream)
+            return
+        self.in_flight += 1
+        assert self.pool is not None
+        self.pool.submit((stream, None, None, None))  # (_pool_job: stream.run())
+
+    def _pool_job(self, conn: Conn | Stream, request: Request | None, stream: InputStream,
+                  rest: Sequence[Step]) -> None:  # fmt: skip
+        if request is None:  # an HTTP/2 stream's app call (refork.serving.wsgi.http2): it accounts itself
+            assert isinstance(conn, Stream)
+            conn.run()
+            return
+        assert isinstance(conn, Conn)
         keep: bool | None = False
         try:
             keep = self._respond(conn, request, stream, rest)  # a blocking Outbox: never None
@@ -484,6 +533,12 @@ class Lifetime:
                 pass
         except (BlockingIOError, InterruptedError):
             pass
+        while True:  # HTTP/2 connections whose app threads have bytes to send or calls ended
+            try:
+                session = self.h2_kicked.get_nowait()
+            except queue.Empty:
+                break
+            session.service()
         while True:
             try:
                 conn, keep, rest = self.done.get_nowait()

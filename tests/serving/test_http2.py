@@ -1,5 +1,7 @@
 """HTTP/2 end to end: real servers, real clients (curl --http2 and --http2-prior-knowledge, httpx
-with http2=True, a raw h2 client for resets and GOAWAY), over TLS (ALPN) and h2c, on both loops."""
+with http2=True, a raw h2 client for resets and GOAWAY), over TLS (ALPN) and h2c, for ASGI (asyncio,
+uvloop) and WSGI (the Python loop with app threads; the native engine handing h2c over to the
+Python loop, whose one app thread is the loop's)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,16 @@ from support import paths
 from support.certs import Certs
 
 APP = "apps.h2_apps:app"
-LOOPS = ["asyncio", "uvloop"]
+WSGI_APP = "apps.h2_apps:wsgi_app"
+# how a server is started: its app and loop flags; the WSGI ones from the same paths (apps/h2_apps.py)
+SERVERS = {
+    "asgi-asyncio": (APP, ("--loop", "asyncio")),
+    "asgi-uvloop": (APP, ("--loop", "uvloop")),
+    "wsgi-python-threads": (WSGI_APP, ("--wsgi-loop", "python", "--threads", "4")),
+    "wsgi-native-1-thread": (WSGI_APP, ("--wsgi-loop", "native", "--threads", "1")),
+}
+ASGI = [name for name in SERVERS if name.startswith("asgi")]
+WSGI = [name for name in SERVERS if name.startswith("wsgi")]
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +42,16 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     return Certs(tmp_path_factory.mktemp("h2certs"))
 
 
-@pytest.fixture(params=LOOPS)
-def loop(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+@pytest.fixture(params=list(SERVERS))
+def loop(request: pytest.FixtureRequest) -> tuple[str, tuple[str, ...]]:
+    """The app and the loop flags of a server (every interface and loop)."""
+    return SERVERS[request.param]
+
+
+@pytest.fixture(params=ASGI)
+def asgi_loop(request: pytest.FixtureRequest) -> tuple[str, tuple[str, ...]]:
+    """What ASGI has only (http.disconnect, trailers, pathsend)."""
+    return SERVERS[request.param]
 
 
 def _curl(*args: str) -> subprocess.CompletedProcess[str]:
@@ -41,8 +59,9 @@ def _curl(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=30)  # fmt: skip
 
 
-def _h2c(start_server, loop: str, *args: str, env: dict[str, str] | None = None, workers: int = 1):
-    return start_server("--loop", loop, "--http-protocols", "h2c,h1", *args, app=APP, workers=workers,
+def _h2c(start_server, loop, *args: str, env: dict[str, str] | None = None, workers: int = 1):
+    app, flags = loop
+    return start_server(*flags, "--http-protocols", "h2c,h1", *args, app=app, workers=workers,
                         env=env)  # fmt: skip
 
 
@@ -64,15 +83,15 @@ def test_curl_prior_knowledge_on_h2c_and_http11_on_the_same_port(start_server, l
     server.wait_for(lambda: line in server.log(), what="an HTTP/2.0 access-log line")
 
 
-def test_h2c_is_off_unless_asked_for(start_server):
-    server = start_server("--loop", "asyncio", app=APP, workers=1)
+def test_h2c_is_off_unless_asked_for(start_server, loop):
+    server = start_server(*loop[1], app=loop[0], workers=1)
     out = _curl("--http2-prior-knowledge", f"http://127.0.0.1:{server.port}/")
     assert out.returncode != 0  # the preface is not HTTP/1.1: refused with 400, the h2 client fails
     assert _curl("-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{server.port}/").stdout == "200"
 
 
 def test_curl_http2_over_tls_by_alpn(start_server, certs, loop):
-    server = start_server("--loop", loop, *certs.args(), app=APP, workers=1)  # the default: h2,h1
+    server = start_server(*loop[1], *certs.args(), app=loop[0], workers=1)  # the default: h2,h1
     url = f"https://127.0.0.1:{server.port}/tls"
     out = _curl("--http2", "--cacert", str(certs.ca_pem), "-w", "\n%{http_version}", url)
     body, version = out.stdout.rsplit("\n", 1)
@@ -82,22 +101,15 @@ def test_curl_http2_over_tls_by_alpn(start_server, certs, loop):
     assert out.stdout.rsplit("\n", 1)[1] == "1.1"
 
 
-def test_h1_only_turns_alpn_h2_off(start_server, certs):
-    server = start_server("--http-protocols", "h1", *certs.args(), app=APP, workers=1)
+def test_h1_only_turns_alpn_h2_off(start_server, certs, loop):
+    server = start_server(*loop[1], "--http-protocols", "h1", *certs.args(), app=loop[0], workers=1)
     raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
     with certs.client_context(["h2", "http/1.1"]).wrap_socket(raw, server_hostname="127.0.0.1") as sock:
         assert sock.selected_alpn_protocol() == "http/1.1"
 
 
-def test_wsgi_workers_answer_http11_to_an_h2_client(start_server, certs):
-    server = start_server(*certs.args(), app="apps.tls_apps:wsgi", workers=1)
-    out = _curl("--http2", "--cacert", str(certs.ca_pem), "-o", "/dev/null", "-w", "%{http_version}",
-                f"https://127.0.0.1:{server.port}/")  # fmt: skip
-    assert out.stdout == "1.1", out.stderr
-
-
-def test_curl_trailers_pathsend_and_an_app_error(start_server, loop):
-    server = _h2c(start_server, loop)
+def test_curl_trailers_pathsend_and_an_app_error(start_server, asgi_loop):
+    server = _h2c(start_server, asgi_loop)
     base = f"http://127.0.0.1:{server.port}"
     out = _curl("--http2-prior-knowledge", "-i", f"{base}/trailers")
     assert "with trailers" in out.stdout and "x-checksum: abc" in out.stdout
@@ -112,7 +124,7 @@ def test_curl_trailers_pathsend_and_an_app_error(start_server, loop):
 
 
 def test_httpx_many_streams_on_one_tls_connection(start_server, certs, loop):
-    server = start_server("--loop", loop, *certs.args(), app=APP, workers=1)
+    server = start_server(*loop[1], *certs.args(), app=loop[0], workers=1)
     base = f"https://127.0.0.1:{server.port}"
     upload = os.urandom(3 << 20)
 
@@ -178,9 +190,9 @@ class RawClient:
         self.sock.close()
 
 
-def test_rst_stream_is_http_disconnect_to_the_app(start_server, loop, tmp_path):
+def test_rst_stream_is_http_disconnect_to_the_app(start_server, asgi_loop, tmp_path):
     events = tmp_path / "events"
-    server = _h2c(start_server, loop, env={"H2_EVENTS": str(events)})
+    server = _h2c(start_server, asgi_loop, env={"H2_EVENTS": str(events)})
     client = RawClient(server.port)
     try:
         client.request(1, "/wait-disconnect?one", end=False)
@@ -212,9 +224,15 @@ def test_graceful_stop_sends_goaway_and_finishes_the_stream(start_server, loop, 
         assert goaway and (goaway[0].error_code, goaway[0].last_stream_id) == (0, 1)
         body = [f for f in frames if isinstance(f, DataFrame) and f.stream_id == 1]
         assert b"".join(f.data for f in body) == b"slow done" and "END_STREAM" in body[-1].flags
-        assert frames.index(goaway[0]) < frames.index(body[0])  # GOAWAY first, then the answer
+        if not _app_on_loop_thread(loop):  # (there the GOAWAY goes out when the app call returns)
+            assert frames.index(goaway[0]) < frames.index(body[0])  # GOAWAY first, then the answer
     finally:
         client.close()
+
+
+def _app_on_loop_thread(loop) -> bool:
+    """WSGI with one thread: the app runs on the loop's thread, which answers nothing meanwhile."""
+    return loop[0] == WSGI_APP and loop[1][-1] == "1"
 
 
 def _frames(data: bytes):
@@ -306,7 +324,8 @@ def test_max_requests_ends_the_connection_with_goaway(start_server, loop):
 
 
 def test_bodies_held_for_apps_count_against_max_request_memory(start_server, loop):
-    """Streams whose apps do not read yet fill --max-request-memory: reading waits, nothing is lost."""
+    """Streams whose apps do not read yet fill --max-request-memory: nothing is lost (ASGI: reading
+    waits; WSGI: the bytes are charged, each stream held to its window)."""
     server = _h2c(start_server, loop, "--max-request-memory", "64K")
     client = RawClient(server.port)
     bodies = {1: 60000, 3: 60000, 5: 60000, 7: 60000, 9: 200000}  # four slow apps, one echo
@@ -337,3 +356,115 @@ def test_bodies_held_for_apps_count_against_max_request_memory(start_server, loo
         client.close()
     assert [answers[sid] for sid in (1, 3, 5, 7)] == [b"slow done"] * 4
     assert answers[9].startswith(b"200000 ")
+
+
+@pytest.mark.parametrize("kind", WSGI)
+def test_a_reset_stream_ends_its_wsgi_app_call(start_server, kind):
+    """A client that resets a stream while its app writes (here: waits on the shut window): the
+    app's next write raises, its call ends (and is logged), the connection goes on."""
+    server = _h2c(start_server, SERVERS[kind], "--access-logfile", "-")
+    client = RawClient(server.port)
+    try:
+        client.request(1, "/big?10000000")  # far past the window: the app waits for the client
+        client.until(lambda s: any(isinstance(e, h2.events.DataReceived) and e.stream_id == 1 for e in s))
+        client.conn.reset_stream(1, error_code=8)
+        client.flush()
+        client.request(3, "/after")
+        seen = client.until(lambda s: any(type(e) is h2.events.StreamEnded and e.stream_id == 3 for e in s))
+        assert any(isinstance(e, h2.events.ResponseReceived) and e.stream_id == 3 for e in seen)
+    finally:
+        client.close()
+    server.wait_for(lambda: "GET /big?10000000 HTTP/2.0\" 200" in server.log(), what="the reset call's line")
+    assert "Traceback" not in server.log()
+
+
+@pytest.mark.parametrize("kind", WSGI)
+def test_a_refork_ends_http2_connections_with_goaway_after_their_streams(start_server, kind, tmp_path):
+    """A refork (USR2): the worker's app call in flight finishes (the safe point waits for it), and
+    the generation it leaves sends its connections GOAWAY naming the streams it took."""
+    events = tmp_path / "events"
+    server = _h2c(start_server, SERVERS[kind], "--graceful-timeout", "20", env={"H2_EVENTS": str(events)})
+    client = RawClient(server.port)
+    try:
+        client.request(1, "/slow?1")
+        server.wait_for(lambda: events.exists() and "slow" in events.read_text(), what="the app")
+        server.signal(signal.SIGUSR2)
+        data = b""
+        while chunk := client.sock.recv(65536):  # to the end: the old worker closes it after its GOAWAY
+            data += chunk
+    finally:
+        client.close()
+    frames = list(_frames(data))
+    body = [f for f in frames if isinstance(f, DataFrame) and f.stream_id == 1]
+    assert b"".join(f.data for f in body) == b"slow done" and "END_STREAM" in body[-1].flags
+    goaway = [f for f in frames if isinstance(f, GoAwayFrame)]
+    assert goaway and (goaway[0].error_code, goaway[0].last_stream_id) == (0, 1)
+    server.wait_for(lambda: server.status()["generation"] == 1, what="generation 1")
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_wsgi_threads_bound_the_streams_in_the_app(start_server, threads):
+    """Each stream is one app call on the worker's app threads: never more than --threads at once;
+    the streams beyond wait for a thread (and every one is answered)."""
+    server = _h2c(start_server, (WSGI_APP, ("--wsgi-loop", "python", "--threads", str(threads))))
+    client = RawClient(server.port)
+    sids = list(range(1, 2 * 8, 2))
+    try:
+        for sid in sids:
+            client.request(sid, "/concurrent")
+        answers: dict[int, bytes] = {}
+        ended: set[int] = set()
+        while ended != set(sids):
+            for event in client.events():
+                if isinstance(event, h2.events.DataReceived):
+                    answers[event.stream_id] = answers.get(event.stream_id, b"") + event.data
+                elif isinstance(event, h2.events.StreamEnded):
+                    ended.add(event.stream_id)
+    finally:
+        client.close()
+    most = max(int(answer) for answer in answers.values())  # the most app calls at once, as seen
+    assert most == threads, answers
+
+
+def test_wsgi_environ_over_http2(start_server, certs):
+    """What a WSGI app sees over HTTP/2: SERVER_PROTOCOL HTTP/2.0, the scheme, the host from
+    :authority, and wsgi.input with the stream's body (read as it arrives)."""
+    server = start_server("--wsgi-loop", "python", "--threads", "2", *certs.args(), app=WSGI_APP, workers=1)
+    base = f"https://127.0.0.1:{server.port}"
+    upload = os.urandom(1 << 20)  # past the stream's window: it opens as the app reads
+    with httpx.Client(http2=True, verify=certs.client_context(["h2"]), timeout=30) as client:
+        info = client.get(f"{base}/env").json()
+        assert (info["server_protocol"], info["scheme"], info["host"]) == ("HTTP/2.0", "https",
+                                                                           f"127.0.0.1:{server.port}")
+        echo = client.post(f"{base}/echo", content=upload)
+        assert echo.http_version == "HTTP/2"
+        assert echo.text == f"{len(upload)} {hashlib.sha256(upload).hexdigest()}"
+        chunked = client.post(f"{base}/echo", content=iter([upload[:1000], upload[1000:5000]]))
+        assert chunked.text.startswith("5000 ")  # no content-length: read to the end of the stream
+
+
+@pytest.mark.parametrize("kind", WSGI)
+def test_wsgi_h2_over_tls_behind_a_proxy_header(start_server, certs, kind):
+    """A PROXY header, then TLS with ALPN h2: HTTP/2, and the client the header names."""
+    app, flags = SERVERS[kind]
+    server = start_server(*flags, "--proxy-protocol", "v1", *certs.args(), app=app, workers=1)
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+    raw.sendall(b"PROXY TCP4 203.0.113.7 127.0.0.1 40000 443\r\n")
+    with certs.client_context(["h2"]).wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        assert sock.selected_alpn_protocol() == "h2"
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        conn.send_headers(1, [(":method", "GET"), (":path", "/env"), (":scheme", "https"),
+                              (":authority", "localhost")], end_stream=True)  # fmt: skip
+        sock.sendall(conn.data_to_send())
+        body, ended = b"", False
+        while not ended:
+            data = sock.recv(65536)
+            assert data, "closed before the answer"
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.DataReceived):
+                    body += event.data
+                ended = ended or isinstance(event, h2.events.StreamEnded)
+            sock.sendall(conn.data_to_send())
+    info = json.loads(body)
+    assert (info["server_protocol"], info["scheme"], info["remote"]) == ("HTTP/2.0", "https", "203.0.113.7")

@@ -1,4 +1,5 @@
-"""h2spec, the HTTP/2 and HPACK conformance suite, against refork over h2c and over TLS.
+"""h2spec, the HTTP/2 and HPACK conformance suite, against refork over h2c and over TLS, for ASGI
+(asyncio, uvloop) and WSGI (the Python loop, and the native engines that hand h2c to it).
 
 h2spec is a Go program: the `h2spec` fixture builds it once with `go install` (the module proxy)
 into tests/clients/bin/ and keeps it there; no Go or no network is a failure, not a skip. Every
@@ -22,7 +23,14 @@ TESTS = paths.TESTS
 BIN = TESTS / "clients" / "bin"
 H2SPEC_VERSION = "v2.2.1+incompatible"  # (its repository has no go.mod)
 H2SPEC_MODULE = f"github.com/summerwind/h2spec/cmd/h2spec@{H2SPEC_VERSION}"
-APP = "apps.h2_apps:app"
+# how a server is started: its app and loop flags
+SERVERS = {
+    "asgi-asyncio": ("apps.h2_apps:app", ("--loop", "asyncio")),
+    "asgi-uvloop": ("apps.h2_apps:app", ("--loop", "uvloop")),
+    "wsgi-python": ("apps.h2_apps:wsgi_app", ("--wsgi-loop", "python", "--threads", "4")),
+    "wsgi-native": ("apps.h2_apps:wsgi_app", ("--wsgi-loop", "native", "--threads", "1")),
+    "wsgi-native-pool": ("apps.h2_apps:wsgi_app", ("--wsgi-loop", "native", "--threads", "4")),
+}
 
 
 @pytest.fixture(scope="session")
@@ -62,21 +70,23 @@ def _verdict(result: subprocess.CompletedProcess[str], log: str) -> None:
         raise AssertionError(f"h2spec: {summary}\n{failures}\n--- server log ---\n{log[-3000:]}")
 
 
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_h2spec_over_h2c(h2spec, start_server, loop):
+@pytest.mark.parametrize("kind", list(SERVERS))
+def test_h2spec_over_h2c(h2spec, start_server, kind):
     """A port for prior-knowledge h2c only (behind a load balancer), as h2spec expects of one."""
-    server = start_server("--loop", loop, "--http-protocols", "h2c", app=APP, workers=1)
+    app, flags = SERVERS[kind]
+    server = start_server(*flags, "--http-protocols", "h2c", app=app, workers=1)
     _verdict(_run(h2spec, server.port), server.log())
 
 
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_h2spec_over_tls(h2spec, start_server, loop, tmp_path):
+@pytest.mark.parametrize("kind", list(SERVERS))
+def test_h2spec_over_tls(h2spec, start_server, kind, tmp_path):
     """The default --http-protocols (h2,h1) on a TLS listener: h2spec picks h2 by ALPN."""
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1", "localhost")
     certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
     cert.cert_chain_pems[0].write_to_path(str(certfile))
     cert.private_key_pem.write_to_path(str(keyfile))
-    server = start_server("--loop", loop, "--certfile", str(certfile), "--keyfile", str(keyfile), app=APP,
+    app, flags = SERVERS[kind]
+    server = start_server(*flags, "--certfile", str(certfile), "--keyfile", str(keyfile), app=app,
                           workers=1)  # fmt: skip
     _verdict(_run(h2spec, server.port, "-t", "-k"), server.log())

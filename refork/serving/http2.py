@@ -1,0 +1,59 @@
+"""What both loops need to serve HTTP/2 (refork.http.h2 is the protocol): the limits from the
+settings, what ALPN offers, the h2c preface sniff, and the answers refork gives on a stream
+itself (a limit's 4xx, a --health-path check), never the app.
+
+The ASGI loop's connection is :mod:`refork.serving.asgi.http2_protocol`, the WSGI loop's
+:mod:`refork.serving.wsgi.http2`.
+"""
+
+from __future__ import annotations
+
+from refork.config import Config
+from refork.http.h2 import PREFACE, Http2Connection, Http2Limits
+from refork.http.response import reason_phrase
+
+__all__ = ["alpn_protocols", "answer_here", "http2_limits", "sniff_preface"]
+
+_HEALTH_BODIES = {200: b"ok\n", 503: b"unavailable\n"}  # (refork.serving.health's, over HTTP/1.1)
+
+
+def http2_limits(config: Config) -> Http2Limits:
+    """The connection's limits from the settings (refork.http knows no Config)."""
+    return Http2Limits(
+        max_concurrent_streams=config.http2_max_concurrent_streams,
+        initial_window_size=config.http2_initial_window_size,
+        max_frame_size=config.http2_max_frame_size,
+        max_header_list_size=config.http2_max_header_list_size,
+        max_request_line=config.limit_request_line,
+        max_fields=config.limit_request_fields,
+        max_field_size=config.limit_request_field_size,
+        max_body=config.limit_request_body,
+    )
+
+
+def alpn_protocols(config: Config) -> list[str]:
+    """What ALPN offers on TLS listeners, in --http-protocols' order (h2c is cleartext's)."""
+    names = {"h2": "h2", "h1": "http/1.1"}
+    offered = [names[p] for p in config.http_protocols if p in names]
+    return offered or ["http/1.1"]
+
+
+def sniff_preface(seen: bytes) -> bool | None:
+    """Whether a cleartext connection's first bytes are the HTTP/2 preface: True, False, or None
+    while they are a beginning of it (wait for more)."""
+    if seen.startswith(PREFACE):
+        return True
+    return None if PREFACE.startswith(seen) else False
+
+
+def answer_here(h2: Http2Connection, sid: int, status: int, head_only: bool = False, health: bool = False
+                ) -> None:  # fmt: skip
+    """A request answered by refork, never by the app: refused by a limit (413, 414, 431, 408), or
+    a --health-path check (200 or 503); the rest of its body is not wanted (RST_STREAM NO_ERROR)."""
+    body = _HEALTH_BODIES[status] if health else b"%d %s\n" % (status, reason_phrase(status))
+    headers = [(b"content-type", b"text/plain"), (b"content-length", b"%d" % len(body)),
+               (b"cache-control", b"no-store")]  # fmt: skip
+    h2.respond(sid, status, headers, end_stream=head_only)
+    if not head_only:
+        h2.send_body(sid, memoryview(body), True)
+    h2.reset(sid, 0)
