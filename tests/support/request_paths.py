@@ -16,11 +16,20 @@ PATHS: dict[str, tuple[str, list[str]]] = {
     "pool": ("wsgi", ["--wsgi-loop", "native", "--threads", "4"]),  # the native pool engine
     "asyncio": ("asgi", ["--loop", "asyncio"]),
     "uvloop": ("asgi", ["--loop", "uvloop"]),
+    # ASGI over HTTP/2 with prior knowledge (h2c): the tests' clients speak HTTP/2 on these
+    "asyncio-h2c": ("asgi", ["--loop", "asyncio", "--http-protocols", "h2c,h1"]),
+    "uvloop-h2c": ("asgi", ["--loop", "uvloop", "--http-protocols", "h2c,h1"]),
 }
 WSGI = [path for path, (interface, _) in PATHS.items() if interface == "wsgi"]
 
 every_path = pytest.mark.parametrize("path", list(PATHS))
 wsgi_paths = pytest.mark.parametrize("path", WSGI)
+
+
+def http2(path: str) -> bool:
+    """Whether the promise's clients speak HTTP/2 (h2c, prior knowledge) on this path."""
+    chosen = PATHS[path][1]
+    return "--http-protocols" in chosen and "h2c" in chosen[chosen.index("--http-protocols") + 1]
 
 
 def threads(path: str) -> int:
