@@ -461,6 +461,11 @@ class Http2Connection:
             pass  # (h2 closed already)
         return ConnectionEnded(code, reason, last_stream_id=self.last_stream_id)
 
+    def release(self) -> None:
+        """The connection is gone: break h2's reference cycle (its frame dispatch table holds its own
+        bound methods) so it is freed now, with what it buffered, not at the next full collection."""
+        self.h2._frame_dispatch_table.clear()
+
     @property
     def open_streams(self) -> int:
         return len(self.received)

@@ -211,6 +211,7 @@ class Http2Protocol(asyncio.Protocol):
         srv.request_memory.cancel(self)
         for stream in list(self.streams.values()):
             stream.reset()
+        self.h2.release()
         if srv.stopping and not srv.connections:
             srv.check_drained()
 
