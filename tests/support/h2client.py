@@ -9,7 +9,7 @@ ends under a stream the server took is that request lost (`ConnectionError`).
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 import h2.config
 import h2.connection
@@ -53,15 +53,14 @@ class H2Client:
         if data:
             self.sock.sendall(data)
 
-    def send(self, method: str, path: str, body: bytes = b"", end_headers: bool = True,
-             headers: Iterable[tuple[str, str]] = ()) -> int:  # fmt: skip
-        """Open a stream with this request (its whole body, when the window lets it) and return its id."""
+    def send(self, method: str, path: str, body: bytes = b"", length: int | None = None) -> int:
+        """Open a stream with this request and return its id: its whole body (when the window lets
+        it), or with `length` a Content-Length and no body yet (send_data sends it)."""
         sid = self.conn.get_next_available_stream_id()
-        head = [(":method", method), (":path", path), (":scheme", "http"), (":authority", "127.0.0.1"),
-                *headers]  # fmt: skip
-        if body:
-            head.append(("content-length", str(len(body))))
-        self.conn.send_headers(sid, head, end_stream=not body)
+        head = [(":method", method), (":path", path), (":scheme", "http"), (":authority", "127.0.0.1")]
+        if body or length is not None:
+            head.append(("content-length", str(len(body) if length is None else length)))
+        self.conn.send_headers(sid, head, end_stream=not body and length is None)
         self.answers[sid] = (0, bytearray(), False)
         if body:
             self.send_data(sid, body, end=True)

@@ -26,6 +26,14 @@ every_path = pytest.mark.parametrize("path", list(PATHS))
 wsgi_paths = pytest.mark.parametrize("path", WSGI)
 
 
+def over_http11_only(reason: str, interface: str | None = None) -> pytest.MarkDecorator:
+    """The paths (of `interface`, or all) of a promise about HTTP/1.1 framing: the h2c cells are in
+    the matrix, skipped with `reason` (what HTTP/2 has instead, and where that is tested)."""
+    skip = pytest.mark.skip(reason=f"HTTP/1.1 only: {reason}")
+    chosen = [p for p, (kind, _) in PATHS.items() if interface in (None, kind)]
+    return pytest.mark.parametrize("path", [pytest.param(p, marks=skip) if http2(p) else p for p in chosen])
+
+
 def http2(path: str) -> bool:
     """Whether the promise's clients speak HTTP/2 (h2c, prior knowledge) on this path."""
     chosen = PATHS[path][1]
