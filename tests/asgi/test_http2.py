@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import urllib.request
 
 import h2.config
 import h2.connection
@@ -18,9 +19,11 @@ import h2.exceptions
 import h2.settings
 import httpx
 import pytest
+from conftest import free_port, read_to_end, run_cli
 from hyperframe.frame import DataFrame, Frame, GoAwayFrame
 from support import paths
 from support.certs import Certs
+from support.h2client import PREFACE, frames
 
 APP = "apps.h2_apps:app"
 LOOPS = ["asyncio", "uvloop"]
@@ -337,3 +340,48 @@ def test_bodies_held_for_apps_count_against_max_request_memory(start_server, loo
         client.close()
     assert [answers[sid] for sid in (1, 3, 5, 7)] == [b"slow done"] * 4
     assert answers[9].startswith(b"200000 ")
+
+
+# -- metrics and status per protocol ------------------------------------------------------------
+
+
+def test_metrics_and_status_count_http2_streams_resets_goaways_and_requests_by_protocol(start_server, loop):
+    mport = free_port()
+    server = _h2c(start_server, loop, "--metrics-bind", f"127.0.0.1:{mport}")
+    client = RawClient(server.port)
+    try:
+        for sid in (1, 3):
+            client.request(sid, f"/r{sid}")
+        client.until(lambda s: sum(type(e) is h2.events.StreamEnded for e in s) == 2)
+        client.request(5, "/slow?0.5")
+        client.conn.reset_stream(5, error_code=8)  # CANCEL: one reset received
+        client.flush()
+        http11 = _curl("--http1.1", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{server.port}/")
+        assert http11.stdout == "200"
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as bad:  # a zero WINDOW_UPDATE:
+            bad.sendall(PREFACE + b"\0\0\0\x04\0\0\0\0\0" + b"\0\0\x04\x08\0\0\0\0\0" + b"\0\0\0\0")
+            goaway = [f for f in frames(read_to_end(bad)) if isinstance(f, GoAwayFrame)]  # GOAWAY sent
+        assert goaway and goaway[0].error_code == 1  # PROTOCOL_ERROR
+        expected = {
+            "refork_http2_connections 1",  # the client's, still open
+            "refork_http2_streams_total 3",
+            'refork_http2_resets_total{direction="received"} 1',
+            "refork_http2_goaways_sent_total 1",
+            'refork_protocol_requests_total{protocol="HTTP/2"} 3',
+            'refork_protocol_requests_total{protocol="HTTP/1.1"} 1',
+            'refork_worker_http2_connections{worker="0",generation="0"} 1',
+        }
+
+        def missing() -> set[str]:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode()
+            return expected - set(text.splitlines())
+
+        server.wait_for(lambda: not missing(), what=f"the HTTP/2 metrics (missing: {missing()})")
+        assert server.workers()[0]["http2"] == 1
+        table = run_cli("status", "--control-socket", server.control).stdout.splitlines()
+        header = next(line.split() for line in table if line.startswith("PID"))
+        worker = next(line.split() for line in table if " worker 0 " in line)
+        assert worker[header.index("H2") + 1] == "1", table  # (+1: "worker 0" is two words)
+    finally:
+        client.close()
+    server.wait_for(lambda: server.workers()[0]["http2"] == 0, what="no HTTP/2 connection once it closed")

@@ -105,7 +105,7 @@ class Http2Protocol(asyncio.Protocol):
         self.transport: Any = old.transport
         self.server_addr, self.client_addr = old.server_addr, old.client_addr
         self.scheme, self.tls, self.trusted = old.scheme, old.tls, old.trusted
-        self.h2 = Http2Connection(srv.h2_limits, srv.loop.time)
+        self.h2 = Http2Connection(srv.h2_limits, srv.loop.time, srv.control.http2_count)
         self.streams: dict[int, Stream] = {}
         self.write_blocked_since = 0.0
         self.read_paused = False  # while the client does not read its answers
@@ -117,6 +117,7 @@ class Http2Protocol(asyncio.Protocol):
         self.linger_since = 0.0
 
     def start(self, data: bytes) -> None:
+        self.srv.control.http2_count("connections", 1)  # (connection_lost takes it back)
         self.h2.start()
         if data:
             self.data_received(data)
@@ -212,6 +213,7 @@ class Http2Protocol(asyncio.Protocol):
         for stream in list(self.streams.values()):
             stream.reset()
         self.h2.release()
+        srv.control.http2_count("connections", -1)
         if srv.stopping and not srv.connections:
             srv.check_drained()
 
@@ -299,6 +301,7 @@ class Http2Protocol(asyncio.Protocol):
         self.flush()
         srv.in_flight -= 1
         srv.control.request_finished(stream.token, stream.status)
+        srv.control.http2_count("requests", 1)
         request = stream.request
         if srv.access_log is not None:
             log_access(srv.access_log, request, stream.remote, stream.status, stream.body_bytes,
