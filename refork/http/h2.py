@@ -463,12 +463,30 @@ class Http2Connection:
     def _end(self, code: int, reason: str) -> ConnectionEnded:
         """GOAWAY with ``code``: nothing more is read."""
         self.ended = True
+        self.h2.incoming_buffer = _BoundedFrameBuffer(self.limits.max_header_list_size)  # never read now
         try:
             self.h2._terminate_connection(ErrorCodes(code))
             self.tally("goaways_sent")
         except h2.exceptions.ProtocolError:
             pass  # (h2 closed already)
         return ConnectionEnded(code, reason, last_stream_id=self.last_stream_id)
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and held, not handed on yet: a header block not ended (its HEADERS and
+        CONTINUATIONs) and the frame being received."""
+        buffer = self.h2.incoming_buffer
+        assert isinstance(buffer, _BoundedFrameBuffer)
+        return (buffer.block if buffer._headers_buffer else 0) + len(buffer._data)
+
+    @property
+    def head_arriving(self) -> bool:
+        """A header block has begun and not ended (its CONTINUATIONs are awaited)."""
+        return bool(self.h2.incoming_buffer._headers_buffer)
+
+    def overloaded(self, reason: str) -> ConnectionEnded:
+        """No room for what the client sends (the worker's budget): GOAWAY ENHANCE_YOUR_CALM."""
+        return self._end(ErrorCodes.ENHANCE_YOUR_CALM, reason)
 
     def release(self) -> None:
         """The connection is gone: break h2's reference cycle (its frame dispatch table holds its own

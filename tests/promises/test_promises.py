@@ -17,8 +17,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 
+import h2.exceptions
 import pytest
 from conftest import Server, read_to_end
 from h2.settings import SettingCodes
@@ -82,33 +83,32 @@ class Hung:
             t.join(10)
 
     def _run(self) -> None:
-        while self.h2 and not self.stop.is_set():
+        while not self.stop.is_set():
             try:
-                with closing(H2Client(self.port, timeout=0.5)) as client:
-                    for _ in range(self.streams):
-                        client.send("GET", "/hang")
-                        self.sent += 1
+                with self._hung() as read:
                     while not self.stop.is_set():
                         try:
-                            if not client.read():
+                            if not read():
                                 break  # its worker was replaced: hang more
                         except TimeoutError:
                             continue
-            except OSError:
+            except (OSError, h2.exceptions.ProtocolError):
                 time.sleep(0.05)
-        while not self.stop.is_set():
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                    s.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
+
+    @contextmanager
+    def _hung(self) -> Iterator[Callable[[], object]]:
+        """A connection with its hung requests sent; what reads it (falsy once it is closed)."""
+        if self.h2:
+            with closing(H2Client(self.port, timeout=0.5)) as client:
+                for _ in range(self.streams):
+                    client.send("GET", "/hang")
                     self.sent += 1
-                    while not self.stop.is_set():
-                        try:
-                            if not s.recv(100):
-                                break  # its worker was replaced: hang another
-                        except TimeoutError:
-                            continue
-            except OSError:
-                time.sleep(0.05)
+                yield client.read
+        else:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
+                self.sent += 1
+                yield lambda: s.recv(100)
 
 
 # -- a hung request costs only itself --------------------------------------------------------------

@@ -70,7 +70,7 @@ class Stream:
     def body_received(self, data: bytes) -> None:
         self.received += len(data)
         self.unread.append(data)
-        self.conn.hold(len(data))
+        self.conn.hold_body(len(data))
         self._wake_receive()
 
     def end_received(self) -> None:
