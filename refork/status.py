@@ -206,6 +206,7 @@ def format_totals(status: dict[str, Any], before: tuple[float, dict[str, Any]] |
     workers = [p for p in procs if p["role"] != "mold"]
     requests = sum(int(p["requests"]) for p in workers)
     websockets = sum(int(p.get("websockets", 0)) for p in workers)
+    http2 = sum(int(p.get("http2", 0)) for p in workers)
 
     def total(key: str) -> str:
         return format_bytes(sum(int(p[key] or 0) for p in procs))
@@ -219,6 +220,7 @@ def format_totals(status: dict[str, Any], before: tuple[float, dict[str, Any]] |
     return printable(
         f"total: {len(workers)} workers  requests {requests}{rate}  "
         + (f"websockets {websockets}  " if websockets else "")
+        + (f"http2 connections {http2}  " if http2 else "")
         + f"RSS {total('rss')}  PSS {total('pss')}  USS {total('uss')}"
     )
 
@@ -247,8 +249,8 @@ def format_status(status: dict[str, Any]) -> str:
         return "-" if value is None else format_bytes(value)
 
     header = (
-        "PID", "ROLE", "GEN", "STATE", "REQS", "WS", "RSS", "PSS", "USS", "SHARED", "PRIV_DIRTY", "MINFLT",
-        "NOTE",
+        "PID", "ROLE", "GEN", "STATE", "REQS", "WS", "H2", "RSS", "PSS", "USS", "SHARED", "PRIV_DIRTY",
+        "MINFLT", "NOTE",
     )  # fmt: skip
     rows: list[tuple[str, ...]] = [header]
     for p in status["processes"]:
@@ -267,6 +269,7 @@ def format_status(status: dict[str, Any]) -> str:
                 p["state"],
                 str(p["requests"]),
                 str(p.get("websockets", 0)) if p["role"] != "mold" else "-",
+                str(p.get("http2", 0)) if p["role"] != "mold" else "-",
                 size(p["rss"]),
                 size(p["pss"]),
                 size(p["uss"]),

@@ -179,8 +179,12 @@ class _BoundedFrameBuffer(h2.frame_buffer.FrameBuffer):
 class Http2Connection:
     """One server-side HTTP/2 connection: the h2 state machine under refork's limits and budgets."""
 
-    def __init__(self, limits: Http2Limits, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, limits: Http2Limits, clock: Callable[[], float] = time.monotonic,
+        tally: Callable[[str], None] = lambda what: None,
+    ) -> None:  # fmt: skip
         self.limits = limits
+        self.tally = tally  # counts "streams", "resets_received", "resets_sent", "goaways_sent"
         config = h2.config.H2Configuration(
             client_side=False, header_encoding=None, validate_inbound_headers=True,
             normalize_inbound_headers=True, validate_outbound_headers=False,
@@ -248,6 +252,7 @@ class Http2Connection:
         kind = type(event)
         if kind is h2.events.RequestReceived:
             assert isinstance(event, h2.events.RequestReceived)
+            self.tally("streams")
             self._opened(event, out)
         elif kind is h2.events.DataReceived:
             assert isinstance(event, h2.events.DataReceived)
@@ -261,6 +266,7 @@ class Http2Connection:
             sid = event.stream_id
             if self.received.pop(sid, None) is not None:
                 out.append(StreamReset(sid, int(event.error_code or 0), event.remote_reset))
+            self.tally("resets_received" if event.remote_reset else "resets_sent")
             # the client's resets (Rapid Reset) and those its stream errors make refork send
             # (MadeYouReset: DATA on a closed stream, a window overflow...) share one budget
             if not budgets["resets"].spend():
@@ -439,7 +445,8 @@ class Http2Connection:
         try:
             self.h2.reset_stream(stream_id, ErrorCodes(code))
         except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError, KeyError):
-            pass
+            return
+        self.tally("resets_sent")
 
     def goaway(self) -> None:
         """Graceful: GOAWAY NO_ERROR naming the last stream handed on; those still finish."""
@@ -451,15 +458,40 @@ class Http2Connection:
             frame.last_stream_id = self.last_stream_id
             frame.error_code = ErrorCodes.NO_ERROR
             self.h2._prepare_for_sending([frame])
+            self.tally("goaways_sent")
 
     def _end(self, code: int, reason: str) -> ConnectionEnded:
         """GOAWAY with ``code``: nothing more is read."""
         self.ended = True
+        self.h2.incoming_buffer = _BoundedFrameBuffer(self.limits.max_header_list_size)  # never read now
         try:
             self.h2._terminate_connection(ErrorCodes(code))
+            self.tally("goaways_sent")
         except h2.exceptions.ProtocolError:
             pass  # (h2 closed already)
         return ConnectionEnded(code, reason, last_stream_id=self.last_stream_id)
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and held, not handed on yet: a header block not ended (its HEADERS and
+        CONTINUATIONs) and the frame being received."""
+        buffer = self.h2.incoming_buffer
+        assert isinstance(buffer, _BoundedFrameBuffer)
+        return (buffer.block if buffer._headers_buffer else 0) + len(buffer._data)
+
+    @property
+    def head_arriving(self) -> bool:
+        """A header block has begun and not ended (its CONTINUATIONs are awaited)."""
+        return bool(self.h2.incoming_buffer._headers_buffer)
+
+    def overloaded(self, reason: str) -> ConnectionEnded:
+        """No room for what the client sends (the worker's budget): GOAWAY ENHANCE_YOUR_CALM."""
+        return self._end(ErrorCodes.ENHANCE_YOUR_CALM, reason)
+
+    def release(self) -> None:
+        """The connection is gone: break h2's reference cycle (its frame dispatch table holds its own
+        bound methods) so it is freed now, with what it buffered, not at the next full collection."""
+        self.h2._frame_dispatch_table.clear()
 
     @property
     def open_streams(self) -> int:

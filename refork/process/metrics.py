@@ -32,6 +32,7 @@ class Totals:
     duration_sum: float = 0.0
     statuses: list[int] = field(default_factory=lambda: [0] * len(STATUS_CLASSES))
     histogram: list[int] = field(default_factory=list)
+    http2: dict[str, int] = field(default_factory=dict)  # the counters of H2_WORDS (not the gauge)
 
     def __post_init__(self) -> None:
         if not self.histogram:
@@ -44,6 +45,9 @@ class Totals:
             self.statuses[i] += n
         for i, n in enumerate(counters.buckets):
             self.histogram[i] += n
+        for what, n in counters.http2.items():
+            if what != "connections":
+                self.http2[what] = self.http2.get(what, 0) + n
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,7 @@ def _server(out: _Text, snap: Snapshot, live: list[WorkerSample]) -> None:
     )
     out.histogram("refork_request_duration_seconds", snap.bounds, histogram, duration)
 
+    _http2(out, snap, live, requests)
     out.family("refork_websockets", "gauge", "Open WebSockets, every live worker.")
     out.sample("refork_websockets", sum(w.counters.websockets for w in live if w.counters is not None))
     out.family("refork_workers", "gauge", "Worker processes by state.")
@@ -197,6 +202,28 @@ def _server(out: _Text, snap: Snapshot, live: list[WorkerSample]) -> None:
     commands = [*COMMANDS, *sorted(set(snap.commands) - set(COMMANDS))]
     for command in commands:
         out.sample("refork_control_commands_total", snap.commands.get(command, 0), (("command", command),))
+
+
+def _http2(out: _Text, snap: Snapshot, live: list[WorkerSample], requests: int) -> None:
+    """Requests by protocol, and HTTP/2's own counts (ASGI workers; h2 over TLS or h2c)."""
+    counts = dict(snap.totals.http2)
+    for w in live:
+        assert w.counters is not None
+        for what, n in w.counters.http2.items():
+            counts[what] = counts.get(what, 0) + n
+    h2 = counts.get("requests", 0)
+    out.family("refork_protocol_requests_total", "counter", "Requests answered, by protocol, every worker.")
+    out.sample("refork_protocol_requests_total", requests - h2, (("protocol", "HTTP/1.1"),))
+    out.sample("refork_protocol_requests_total", h2, (("protocol", "HTTP/2"),))
+    out.family("refork_http2_connections", "gauge", "Open HTTP/2 connections, every live worker.")
+    out.sample("refork_http2_connections", counts.get("connections", 0))
+    out.family("refork_http2_streams_total", "counter", "HTTP/2 streams clients opened, every worker.")
+    out.sample("refork_http2_streams_total", counts.get("streams", 0))
+    out.family("refork_http2_resets_total", "counter", "RST_STREAM frames, received from clients and sent.")
+    out.sample("refork_http2_resets_total", counts.get("resets_received", 0), (("direction", "received"),))
+    out.sample("refork_http2_resets_total", counts.get("resets_sent", 0), (("direction", "sent"),))
+    out.family("refork_http2_goaways_sent_total", "counter", "GOAWAY frames sent (graceful or on an error).")
+    out.sample("refork_http2_goaways_sent_total", counts.get("goaways_sent", 0))
 
 
 def _workers(out: _Text, snap: Snapshot, live: list[WorkerSample]) -> None:
@@ -240,6 +267,12 @@ def _workers(out: _Text, snap: Snapshot, live: list[WorkerSample]) -> None:
         "gauge",
         "Open WebSockets of this worker (counted in its requests in flight too).",
         lambda w: c(w).websockets,
+    )
+    each(
+        "refork_worker_http2_connections",
+        "gauge",
+        "Open HTTP/2 connections of this worker.",
+        lambda w: c(w).http2["connections"],
     )
     each(
         "refork_worker_overdue_requests",

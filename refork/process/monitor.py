@@ -497,6 +497,7 @@ class Monitor:
         for c, row in zip(children, rows, strict=True):  # open WebSockets (ASGI), busy app threads
             counters = slots.counters(c.slot) if c.slot >= 0 and c.role == "worker" else None
             row["websockets"] = counters.websockets if counters is not None else 0
+            row["http2"] = counters.http2["connections"] if counters is not None else 0
             row["busy"] = counters.busy if counters is not None else 0
             row["threads"] = counters.threads if counters is not None else 0
         return {

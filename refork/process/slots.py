@@ -4,7 +4,8 @@ Allocated by the monitor before any fork (MAP_SHARED, anonymous), so every desce
 same physical page. Each slot is SLOT_WORDS 8-byte words: deadline (monotonic seconds, 0 = none),
 requests served, the pid that owns it (so a stale slot is never misread), and the worker's
 metrics: requests started, requests waiting on their client, its thread count, when it started,
-requests past --request-timeout, the duration sum, its open WebSockets, and a table of counts by
+requests past --request-timeout, the duration sum, its open WebSockets, its HTTP/2 counts (open
+connections; streams, requests answered, resets received and sent, GOAWAYs sent), and a table of counts by
 (status class, histogram bucket), not cumulative, so that a request costs one increment there. In flight
 (started - served), busy (in flight - waiting), responses by class and the histogram are derived
 from those words by the monitor. Only the worker writes its slot, under its AppClock's lock; the
@@ -39,9 +40,11 @@ DURATION_SUM = 8  # seconds, float
 WEBSOCKETS = 9  # open WebSockets (upgraded requests not finished yet)
 LOGS = 10  # lines the worker logged, by LOG_LEVELS (4 words; recording)
 LOG_LEVELS = ("critical", "error", "warning", "exception")
-CELLS = 16  # counts by (status row, bucket): row 0 = no status, rows 1-5 = 1xx-5xx; bucket last = +Inf
+H2 = 16  # HTTP/2, by H2_WORDS: a gauge, then counters (written on the worker's loop thread only)
+H2_WORDS = ("connections", "streams", "requests", "resets_received", "resets_sent", "goaways_sent")
+CELLS = 24  # counts by (status row, bucket): row 0 = no status, rows 1-5 = 1xx-5xx; bucket last = +Inf
 ROWS = 6
-CODES = 256  # responses by status code 100-599, at CODES + code - 100 (500 words; recording)
+CODES = 268  # responses by status code 100-599, at CODES + code - 100 (500 words; recording)
 RING = 768  # durations in ms of the last RING_SIZE requests, the Nth served at (N - 1) % RING_SIZE
 RING_SIZE = 256
 MAX_BUCKETS = (CODES - CELLS) // ROWS - 1  # 39 finite buckets at most
@@ -61,6 +64,7 @@ class SlotCounters:
     overdue: int
     duration_sum: float
     websockets: int
+    http2: dict[str, int]  # by H2_WORDS
     statuses: tuple[int, ...]  # 1xx .. 5xx
     buckets: tuple[int, ...]  # per bucket (not cumulative), the last one +Inf
 
@@ -134,6 +138,7 @@ class Slots:
             overdue=ints[base + OVERDUE],
             duration_sum=floats[base + DURATION_SUM],
             websockets=ints[base + WEBSOCKETS],
+            http2=dict(zip(H2_WORDS, ints[base + H2 : base + H2 + len(H2_WORDS)].tolist(), strict=True)),
             statuses=tuple(sum(row) for row in rows[1:]),
             buckets=tuple(sum(column) for column in zip(*rows, strict=True)),
         )
@@ -155,6 +160,10 @@ class Slots:
         ring = index * SLOT_WORDS + RING
         floats = self._floats
         return [floats[ring + (n - 1) % RING_SIZE] for n in range(served - count + 1, served + 1)]
+
+    def count_http2(self, index: int, what: str, n: int = 1) -> None:
+        """Add `n` to one of the slot's HTTP/2 words (H2_WORDS; connections: -1 when one closes)."""
+        self._ints[index * SLOT_WORDS + H2 + H2_WORDS.index(what)] += n
 
     def count_log(self, index: int, level: int) -> None:
         """One more line at LOG_LEVELS[level] (the worker's log handler; recording)."""

@@ -354,6 +354,9 @@ class Worker:
     def health(self, kind: str) -> int:
         return self.ctx.readiness.health(kind)
 
+    def http2_count(self, what: str, n: int = 1) -> None:
+        self.slots.count_http2(self.slot, what, n)
+
     @property
     def free_threads_elsewhere(self) -> bool:
         return self.ctx.readiness.free_threads > 0  # ours are all busy when this is asked

@@ -61,6 +61,11 @@ class WorkerControl(Protocol):
         """That request is now an open WebSocket (accepted): in flight until request_finished, it
         holds no deadline (like request_waiting) and is counted as an open WebSocket. Loop thread."""
 
+    def http2_count(self, what: str, n: int = 1) -> None:
+        """Add `n` to one of the worker's HTTP/2 counts (refork.process.slots.H2_WORDS): open
+        "connections" (+1, then -1 when it is lost), "streams" opened by clients, "requests"
+        answered, "resets_received", "resets_sent", "goaways_sent". Loop thread."""
+
     def request_resumed(self, token: object) -> None:
         """That request is back in the app (after request_waiting). Thread-safe."""
 

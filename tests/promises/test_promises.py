@@ -4,6 +4,8 @@ connection, a killed worker or mold is replaced with nothing else lost, a refork
 recycling lose nothing, and a prepared heap keeps computing right.
 
 A new request path is one more entry in request_paths.PATHS; a new promise is one more test here.
+On the h2c paths the clients speak HTTP/2 (prior knowledge): the load, the hung requests, the
+slow clients are streams; a promise about HTTP/1.1 framing has its HTTP/2 counterpart there.
 """
 
 from __future__ import annotations
@@ -15,11 +17,17 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 
+import h2.exceptions
 import pytest
 from conftest import Server, read_to_end
+from h2.settings import SettingCodes
+from hyperframe.frame import GoAwayFrame
+from support import h2client
+from support.h2client import H2Client, Refused
 from support.load import Load
-from support.request_paths import PATHS, every_path, flags, threads, wsgi_paths
+from support.request_paths import PATHS, every_path, flags, http2, threads, wsgi_paths
 
 from refork.memory.heap import immortalize_support
 
@@ -31,11 +39,35 @@ def serve(start_server: Callable[..., Server], path: str, *args: str, workers: i
     return start_server(*chosen, *args, app=app, workers=workers, defaults=True, **kw)
 
 
-class Hung:
-    """Clients that keep a request to /hang open, each sending another when its connection dies."""
+def get(server: Server, path: str, url: str = "/", timeout: float = 10.0) -> tuple[int, bytes]:
+    """(status, body) of a GET on a new connection, in the path's protocol."""
+    return h2client.get(server.port, url, timeout) if http2(path) else server.get(url, timeout=timeout)
 
-    def __init__(self, port: int, clients: int) -> None:
+
+def load_for(server: Server, path: str, threads: int) -> Load:
+    """Load in the path's protocol."""
+    return Load(server.port, threads=threads, http2=http2(path))
+
+
+def hang(server: Server, path: str, url: str = "/hang") -> closing[socket.socket] | closing[H2Client]:
+    """A request left waiting on a connection of its own (a stream on h2c paths), until closed."""
+    if http2(path):
+        client = H2Client(server.port)
+        client.send("GET", url)
+        return closing(client)
+    s = socket.create_connection(("127.0.0.1", server.port))
+    s.sendall(f"GET {url} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    return closing(s)
+
+
+class Hung:
+    """Clients that keep a request to /hang open, each sending another when its connection dies;
+    over HTTP/2 (h2=True) each connection holds `streams` hung streams."""
+
+    def __init__(self, port: int, clients: int, h2: bool = False, streams: int = 4) -> None:
         self.port = port
+        self.streams = streams if h2 else 1
+        self.h2 = h2
         self.stop = threading.Event()
         self.sent = 0
         self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
@@ -53,17 +85,30 @@ class Hung:
     def _run(self) -> None:
         while not self.stop.is_set():
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                    s.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
-                    self.sent += 1
+                with self._hung() as read:
                     while not self.stop.is_set():
                         try:
-                            if not s.recv(100):
-                                break  # its worker was replaced: hang another
+                            if not read():
+                                break  # its worker was replaced: hang more
                         except TimeoutError:
                             continue
-            except OSError:
+            except (OSError, h2.exceptions.ProtocolError):
                 time.sleep(0.05)
+
+    @contextmanager
+    def _hung(self) -> Iterator[Callable[[], object]]:
+        """A connection with its hung requests sent; what reads it (falsy once it is closed)."""
+        if self.h2:
+            with closing(H2Client(self.port, timeout=0.5)) as client:
+                for _ in range(self.streams):
+                    client.send("GET", "/hang")
+                    self.sent += 1
+                yield client.read
+        else:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
+                self.sent += 1
+                yield lambda: s.recv(100)
 
 
 # -- a hung request costs only itself --------------------------------------------------------------
@@ -75,9 +120,9 @@ def test_a_flood_of_hung_requests_costs_only_those_requests(start_server, path):
     workers = 4 if per_worker == 1 else 2
     hung = max(2, workers * per_worker * 5 // 8) if per_worker else 20
     server = serve(start_server, path, "--timeout", "2", workers=workers)
-    with Hung(server.port, hung) as flood:
+    with Hung(server.port, hung, h2=http2(path)) as flood:
         server.wait_for(lambda: flood.sent >= hung, what=f"{hung} hung requests")
-        with Load(server.port, threads=4) as load:
+        with load_for(server, path, threads=4) as load:
             load.wait_for_requests(300, timeout=30)
             if PATHS[path][0] == "wsgi":  # the load goes on across a --timeout kill and its replacement
                 server.wait_for(lambda: "killing it" in server.log(), what="a --timeout kill")
@@ -85,7 +130,7 @@ def test_a_flood_of_hung_requests_costs_only_those_requests(start_server, path):
     served = load.ok / max(1, load.ok + len(load.failures))
     assert load.ok >= 300 and served >= 0.95, (load.ok, load.failures[:5], server.log()[-3000:])
     # a request that was on a killed worker's other thread is among the failures counted above
-    server.wait_for(lambda: server.get("/")[0] == 200, what="a request served once the flood ends")
+    server.wait_for(lambda: get(server, path)[0] == 200, what="a request served once the flood ends")
     if PATHS[path][0] == "asgi":  # an awaiting request holds no thread: its worker is never killed for it
         assert "killing it" not in server.log() and load.failures == []
 
@@ -128,12 +173,11 @@ def test_a_refork_asked_while_a_request_hangs_holds_nothing_behind_it(start_serv
     it declines within about a second and serves on (new requests wait at most that long), and the
     mold it was to fork is forgotten, so a reload goes ahead."""
     server = serve(start_server, path, "--refork-after", "off", "--graceful-timeout", "1", workers=1)
-    with socket.create_connection(("127.0.0.1", server.port)) as hung:
-        hung.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
+    with hang(server, path):
         server.wait_for(lambda: server.workers()[0]["busy"] == 1, what="the hung request in the app")
         server.signal(signal.SIGUSR2)
         server.wait_for(lambda: "promoting worker 0" in server.log(), what="the promotion asked")
-        assert server.get("/", timeout=10)[0] == 200
+        assert get(server, path, timeout=10)[0] == 200
         server.wait_for(lambda: "not promoted to mold of gen 1" in server.log(), what="the decline")
         server.signal(signal.SIGHUP)
         server.wait_for(
@@ -150,30 +194,51 @@ def test_a_worker_blocked_in_the_app_past_timeout_is_killed_and_replaced(start_s
     server = serve(start_server, path, "--timeout", "1", workers=1)
     before = server.workers()[0]["pid"]
     blocking = "/block?30" if PATHS[path][0] == "asgi" else "/sleep?30"
-    with socket.create_connection(("127.0.0.1", server.port)) as s:
-        s.sendall(f"GET {blocking} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    with hang(server, path, blocking):
         server.wait_for(lambda: (w := server.workers()) and w[0]["pid"] != before, what="a replacement")
     assert "busy longer than 1s; killing it" in server.log()
-    assert server.get("/")[0] == 200
+    assert get(server, path)[0] == 200
 
 
 # -- a slow client costs only its connection -------------------------------------------------------
+def never_reads(server: Server, path: str) -> closing[socket.socket] | closing[H2Client]:
+    """A GET of 50 MB whose client never reads (over HTTP/2: never opens its stream's window)."""
+    if http2(path):
+        client = H2Client(server.port, settings={SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        client.send("GET", "/big?50000000")
+        return closing(client)
+    reader = socket.create_connection(("127.0.0.1", server.port))
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    reader.sendall(b"GET /big?50000000 HTTP/1.1\r\nHost: x\r\n\r\n")
+    return closing(reader)
+
+
+def slowloris(server: Server, path: str) -> socket.socket:
+    """A head that never ends (over HTTP/2: HEADERS without END_HEADERS, no CONTINUATION)."""
+    if http2(path):
+        return h2client.unfinished_head(server.port)
+    loris = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    loris.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+    return loris
+
+
+def cut_off(loris: socket.socket, path: str) -> bool:
+    """The slowloris was answered at --header-timeout: 408 (HTTP/2: GOAWAY, then the close)."""
+    if http2(path):
+        return any(isinstance(f, GoAwayFrame) for f in h2client.frames(read_to_end(loris)))
+    return loris.recv(100).startswith(b"HTTP/1.1 408")
+
+
 @every_path
 def test_a_client_that_never_reads_and_a_slowloris_cost_only_their_connections(start_server, path):
     server = serve(start_server, path, "--write-timeout", "2", "--header-timeout", "2", workers=1)
-    reader = socket.create_connection(("127.0.0.1", server.port))
-    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    reader.sendall(b"GET /big?50000000 HTTP/1.1\r\nHost: x\r\n\r\n")  # and never reads
-    loris = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-    loris.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # and never ends its head
-    with Load(server.port, threads=2) as load:
-        load.wait_for_requests(100)
-    assert load.failures == [] and load.ok >= 100
-    assert loris.recv(100).startswith(b"HTTP/1.1 408")
-    server.wait_for(lambda: "write timeout" in server.log(), what="the non-reader cut")
-    loris.close()
-    reader.close()
-    assert server.get("/")[0] == 200
+    with never_reads(server, path), closing(slowloris(server, path)) as loris:
+        with load_for(server, path, threads=2) as load:
+            load.wait_for_requests(100)
+        assert load.failures == [] and load.ok >= 100
+        assert cut_off(loris, path)
+        server.wait_for(lambda: "write timeout" in server.log(), what="the non-reader cut")
+    assert get(server, path)[0] == 200
 
 
 # -- every response answers its own request -------------------------------------------------------
@@ -184,8 +249,17 @@ def test_an_app_answering_an_interim_status_as_its_response_gets_a_500_and_nothi
 ):
     """A 1xx is interim (RFC 9110 15.2): sent as the response, the client would take the next
     response for this request's. The app's bug is a 500 (the connection then closes), and the
-    request pipelined behind it is never answered as if it were the first's."""
+    request pipelined behind it is never answered as if it were the first's (over HTTP/2: a 500 on
+    its stream, and the stream opened beside it gets its own answer)."""
     server = serve(start_server, path, workers=1)
+    if http2(path):
+        with closing(H2Client(server.port, timeout=10)) as client:
+            interim, beside = client.send("GET", f"/status?{status}"), client.send("GET", "/")
+            assert client.response(interim)[0] == 500
+            code, body = client.response(beside)
+        assert code == 200 and int(body.split()[0]) == server.workers()[0]["pid"]
+        assert "Informational" in server.log(), server.log()[-2000:]
+        return
     pipelined = f"GET /status?{status} HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n"
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
         s.sendall(pipelined.encode())
@@ -201,7 +275,7 @@ def test_a_worker_killed_under_load_is_replaced_from_the_mold_losing_only_its_ow
     start_server, path
 ):
     server = serve(start_server, path, workers=2)
-    with Load(server.port, threads=4) as load:
+    with load_for(server, path, threads=4) as load:
         load.wait_until_warm()
         victim = server.workers()[0]
         os.kill(victim["pid"], signal.SIGKILL)
@@ -220,7 +294,7 @@ def test_a_killed_mold_is_recovered_and_forks_again(start_server, path):
     server = serve(start_server, path, "--mold-idle-exit", "off", "--refork-after", "off", workers=2)
     mold = server.mold()
     workers = {w["pid"] for w in server.workers()}
-    with Load(server.port, threads=2) as load:
+    with load_for(server, path, threads=2) as load:
         os.kill(mold["pid"], signal.SIGKILL)
         server.wait_for(lambda: (m := server.mold()) and m["pid"] != mold["pid"], what="a new mold")
         assert {w["pid"] for w in server.workers()} == workers  # they kept serving
@@ -237,7 +311,7 @@ def test_a_killed_mold_is_recovered_and_forks_again(start_server, path):
 @every_path
 def test_a_refork_under_load_loses_nothing(start_server, path):
     server = serve(start_server, path, workers=2)
-    with Load(server.port, threads=4) as load:
+    with load_for(server, path, threads=4) as load:
         load.wait_for_requests(50)
         before = server.status()["generation"]
         server.signal(signal.SIGUSR2)  # (or one the policy started meanwhile: a refork all the same)
@@ -256,7 +330,7 @@ def test_the_default_refork_policy_under_load_loses_nothing(start_server, path):
     """With no flags, workers are promoted after 50 and then 100 requests: two reforks in a row
     while clients keep sending."""
     server = serve(start_server, path, workers=2)
-    with Load(server.port, threads=4) as load:
+    with load_for(server, path, threads=4) as load:
         server.wait_for(
             lambda: (gen := server.status()["generation"]) >= 2
             and {w["generation"] for w in server.workers(state=None)} == {gen}
@@ -273,7 +347,7 @@ def test_the_default_refork_policy_under_load_loses_nothing(start_server, path):
 def test_a_reload_under_load_loses_nothing(start_server, path):
     server = serve(start_server, path, "--refork-after", "off", workers=2)
     old = {w["pid"] for w in server.workers()}
-    with Load(server.port, threads=4) as load:
+    with load_for(server, path, threads=4) as load:
         load.wait_for_requests(50)
         server.signal(signal.SIGHUP)
         server.wait_for(
@@ -293,7 +367,7 @@ def test_a_reload_under_load_loses_nothing(start_server, path):
 def test_max_requests_recycling_under_load_loses_nothing(start_server, path):
     server = serve(start_server, path, "--max-requests", "40", workers=2)
     first = {w["pid"] for w in server.workers()}
-    with Load(server.port, threads=3) as load:
+    with load_for(server, path, threads=3) as load:
         server.wait_for(lambda: len(load.pids) >= 6, timeout=30, what="three rounds of recycled workers")
     assert load.failures == []
     assert not first & {w["pid"] for w in server.workers()}
@@ -314,6 +388,22 @@ def pipelined_bodies(port: int, request: bytes, total: int, depth: int = 50) -> 
                     if body is None:
                         open_ = False  # what was not answered goes again on a new connection
                         break
+                    count += 1
+                    yield body
+
+
+def multiplexed_bodies(port: int, url: str, total: int, depth: int = 50) -> Iterator[bytes]:
+    """The bodies of `total` GETs of `url` over HTTP/2, `depth` streams at a time on a connection;
+    those the server did not process (a GOAWAY below them: a worker retired) go on a new one."""
+    count = 0
+    while count < total:
+        with closing(H2Client(port, timeout=10)) as client:
+            while client.usable and count < total:
+                for sid in [client.send("GET", url) for _ in range(min(depth, total - count))]:
+                    try:
+                        _, body = client.response(sid)
+                    except Refused:
+                        continue  # (the rest of this round too: the next round is on a new connection)
                     count += 1
                     yield body
 
@@ -345,7 +435,10 @@ def test_a_prepared_heap_serves_a_call_heavy_app_right_for_10k_requests(start_se
     heap = server.log()
     assert ("immortalize on (" in heap) if supported else (f"immortalize unsupported: {why}" in heap), heap
     expected = str(EXPECTED).encode()
-    bodies = list(pipelined_bodies(server.port, b"GET /calls HTTP/1.1\r\nHost: x\r\n\r\n", 10_000))
+    if http2(path):
+        bodies = list(multiplexed_bodies(server.port, "/calls", 10_000))
+    else:
+        bodies = list(pipelined_bodies(server.port, b"GET /calls HTTP/1.1\r\nHost: x\r\n\r\n", 10_000))
     wrong = [body for body in bodies if body != expected]
     assert wrong == []
     assert server.proc.poll() is None and len(server.workers()) == 2
@@ -367,8 +460,7 @@ def test_a_worker_whose_monitor_died_frees_the_port_finishes_quietly_and_exits(s
 
     server = serve(start_server, path, "--graceful-timeout", "3", workers=1)
     worker = server.workers()[0]["pid"]
-    with socket.create_connection(("127.0.0.1", server.port)) as hung:
-        hung.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
+    with hang(server, path):
         server.wait_for(lambda: server.workers()[0]["busy"] == 1, what="the hung request in the app")
         os.kill(server.proc.pid, signal.SIGKILL)
         server.proc.wait()

@@ -23,13 +23,17 @@ import tempfile
 import threading
 import zlib
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import pytest
+import h2.exceptions
+import hpack
 from conftest import Server
+from hyperframe.frame import ContinuationFrame, GoAwayFrame, HeadersFrame, SettingsFrame
+from support.h2client import PREFACE, H2Client, frames
 from support.head_lines import HEAD, HEAD_LINES
-from support.request_paths import PATHS, every_path, wsgi_paths
+from support.request_paths import PATHS, every_path, http2, over_http11_only, wsgi_paths
 from test_promises import serve as serve_with_defaults
 
 
@@ -38,7 +42,8 @@ def serve(start_server: Callable[..., Server], path: str, *args: str, **kw: Any)
     own promises are in test_promises)."""
     return serve_with_defaults(start_server, path, "--refork-after", "off", *args, **kw)
 
-asgi_paths = pytest.mark.parametrize("path", [p for p, (kind, _) in PATHS.items() if kind == "asgi"])
+websocket_paths = over_http11_only("a WebSocket is an HTTP/1.1 Upgrade (no RFC 8441 CONNECT over HTTP/2)",
+                                   "asgi")  # fmt: skip
 
 MIB = 1 << 20
 
@@ -317,7 +322,7 @@ def warm_websockets(server) -> int:
     return rss(pid)
 
 
-@asgi_paths
+@websocket_paths
 def test_deflated_websocket_messages_for_a_slow_app_keep_the_worker_near_its_baseline(start_server, path):
     """Two clients each send 20 deflated 16 MiB messages (about 320 KiB on the wire) to an app
     that takes one a tenth of a second: each connection holds at most --ws-max-size for its app,
@@ -339,7 +344,7 @@ def test_deflated_websocket_messages_for_a_slow_app_keep_the_worker_near_its_bas
     assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
 
 
-@asgi_paths
+@websocket_paths
 def test_websockets_hold_no_more_than_ws_max_memory_of_a_worker(start_server, path):
     """Four clients flood an app that takes nothing for a while, under --ws-max-memory 24M: the
     worker holds about that for them, whatever they send, and each connection either has every
@@ -366,7 +371,7 @@ def test_websockets_hold_no_more_than_ws_max_memory_of_a_worker(start_server, pa
     assert server.workers()[0]["pid"] == pid
 
 
-@asgi_paths
+@websocket_paths
 def test_a_message_that_cannot_fit_in_ws_max_memory_while_no_app_has_one_is_closed_with_1009(
     start_server, path
 ):
@@ -412,7 +417,9 @@ class Flood:
             if i in self.answers:
                 continue
             if s.fileno() in ready:
-                self.answers[i] = self._answer(s)
+                answer = self._answer(i, s)
+                if answer is not None:
+                    self.answers[i] = answer
                 continue
             data = self.unsent[i] + piece
             try:
@@ -420,11 +427,11 @@ class Flood:
             except BlockingIOError:
                 sent = 0
             except OSError:
-                self.answers[i] = self._answer(s)
+                self.answers[i] = self._answer(i, s) or b"(reset)"
                 continue
             self.unsent[i] = data[sent:]
 
-    def _answer(self, s: socket.socket) -> bytes:
+    def _answer(self, i: int, s: socket.socket) -> bytes | None:
         try:
             return s.recv(65536) or b"(closed)"
         except BlockingIOError:
@@ -438,7 +445,7 @@ class Flood:
                         what=f"{answered} answers ({len(self.answers)} so far)")  # fmt: skip
 
     def statuses(self) -> dict[bytes, int]:
-        """How many connections got each answer (its status line's code), so far."""
+        """How many connections got each answer (its status line's code, or what HTTP/2 said), so far."""
         counts: dict[bytes, int] = {}
         for answer in self.answers.values():
             code = answer[9:12] if answer.startswith(b"HTTP/1.1 ") else answer
@@ -450,7 +457,91 @@ class Flood:
             s.close()
 
 
-@every_path
+class HeaderBlockFlood(Flood):
+    """The Flood over HTTP/2: each connection sends the preface and a header block (HEADERS, then a
+    CONTINUATION per round) that never ends; a connection is answered when the server closes it:
+    b"GOAWAY <its error code>" (or how it closed without one)."""
+
+    def __init__(self, port: int, clients: int, block: bytes) -> None:
+        self.block = block  # HEADERS carry its first 16 KiB, each round's CONTINUATION the next
+        self.at = 16384
+        self.got: dict[int, bytes] = {}
+        head = HeadersFrame(1, block[: self.at], flags=["END_STREAM"])
+        super().__init__(port, clients, PREFACE + SettingsFrame(0).serialize() + head.serialize())
+
+    def round(self, piece: bytes) -> None:
+        """The next 16 KiB of the block (`piece` b"": none) as a CONTINUATION without END_HEADERS."""
+        if piece and self.at < len(self.block):
+            piece = ContinuationFrame(1, self.block[self.at : self.at + 16384]).serialize()
+            self.at += 16384
+        else:
+            piece = b""
+        super().round(piece)
+
+    def _answer(self, i: int, s: socket.socket) -> bytes | None:
+        try:
+            data = s.recv(65536)
+        except BlockingIOError:
+            return None
+        except OSError:
+            data = b""
+        if data:
+            self.got[i] = self.got.get(i, b"") + data
+            return None
+        goaway = [f for f in frames(self.got.get(i, b"")) if isinstance(f, GoAwayFrame)]
+        return b"GOAWAY %d" % goaway[0].error_code if goaway else b"(closed)"
+
+
+class StreamFlood:
+    """HTTP/2 connections each opening `streams` uploads (POST `url`, Content-Length `length`) and
+    sending `send` bytes of each as the server's windows let through, never finishing them; the
+    answers (status or reset code) streams get meanwhile are collected."""
+
+    def __init__(self, port: int, connections: int, streams: int, url: str, length: int, send: int) -> None:
+        self.answers: dict[tuple[int, int], int] = {}  # (connection, stream) -> status (or -reset code)
+        self.stop = threading.Event()
+        args = (port, streams, url, length, send)
+        self.threads = [threading.Thread(target=self._run, args=(i, *args), daemon=True)
+                        for i in range(connections)]  # fmt: skip
+        for t in self.threads:
+            t.start()
+
+    def _run(self, i: int, port: int, streams: int, url: str, length: int, send: int) -> None:
+        with closing(H2Client(port)) as client:
+            left = {client.send("POST", url, length=length): send for _ in range(streams)}
+            while not self.stop.is_set() and not client.closed:
+                for sid, n in list(left.items()):
+                    try:
+                        left[sid] -= client.send_data(sid, b"b" * min(n, 65536))
+                    except h2.exceptions.StreamClosedError:
+                        left[sid] = 0
+                    if not left[sid]:
+                        del left[sid]
+                if select.select([client.sock], [], [], 0.05)[0]:
+                    client.read()  # window updates (and answers, if any)
+                for sid, code in client.resets.items():
+                    self.answers[(i, sid)] = -code
+                for sid, (status, _, _) in client.answers.items():
+                    if status:
+                        self.answers[(i, sid)] = status
+
+    def round(self, piece: bytes) -> None:
+        """(Flood's interface: here each connection's thread sends as its windows open.)"""
+
+    def statuses(self) -> dict[int, int]:
+        """How many streams got each answer so far (a reset: minus its error code)."""
+        counts: dict[int, int] = {}
+        for status in self.answers.values():
+            counts[status] = counts.get(status, 0) + 1
+        return counts
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(10)
+
+
+@over_http11_only("HTTP/1.1 head lines; HTTP/2 header blocks: test_http2_connection.py, the flood below")
 def test_a_line_past_its_limit_is_answered_as_soon_as_it_is_past_it(start_server, path):
     """The table of tests/support/head_lines.py, on every path (the native engines' read path waits for a
     head's end itself): a line past its limit is answered at once, without another byte; one
@@ -474,19 +565,26 @@ def test_a_flood_of_endless_header_lines_is_refused_as_it_arrives_and_costs_the_
 ):
     """300 connections each send 600 KB of one header line that never ends: each is answered 431
     once its line passes --limit-request-field-size (not at the end of the line, nor at the
-    head's cap), and the worker's RSS stays within 64 MiB of its baseline and comes back to it."""
+    head's cap), and the worker's RSS stays within 64 MiB of its baseline and comes back to it.
+    Over HTTP/2 the line is a header block of CONTINUATIONs that never ends: each connection gets
+    GOAWAY (ENHANCE_YOUR_CALM) once the block passes --http2-max-header-list-size."""
     server = serve(start_server, path, workers=1)
     pid = server.workers()[0]["pid"]
     server.get("/")
     baseline = rss(pid)
     with RssSampler(pid) as during:
-        flood = Flood(server.port, 300, HEAD + b"X-Long: ")
+        if http2(path):
+            fields = [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "x"),
+                      ("x-long", "v" * 600_000)]  # fmt: skip
+            flood: Flood = HeaderBlockFlood(server.port, 300, hpack.Encoder().encode(fields, huffman=False))
+        else:
+            flood = Flood(server.port, 300, HEAD + b"X-Long: ")
         for _ in range(600 // 16):
             flood.round(b"v" * (16 << 10))
         flood.wait(server, 300)
         statuses = flood.statuses()
         flood.close()
-    assert statuses == {b"431": 300}, statuses
+    assert statuses == ({b"GOAWAY 11": 300} if http2(path) else {b"431": 300}), statuses
     settles_near(server, pid, baseline, 16 * MIB)
     assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
     assert server.get("/")[0] == 200
@@ -499,21 +597,36 @@ def test_heads_held_past_max_request_memory_are_refused_and_the_worker_stays_nea
     """300 connections each send header lines within every limit (8000 bytes, 90 of them) and never
     end the head: 216 MB if all were kept. The worker holds --max-request-memory (16 MiB) of them
     at most: the connections pushing past it get 503 with Retry-After; its RSS stays within 64 MiB
-    of its baseline, and comes back to it once they are gone."""
+    of its baseline, and comes back to it once they are gone. Over HTTP/2 each is a header block
+    just under --http2-max-header-list-size that never ends (19 MB for 300): past the budget a
+    connection gets GOAWAY (ENHANCE_YOUR_CALM; HPACK state forbids refusing one stream's block)."""
     server = serve(start_server, path, workers=1)
     pid = server.workers()[0]["pid"]
     server.get("/")
     baseline = rss(pid)
     with RssSampler(pid) as during:
-        flood = Flood(server.port, 300, HEAD)
-        for i in range(90):
-            flood.round(b"X-%d: " % i + b"v" * 7990 + b"\r\n")
-        flood.wait(server, 300 - (16 << 20) // (90 * 8000))  # the most it can hold whole
+        if http2(path):
+            fields = [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "x"),
+                      *[(f"x-{i}", "v" * 7990) for i in range(8)]]  # fmt: skip
+            block = hpack.Encoder().encode(fields, huffman=False)[:-100]  # 63,890 bytes, never ended
+            flood: Flood = HeaderBlockFlood(server.port, 300, block)
+            for _ in range(len(block) // 16384):
+                flood.round(b"v")
+            # half of those it cannot hold whole (a frame not whole is charged past the budget)
+            flood.wait(server, (300 - (16 << 20) // len(block)) // 2)
+        else:
+            flood = Flood(server.port, 300, HEAD)
+            for i in range(90):
+                flood.round(b"X-%d: " % i + b"v" * 7990 + b"\r\n")
+            flood.wait(server, 300 - (16 << 20) // (90 * 8000))  # the most it can hold whole
         statuses = flood.statuses()
         answers = list(flood.answers.values())
         flood.close()
-    assert set(statuses) == {b"503"}, statuses
-    assert all(b"\r\nRetry-After: 1\r\n" in a for a in answers)
+    if http2(path):
+        assert set(statuses) == {b"GOAWAY 11"}, statuses
+    else:
+        assert set(statuses) == {b"503"}, statuses
+        assert all(b"\r\nRetry-After: 1\r\n" in a for a in answers)
     settles_near(server, pid, baseline, 16 * MIB)
     assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
     assert server.get("/")[0] == 200
@@ -525,7 +638,8 @@ def test_bodies_held_in_memory_are_bounded_per_worker(start_server, path):
     each were kept whole. A WSGI worker holds them in memory until they are whole: up to
     --max-request-memory, the rest goes to the spool on disk; an ASGI worker holds what the app has
     not read yet (it reads a piece every 0.2 s): up to that budget, and stops reading the others
-    meanwhile. Its RSS stays within 64 MiB of its baseline and comes back to it once they are gone."""
+    meanwhile. Its RSS stays within 64 MiB of its baseline and comes back to it once they are gone.
+    Over HTTP/2 they are 30 connections of 10 streams each, sending as the windows let them."""
     server = serve(start_server, path, workers=1)
     pid = server.workers()[0]["pid"]
     server.get("/")
@@ -533,10 +647,14 @@ def test_bodies_held_in_memory_are_bounded_per_worker(start_server, path):
     with RssSampler(pid) as during:
         asgi = PATHS[path][0] == "asgi"
         target = b"/trickle?0.2" if asgi else b"/upload"
-        head = b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n" % target
-        flood = Flood(server.port, 300, head)
-        for _ in range(900 // 30):
-            flood.round(b"b" * 30000)
+        flood: Flood | StreamFlood
+        if http2(path):
+            flood = StreamFlood(server.port, 30, 10, target.decode(), 1_000_000, 900_000)
+        else:
+            head = b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n" % target
+            flood = Flood(server.port, 300, head)
+            for _ in range(900 // 30):
+                flood.round(b"b" * 30000)
         if not asgi:  # all read: what is not in memory is in the spool
             server.wait_for(lambda: flood.round(b"") or sum(spool_files(pid)) + (16 << 20) >= 300 * 900_000,
                             what="the bodies over the budget spooled")  # fmt: skip

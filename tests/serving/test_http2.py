@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import urllib.request
 
 import h2.config
 import h2.connection
@@ -20,9 +21,11 @@ import h2.exceptions
 import h2.settings
 import httpx
 import pytest
-from hyperframe.frame import DataFrame, Frame, GoAwayFrame
+from conftest import free_port, read_to_end, run_cli
+from hyperframe.frame import DataFrame, GoAwayFrame
 from support import paths
 from support.certs import Certs
+from support.h2client import PREFACE, frames
 
 APP = "apps.h2_apps:app"
 WSGI_APP = "apps.h2_apps:wsgi_app"
@@ -219,10 +222,10 @@ def test_graceful_stop_sends_goaway_and_finishes_the_stream(start_server, loop, 
         data = b""
         while chunk := client.sock.recv(65536):
             data += chunk
-        frames = list(_frames(data))
-        goaway = [f for f in frames if isinstance(f, GoAwayFrame)]
+        sent = list(frames(data))
+        goaway = [f for f in sent if isinstance(f, GoAwayFrame)]
         assert goaway and (goaway[0].error_code, goaway[0].last_stream_id) == (0, 1)
-        body = [f for f in frames if isinstance(f, DataFrame) and f.stream_id == 1]
+        body = [f for f in sent if isinstance(f, DataFrame) and f.stream_id == 1]
         assert b"".join(f.data for f in body) == b"slow done" and "END_STREAM" in body[-1].flags
         if not _app_on_loop_thread(loop):  # (there the GOAWAY goes out when the app call returns)
             assert frames.index(goaway[0]) < frames.index(body[0])  # GOAWAY first, then the answer
@@ -233,14 +236,6 @@ def test_graceful_stop_sends_goaway_and_finishes_the_stream(start_server, loop, 
 def _app_on_loop_thread(loop) -> bool:
     """WSGI with one thread: the app runs on the loop's thread, which answers nothing meanwhile."""
     return loop[0] == WSGI_APP and loop[1][-1] == "1"
-
-
-def _frames(data: bytes):
-    while len(data) >= 9:
-        frame, length = Frame.parse_frame_header(memoryview(data[:9]))
-        frame.parse_body(memoryview(data[9:9 + length]))
-        yield frame
-        data = data[9 + length:]
 
 
 def test_rapid_reset_gets_goaway_over_the_wire(start_server, loop):
@@ -316,10 +311,10 @@ def test_max_requests_ends_the_connection_with_goaway(start_server, loop):
             data += chunk
     finally:
         client.close()
-    frames = list(_frames(data))
-    ended = {f.stream_id for f in frames if isinstance(f, DataFrame) and "END_STREAM" in f.flags}
+    sent = list(frames(data))
+    ended = {f.stream_id for f in sent if isinstance(f, DataFrame) and "END_STREAM" in f.flags}
     assert ended == {1, 3, 5}
-    goaway = [f for f in frames if isinstance(f, GoAwayFrame)]
+    goaway = [f for f in sent if isinstance(f, GoAwayFrame)]
     assert goaway and goaway[0].error_code == 0 and goaway[0].last_stream_id == 5
 
 
@@ -394,10 +389,10 @@ def test_a_refork_ends_http2_connections_with_goaway_after_their_streams(start_s
             data += chunk
     finally:
         client.close()
-    frames = list(_frames(data))
-    body = [f for f in frames if isinstance(f, DataFrame) and f.stream_id == 1]
+    sent = list(frames(data))
+    body = [f for f in sent if isinstance(f, DataFrame) and f.stream_id == 1]
     assert b"".join(f.data for f in body) == b"slow done" and "END_STREAM" in body[-1].flags
-    goaway = [f for f in frames if isinstance(f, GoAwayFrame)]
+    goaway = [f for f in sent if isinstance(f, GoAwayFrame)]
     assert goaway and (goaway[0].error_code, goaway[0].last_stream_id) == (0, 1)
     server.wait_for(lambda: server.status()["generation"] == 1, what="generation 1")
 
@@ -468,3 +463,51 @@ def test_wsgi_h2_over_tls_behind_a_proxy_header(start_server, certs, kind):
             sock.sendall(conn.data_to_send())
     info = json.loads(body)
     assert (info["server_protocol"], info["scheme"], info["remote"]) == ("HTTP/2.0", "https", "203.0.113.7")
+
+
+# -- metrics and status per protocol ------------------------------------------------------------
+
+
+# (not on a one-thread WSGI worker: its app runs on the loop thread, so a reset sent while it runs
+# is read once the stream has ended, and what is counted depends on the timing)
+@pytest.mark.parametrize("kind", [*ASGI, "wsgi-python-threads"])
+def test_metrics_and_status_count_http2_streams_resets_goaways_and_requests_by_protocol(start_server, kind):
+    mport = free_port()
+    server = _h2c(start_server, SERVERS[kind], "--metrics-bind", f"127.0.0.1:{mport}")
+    client = RawClient(server.port)
+    try:
+        for sid in (1, 3):
+            client.request(sid, f"/r{sid}")
+        client.until(lambda s: sum(type(e) is h2.events.StreamEnded for e in s) == 2)
+        client.request(5, "/slow?0.5")
+        client.conn.reset_stream(5, error_code=8)  # CANCEL: one reset received
+        client.flush()
+        http11 = _curl("--http1.1", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{server.port}/")
+        assert http11.stdout == "200"
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as bad:  # a zero WINDOW_UPDATE:
+            bad.sendall(PREFACE + b"\0\0\0\x04\0\0\0\0\0" + b"\0\0\x04\x08\0\0\0\0\0" + b"\0\0\0\0")
+            goaway = [f for f in frames(read_to_end(bad)) if isinstance(f, GoAwayFrame)]  # GOAWAY sent
+        assert goaway and goaway[0].error_code == 1  # PROTOCOL_ERROR
+        expected = {
+            "refork_http2_connections 1",  # the client's, still open
+            "refork_http2_streams_total 3",
+            'refork_http2_resets_total{direction="received"} 1',
+            "refork_http2_goaways_sent_total 1",
+            'refork_protocol_requests_total{protocol="HTTP/2"} 3',
+            'refork_protocol_requests_total{protocol="HTTP/1.1"} 1',
+            'refork_worker_http2_connections{worker="0",generation="0"} 1',
+        }
+
+        def missing() -> set[str]:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode()
+            return expected - set(text.splitlines())
+
+        server.wait_for(lambda: not missing(), what=f"the HTTP/2 metrics (missing: {missing()})")
+        assert server.workers()[0]["http2"] == 1
+        table = run_cli("status", "--control-socket", server.control).stdout.splitlines()
+        header = next(line.split() for line in table if line.startswith("PID"))
+        worker = next(line.split() for line in table if " worker 0 " in line)
+        assert worker[header.index("H2") + 1] == "1", table  # (+1: "worker 0" is two words)
+    finally:
+        client.close()
+    server.wait_for(lambda: server.workers()[0]["http2"] == 0, what="no HTTP/2 connection once it closed")

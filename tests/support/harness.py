@@ -83,6 +83,9 @@ class HarnessControl:
     def request_upgraded(self, token: object) -> None:
         pass
 
+    def http2_count(self, what: str, n: int = 1) -> None:
+        pass
+
     def request_finished(self, token: object, status: int) -> None:
         with self._lock:
             self.in_flight -= 1

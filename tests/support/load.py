@@ -1,8 +1,13 @@
-"""A small load generator for tests: threads sending GETs and counting failures.
+"""A small load generator for tests: threads sending GETs and counting failures, over HTTP/1.1
+or (http2=True) HTTP/2 with prior knowledge, each thread on a connection of its own.
 
-Keep-alive connections are reused; a request that fails on a *reused* connection before any
-response byte arrived is retried once on a fresh one, as RFC 9112 §9.3.1 allows for idempotent
+HTTP/1.1: keep-alive connections are reused; a request that fails on a *reused* connection before
+any response byte arrived is retried once on a fresh one, as RFC 9112 §9.3.1 allows for idempotent
 requests (the server may close an idle connection at any time). Anything else is a failure.
+
+HTTP/2: a stream the server says it did not process (above its GOAWAY's last stream id, or reset
+with REFUSED_STREAM, RFC 9113 8.7) goes again on a new connection, as does the next request after
+a GOAWAY; a connection that ends under a stream without saying so loses that request: a failure.
 """
 
 from __future__ import annotations
@@ -11,19 +16,27 @@ import http.client
 import threading
 import time
 
+import h2.exceptions
+
+from support.h2client import H2Client, Refused
+
 
 class Load:
-    def __init__(self, port: int, path: str = "/", threads: int = 4, keep_alive: bool = True) -> None:
+    def __init__(
+        self, port: int, path: str = "/", threads: int = 4, keep_alive: bool = True, http2: bool = False
+    ) -> None:
         self.port = port
         self.path = path
         self.keep_alive = keep_alive
+        self.http2 = http2
         self.ok = 0
         self.failures: list[str] = []
         self.pids: set[int] = set()
         self._warm: set[int] = set()  # threads whose connection has carried a response
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+        run = self._run_h2 if http2 else self._run
+        self._threads = [threading.Thread(target=run, daemon=True) for _ in range(threads)]
 
     def __enter__(self) -> Load:
         for t in self._threads:
@@ -60,6 +73,38 @@ class Load:
     def _connect(self) -> http.client.HTTPConnection:
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
 
+    def _served(self, status: int, body: bytes) -> None:
+        if status != 200:
+            raise RuntimeError(f"status {status}: {body[:100]!r}")
+        with self._lock:
+            self.ok += 1
+            self._warm.add(threading.get_ident())
+            try:
+                self.pids.add(int(body.split()[0]))
+            except (ValueError, IndexError):
+                pass
+
+    def _run_h2(self) -> None:
+        conn: H2Client | None = None
+        while not self._stop.is_set():
+            try:
+                if conn is None or not conn.usable or not self.keep_alive:
+                    if conn is not None:
+                        conn.close()
+                    conn = None  # (a connect that fails is a failure, and tried again)
+                    conn = H2Client(self.port)
+                self._served(*conn.request("GET", self.path))
+            except Refused:
+                continue  # not processed: again (on a new connection after a GOAWAY)
+            except (OSError, h2.exceptions.ProtocolError, RuntimeError) as e:
+                if conn is not None:
+                    conn.close()
+                conn = None
+                with self._lock:
+                    self.failures.append(repr(e))
+        if conn is not None:
+            conn.close()
+
     def _run(self) -> None:
         conn = self._connect()
         reused = False
@@ -68,16 +113,7 @@ class Load:
             try:
                 conn.request("GET", self.path, headers=headers)
                 resp = conn.getresponse()
-                body = resp.read()
-                if resp.status != 200:
-                    raise RuntimeError(f"status {resp.status}: {body[:100]!r}")
-                with self._lock:
-                    self.ok += 1
-                    self._warm.add(threading.get_ident())
-                    try:
-                        self.pids.add(int(body.split()[0]))
-                    except (ValueError, IndexError):
-                        pass
+                self._served(resp.status, resp.read())
                 reused = True
                 if resp.will_close or not self.keep_alive:
                     conn.close()

@@ -16,11 +16,28 @@ PATHS: dict[str, tuple[str, list[str]]] = {
     "pool": ("wsgi", ["--wsgi-loop", "native", "--threads", "4"]),  # the native pool engine
     "asyncio": ("asgi", ["--loop", "asyncio"]),
     "uvloop": ("asgi", ["--loop", "uvloop"]),
+    # ASGI over HTTP/2 with prior knowledge (h2c): the tests' clients speak HTTP/2 on these
+    "asyncio-h2c": ("asgi", ["--loop", "asyncio", "--http-protocols", "h2c,h1"]),
+    "uvloop-h2c": ("asgi", ["--loop", "uvloop", "--http-protocols", "h2c,h1"]),
 }
 WSGI = [path for path, (interface, _) in PATHS.items() if interface == "wsgi"]
 
 every_path = pytest.mark.parametrize("path", list(PATHS))
 wsgi_paths = pytest.mark.parametrize("path", WSGI)
+
+
+def over_http11_only(reason: str, interface: str | None = None) -> pytest.MarkDecorator:
+    """The paths (of `interface`, or all) of a promise about HTTP/1.1 framing: the h2c cells are in
+    the matrix, skipped with `reason` (what HTTP/2 has instead, and where that is tested)."""
+    skip = pytest.mark.skip(reason=f"HTTP/1.1 only: {reason}")
+    chosen = [p for p, (kind, _) in PATHS.items() if interface in (None, kind)]
+    return pytest.mark.parametrize("path", [pytest.param(p, marks=skip) if http2(p) else p for p in chosen])
+
+
+def http2(path: str) -> bool:
+    """Whether the promise's clients speak HTTP/2 (h2c, prior knowledge) on this path."""
+    chosen = PATHS[path][1]
+    return "--http-protocols" in chosen and "h2c" in chosen[chosen.index("--http-protocols") + 1]
 
 
 def threads(path: str) -> int:

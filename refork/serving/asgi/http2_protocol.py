@@ -72,7 +72,7 @@ class Http2Protocol(asyncio.Protocol):
         self.transport: Any = old.transport
         self.server_addr, self.client_addr = old.server_addr, old.client_addr
         self.scheme, self.tls, self.trusted = old.scheme, old.tls, old.trusted
-        self.h2 = Http2Connection(srv.h2_limits, srv.loop.time)
+        self.h2 = Http2Connection(srv.h2_limits, srv.loop.time, srv.control.http2_count)
         self.streams: dict[int, Stream] = {}
         self.write_blocked_since = 0.0
         self.read_paused = False  # while the client does not read its answers
@@ -82,8 +82,10 @@ class Http2Protocol(asyncio.Protocol):
         self.fresh = True  # no request yet (the header deadline, as for HTTP/1.1's first head)
         self.goaway_sent = False
         self.linger_since = 0.0
+        self.held = 0  # bytes h2 holds (a header block arriving), charged to --max-request-memory
 
     def start(self, data: bytes) -> None:
+        self.srv.control.http2_count("connections", 1)  # (connection_lost takes it back)
         self.h2.start()
         if data:
             self.data_received(data)
@@ -98,15 +100,37 @@ class Http2Protocol(asyncio.Protocol):
         events = self.h2.receive(data)
         for event in events:
             self.handle(event)
+        self.hold()
         self.flush()
         if self.h2.ended:
+            self.srv.request_memory.note(len(data))  # (its bytes went through, if only to be refused)
             self.close()
-        elif self.srv.request_memory.full and not self.memory_paused:
+        elif self.srv.request_memory.full and not self.memory_paused and not self.h2.head_arriving:
+            # (a head arriving reads on: the next of its bytes that does not fit ends it, see hold())
             self.memory_paused = True  # body bytes held for the apps fill the worker's budget:
             self.reading()  # read on when there is room (each stream's window bounds the rest)
             self.srv.request_memory.wait(self, self.room_made, self.srv.read_size)
 
-    def hold(self, n: int) -> None:
+    def hold(self) -> None:
+        """Charge what h2 holds of the client's bytes (a header block not ended, a frame not whole)
+        to the worker's --max-request-memory: a header block that does not fit ends the connection
+        (GOAWAY ENHANCE_YOUR_CALM; HPACK's shared state rules out refusing only its stream), as
+        HTTP/1.1 answers such a head 503; other bytes are charged all the same."""
+        h2, memory = self.h2, self.srv.request_memory
+        if h2.ended or self.closing:
+            return  # (what it holds is given back once the connection is lost, its buffers with it)
+        held = h2.buffered
+        more = held - self.held
+        if more > 0 and not memory.take(more):
+            if h2.head_arriving:
+                self.handle(h2.overloaded("no room for more request heads (--max-request-memory)"))
+                return
+            memory.charge(more)
+        elif more < 0:
+            memory.give_back(-more)
+        self.held = held
+
+    def hold_body(self, n: int) -> None:
         """Body bytes buffered for an app: charged to the worker's --max-request-memory."""
         self.srv.request_memory.charge(n)
 
@@ -178,6 +202,11 @@ class Http2Protocol(asyncio.Protocol):
         srv.request_memory.cancel(self)
         for stream in list(self.streams.values()):
             stream.reset()
+        self.h2.release()
+        if self.held:
+            srv.request_memory.give_back(self.held)
+            self.held = 0
+        srv.control.http2_count("connections", -1)
         if srv.stopping and not srv.connections:
             srv.check_drained()
 
@@ -257,6 +286,7 @@ class Http2Protocol(asyncio.Protocol):
         self.flush()
         srv.in_flight -= 1
         srv.control.request_finished(stream.token, stream.status)
+        srv.control.http2_count("requests", 1)
         request = stream.request
         if srv.access_log is not None:
             log_access(srv.access_log, request, stream.remote, stream.status, stream.body_bytes,

@@ -70,7 +70,7 @@ class Stream:
     def body_received(self, data: bytes) -> None:
         self.received += len(data)
         self.unread.append(data)
-        self.conn.hold(len(data))
+        self.conn.hold_body(len(data))
         self._wake_receive()
 
     def end_received(self) -> None:
@@ -151,6 +151,8 @@ class Stream:
             status = message.get("status")
             if not isinstance(status, int) or not 100 <= status <= 999:
                 raise TypeError(f"http.response.start: status must be an int from 100 to 999, got {status!r}")
+            if status < 200:  # interim (RFC 9110 15.2): the app's bug is a 500 on this stream
+                raise RuntimeError(f"Informational status {status} cannot be sent as the final response")
             headers = [(bytes(n), bytes(v)) for n, v in message.get("headers", ())]
             self.started, self.status, self.headers = True, status, headers
             self.trailers = bool(message.get("trailers", False))

@@ -65,7 +65,7 @@ class Session:
     def __init__(self, loop: PythonLoop, conn: Conn) -> None:
         self.loop = loop
         self.conn = conn
-        self.h2 = Http2Connection(loop.h2_limits)
+        self.h2 = Http2Connection(loop.h2_limits, time.monotonic, loop.control.http2_count)
         self.threaded = loop.pool is not None
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # body bytes, a window, room in the queue, a reset
@@ -87,6 +87,7 @@ class Session:
     # ------------------------------------------------------------ the loop thread
 
     def start(self, data: bytes) -> None:
+        self.loop.control.http2_count("connections", 1)  # (lost() takes it back)
         with self.lock:
             self.h2.start()
         self.feed(data)
@@ -259,6 +260,8 @@ class Session:
                 self.released = 0
             if finished and not self.streams:
                 self.since = time.monotonic()
+        if finished:
+            loop.control.http2_count("requests", len(finished))
 
     def flush(self) -> None:
         """Write what is queued, as much as the socket takes now; poll for the rest."""
@@ -297,6 +300,8 @@ class Session:
     def lost(self) -> None:
         """The loop closed the connection: every stream is gone; the apps still running end."""
         with self.lock:
+            if not self.closed:
+                self.loop.control.http2_count("connections", -1)
             self.closed = True
             for stream in self.ready:  # (never run: the others' bodies go when their calls end)
                 self.streams.pop(stream.sid, None)
