@@ -511,7 +511,7 @@ def test_cycle_review_gaps(caplog):
     assert channel.done == [True] and "should return None, but returned 42" in caplog.text
     assert scope["asgi"] == {"version": "3.0", "spec_version": "2.4"}
     assert set(scope["extensions"]) == {"http.response.pathsend", "http.response.zerocopysend",
-                                        "http.response.trailers"}  # fmt: skip
+                                        "http.response.trailers", "http.response.early_hint"}  # fmt: skip
 
     async def short(scope, receive, send):
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"10")]})
