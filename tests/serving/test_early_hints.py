@@ -18,6 +18,7 @@ import h2.events
 import pytest
 from apps.hint_apps import FONT, SCRIPT, STYLE
 from conftest import read_to_end
+from support.certs import Certs
 from support.request_paths import PATHS, every_path, flags
 
 HINT = b"HTTP/1.1 103 Early Hints"
@@ -136,3 +137,26 @@ def test_hints_over_http2_are_informational_headers_before_the_response(start_se
         assert body == b"yes"
     finally:
         client.sock.close()
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return Certs(tmp_path_factory.mktemp("hint-certs"))
+
+
+@every_path
+def test_hints_over_tls(start_server, certs, path):
+    """Over TLS (the WSGI engines hand such connections to the Python loop; ASGI answers HTTP/2 by
+    ALPN): curl sees the 103 before the 200 and the page, on HTTP/1.1 and, for ASGI, HTTP/2."""
+    chosen, app = flags(path, "apps.hint_apps")
+    server = start_server(*chosen, *certs.args(), app=app, workers=1)
+    versions = ["--http1.1"] + (["--http2"] if PATHS[path][0] == "asgi" else [])
+    for version in versions:
+        url = f"https://127.0.0.1:{server.port}/"
+        curl = ["curl", "-sS", "-v", version, "--max-time", "20", "--cacert", str(certs.ca_pem), url]
+        out = subprocess.run(curl, capture_output=True, text=True, timeout=30)
+        assert out.stdout == "page", out.stderr
+        lines = [line.strip() for line in out.stderr.splitlines() if line.startswith("< ")]
+        status = [line for line in lines if line.startswith("< HTTP/")]
+        assert status[0] in ("< HTTP/1.1 103 Early Hints", "< HTTP/2 103") and status[-1].split()[2] == "200"
+        assert len(status) == 3 and f"< link: {STYLE}" in [line.lower() for line in lines], out.stderr
