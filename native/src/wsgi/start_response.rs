@@ -78,7 +78,8 @@ pub struct StartResponse {
     pub(crate) keep_alive: bool,
     /// an HTTP/1.1 request: early hints may go to it (never a 1xx to HTTP/1.0, RFC 9110 15.2)
     pub(crate) http11: bool,
-    /// the final response is framed (or its exchange made): early hints are ignored from now on
+    /// the final response is framed: early hints are ignored from now on (once an exchange is
+    /// made, its rules answer them)
     pub(crate) final_framed: bool,
     /// the part of an early hint the socket did not take: it goes before the response
     pub(crate) hint_rest: Vec<u8>,
