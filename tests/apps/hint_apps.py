@@ -7,10 +7,12 @@
 - `/bad`: a hint whose value holds CR LF (an app error: a 500, nothing split)
 - `/error`: a hint, then the app fails (the 103, then a 500)
 - `/offered`: whether the hint callable / extension is there ("yes" or "no")
+- WSGI only, `/many?N`: N hints of 4 KiB each, then it touches the file $HINTS_DONE and answers
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,6 +48,10 @@ def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
     elif path == "/error":
         hints([("Link", STYLE)])
         raise RuntimeError("failed after a hint (expected by the test)")
+    elif path == "/many":
+        for i in range(int(environ["QUERY_STRING"])):
+            hints([("Link", f"</{i}>; rel=preload; x={'x' * 4096}")])
+        open(os.environ["HINTS_DONE"], "w").close()
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "4")])
     return [b"page"]
 

@@ -19,7 +19,7 @@ import pytest
 from apps.hint_apps import FONT, SCRIPT, STYLE
 from conftest import read_to_end
 from support.certs import Certs
-from support.request_paths import PATHS, every_path, flags
+from support.request_paths import PATHS, every_path, flags, wsgi_paths
 
 HINT = b"HTTP/1.1 103 Early Hints"
 TWO_HINTS = [
@@ -87,6 +87,24 @@ def test_hints_go_before_the_final_response_on_http11_only(start_server, path):
                          capture_output=True, text=True, timeout=30)  # fmt: skip
     assert out.stdout == "page", out.stderr
     assert "< HTTP/1.1 103 Early Hints" in out.stderr and f"< Link: {STYLE}" in out.stderr
+
+
+@wsgi_paths
+def test_hints_never_wait_for_a_client_that_does_not_read(start_server, path, tmp_path):
+    """Hints are advisory: past what the socket takes they are dropped, so 2000 of 4 KiB (8 MiB)
+    to a client that reads nothing cost the app no wait; each 103 that went out is whole, and the
+    response follows them intact."""
+    done = tmp_path / "done"
+    chosen, app = flags(path, "apps.hint_apps")
+    server = start_server(*chosen, app=app, workers=1, env={"HINTS_DONE": str(done)})
+    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+        s.sendall(b"GET /many?2000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        server.wait_for(done.exists, what="the app, past its hints, with nothing read")
+        interim, final = _split(read_to_end(s))
+    assert 0 < len(interim) < 2000
+    assert all(head.startswith(HINT + b"\r\nLink: </") and len(head) > 4096 for head in interim)
+    assert final.startswith(b"HTTP/1.1 200 OK\r\n") and final.endswith(b"\r\n\r\npage")
 
 
 class _H2:
