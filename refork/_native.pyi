@@ -39,6 +39,7 @@ class _Refs(TypedDict):
     prefetched: Callable[[list[Any], Iterator[Any] | None, Any, Exception | None], Prefetched]
     file_wrapper: type[FileWrapper]
     closing_failed: Callable[[dict[str, Any], Exception], None]
+    hint_response: Callable[[Any], bytes]
     log_access: Callable[
         [RequestEnd, Request, str | None, int, int, float, dict[str, Any], list[tuple[bytes, bytes]] | None],
         None,
@@ -238,6 +239,7 @@ class StartResponse:
     ) -> Callable[[bytes], object]: ...
     def exchange_now(self) -> _Exchange: ...
     def write(self, data: bytes) -> object: ...
+    def early_hints(self, headers: Iterable[tuple[str | bytes, str | bytes]]) -> None: ...
 
 @final
 class Current:

@@ -12,7 +12,7 @@ import logging
 from typing import Any, Protocol
 
 from refork.asgi.files import file_source
-from refork.asgi.response import FILE_MESSAGES, ResponseState
+from refork.asgi.response import EARLY_HINT, OTHER_MESSAGES, ResponseState
 from refork.asgi.waiting import wake
 from refork.http.budget import MemoryBudget
 from refork.http.events import Request
@@ -247,12 +247,19 @@ class HttpCycle:
         if state is _DISCONNECTED:
             raise ClientDisconnected("client disconnected")
         response = self.response
+        if message.__class__ is dict and message.get("type") in OTHER_MESSAGES:
+            if message["type"] == EARLY_HINT:  # (no answer yet: a 100 Continue may still follow)
+                hint = response.early_hint(message)
+                if hint:
+                    self.channel.write(hint)  # (ahead of a held head: that goes out after this step)
+                return
+            if state is _RECEIVING_BODY and self.continue_owed:
+                response.keep_alive = False  # (as below)
+            await self._send_file(message)
+            return
         if state is _RECEIVING_BODY and self.continue_owed:
             # The client is still waiting for our go-ahead: it may or may not send the body.
             response.keep_alive = False
-        if message.__class__ is dict and message.get("type") in FILE_MESSAGES:
-            await self._send_file(message)
-            return
         data = response.feed(message)
         self._started()
         writable = True

@@ -1,6 +1,7 @@
 """The ``send()`` messages of one ASGI response, validated and framed into bytes (sans-IO).
 
-Besides ``http.response.start`` / ``http.response.body`` it frames the two file extensions
+Besides ``http.response.start`` / ``http.response.body`` it frames the Early Hints extension
+(``http.response.early_hint``: a 103 interim response before the head), the two file extensions
 (``http.response.pathsend`` and ``http.response.zerocopysend``: :meth:`ResponseState.file_frame`
 gives the bytes around a file's contents, which the connection sends itself) and
 ``http.response.trailers`` (RFC 9112 7.1.2: sent as the last chunk's trailer section, only to a
@@ -14,11 +15,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from refork.http.events import Request
-from refork.http.response import ResponseFramer, has_control_char
+from refork.http.response import ResponseFramer, early_hints, has_control_char
 
 log = logging.getLogger("refork")
 
 FILE_MESSAGES = frozenset({"http.response.pathsend", "http.response.zerocopysend"})
+EARLY_HINT = "http.response.early_hint"
+# the send() messages that are not the common start/body pair (cycle.py tests for them in one go)
+OTHER_MESSAGES = FILE_MESSAGES | {EARLY_HINT}
 
 # RFC 9110 6.5.1: fields a trailer section must not carry (framing, routing, the ones that would
 # change how the message is handled); dropped with a debug line rather than failing the response.
@@ -38,6 +42,27 @@ def wants_trailers(request: Request) -> bool:
         if name == b"te" and b"trailers" in [v.split(b";")[0].strip() for v in value.lower().split(b",")]:
             return True
     return False
+
+
+def early_hint_links(message: dict[str, Any]) -> list[bytes]:
+    """The ``links`` of an ``http.response.early_hint`` message (the ASGI Early Hints extension):
+    each a Link field value (RFC 8288), bytes without a control character (it would split the
+    response); RuntimeError otherwise."""
+    links = message.get("links", ())
+    if isinstance(links, (bytes, str)):
+        raise RuntimeError(f"'links' must be an iterable of byte strings, got {links!r}")
+    out = []
+    try:
+        for link in links:
+            if not isinstance(link, (bytes, bytearray, memoryview)):
+                raise RuntimeError(f"early hint links must be byte strings, got {link!r}")
+            value = bytes(link).strip(b" \t")
+            if has_control_char(value):
+                raise RuntimeError("an early hint link has a control character")
+            out.append(value)
+    except TypeError:
+        raise RuntimeError(f"'links' must be an iterable of byte strings, got {links!r}") from None
+    return out
 
 
 class ResponseState:
@@ -108,6 +133,16 @@ class ResponseState:
             self._head = None
             return head + out
         return out
+
+    def early_hint(self, message: dict[str, Any]) -> bytes:
+        """The 103 Early Hints of an ``http.response.early_hint`` message: before the response
+        head left (before ``http.response.start``, or after it while the head is held for the
+        first body message), and never to an HTTP/1.0 client (RFC 9110 15.2); else b"" (the hint
+        is dropped, as the extension lets a server do). RuntimeError for malformed links."""
+        links = early_hint_links(message)
+        if self.head_sent or self.request.http_version == "1.0":
+            return b""
+        return early_hints([(b"Link", link) for link in links])
 
     def _start(self, message: dict[str, Any]) -> bytes:
         status = message.get("status")

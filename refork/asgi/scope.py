@@ -10,8 +10,10 @@ from refork.http.forwarded import TrustedProxies, resolve_forwarded
 
 ASGI_INFO = {"version": "3.0", "spec_version": "2.4"}
 
-# The ASGI extensions of every http scope (see docs/asgi.md); a fresh dict per scope.
-HTTP_EXTENSIONS = ("http.response.pathsend", "http.response.zerocopysend", "http.response.trailers")
+# The ASGI extensions of every http scope (see docs/asgi.md); a fresh dict per scope. Early hints
+# are not offered to an HTTP/1.0 request: no 1xx may go to it (RFC 9110 15.2).
+HTTP_EXTENSIONS = ("http.response.pathsend", "http.response.zerocopysend", "http.response.trailers",
+                   "http.response.early_hint")  # fmt: skip
 
 
 def request_state(state: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -78,8 +80,11 @@ def build_scope(
         "headers": request.headers,
         "extensions": {  # HTTP_EXTENSIONS, spelled out: a literal is built faster
             "http.response.pathsend": {}, "http.response.zerocopysend": {}, "http.response.trailers": {},
+            "http.response.early_hint": {},
         },  # fmt: skip
     }
+    if request.http_version == "1.0":
+        del scope["extensions"]["http.response.early_hint"]
     if state is not None:
         scope["state"] = state.copy()
     return scope

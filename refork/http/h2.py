@@ -383,9 +383,13 @@ class Http2Connection:
             self.received.pop(stream_id, None)
 
     def informational(self, stream_id: int, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-        """A 1xx response (103 Early Hints) before the final one."""
+        """A 1xx response (103 Early Hints) before the final one: a HEADERS frame that does not end
+        the stream."""
         block = [(b":status", str(status).encode())]
-        self.h2.send_headers(stream_id, block + [(n.lower(), v) for n, v in headers], end_stream=False)
+        try:
+            self.h2.send_headers(stream_id, block + [(n.lower(), v) for n, v in headers], end_stream=False)
+        except h2.exceptions.StreamClosedError:
+            pass  # reset by the client meanwhile (its StreamReset event says so)
 
     def window(self, stream_id: int) -> int:
         """Body bytes the stream may send now (the smaller of its and the connection's windows)."""

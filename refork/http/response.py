@@ -26,9 +26,12 @@ from time import time as _time
 
 from refork.http.events import Request
 
-__all__ = ["CONTINUE", "ResponseFramer", "has_control_char", "reason_phrase", "simple_response"]
+__all__ = [
+    "CONTINUE", "ResponseFramer", "early_hints", "has_control_char", "reason_phrase", "simple_response",
+]  # fmt: skip
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_EARLY_HINTS = b"HTTP/1.1 103 Early Hints\r\n"
 
 _REASONS = {s.value: s.phrase.encode("latin-1") for s in HTTPStatus}
 _STATUS_LINES: dict[int | tuple[int, bytes], bytes] = {}  # status or (status, reason) -> line
@@ -45,6 +48,15 @@ _CTL_ZERO = bytes(0 if b < 32 and b != 9 or b == 127 else 1 for b in range(256))
 def has_control_char(value: bytes) -> bool:
     """True if `value` holds a byte a header value or reason phrase must not (CTL but HTAB)."""
     return 0 in value.translate(_CTL_ZERO)
+
+
+def early_hints(fields: list[tuple[bytes, bytes]]) -> bytes:
+    """A 103 Early Hints interim response (RFC 8297) carrying `fields`, checked by the caller.
+
+    The caller sends it only before the final response's head and never to an HTTP/1.0 client
+    (RFC 9110 15.2: a 1xx must not go to one); a client that does not know 103 skips it.
+    """
+    return _EARLY_HINTS + b"".join([name + b": " + value + b"\r\n" for name, value in fields]) + b"\r\n"
 
 
 _SERVER_LINE = b"Server: refork\r\n"
@@ -162,6 +174,11 @@ class ResponseFramer:
         self.no_body = request.method == "HEAD"
         self.status = 0
         self._state = 0  # 0: before head, 1: head sent, 2: ended
+
+    @property
+    def http10(self) -> bool:
+        """The request is HTTP/1.0: no interim (1xx) response may go to it (RFC 9110 15.2)."""
+        return self._request.http_version == "1.0"
 
     def head(self, status: int, headers: list[tuple[bytes, bytes]], reason: bytes | None = None) -> bytes:
         """Status line and headers; decides the framing of the body."""

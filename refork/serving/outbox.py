@@ -70,6 +70,19 @@ class Outbox:
         if not self.buffering:
             self.flush()
 
+    def hint(self, data: bytes) -> None:
+        """An interim response (103 Early Hints): written if the socket takes it now, else dropped,
+        never waited for (it is advisory); a part the socket took is finished before anything else."""
+        if self.queue:
+            return  # (something waits already: the hint would only wait behind it)
+        try:
+            n = self.sock.send(data, _NOSIGNAL)
+        except BlockingIOError:
+            return
+        if n < len(data):
+            self.queue.append(memoryview(data)[n:])
+            self.backlogged = True
+
     def sendfile(self, fd: int, offset: int, count: int | None) -> int:
         if count is None:
             count = max(os.fstat(fd).st_size - offset, 0)

@@ -134,6 +134,15 @@ class TlsOutbox(Outbox):
         elif len(queue) == 1:
             self.write_some()
 
+    def hint(self, data: bytes) -> None:
+        # a TLS record is all or nothing, and one OpenSSL could not write now must be offered again
+        # as it was: a hint not written at once stays queued, ahead of the response
+        if self.queue:
+            return
+        self.queue.append(memoryview(data))
+        self.backlogged = True
+        self.write_some()
+
     def sendfile(self, fd: int, offset: int, count: int | None) -> int:  # pragma: no cover - zero_copy
         raise OSError("sendfile() over TLS")
 

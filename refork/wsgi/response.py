@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from refork.http.events import Request
-from refork.http.response import ResponseFramer, has_control_char, simple_response
+from refork.http.response import ResponseFramer, early_hints, has_control_char, simple_response
 from refork.wsgi.files import FileWrapper, file_span
 
 log = logging.getLogger("refork")
@@ -45,6 +45,9 @@ class Output(Protocol):
     def flush(self) -> None:
         """Block until nothing waits (the legacy write() callable); OSError as send()."""
 
+    def hint(self, data: bytes) -> None:
+        """Write an interim response if the socket takes it now, else drop it (it is advisory)."""
+
 
 class _Callables:
     """An Output over blocking send / sendfile callables: never backlogged."""
@@ -65,6 +68,9 @@ class _Callables:
 
     def flush(self) -> None:
         pass
+
+    def hint(self, data: bytes) -> None:
+        self.send(data)
 
 
 # Refused from an app (PEP 3333). "Connection" is not among them: the framer drops it and honours
@@ -138,6 +144,31 @@ def check_header(item: Any) -> tuple[tuple[bytes, bytes], bool]:
     return hit
 
 
+def _hint_field(name: Any, value: Any) -> tuple[bytes, bytes]:
+    """One header of ``wsgi.early_hints``, as gunicorn takes it: str or bytes (latin-1), the value
+    without surrounding spaces and tabs. ValueError for a name that is not a token or a value with a
+    control character (either would let the app split the response)."""
+    raw_name = name.encode("latin-1") if type(name) is str else name
+    raw = value.encode("latin-1") if type(value) is str else value
+    if type(raw_name) is not bytes or type(raw) is not bytes:
+        raise TypeError(f"an early hint header is a pair of str or bytes, not {(name, value)!r}")
+    if not raw_name or not _TOKEN.issuperset(raw_name):
+        raise ValueError(f"invalid early hint header name {name!r}")
+    if has_control_char(raw):  # (the name only: the value may hold what should not travel on)
+        raise ValueError(f"early hint header {name!r} has a control character in its value")
+    return raw_name, raw.strip(b" \t")
+
+
+def hint_fields(headers: Iterable[tuple[Any, Any]]) -> list[tuple[bytes, bytes]]:
+    """The headers of a ``wsgi.early_hints(headers)`` call, checked (see _hint_field)."""
+    return [_hint_field(name, value) for name, value in headers]
+
+
+def hint_response(headers: Iterable[tuple[Any, Any]]) -> bytes:
+    """The 103 Early Hints of a ``wsgi.early_hints(headers)`` call, its headers checked."""
+    return early_hints(hint_fields(headers))
+
+
 class _Exchange:
     """State of one response: what start_response set and whether the head went out."""
 
@@ -199,6 +230,22 @@ class _Exchange:
         except OSError as e:
             raise SendFailed(str(e)) from e
         self.sent = True
+
+    def early_hints(self, headers: Iterable[tuple[str | bytes, str | bytes]]) -> None:
+        """``wsgi.early_hints`` (gunicorn's API): a 103 Early Hints interim response carrying
+        `headers` (``[("Link", "</style.css>; rel=preload; as=style")]``) before the final one.
+
+        Ignored, as gunicorn does, once the response head is out and for an HTTP/1.0 client (RFC
+        9110 15.2). Each call is one 103. Advisory: written if the socket takes it now, else
+        dropped (never waited for); a 500 may still follow it.
+        """
+        if self.head_sent or self.framer.http10:
+            return
+        data = hint_response(headers)
+        try:
+            self.out.hint(data)
+        except OSError:
+            pass  # the client is gone: the response's own send finds out
 
     def write(self, data: bytes) -> None:
         """The legacy write() callable: unbuffered, so the head goes out with the first write.
@@ -415,6 +462,7 @@ def _finish(ex: _Exchange, environ: dict[str, Any], result: Any, exc: Exception 
         closing_failed(environ, exc)
         return ex.code, framer.body_bytes, False
     log.error("Error in WSGI app: %s %s", environ.get("REQUEST_METHOD"), environ.get("RAW_URI"), exc_info=exc)
+    ex.head_sent = True  # (an early hint after this final response is ignored)
     try:
         ex.out.send(simple_response(500, keep_alive=False))
     except OSError:
@@ -438,6 +486,7 @@ def start_wsgi(
     """
     framer = ResponseFramer(request, server_keep_alive=keep_alive)
     ex = _Exchange(framer, out)
+    environ["wsgi.early_hints"] = ex.early_hints
     try:
         result = app(environ, ex.start_response)
     except Exception as exc:

@@ -22,6 +22,7 @@ from support.waits import sender_blocked, wait_for_line, wait_until
 
 from refork.asgi import ResponseState
 from refork.http.events import Request
+from refork.http.response import simple_response
 
 APP = "apps.asgi_ext_apps:app"
 STARLETTE = "apps.asgi_ext_apps:starlette_app"
@@ -511,7 +512,7 @@ def test_cycle_review_gaps(caplog):
     assert channel.done == [True] and "should return None, but returned 42" in caplog.text
     assert scope["asgi"] == {"version": "3.0", "spec_version": "2.4"}
     assert set(scope["extensions"]) == {"http.response.pathsend", "http.response.zerocopysend",
-                                        "http.response.trailers"}  # fmt: skip
+                                        "http.response.trailers", "http.response.early_hint"}  # fmt: skip
 
     async def short(scope, receive, send):
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"10")]})
@@ -566,3 +567,40 @@ def test_a_fast_stop_is_not_an_error_of_the_lifespan_task(start_server, tmp_path
     server.signal(signal.SIGINT)
     server.wait_exit()
     assert "[ERROR]" not in server.log() and "Traceback" not in server.log(), server.log()
+
+
+@pytest.mark.parametrize("links", [b"</a>", "</a>", [b"</a>\r\nX: y"], ["</a>"], [1], 5])
+def test_early_hint_links_that_are_not_byte_strings_are_an_app_error(links, caplog):
+    async def app(scope, receive, send):
+        await send({"type": "http.response.early_hint", "links": links})
+
+    channel, cycle, _ = _run_cycle(app)
+    assert channel.written == [simple_response(500, b"Internal Server Error")]
+    assert "early hint" in caplog.text or "'links'" in caplog.text
+
+
+def test_an_early_hint_goes_ahead_of_a_held_head_and_not_after_it():
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        links = [b" </a.css>; rel=preload\t", bytearray(b"</b>")]
+        await send({"type": "http.response.early_hint", "links": links})
+        await send({"type": "http.response.body", "body": b"o", "more_body": True})
+        await send({"type": "http.response.early_hint", "links": [b"</late>"]})  # the head left: dropped
+        await send({"type": "http.response.body", "body": b"k"})
+
+    channel, _, _ = _run_cycle(app)
+    hint = b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\nLink: </b>\r\n\r\n"
+    assert channel.written[0] == hint
+    assert channel.written[1].startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"</late>" not in b"".join(channel.written)
+
+
+def test_no_early_hint_for_http10_nor_the_extension():
+    async def app(scope, receive, send):
+        assert "http.response.early_hint" not in scope["extensions"]
+        await send({"type": "http.response.early_hint", "links": [b"</a>"]})  # dropped, no error
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    channel, _, _ = _run_cycle(app, Request("GET", b"/", b"/", b"", "1.0", []))
+    assert channel.written[0].startswith(b"HTTP/1.1 200 OK\r\n") and len(channel.written) == 1

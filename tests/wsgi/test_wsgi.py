@@ -256,6 +256,68 @@ def test_one_element_list_is_one_send_with_content_length():
     assert keep
 
 
+@pytest.mark.parametrize(
+    ("headers", "sent"),
+    [
+        ([], b""),  # a bare 103, as gunicorn sends it
+        ([(b"Link", b"</a.css>; rel=preload")], b"Link: </a.css>; rel=preload\r\n"),  # bytes too
+        ([("X-A", " 1\t"), ("Link", "</b>")], b"X-A: 1\r\nLink: </b>\r\n"),  # trimmed, in order
+    ],
+)
+def test_early_hints_frame_gunicorns_header_pairs(headers, sent):
+    def app(environ, start_response):
+        environ["wsgi.early_hints"](headers)
+        start_response("200 OK", [])
+        return [b"ok"]
+
+    sink = run(app)[2]
+    assert sink.sends[0] == b"HTTP/1.1 103 Early Hints\r\n" + sent + b"\r\n"
+    assert sink.sends[1].startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+@pytest.mark.parametrize(
+    ("headers", "error"),
+    [
+        ([("Bad Name", "x")], ValueError),  # not a token
+        ([("Link", "</a>\r\nX: y")], ValueError),  # would split the response
+        ([("Link", "</a>\x7f")], ValueError),
+        ([("Link", 1)], TypeError),
+    ],
+)
+def test_early_hints_refuse_what_would_split_the_response(headers, error, caplog):
+    def app(environ, start_response):
+        environ["wsgi.early_hints"](headers)
+        start_response("200 OK", [])
+        return [b"ok"]
+
+    status, _, sink, _ = run(app)
+    assert status == 500 and b" 103 " not in sink.data
+    assert error.__name__ in caplog.text
+
+
+def test_early_hints_are_ignored_after_the_head_and_for_http10():
+    def app(environ, start_response):
+        hints = environ["wsgi.early_hints"]
+        hints([("Bad Name", "x")])  # HTTP/1.0: neither checked nor sent (gunicorn's order)
+        start_response("200 OK", [])
+        yield b"a"
+        hints([("Link", "</late>")])
+        yield b"b"
+
+    assert b" 103 " not in run(app, req(version="1.0"))[2].data
+    status, _, sink, _ = run(app, req(version="1.1"))  # (the bad name, checked: a 500)
+    assert status == 500
+
+    def late(environ, start_response):
+        start_response("200 OK", [])
+        yield b"a"
+        environ["wsgi.early_hints"]([("Link", "</late>")])
+        yield b"b"
+
+    status, _, sink, _ = run(late)
+    assert status == 200 and b" 103 " not in sink.data
+
+
 def test_generator_body_is_chunked_and_write_works():
     def app(environ, start_response):
         write = start_response("201 Created", [("Content-Type", "text/plain")])

@@ -105,8 +105,12 @@ impl<'py> AppCall<'_, 'py> {
                 request: None,
                 head: raw_head.to_vec(),
                 keep_alive: self.keep_alive,
+                http11: head.http11,
+                final_framed: false,
+                hint_rest: Vec::new(),
             },
         )?;
+        environ.set_item(pyo3::intern!(py, "wsgi.early_hints"), sr.getattr(pyo3::intern!(py, "early_hints"))?)?;
         // gunicorn's pre_request first, if set (its error is answered as the app's would be)
         let returned = match &self.hooks.get().pre_request {
             Some(pre) => pre.bind(py).call1((StartResponse::request(&sr)?, &environ)).and_then(|_| self.app.call1((&environ, &sr))),
@@ -137,7 +141,21 @@ impl<'py> AppCall<'_, 'py> {
                 None
             }
         };
+        let framed = framed.map(|f| Self::after_hints(&sr, f));
         Ok(Called { environ, client, start_response: sr, result, exc, framed })
+    }
+
+    /// A framed response: from now on early hints are ignored, and the part of one the socket did
+    /// not take goes first.
+    fn after_hints(sr: &Bound<'py, StartResponse>, (status, bytes, length, keep): Framed) -> Framed {
+        let mut s = sr.borrow_mut();
+        s.final_framed = true;
+        if s.hint_rest.is_empty() {
+            return (status, bytes, length, keep);
+        }
+        let mut out = std::mem::take(&mut s.hint_rest);
+        out.extend_from_slice(&bytes);
+        (status, out, length, keep)
     }
 
     /// http/frame.rs's framing of these body items (None: declined, nothing was sent).

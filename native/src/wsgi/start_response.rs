@@ -13,6 +13,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::http::head::{fast_head, HeadLimits};
 use crate::http::parser::request_object;
+use crate::sys;
 
 /// refork.wsgi.response's caches and checks, and the host's `response_exchange` (see module docs).
 #[pyclass(module = "refork._native", frozen)]
@@ -33,6 +34,8 @@ pub struct Hooks {
     pub(crate) closing_failed: Py<PyAny>,
     /// the host's `pre_request_hook(request, environ)`: gunicorn's pre_request (None: not set)
     pub(crate) pre_request: Option<Py<PyAny>>,
+    /// refork.wsgi.response.hint_response: the 103 of a wsgi.early_hints call, its headers checked
+    pub(crate) hint_response: Py<PyAny>,
 }
 
 impl Hooks {
@@ -51,6 +54,7 @@ impl Hooks {
             file_wrapper: r("file_wrapper")?,
             closing_failed: r("closing_failed")?,
             pre_request: Some(host.getattr("pre_request_hook")?).filter(|h| !h.is_none()).map(|h| h.unbind()),
+            hint_response: r("hint_response")?,
         })
     }
 }
@@ -72,6 +76,13 @@ pub struct StartResponse {
     /// the request's head as received
     pub(crate) head: Vec<u8>,
     pub(crate) keep_alive: bool,
+    /// an HTTP/1.1 request: early hints may go to it (never a 1xx to HTTP/1.0, RFC 9110 15.2)
+    pub(crate) http11: bool,
+    /// the final response is framed: early hints are ignored from now on (once an exchange is
+    /// made, its rules answer them)
+    pub(crate) final_framed: bool,
+    /// the part of an early hint the socket did not take: it goes before the response
+    pub(crate) hint_rest: Vec<u8>,
 }
 
 #[pymethods]
@@ -141,6 +152,35 @@ impl StartResponse {
         Self::exchange(slf)
     }
 
+    /// `wsgi.early_hints(headers)`: refork.wsgi.response._Exchange.early_hints's rules (gunicorn's
+    /// API). Nothing of the response is out while the app runs, so the 103 is written to the
+    /// socket at once, if it takes it now: hints are advisory, so one the socket cannot take
+    /// (EAGAIN) is dropped, never buffered; a part of one it took partly goes before the response.
+    fn early_hints(slf: &Bound<'_, Self>, headers: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let exchange = slf.borrow().exchange.as_ref().map(|e| e.clone_ref(py));
+        if let Some(ex) = exchange {
+            ex.bind(py).call_method1(pyo3::intern!(py, "early_hints"), (headers,))?;
+            return Ok(());
+        }
+        if !slf.borrow().http11 || slf.borrow().final_framed {
+            return Ok(()); // (as gunicorn: neither checked nor sent)
+        }
+        let hint_response = slf.borrow().hooks.get().hint_response.clone_ref(py);
+        let data = hint_response.bind(py).call1((headers,))?;
+        let data = data.cast::<PyBytes>()?.as_bytes();
+        let mut this = slf.borrow_mut();
+        if !this.hint_rest.is_empty() {
+            return Ok(()); // part of an earlier one still waits: this one would only wait behind it
+        }
+        match sys::send(this.fd, data) {
+            Ok(n) if n > 0 && n < data.len() => this.hint_rest = data[n..].to_vec(),
+            Ok(_) => {}  // all of it, or none (EAGAIN): dropped
+            Err(_) => {} // the client is gone: the response's own send finds out
+        }
+        Ok(())
+    }
+
     /// The legacy write() callable: the response goes the Python way from here (module docs).
     fn write<'py>(slf: &Bound<'py, Self>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
@@ -185,6 +225,16 @@ impl StartResponse {
                 ex.setattr(pyo3::intern!(py, "reason"), this.reason.as_ref().map(|r| r.clone_ref(py)))?;
                 ex.setattr(pyo3::intern!(py, "headers"), this.headers.as_ref().map(|h| h.clone_ref(py)))?;
                 ex.setattr(pyo3::intern!(py, "has_length"), this.has_length)?;
+            }
+        }
+        let rest = std::mem::take(&mut slf.borrow_mut().hint_rest);
+        if !rest.is_empty() {
+            // the part of an early hint the socket did not take goes before anything else
+            let out = ex.getattr(pyo3::intern!(py, "out"))?;
+            if let Err(e) = out.call_method1(pyo3::intern!(py, "send"), (PyBytes::new(py, &rest),)) {
+                if !e.is_instance_of::<pyo3::exceptions::PyOSError>(py) {
+                    return Err(e);
+                } // (the client is gone: the response's own send finds out)
             }
         }
         let ex = ex.unbind();

@@ -320,6 +320,12 @@ class Http2Protocol(asyncio.Protocol):
             self.h2.respond(stream.sid, stream.status, stream.headers, end_stream)
             self.flush()
 
+    def send_hints(self, stream: Stream, links: list[bytes]) -> None:
+        """A 103 Early Hints (an informational HEADERS frame) before the stream's response."""
+        if not self.closing:
+            self.h2.informational(stream.sid, 103, [(b"link", link) for link in links])
+            self.flush()
+
     def send_body(self, stream: Stream, data: memoryview, end: bool) -> int:
         if self.closing:
             stream.gone = True

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from refork.asgi.cycle import ClientDisconnected
 from refork.asgi.files import file_source
+from refork.asgi.response import EARLY_HINT, early_hint_links
 from refork.asgi.waiting import wake
 from refork.http.events import Request
 from refork.http.h2 import ErrorCodes
@@ -156,6 +157,11 @@ class Stream:
             headers = [(bytes(n), bytes(v)) for n, v in message.get("headers", ())]
             self.started, self.status, self.headers = True, status, headers
             self.trailers = bool(message.get("trailers", False))
+            return
+        if kind == EARLY_HINT:  # before the head (at any time until then), else dropped
+            links = early_hint_links(message)
+            if not self.head_out:
+                self.conn.send_hints(self, links)
             return
         if not self.started:
             raise RuntimeError(f"ASGI app sent {kind!r} before http.response.start")

@@ -20,7 +20,7 @@ from refork.http.body import EMPTY_INPUT, InputStream
 from refork.http.events import Request
 from refork.http.h2 import ErrorCodes
 from refork.serving.connection import log_access, log_write_timeout
-from refork.wsgi.response import SendFailed, check_header, check_status
+from refork.wsgi.response import SendFailed, check_header, check_status, hint_fields
 
 if TYPE_CHECKING:
     from refork.serving.wsgi.http2 import Session
@@ -38,7 +38,7 @@ class Stream:
 
     __slots__ = (
         "session", "sid", "request", "pieces", "body_done", "gone", "head_out", "status", "headers",
-        "body_bytes", "opened_at", "received", "started", "token",
+        "body_bytes", "opened_at", "received", "started", "token", "body_begun",
     )  # fmt: skip
 
     def __init__(self, session: Session, sid: int, request: Request, body_done: bool) -> None:
@@ -55,6 +55,7 @@ class Stream:
         self.opened_at = time.monotonic()  # the body deadline runs from the head
         self.received = 0  # body bytes (each --body-min-rate of them extends the deadline)
         self.started = False  # start_response was called
+        self.body_begun = False  # the app produced body bytes (held back one item: see _call)
         self.token: object = None  # the worker's deadline of the app call
 
     def run(self) -> None:
@@ -69,6 +70,7 @@ class Stream:
         body = _StreamInput(self) if not self.body_done or self.pieces else EMPTY_INPUT
         try:
             environ = conn.builder.build(request, body, conn.client)
+            environ["wsgi.early_hints"] = self.early_hints
             app = loop.app
             if loop.request_hooks is not None:
                 app = loop.request_hooks.wrap_wsgi(app, request, environ)
@@ -99,6 +101,7 @@ class Stream:
                 if type(item) is not bytes:
                     raise TypeError(f"WSGI app yielded {type(item).__name__}, not bytes")
                 if item:
+                    self.body_begun = True  # (an early hint from now on comes too late)
                     if held:
                         self._send(held, end=False)
                     held = item
@@ -125,6 +128,18 @@ class Stream:
         self.headers = [check_header(item)[0] for item in headers]
         self.status, self.started = code, True
         return self.write
+
+    def early_hints(self, headers: Any) -> None:
+        """``wsgi.early_hints`` (gunicorn's API): a 103 as an informational HEADERS frame before the
+        response's; ignored once the response head is out. Queued, never waited for."""
+        if self.head_out or self.body_begun:
+            return
+        fields = hint_fields(headers)
+        session = self.session
+        with session.lock:
+            if not self.gone and not self.head_out:
+                session.h2.informational(self.sid, 103, fields)
+                session.kick()
 
     def write(self, data: bytes) -> None:
         """The legacy write() callable: sent before it returns (as the client's window allows)."""

@@ -61,6 +61,7 @@ def refs() -> _Refs:
         "prefetched": wsgi_response.Prefetched,
         "file_wrapper": FileWrapper,
         "closing_failed": wsgi_response.closing_failed,
+        "hint_response": wsgi_response.hint_response,
         "log_access": log_access,
         "log_warning": log.warning,
         "log_error": log.error,
