@@ -73,7 +73,12 @@ async def sse(scope: dict[str, Any], receive: Any, send: Any, query: dict[str, s
         for n in range(300):
             if gone.is_set():
                 break
-            await send({"type": "http.response.body", "body": b"data: %d\n\n" % n, "more_body": True})
+            try:
+                await send({"type": "http.response.body", "body": b"data: %d\n\n" % n, "more_body": True})
+            except OSError as exc:  # the client went during the nap and send() ran before the watcher:
+                log_event(f"late send raised {type(exc).__name__} {isinstance(exc, OSError)}")
+                await asyncio.wait_for(gone.wait(), 10)  # (its receive() has the disconnect too)
+                return
             await asyncio.sleep(0.1)
         else:
             await send({"type": "http.response.body", "body": b""})

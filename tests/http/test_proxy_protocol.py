@@ -153,18 +153,24 @@ def _connect(port: int, source: str = CLIENT, tls: ssl.SSLContext | None = None)
     return tls.wrap_socket(sock, server_hostname="127.0.0.1") if tls is not None else sock
 
 
+def _more(sock: socket.socket, so_far: bytes) -> bytes:
+    chunk = sock.recv(65536)
+    assert chunk, f"the connection closed before the whole answer (got {so_far!r})"
+    return chunk
+
+
 def _peer(sock: socket.socket, close: bool = False) -> tuple[str, int, str]:
     """GET /peer on an open connection: (address, port, scheme) as the app saw them."""
     connection = "close" if close else "keep-alive"
     sock.sendall(f"GET /peer HTTP/1.1\r\nHost: x\r\nConnection: {connection}\r\n\r\n".encode())
     data = b""
     while b"\r\n\r\n" not in data:
-        data += sock.recv(65536)
+        data += _more(sock, data)
     head, _, body = data.partition(b"\r\n\r\n")
     fields = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
     length = int(fields.get(b"Content-Length") or fields[b"content-length"])
     while len(body) < length:
-        body += sock.recv(65536)
+        body += _more(sock, data + body)
     address, port, scheme = body.decode().split()
     return address, int(port), scheme
 

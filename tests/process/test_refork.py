@@ -176,11 +176,13 @@ def test_status_says_how_much_a_worker_shares_and_why_it_holds_memory_of_its_own
 
     def grown() -> dict | None:
         """20 more requests that each keep 200 KB (the app keeps memory per request); the row once
-        a sample has seen 100 of them since the worker's first sample."""
+        a sample has seen 100 of them since the worker's first sample, and the worker's own memory
+        is clearly over half its resident memory (the note's threshold, PRIVATE_HEAVY)."""
         for _ in range(20):
             assert server.get("/grow?200000")[0] == 200
         row = server.workers()[0]
-        return row if (row["private_per_request"] or 0) > 50_000 else None
+        heavy = row["uss"] is not None and row["uss"] > 0.6 * row["rss"]
+        return row if heavy and (row["private_per_request"] or 0) > 50_000 else None
 
     row = server.wait_for(grown, timeout=60, what="the growth per request measured")
     assert row["pid"] == worker["pid"] and 0 < row["shared"] < row["rss"]
