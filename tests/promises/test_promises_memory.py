@@ -34,6 +34,7 @@ from hyperframe.frame import ContinuationFrame, GoAwayFrame, HeadersFrame, Setti
 from support.h2client import PREFACE, H2Client, frames
 from support.head_lines import HEAD, HEAD_LINES
 from support.request_paths import PATHS, every_path, http2, over_http11_only, wsgi_paths
+from support.sockets import hang_up
 from test_promises import serve as serve_with_defaults
 
 
@@ -162,11 +163,7 @@ class Upload:
 
     def close(self) -> None:
         """Gone for good (shutdown first: the reading thread's recv holds the socket open)."""
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        hang_up(self.sock)
 
 
 # -- the spool holds what arrived ----------------------------------------------------------------
@@ -270,16 +267,6 @@ def deflate_websocket(port: int, path: str) -> socket.socket:
         head += sock.recv(1)
     assert head.startswith(b"HTTP/1.1 101 ") and b"permessage-deflate" in head, head
     return sock
-
-
-def hang_up(sock: socket.socket) -> None:
-    """Close a client whose reader thread may still be in recv(): close() alone would not end
-    the connection while that recv() holds the socket (no FIN until data arrived)."""
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # the server closed it already
-    sock.close()
 
 
 def close_code(sock: socket.socket) -> int | None:

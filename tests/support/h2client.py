@@ -20,6 +20,8 @@ from h2.connection import ConnectionState
 from h2.errors import ErrorCodes
 from hyperframe.frame import Frame, HeadersFrame, SettingsFrame
 
+from support.sockets import hang_up
+
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 
@@ -149,11 +151,7 @@ class H2Client:
             pass
 
     def close(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        hang_up(self.sock)
         self.closed = True
 
 
