@@ -10,10 +10,11 @@ ROOT="$(cd "$HERE/.." && pwd)"
 VER="$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
 VENV="$HERE/.venv-$VER"
 
-# System packages: bjoern needs libev headers, the load generator is wrk.
+# System packages: bjoern needs libev headers, the load generators are wrk and (HTTP/2) h2load.
 missing=()
 dpkg -s libev-dev >/dev/null 2>&1 || missing+=(libev-dev)
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+command -v h2load >/dev/null 2>&1 || missing+=(nghttp2-client)
 if ((${#missing[@]})); then
     if [[ "$(id -u)" == 0 ]]; then
         apt-get update -qq && apt-get install -y -qq "${missing[@]}"
@@ -27,6 +28,8 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 
 "${PIP[@]}" --upgrade pip wheel setuptools
 "${PIP[@]}" gunicorn "uvicorn[standard]" granian psutil
+# HTTP/2 peers (benchmarks/http2.py): hypercorn (granian and gunicorn speak it already).
+"${PIP[@]}" hypercorn
 # WebSocket peers (benchmarks/websocket.py): uvicorn --ws websockets and --ws wsproto.
 "${PIP[@]}" websockets wsproto
 # Plots (benchmarks/memory_creep.py draws docs/memory-creep.png); never a test dependency.

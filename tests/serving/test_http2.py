@@ -228,7 +228,7 @@ def test_graceful_stop_sends_goaway_and_finishes_the_stream(start_server, loop, 
         body = [f for f in sent if isinstance(f, DataFrame) and f.stream_id == 1]
         assert b"".join(f.data for f in body) == b"slow done" and "END_STREAM" in body[-1].flags
         if not _app_on_loop_thread(loop):  # (there the GOAWAY goes out when the app call returns)
-            assert frames.index(goaway[0]) < frames.index(body[0])  # GOAWAY first, then the answer
+            assert sent.index(goaway[0]) < sent.index(body[0])  # GOAWAY first, then the answer
     finally:
         client.close()
 
