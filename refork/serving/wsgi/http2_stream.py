@@ -229,9 +229,11 @@ class _StreamInput(InputStream):
         stream = self.stream
         session = stream.session
         with session.lock:
-            if not (stream.pieces or stream.body_done or stream.gone):
-                timeout = session.loop.timeouts.body + 1.0  # (the sweep's 408 ends it first)
-                stream.wait(lambda: bool(stream.pieces) or stream.body_done or stream.gone, timeout)
+            # Until the body comes, ends, or the stream is gone: the loop's sweep decides a body
+            # that does not come (408, and gone), never a wait's timeout, or a stalled body would
+            # read as a short one.
+            while not (stream.pieces or stream.body_done or stream.gone or session.closed):
+                stream.wait(lambda: bool(stream.pieces) or stream.body_done or stream.gone, 1.0)
             if not stream.pieces:
                 return False
             data = b"".join(stream.pieces)
