@@ -9,7 +9,9 @@ h2load's per-request log.
     python benchmarks/http2.py [--python 3.11] [--duration 10] [--rounds 3] [--only refork-wsgi,granian-wsgi]
 
 refork is run from the checkout this script is in (PYTHONPATH), the peers from benchmarks/.venv-X.Y
-(benchmarks/setup.sh installs hypercorn and Debian's nghttp2-client for h2load).
+(benchmarks/setup.sh installs hypercorn and Debian's nghttp2-client for h2load). refork runs with
+`--refork-after off`: a refork ends the old workers' connections with GOAWAY, and h2load does not
+open new ones, so the rest of the run would measure nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from common import (
@@ -42,11 +45,21 @@ APPS = BENCH_DIR / "apps"
 CLIENTS, STREAMS = 64, 10
 
 
-def servers(venv: Path, port: int) -> list[Server]:
+@dataclass
+class H2Server(Server):
+    """A Server that start() probes over h2c (granian --http 2 answers nothing else)."""
+
+    def status(self, path: str) -> int | None:
+        cmd = ["h2load", "-n", "1", "-c", "1", f"http://127.0.0.1:{self.port}{path}"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
+        return 200 if re.search(r"status codes: 1 2xx", out) else None
+
+
+def servers(venv: Path, port: int) -> list[H2Server]:
     bin_ = venv / "bin"
     bind = "127.0.0.1"
     refork = [str(bin_ / "python"), "-m", "refork", "-w", "2", "--chdir", str(APPS), "-b", f"{bind}:{{port}}",
-              "--http-protocols", "h2c,h1"]  # fmt: skip
+              "--http-protocols", "h2c,h1", "--refork-after", "off"]  # fmt: skip
     gunicorn = [str(bin_ / "gunicorn"), "-w", "2", "-b", f"{bind}:{{port}}", "--log-level", "warning",
                 "--http-protocols", "h2,h1", "--http2-cleartext", "prior-knowledge"]  # fmt: skip
     granian = [str(bin_ / "granian"), "--workers", "2", "--host", bind, "--port", "{port}", "--no-ws",
@@ -64,8 +77,8 @@ def servers(venv: Path, port: int) -> list[Server]:
     ]
     mine = {"PYTHONPATH": str(ROOT)}  # refork from this checkout
     return [
-        Server(name, iface, [a.replace("{port}", str(port + i)) for a in argv], port + i, APPS,
-               env=mine if name.startswith("refork") else {})  # fmt: skip
+        H2Server(name, iface, [a.replace("{port}", str(port + i)) for a in argv], port + i, APPS,
+                 env=mine if name.startswith("refork") else {})  # fmt: skip
         for i, (name, iface, argv) in enumerate(specs)
     ]
 
@@ -94,7 +107,7 @@ def run_h2load(port: int, duration: float) -> dict:
     return result
 
 
-def bench_one(server: Server, duration: float) -> dict:
+def bench_one(server: H2Server, duration: float) -> dict:
     error = server.start()
     if error:
         server.stop()
