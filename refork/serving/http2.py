@@ -12,7 +12,9 @@ from refork.config import Config
 from refork.http.h2 import PREFACE, Http2Connection, Http2Limits
 from refork.http.response import reason_phrase
 
-__all__ = ["alpn_protocols", "answer_here", "http2_limits", "sniff_preface"]
+__all__ = ["LINGER", "alpn_protocols", "answer_here", "http2_limits", "sniff_preface"]
+
+LINGER = 1.0  # seconds a closed connection still reads (and drops) what its client sends
 
 _HEALTH_BODIES = {200: b"ok\n", 503: b"unavailable\n"}  # (refork.serving.health's, over HTTP/1.1)
 

@@ -31,7 +31,7 @@ from refork.http.h2 import (
 )
 from refork.serving.asgi.http2_stream import Stream
 from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
-from refork.serving.http2 import answer_here
+from refork.serving.http2 import LINGER, answer_here
 
 if TYPE_CHECKING:
     from refork.serving.asgi.http_protocol import HttpProtocol
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("refork")
 
-LINGER = 1.0  # seconds a closed connection still reads (and drops) what its client sends
 
 __all__ = ["Http2Protocol", "hand_over", "wants_h2"]
 

@@ -42,7 +42,7 @@ from refork.http.h2 import (
     StreamReset,
 )
 from refork.serving.connection import Expiry, Phase, log_write_timeout
-from refork.serving.http2 import answer_here, sniff_preface
+from refork.serving.http2 import LINGER, answer_here, sniff_preface
 from refork.serving.poller import IN, OUT
 from refork.serving.wsgi.http2_stream import HIGH_WATER, Stream
 
@@ -54,7 +54,6 @@ log = logging.getLogger("refork")
 
 __all__ = ["Session", "sniff", "take_over"]
 
-LINGER = 1.0  # seconds a closed connection still reads (and drops) what its client sends
 _CHUNK = 1 << 16  # bytes per send() (TLS: a retry after a want repeats exactly this slice)
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
