@@ -16,6 +16,8 @@ What each known attack gets (docs/http2.md):
   check); both end the connection (GOAWAY).
 - SETTINGS, PING, WINDOW_UPDATE, PRIORITY and empty DATA floods: a token budget each, then GOAWAY
   ENHANCE_YOUR_CALM.
+- A stream opened past SETTINGS_MAX_CONCURRENT_STREAMS: RST_STREAM REFUSED_STREAM (the client may
+  send it again), from the resets budget.
 - A frame announcing a payload over SETTINGS_MAX_FRAME_SIZE is refused from its 9-byte header,
   before its payload is buffered.
 """
@@ -34,8 +36,9 @@ import h2.exceptions
 import h2.frame_buffer
 import h2.settings
 from h2.errors import ErrorCodes
+from h2.stream import StreamClosedBy
 from hyperframe.exceptions import InvalidPaddingError
-from hyperframe.frame import ContinuationFrame, Frame, GoAwayFrame, HeadersFrame
+from hyperframe.frame import ContinuationFrame, Frame, GoAwayFrame, HeadersFrame, RstStreamFrame
 
 from refork.http.events import Request
 
@@ -234,6 +237,8 @@ class Http2Connection:
             buffer.add_data(data)
             buffer.max_frame_size = conn.max_inbound_frame_size
             for frame in buffer:
+                if type(frame) is HeadersFrame and self._over_the_limit(frame):
+                    continue
                 for event in conn._receive_frame(frame):
                     self._translate(event, out)
                 if self.ended:
@@ -246,6 +251,28 @@ class Http2Connection:
             code = getattr(e, "error_code", None) or ErrorCodes.PROTOCOL_ERROR
             out.append(self._end(code, str(e) or type(e).__name__))
         return out
+
+    def _over_the_limit(self, frame: HeadersFrame) -> bool:
+        """A new stream past SETTINGS_MAX_CONCURRENT_STREAMS: RST_STREAM REFUSED_STREAM (RFC 9113
+        5.1.2 makes it a stream error; h2 would end the connection, and the client's other streams
+        with it). Its header block is still decoded, so HPACK's table stays the client's; the
+        refusals come out of the resets budget, so opening streams in a loop ends in a GOAWAY."""
+        conn = self.h2
+        sid = frame.stream_id
+        if sid in conn.streams or sid <= conn.highest_inbound_stream_id or sid % 2 == 0:
+            return False  # (not a new client stream: h2 judges it)
+        if conn.open_inbound_streams < conn.local_settings.max_concurrent_streams:
+            return False
+        h2.connection._decode_headers(conn.decoder, frame.data)  # (h2's own errors if it does not decode)
+        conn.highest_inbound_stream_id = sid
+        conn._closed_streams[sid] = StreamClosedBy.SEND_RST_STREAM  # its DATA in flight: dropped
+        refusal = RstStreamFrame(sid)
+        refusal.error_code = ErrorCodes.REFUSED_STREAM
+        conn._prepare_for_sending([refusal])
+        self.tally("resets_sent")
+        if not self.budgets["resets"].spend():
+            raise _TooMuch("too many streams past the concurrency limit")
+        return True
 
     def _translate(self, event: h2.events.Event, out: list[Http2Event]) -> None:
         budgets = self.budgets

@@ -260,13 +260,29 @@ def test_an_oversized_frame_is_refused_from_its_header():
     assert end.code == ErrorCodes.FRAME_SIZE_ERROR
 
 
-def test_streams_beyond_the_limit_are_refused():
+def test_a_stream_beyond_the_limit_is_refused_and_the_others_go_on():
     server, _ = connect(max_concurrent_streams=2)
     enc = hpack.Encoder()
-    frames = [HeadersFrame(sid, data=enc.encode(GET), flags=["END_HEADERS"]) for sid in (1, 3, 5)]
-    events = raw(server, *frames)
+    # stream 5 is refused; its header block still feeds HPACK's table, which stream 7 refers to
+    frames = [HeadersFrame(sid, data=enc.encode([*GET, ("x-n", str(sid))]), flags=["END_HEADERS"])
+              for sid in (1, 3, 5)]  # fmt: skip
+    events = raw(server, *frames, DataFrame(5, data=b"in flight", flags=["END_STREAM"]))
     assert [e.stream_id for e in events if isinstance(e, StreamOpened)] == [1, 3]
-    assert ended(events).code in (ErrorCodes.PROTOCOL_ERROR, ErrorCodes.REFUSED_STREAM)
+    assert not any(isinstance(e, ConnectionEnded) for e in events)
+    refused = [f for f in _frames(server.data_to_send()) if isinstance(f, RstStreamFrame)]
+    assert [(f.stream_id, f.error_code) for f in refused][:1] == [(5, ErrorCodes.REFUSED_STREAM)]
+    server.respond(1, 204, [], end_stream=True)
+    raw(server, DataFrame(1, flags=["END_STREAM"]))
+    events = raw(server, HeadersFrame(7, data=enc.encode([*GET, ("x-n", "7")]), flags=["END_HEADERS"]))
+    (opened,) = [e for e in events if isinstance(e, StreamOpened)]
+    assert (opened.stream_id, opened.request.headers[-1]) == (7, (b"x-n", b"7"))
+
+
+def test_opening_streams_past_the_limit_in_a_loop_ends_in_goaway():
+    server, _ = connect(max_concurrent_streams=1)
+    enc = hpack.Encoder()
+    frames = [HeadersFrame(sid, data=enc.encode(GET), flags=["END_HEADERS"]) for sid in range(1, 1001, 2)]
+    assert ended(raw(server, *frames)).code == ErrorCodes.ENHANCE_YOUR_CALM
 
 
 def test_graceful_goaway_names_the_last_stream_and_lets_it_finish():
