@@ -30,6 +30,8 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "${PIP[@]}" gunicorn "uvicorn[standard]" granian psutil
 # HTTP/2 peers (benchmarks/http2.py): hypercorn (granian and gunicorn speak it already).
 "${PIP[@]}" hypercorn
+# ASGI frameworks (benchmarks/asgi_frameworks.py): FastAPI (and Starlette, which it brings).
+"${PIP[@]}" fastapi
 # WebSocket peers (benchmarks/websocket.py): uvicorn --ws websockets and --ws wsproto.
 "${PIP[@]}" websockets wsproto
 # Plots (benchmarks/memory_creep.py draws docs/memory-creep.png); never a test dependency.
