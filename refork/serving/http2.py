@@ -8,11 +8,14 @@ The ASGI loop's connection is :mod:`refork.serving.asgi.http2_protocol`, the WSG
 
 from __future__ import annotations
 
-from refork.config import Config
-from refork.http.h2 import PREFACE, Http2Connection, Http2Limits
-from refork.http.response import reason_phrase
+from typing import Protocol
 
-__all__ = ["LINGER", "alpn_protocols", "answer_here", "http2_limits", "sniff_preface"]
+from refork.config import Config
+from refork.http.h2 import PREFACE, ErrorCodes, Http2Connection, Http2Limits
+from refork.http.response import reason_phrase
+from refork.serving.connection import Expiry, Phase, Timeouts
+
+__all__ = ["LINGER", "alpn_protocols", "answer_here", "end_if_body_overdue", "http2_limits", "sniff_preface"]
 
 LINGER = 1.0  # seconds a closed connection still reads (and drops) what its client sends
 
@@ -59,3 +62,27 @@ def answer_here(h2: Http2Connection, sid: int, status: int, head_only: bool = Fa
     if not head_only:
         h2.send_body(sid, memoryview(body), True)
     h2.reset(sid, 0)
+
+
+class Receiving(Protocol):
+    """What the body deadline reads and writes of a stream (both loops' streams have it)."""
+
+    sid: int
+    opened_at: float  # the head's arrival: the body deadline runs from it
+    received: int  # body bytes so far
+    head_out: bool
+    status: int
+
+
+def end_if_body_overdue(h2: Http2Connection, stream: Receiving, now: float, timeouts: Timeouts) -> bool:
+    """A body that does not arrive in time: 408 on its stream, or a reset once the response has
+    started; the stream pays, not the connection. True when it was ended (the caller lets it go)."""
+    verdict = timeouts.expiry(Phase.BODY, stream.opened_at, now, 0.0, stream.received, False)
+    if verdict is not Expiry.REQUEST_TIMEOUT:
+        return False
+    if not stream.head_out:
+        stream.head_out, stream.status = True, 408
+        answer_here(h2, stream.sid, 408)
+    else:
+        h2.reset(stream.sid, ErrorCodes.CANCEL)
+    return True

@@ -31,7 +31,7 @@ from refork.http.h2 import (
 )
 from refork.serving.asgi.http2_stream import Stream
 from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
-from refork.serving.http2 import LINGER, answer_here
+from refork.serving.http2 import LINGER, answer_here, end_if_body_overdue
 
 if TYPE_CHECKING:
     from refork.serving.asgi.http_protocol import HttpProtocol
@@ -401,13 +401,7 @@ class Http2Protocol(asyncio.Protocol):
         if stream.gone or stream.complete:
             return
         if not stream.body_done:
-            verdict = timeouts.expiry(Phase.BODY, stream.opened_at, now, 0.0, stream.received, False)
-            if verdict is Expiry.REQUEST_TIMEOUT:
-                if not stream.head_out:
-                    stream.head_out, stream.status = True, 408
-                    self.refuse(stream.sid, 408)
-                else:
-                    self.h2.reset(stream.sid, ErrorCodes.CANCEL)
+            if end_if_body_overdue(self.h2, stream, now, timeouts):
                 self.flush()
                 stream.reset()
         elif stream.window_wait_since and now - stream.window_wait_since > timeouts.write:

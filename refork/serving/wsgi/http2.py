@@ -42,7 +42,7 @@ from refork.http.h2 import (
     StreamReset,
 )
 from refork.serving.connection import Expiry, Phase, log_write_timeout
-from refork.serving.http2 import LINGER, answer_here, sniff_preface
+from refork.serving.http2 import LINGER, answer_here, end_if_body_overdue, sniff_preface
 from refork.serving.poller import IN, OUT
 from refork.serving.wsgi.http2_stream import HIGH_WATER, Stream
 
@@ -348,15 +348,7 @@ class Session:
         started); the stream pays, not the connection."""
         timeouts = self.loop.timeouts
         for stream in self.streams.values():
-            if stream.gone or stream.body_done:
-                continue
-            verdict = timeouts.expiry(Phase.BODY, stream.opened_at, now, 0.0, stream.received, False)
-            if verdict is Expiry.REQUEST_TIMEOUT:
-                if not stream.head_out:
-                    stream.head_out, stream.status = True, 408
-                    answer_here(self.h2, stream.sid, 408)
-                else:
-                    self.h2.reset(stream.sid, ErrorCodes.CANCEL)
+            if not (stream.gone or stream.body_done) and end_if_body_overdue(self.h2, stream, now, timeouts):
                 stream.gone = True
         self.changed.notify_all()
 
