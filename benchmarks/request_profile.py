@@ -1,4 +1,5 @@
-"""Where a hello-world WSGI request goes: refork's native engines against bjoern, counted.
+"""Where a hello-world request goes: refork's native engines against bjoern (WSGI), refork's ASGI
+protocol against uvicorn (ASGI, both on uvloop), counted.
 
 Throughput on a shared 2-core machine moves from round to round; what a request costs does not.
 Each server runs one worker process; one keep-alive client sends N1, then (a second run) N2
@@ -12,6 +13,7 @@ What the kernel does inside those calls (TCP over loopback, wake-ups) is the sam
 server; the counts say what each server adds to it.
 
     python benchmarks/request_profile.py [--python 3.11] [--requests 2000,12000] [--only engine,pool,bjoern]
+    python benchmarks/request_profile.py --only asgi,uvicorn   # an ASGI request: refork against uvicorn
 
 refork and bjoern run from benchmarks/.venv-X.Y (benchmarks/setup.sh).
 """
@@ -38,15 +40,23 @@ SERVERS: dict[str, list[str]] = {
     "pool": ["--threads", "4", "--wsgi-loop", "native"],
     "python": ["--threads", "1", "--wsgi-loop", "python"],
     "bjoern": [],
+    # ASGI: refork's protocol on uvloop against uvicorn's (httptools + uvloop), one process each
+    "asgi": ["--interface", "asgi", "--loop", "uvloop"],
+    "uvicorn": [],
 }
 
 
 def command(python: Path, name: str, port: int) -> list[str]:
     if name == "bjoern":
         return [str(python), str(APPS / "bjoern_run.py"), "hello_wsgi:app", "127.0.0.1", str(port), "1"]
+    if name == "uvicorn":
+        return [str(python), "-m", "uvicorn", "--http", "httptools", "--loop", "uvloop", "--no-access-log",
+                "--log-level", "warning", "--host", "127.0.0.1", "--port", str(port),
+                "hello_asgi:app"]  # fmt: skip
+    app = "hello_asgi:app" if "asgi" in SERVERS[name] else "hello_wsgi:app"
     return [
         str(python), "-m", "refork", "-w", "1", "--control-socket", "off", "--chdir", str(APPS),
-        "--refork-after", "off", "-b", f"127.0.0.1:{port}", *SERVERS[name], "hello_wsgi:app",
+        "--refork-after", "off", "-b", f"127.0.0.1:{port}", *SERVERS[name], app,
     ]  # fmt: skip
 
 
@@ -80,9 +90,12 @@ def instructions_by_object(python: Path, name: str, count: int) -> collections.C
 
 def _object(path: str) -> str:
     base = os.path.basename(path)
+    for known, label in (("/uvloop/", "uvloop (libuv)"), ("/httptools/", "httptools (llhttp)")):
+        if known in path:
+            return label
     for known, label in (("_native", "refork native (Rust)"), ("bjoern", "bjoern (C)"), ("libev", "libev"),
                          ("libpython", "libpython"), ("python3", "libpython"), ("libc.so", "libc"),
-                         ("ld-linux", "ld.so"), ("vdso", "vdso")):  # fmt: skip
+                         ("ld-linux", "ld.so"), ("vdso", "vdso"), ("_asyncio", "libpython")):  # fmt: skip
         if known in base:
             return label
     return "other: " + base
