@@ -71,7 +71,7 @@ def threads(path: str) -> int:
 
 
 @functools.cache
-def certs() -> Certs:
+def path_certs() -> Certs:
     """The TLS paths' CA and server certificate, made once per test process."""
     where = Path(tempfile.mkdtemp(prefix="refork-path-certs-"))
     atexit.register(shutil.rmtree, where, ignore_errors=True)
@@ -82,12 +82,12 @@ def flags(path: str, module: str) -> tuple[list[str], str]:
     """(the flags, the app) that serve `module`'s app of this path's interface on this path."""
     interface, chosen = PATHS[path]
     extra = ["--interface", "asgi"] if interface == "asgi" else []
-    return [*extra, *chosen, *(certs().args() if path in OVER_TLS else [])], f"{module}:{interface}"
+    return [*extra, *chosen, *(path_certs().args() if path in OVER_TLS else [])], f"{module}:{interface}"
 
 
 def tls(path: str, alpn: str = "h2") -> ssl.SSLContext | None:
     """A client's TLS context for this path's listener, offering `alpn`; None: the path is cleartext."""
-    return certs().client_context((alpn,)) if path in OVER_TLS else None
+    return path_certs().client_context((alpn,)) if path in OVER_TLS else None
 
 
 def connect(path: str, port: int, timeout: float = 10.0, alpn: str = "http/1.1") -> socket.socket:
