@@ -521,8 +521,12 @@ class Http2Connection:
 
     def release(self) -> None:
         """The connection is gone: break h2's reference cycle (its frame dispatch table holds its own
-        bound methods) so it is freed now, with what it buffered, not at the next full collection."""
+        bound methods) so it is freed now, not at the next full collection; what it buffered (a header
+        block arriving) goes now even if its owner is kept a while (in a cycle of its own)."""
         self.h2._frame_dispatch_table.clear()
+        buffer = self.h2.incoming_buffer
+        buffer._data = bytearray()
+        buffer._headers_buffer = []
 
     @property
     def open_streams(self) -> int:

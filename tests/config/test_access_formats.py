@@ -18,7 +18,7 @@ import time
 
 import pytest
 from conftest import TESTS, free_port, read_to_end
-from support.request_paths import PATHS
+from support.request_paths import PATHS, connect, flags
 
 from refork.config import ConfigError, load_config
 from refork.http.events import Request
@@ -50,12 +50,14 @@ REQUESTS = [
 
 
 
-def _send_all(port: int, requests: list[bytes] = REQUESTS) -> None:
-    """Each request on a connection of its own (gunicorn's sync worker closes after each)."""
+def _send_all(port: int, requests: list[bytes] = REQUESTS, path: str | None = None) -> None:
+    """Each request on a connection of its own (gunicorn's sync worker closes after each), as the
+    request path's clients connect (over TLS on a TLS path)."""
     for raw in requests:
         head = raw if raw.startswith(b"GET /missing") else raw + b"Connection: close\r\n"
         body = b"hello" if raw.startswith(b"POST") else b""
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock = connect(path, port) if path else socket.create_connection(("127.0.0.1", port), timeout=10)
+        with sock:
             sock.sendall(head + b"\r\n" + body)
             assert read_to_end(sock).startswith(b"HTTP/1.")
 
@@ -114,11 +116,10 @@ def gunicorn_lines(tmp_path_factory):
 
 
 def _refork_lines(start_server, tmp_path, path: str, args: list[str]) -> list[str]:
-    interface, loop = PATHS[path]
+    chosen, app = flags(path, "apps.access_apps")
     log = tmp_path / f"refork-{path}.log"
-    server = start_server(*loop, "--access-logfile", str(log), *args, app=f"apps.access_apps:{interface}",
-                          workers=1)  # fmt: skip
-    _send_all(server.port)
+    server = start_server(*chosen, "--access-logfile", str(log), *args, app=app, workers=1)
+    _send_all(server.port, path=path)
     return _lines(log, len(REQUESTS))
 
 

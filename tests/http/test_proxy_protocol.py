@@ -22,7 +22,7 @@ import pytest
 from conftest import free_port, read_to_end
 from support.certs import Certs
 from support.proxy_vectors import SIG, VECTORS, v2
-from support.request_paths import PATHS
+from support.request_paths import PATHS, flags, over_cleartext_only
 from support.services import ensure_installed
 
 from refork._native import parse_proxy
@@ -185,12 +185,12 @@ def _wait_lines(path, count: int) -> list[str]:
     raise AssertionError(f"the access log has not {count} lines")
 
 
-@pytest.mark.parametrize("path", list(PATHS))
+@over_cleartext_only("haproxy passing TLS through after the header: test_tls_after_the_header")
 def test_behind_haproxy(path, start_server, haproxy, tmp_path):
-    interface, args = PATHS[path]
+    args, app = flags(path, "apps.access_apps")
     log = tmp_path / "access.log"
     server = start_server(*args, "--proxy-protocol", "--access-logfile", str(log), "--access-logformat",
-                          "%(h)s %(U)s", app=f"apps.access_apps:{interface}", workers=1)  # fmt: skip
+                          "%(h)s %(U)s", app=app, workers=1)  # fmt: skip
     proxy = haproxy(server.port)
     for version in ("v1", "v2"):
         with _connect(proxy.ports[version]) as sock:

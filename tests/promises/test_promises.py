@@ -4,7 +4,7 @@ connection, a killed worker or mold is replaced with nothing else lost, a refork
 recycling lose nothing, and a prepared heap keeps computing right.
 
 A new request path is one more entry in request_paths.PATHS; a new promise is one more test here.
-On the h2c paths the clients speak HTTP/2 (prior knowledge): the load, the hung requests, the
+On the HTTP/2 paths (h2c, and h2 over TLS) the clients speak HTTP/2: the load, the hung requests, the
 slow clients are streams; a promise about HTTP/1.1 framing has its HTTP/2 counterpart there.
 """
 
@@ -14,10 +14,11 @@ import os
 import re
 import signal
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 
 import h2.exceptions
 import pytest
@@ -27,7 +28,7 @@ from hyperframe.frame import GoAwayFrame
 from support import h2client
 from support.h2client import H2Client, Refused
 from support.load import Load
-from support.request_paths import PATHS, every_path, flags, http2, threads, wsgi_paths
+from support.request_paths import PATHS, every_path, flags, http2, threads, tls, wsgi_paths
 
 from refork.memory.heap import immortalize_support
 
@@ -41,18 +42,20 @@ def serve(start_server: Callable[..., Server], path: str, *args: str, workers: i
 
 def get(server: Server, path: str, url: str = "/", timeout: float = 10.0) -> tuple[int, bytes]:
     """(status, body) of a GET on a new connection, in the path's protocol."""
-    return h2client.get(server.port, url, timeout) if http2(path) else server.get(url, timeout=timeout)
+    if http2(path):
+        return h2client.get(server.port, url, timeout, tls(path))
+    return server.get(url, timeout=timeout)
 
 
 def load_for(server: Server, path: str, threads: int) -> Load:
     """Load in the path's protocol."""
-    return Load(server.port, threads=threads, http2=http2(path))
+    return Load(server.port, threads=threads, http2=http2(path), tls=tls(path))
 
 
 def hang(server: Server, path: str, url: str = "/hang") -> closing[socket.socket] | closing[H2Client]:
-    """A request left waiting on a connection of its own (a stream on h2c paths), until closed."""
+    """A request left waiting on a connection of its own (a stream on HTTP/2 paths), until closed."""
     if http2(path):
-        client = H2Client(server.port)
+        client = H2Client(server.port, tls=tls(path))
         client.send("GET", url)
         return closing(client)
     s = socket.create_connection(("127.0.0.1", server.port))
@@ -62,12 +65,13 @@ def hang(server: Server, path: str, url: str = "/hang") -> closing[socket.socket
 
 class Hung:
     """Clients that keep a request to /hang open, each sending another when its connection dies;
-    over HTTP/2 (h2=True) each connection holds `streams` hung streams."""
+    on an HTTP/2 path each connection holds `streams` hung streams."""
 
-    def __init__(self, port: int, clients: int, h2: bool = False, streams: int = 4) -> None:
+    def __init__(self, port: int, path: str, clients: int, streams: int = 4) -> None:
         self.port = port
-        self.streams = streams if h2 else 1
-        self.h2 = h2
+        self.h2 = http2(path)
+        self.tls = tls(path)
+        self.streams = streams if self.h2 else 1
         self.stop = threading.Event()
         self.sent = 0
         self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
@@ -99,7 +103,7 @@ class Hung:
     def _hung(self) -> Iterator[Callable[[], object]]:
         """A connection with its hung requests sent; what reads it (falsy once it is closed)."""
         if self.h2:
-            with closing(H2Client(self.port, timeout=0.5)) as client:
+            with closing(H2Client(self.port, timeout=0.5, tls=self.tls)) as client:
                 for _ in range(self.streams):
                     client.send("GET", "/hang")
                     self.sent += 1
@@ -120,7 +124,7 @@ def test_a_flood_of_hung_requests_costs_only_those_requests(start_server, path):
     workers = 4 if per_worker == 1 else 2
     hung = max(2, workers * per_worker * 5 // 8) if per_worker else 20
     server = serve(start_server, path, "--timeout", "2", workers=workers)
-    with Hung(server.port, hung, h2=http2(path)) as flood:
+    with Hung(server.port, path, hung) as flood:
         server.wait_for(lambda: flood.sent >= hung, what=f"{hung} hung requests")
         with load_for(server, path, threads=4) as load:
             load.wait_for_requests(300, timeout=30)
@@ -142,13 +146,11 @@ def test_a_worker_whose_app_threads_are_all_busy_accepts_nothing_it_cannot_start
     per_worker = threads(path)
     server = serve(start_server, path, "--timeout", "60", workers=2)
     full = None
-    hung: list[socket.socket] = []
-    try:
-        while full is None and len(hung) < 2 * per_worker - 1:
-            s = socket.create_connection(("127.0.0.1", server.port))
-            s.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
-            hung.append(s)
-            total = len(hung)
+    with ExitStack() as hung_requests:
+        total = 0
+        while full is None and total < 2 * per_worker - 1:
+            hung_requests.enter_context(hang(server, path))
+            total += 1
             busy = server.wait_for(
                 lambda total=total: (b := [w["busy"] for w in server.workers()]) and sum(b) == total and b,
                 what=f"{total} hung requests in the app",
@@ -158,13 +160,10 @@ def test_a_worker_whose_app_threads_are_all_busy_accepts_nothing_it_cannot_start
         free = [w["pid"] for w in server.workers() if w["busy"] < per_worker]
         for _ in range(40):  # each on a new connection: the kernel offers it to both workers
             try:
-                code, body = server.get("/", timeout=5)
+                code, body = get(server, path, timeout=5)
             except TimeoutError:
                 raise AssertionError(f"a GET waited 5 s: {server.workers()}\n{server.log()}") from None
             assert code == 200 and int(body.split()[0]) in free
-    finally:
-        for s in hung:
-            s.close()
 
 
 @pytest.mark.parametrize("path", [p for p in PATHS if threads(p) != 1])  # (one thread: nothing serves beside)
@@ -204,7 +203,7 @@ def test_a_worker_blocked_in_the_app_past_timeout_is_killed_and_replaced(start_s
 def never_reads(server: Server, path: str) -> closing[socket.socket] | closing[H2Client]:
     """A GET of 50 MB whose client never reads (over HTTP/2: never opens its stream's window)."""
     if http2(path):
-        client = H2Client(server.port, settings={SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        client = H2Client(server.port, settings={SettingCodes.INITIAL_WINDOW_SIZE: 0}, tls=tls(path))
         client.send("GET", "/big?50000000")
         return closing(client)
     reader = socket.create_connection(("127.0.0.1", server.port))
@@ -216,7 +215,7 @@ def never_reads(server: Server, path: str) -> closing[socket.socket] | closing[H
 def slowloris(server: Server, path: str) -> socket.socket:
     """A head that never ends (over HTTP/2: HEADERS without END_HEADERS, no CONTINUATION)."""
     if http2(path):
-        return h2client.unfinished_head(server.port)
+        return h2client.unfinished_head(server.port, tls=tls(path))
     loris = socket.create_connection(("127.0.0.1", server.port), timeout=10)
     loris.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
     return loris
@@ -253,19 +252,19 @@ def test_an_app_answering_an_interim_status_as_its_response_gets_a_500_and_nothi
     its stream, and the stream opened beside it gets its own answer)."""
     server = serve(start_server, path, workers=1)
     if http2(path):
-        with closing(H2Client(server.port, timeout=10)) as client:
+        with closing(H2Client(server.port, timeout=10, tls=tls(path))) as client:
             interim, beside = client.send("GET", f"/status?{status}"), client.send("GET", "/")
             assert client.response(interim)[0] == 500
             code, body = client.response(beside)
         assert code == 200 and int(body.split()[0]) == server.workers()[0]["pid"]
-        assert "Informational" in server.log(), server.log()[-2000:]
+        assert "informational" in server.log().lower(), server.log()[-2000:]
         return
     pipelined = f"GET /status?{status} HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n"
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
         s.sendall(pipelined.encode())
         data = read_to_end(s)
     assert data.startswith(b"HTTP/1.1 500 ") and data.count(b"HTTP/1.1 ") == 1, data[:300]
-    assert "informational" in server.log() or "Informational" in server.log(), server.log()[-2000:]
+    assert "informational" in server.log().lower(), server.log()[-2000:]
     assert server.get("/")[0] == 200
 
 
@@ -392,12 +391,13 @@ def pipelined_bodies(port: int, request: bytes, total: int, depth: int = 50) -> 
                     yield body
 
 
-def multiplexed_bodies(port: int, url: str, total: int, depth: int = 50) -> Iterator[bytes]:
+def multiplexed_bodies(port: int, url: str, total: int, depth: int = 50, tls: ssl.SSLContext | None = None
+                       ) -> Iterator[bytes]:  # fmt: skip
     """The bodies of `total` GETs of `url` over HTTP/2, `depth` streams at a time on a connection;
     those the server did not process (a GOAWAY below them: a worker retired) go on a new one."""
     count = 0
     while count < total:
-        with closing(H2Client(port, timeout=10)) as client:
+        with closing(H2Client(port, timeout=10, tls=tls)) as client:
             while client.usable and count < total:
                 for sid in [client.send("GET", url) for _ in range(min(depth, total - count))]:
                     try:
@@ -436,7 +436,7 @@ def test_a_prepared_heap_serves_a_call_heavy_app_right_for_10k_requests(start_se
     assert ("immortalize on (" in heap) if supported else (f"immortalize unsupported: {why}" in heap), heap
     expected = str(EXPECTED).encode()
     if http2(path):
-        bodies = list(multiplexed_bodies(server.port, "/calls", 10_000))
+        bodies = list(multiplexed_bodies(server.port, "/calls", 10_000, tls=tls(path)))
     else:
         bodies = list(pipelined_bodies(server.port, b"GET /calls HTTP/1.1\r\nHost: x\r\n\r\n", 10_000))
     wrong = [body for body in bodies if body != expected]

@@ -19,6 +19,7 @@ import ctypes
 import os
 import select
 import socket
+import ssl
 import tempfile
 import threading
 import zlib
@@ -33,8 +34,9 @@ from conftest import Server
 from hyperframe.frame import ContinuationFrame, GoAwayFrame, HeadersFrame, SettingsFrame
 from support.h2client import PREFACE, H2Client, frames
 from support.head_lines import HEAD, HEAD_LINES
-from support.request_paths import PATHS, every_path, http2, over_http11_only, wsgi_paths
+from support.request_paths import PATHS, http2, over_cleartext_only, over_http11_only, threads, tls
 from support.sockets import hang_up
+from test_promises import get
 from test_promises import serve as serve_with_defaults
 
 
@@ -45,6 +47,13 @@ def serve(start_server: Callable[..., Server], path: str, *args: str, **kw: Any)
 
 websocket_paths = over_http11_only("a WebSocket is an HTTP/1.1 Upgrade (no RFC 8441 CONNECT over HTTP/2)",
                                    "asgi")  # fmt: skip
+# (measured: an idle TLS connection costs a uvloop worker about 60 KiB, one a header block floods
+# about 500 KiB; asyncio's keeps a 256 KiB read buffer per connection)
+rss_paths = over_cleartext_only("a TLS connection's buffers (the event loop's SSL protocol, OpenSSL's) "
+                                "are outside --max-request-memory: 300 of them pass the RSS margin")
+spool_paths = over_http11_only("an HTTP/2 stream's body waits in its flow-control window until the app "
+                               "reads it, never in the spool: the bodies' test below",
+                               "wsgi")  # fmt: skip
 
 MIB = 1 << 20
 
@@ -167,7 +176,7 @@ class Upload:
 
 
 # -- the spool holds what arrived ----------------------------------------------------------------
-@wsgi_paths
+@spool_paths
 def test_declared_lengths_reserve_nothing_of_the_spool(start_server, path):
     """Four uploads declaring a gigabyte each and sending a little more than the in-memory
     threshold hold what they sent, not the 4 GiB budget: another upload is served meanwhile, and the
@@ -209,7 +218,7 @@ def private_tmpfs(mount: Path, size: str) -> Callable[[], None]:
     return enter
 
 
-@wsgi_paths
+@spool_paths
 def test_a_full_spool_directory_is_a_507_with_retry_after(start_server, path, tmp_path):
     """The spool directory's disk fills up under two uploads: the one that finds it full gets a
     507 with Retry-After (not a reset), its file is let go, and the other one completes."""
@@ -286,26 +295,26 @@ def close_code(sock: socket.socket) -> int | None:
         data += chunk
 
 
-def counts(server) -> tuple[int, int, int]:
+def counts(server: Server, path: str) -> tuple[int, int, int]:
     """(messages, disconnects) the app's WebSockets received in the worker, and the body bytes its
     /trickle requests read."""
-    received, closed, body = server.get("/counts")[1].split()
+    received, closed, body = get(server, path, "/counts")[1].split()
     return int(received), int(closed), int(body)
 
 
-def ws_count(server) -> tuple[int, int]:
-    return counts(server)[:2]
+def ws_count(server: Server, path: str) -> tuple[int, int]:
+    return counts(server, path)[:2]
 
 
-def warm_websockets(server) -> int:
+def warm_websockets(server: Server, path: str) -> int:
     """One WebSocket message and disconnect first (the worker's first use of wsproto and zlib are
     part of its baseline, not of the flood); the worker's RSS then."""
     pid = server.workers()[0]["pid"]
     warm = deflate_websocket(server.port, "/ws")
     warm.sendall(deflated(MIB))
-    server.wait_for(lambda: ws_count(server)[0] == 1, what="the warm-up message")
+    server.wait_for(lambda: ws_count(server, path)[0] == 1, what="the warm-up message")
     warm.close()
-    server.wait_for(lambda: ws_count(server)[1] == 1, what="the warm-up's disconnect")
+    server.wait_for(lambda: ws_count(server, path)[1] == 1, what="the warm-up's disconnect")
     return rss(pid)
 
 
@@ -317,16 +326,16 @@ def test_deflated_websocket_messages_for_a_slow_app_keep_the_worker_near_its_bas
     baseline; the app gets every message; once the clients are gone the RSS comes back."""
     server = serve(start_server, path, workers=1)
     pid = server.workers()[0]["pid"]
-    baseline = warm_websockets(server)
+    baseline = warm_websockets(server, path)
     clients = [deflate_websocket(server.port, "/ws?0.1") for _ in range(2)]
     flood = deflated(16 * MIB) * 20
     with RssSampler(pid) as during:
         for c in clients:
             threading.Thread(target=c.sendall, args=(flood,), daemon=True).start()
-        server.wait_for(lambda: ws_count(server)[0] == 41, timeout=60, what="every message to the app")
+        server.wait_for(lambda: ws_count(server, path)[0] == 41, timeout=60, what="every message to the app")
     for c in clients:
         c.close()
-    server.wait_for(lambda: ws_count(server)[1] == 3, what="the disconnects")
+    server.wait_for(lambda: ws_count(server, path)[1] == 3, what="the disconnects")
     settles_near(server, pid, baseline, 16 * MIB)
     assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
 
@@ -339,7 +348,7 @@ def test_websockets_hold_no_more_than_ws_max_memory_of_a_worker(start_server, pa
     to take): never the worker killed for its memory."""
     server = serve(start_server, path, "--ws-max-memory", "24M", workers=1)
     pid = server.workers()[0]["pid"]
-    baseline = warm_websockets(server)
+    baseline = warm_websockets(server, path)
     clients = [deflate_websocket(server.port, "/ws?0.5") for _ in range(4)]
     codes: list[int | None] = []
     readers = [threading.Thread(target=lambda c=c: codes.append(close_code(c)), daemon=True) for c in clients]
@@ -347,12 +356,12 @@ def test_websockets_hold_no_more_than_ws_max_memory_of_a_worker(start_server, pa
         for c, reader in zip(clients, readers, strict=True):
             reader.start()
             threading.Thread(target=c.sendall, args=(deflated(12 * MIB) * 6,), daemon=True).start()
-        server.wait_for(lambda: ws_count(server)[0] + 6 * len(codes) >= 1 + 24, timeout=60,
+        server.wait_for(lambda: ws_count(server, path)[0] + 6 * len(codes) >= 1 + 24, timeout=60,
                         what="every message taken, or its connection closed")  # fmt: skip
     assert all(code == 1009 for code in codes), codes
     for c in clients:
         hang_up(c)
-    server.wait_for(lambda: ws_count(server)[1] == 5, what="the disconnects")
+    server.wait_for(lambda: ws_count(server, path)[1] == 5, what="the disconnects")
     settles_near(server, pid, baseline, 16 * MIB)
     assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
     assert server.workers()[0]["pid"] == pid
@@ -371,7 +380,7 @@ def test_a_message_that_cannot_fit_in_ws_max_memory_while_no_app_has_one_is_clos
     big.close()
     small = deflate_websocket(server.port, "/ws")
     small.sendall(deflated(MIB) * 3)
-    server.wait_for(lambda: ws_count(server)[0] == 3, what="the next client's messages")
+    server.wait_for(lambda: ws_count(server, path)[0] == 3, what="the next client's messages")
     small.close()
 
 
@@ -379,13 +388,15 @@ def test_a_message_that_cannot_fit_in_ws_max_memory_while_no_app_has_one_is_clos
 class Flood:
     """Connections that each send a request (head, and body) in pieces, never finishing it: one
     piece per connection per round, as far as the server reads (nothing blocks on a connection it
-    stopped reading); the answers it gives meanwhile are collected."""
+    stopped reading); the answers it gives meanwhile are collected. Over TLS with `tls`."""
 
-    def __init__(self, port: int, clients: int, start: bytes) -> None:
+    def __init__(self, port: int, clients: int, start: bytes, tls: ssl.SSLContext | None = None) -> None:
         self.socks: list[socket.socket] = []
         self.unsent: list[bytes] = []
         for _ in range(clients):
             s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            if tls is not None:  # (the handshake, before the socket is non-blocking)
+                s = tls.wrap_socket(s, server_hostname="127.0.0.1")
             s.setblocking(False)
             self.socks.append(s)
             self.unsent.append(start)
@@ -411,7 +422,7 @@ class Flood:
             data = self.unsent[i] + piece
             try:
                 sent = s.send(data)
-            except BlockingIOError:
+            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 sent = 0
             except OSError:
                 self.answers[i] = self._answer(i, s) or b"(reset)"
@@ -421,7 +432,7 @@ class Flood:
     def _answer(self, i: int, s: socket.socket) -> bytes | None:
         try:
             return s.recv(65536) or b"(closed)"
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantReadError):
             return b"(nothing)"
         except OSError:
             return b"(reset)"
@@ -449,12 +460,12 @@ class HeaderBlockFlood(Flood):
     CONTINUATION per round) that never ends; a connection is answered when the server closes it:
     b"GOAWAY <its error code>" (or how it closed without one)."""
 
-    def __init__(self, port: int, clients: int, block: bytes) -> None:
+    def __init__(self, port: int, clients: int, block: bytes, tls: ssl.SSLContext | None = None) -> None:
         self.block = block  # HEADERS carry its first 16 KiB, each round's CONTINUATION the next
         self.at = 16384
         self.got: dict[int, bytes] = {}
         head = HeadersFrame(1, block[: self.at], flags=["END_STREAM"])
-        super().__init__(port, clients, PREFACE + SettingsFrame(0).serialize() + head.serialize())
+        super().__init__(port, clients, PREFACE + SettingsFrame(0).serialize() + head.serialize(), tls)
 
     def round(self, piece: bytes) -> None:
         """The next 16 KiB of the block (`piece` b"": none) as a CONTINUATION without END_HEADERS."""
@@ -468,7 +479,7 @@ class HeaderBlockFlood(Flood):
     def _answer(self, i: int, s: socket.socket) -> bytes | None:
         try:
             data = s.recv(65536)
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantReadError):
             return None
         except OSError:
             data = b""
@@ -482,11 +493,15 @@ class HeaderBlockFlood(Flood):
 class StreamFlood:
     """HTTP/2 connections each opening `streams` uploads (POST `url`, Content-Length `length`) and
     sending `send` bytes of each as the server's windows let through, never finishing them; the
-    answers (status or reset code) streams get meanwhile are collected."""
+    answers (status or reset code) streams get meanwhile are collected. Over TLS with `tls`."""
 
-    def __init__(self, port: int, connections: int, streams: int, url: str, length: int, send: int) -> None:
+    def __init__(self, port: int, connections: int, streams: int, url: str, length: int, send: int,
+                 tls: ssl.SSLContext | None = None) -> None:  # fmt: skip
         self.answers: dict[tuple[int, int], int] = {}  # (connection, stream) -> status (or -reset code)
         self.stop = threading.Event()
+        self.tls = tls
+        self.stalled = [False] * connections  # every stream not sent whole waits for its window
+        self.sent_whole = [0] * connections  # streams whose `send` bytes all went
         args = (port, streams, url, length, send)
         self.threads = [threading.Thread(target=self._run, args=(i, *args), daemon=True)
                         for i in range(connections)]  # fmt: skip
@@ -494,7 +509,7 @@ class StreamFlood:
             t.start()
 
     def _run(self, i: int, port: int, streams: int, url: str, length: int, send: int) -> None:
-        with closing(H2Client(port)) as client:
+        with closing(H2Client(port, tls=self.tls)) as client:
             left = {client.send("POST", url, length=length): send for _ in range(streams)}
             while not self.stop.is_set() and not client.closed:
                 for sid, n in list(left.items()):
@@ -506,6 +521,11 @@ class StreamFlood:
                         del left[sid]
                 if select.select([client.sock], [], [], 0.05)[0]:
                     client.read()  # window updates (and answers, if any)
+                try:
+                    self.stalled[i] = all(client.conn.local_flow_control_window(sid) == 0 for sid in left)
+                except h2.exceptions.StreamClosedError:
+                    self.stalled[i] = False  # (reset meanwhile: dropped from `left` next round)
+                self.sent_whole[i] = streams - len(left)
                 for sid, code in client.resets.items():
                     self.answers[(i, sid)] = -code
                 for sid, (status, _, _) in client.answers.items():
@@ -546,7 +566,7 @@ def test_a_line_past_its_limit_is_answered_as_soon_as_it_is_past_it(start_server
 
 
 
-@every_path
+@rss_paths
 def test_a_flood_of_endless_header_lines_is_refused_as_it_arrives_and_costs_the_worker_little(
     start_server, path
 ):
@@ -557,13 +577,14 @@ def test_a_flood_of_endless_header_lines_is_refused_as_it_arrives_and_costs_the_
     GOAWAY (ENHANCE_YOUR_CALM) once the block passes --http2-max-header-list-size."""
     server = serve(start_server, path, workers=1)
     pid = server.workers()[0]["pid"]
-    server.get("/")
+    get(server, path)
     baseline = rss(pid)
     with RssSampler(pid) as during:
         if http2(path):
             fields = [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "x"),
                       ("x-long", "v" * 600_000)]  # fmt: skip
-            flood: Flood = HeaderBlockFlood(server.port, 300, hpack.Encoder().encode(fields, huffman=False))
+            flood: Flood = HeaderBlockFlood(server.port, 300, hpack.Encoder().encode(fields, huffman=False),
+                                                 tls(path))
         else:
             flood = Flood(server.port, 300, HEAD + b"X-Long: ")
         for _ in range(600 // 16):
@@ -574,10 +595,10 @@ def test_a_flood_of_endless_header_lines_is_refused_as_it_arrives_and_costs_the_
     assert statuses == ({b"GOAWAY 11": 300} if http2(path) else {b"431": 300}), statuses
     settles_near(server, pid, baseline, 16 * MIB)
     assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
-    assert server.get("/")[0] == 200
+    assert get(server, path)[0] == 200
 
 
-@every_path
+@rss_paths
 def test_heads_held_past_max_request_memory_are_refused_and_the_worker_stays_near_its_baseline(
     start_server, path
 ):
@@ -589,14 +610,14 @@ def test_heads_held_past_max_request_memory_are_refused_and_the_worker_stays_nea
     connection gets GOAWAY (ENHANCE_YOUR_CALM; HPACK state forbids refusing one stream's block)."""
     server = serve(start_server, path, workers=1)
     pid = server.workers()[0]["pid"]
-    server.get("/")
+    get(server, path)
     baseline = rss(pid)
     with RssSampler(pid) as during:
         if http2(path):
             fields = [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "x"),
                       *[(f"x-{i}", "v" * 7990) for i in range(8)]]  # fmt: skip
             block = hpack.Encoder().encode(fields, huffman=False)[:-100]  # 63,890 bytes, never ended
-            flood: Flood = HeaderBlockFlood(server.port, 300, block)
+            flood: Flood = HeaderBlockFlood(server.port, 300, block, tls(path))
             for _ in range(len(block) // 16384):
                 flood.round(b"v")
             # half of those it cannot hold whole (a frame not whole is charged past the budget)
@@ -616,41 +637,47 @@ def test_heads_held_past_max_request_memory_are_refused_and_the_worker_stays_nea
         assert all(b"\r\nRetry-After: 1\r\n" in a for a in answers)
     settles_near(server, pid, baseline, 16 * MIB)
     assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
-    assert server.get("/")[0] == 200
+    assert get(server, path)[0] == 200
 
 
-@every_path
+@rss_paths
 def test_bodies_held_in_memory_are_bounded_per_worker(start_server, path):
     """300 uploads of a body under --body-spool-threshold stop 100 KB short of its end: 270 MB if
     each were kept whole. A WSGI worker holds them in memory until they are whole: up to
     --max-request-memory, the rest goes to the spool on disk; an ASGI worker holds what the app has
     not read yet (it reads a piece every 0.2 s): up to that budget, and stops reading the others
     meanwhile. Its RSS stays within 64 MiB of its baseline and comes back to it once they are gone.
-    Over HTTP/2 they are 30 connections of 10 streams each, sending as the windows let them."""
+    Over HTTP/2 they are 30 connections of 10 streams each, sending as the windows let them: a WSGI
+    worker's app threads read theirs, the streams waiting for a thread hold a window's worth each."""
     server = serve(start_server, path, workers=1)
     pid = server.workers()[0]["pid"]
-    server.get("/")
+    get(server, path)
     baseline = rss(pid)
     with RssSampler(pid) as during:
         asgi = PATHS[path][0] == "asgi"
         target = b"/trickle?0.2" if asgi else b"/upload"
         flood: Flood | StreamFlood
         if http2(path):
-            flood = StreamFlood(server.port, 30, 10, target.decode(), 1_000_000, 900_000)
+            flood = StreamFlood(server.port, 30, 10, target.decode(), 1_000_000, 900_000, tls(path))
         else:
             head = b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n" % target
             flood = Flood(server.port, 300, head)
             for _ in range(900 // 30):
                 flood.round(b"b" * 30000)
-        if not asgi:  # all read: what is not in memory is in the spool
+        if not asgi and http2(path):  # the apps read theirs, the others filled their windows (and the
+            # connections past those, never accepted while every app thread is busy, the kernel's)
+            running = threads(path)
+            server.wait_for(lambda: all(flood.stalled) and sum(flood.sent_whole) >= running,
+                            what="the bodies in the apps and the windows full")  # fmt: skip
+        elif not asgi:  # all read: what is not in memory is in the spool
             server.wait_for(lambda: flood.round(b"") or sum(spool_files(pid)) + (16 << 20) >= 300 * 900_000,
                             what="the bodies over the budget spooled")  # fmt: skip
         else:  # all read by the app, as fast as it wants: what waits for it waits in the budget
-            server.wait_for(lambda: flood.round(b"") or counts(server)[2] == 300 * 900_000, timeout=60,
+            server.wait_for(lambda: flood.round(b"") or counts(server, path)[2] == 300 * 900_000, timeout=60,
                             what="every body read by the app")  # fmt: skip
         statuses = flood.statuses()
         flood.close()
     assert statuses == {}, statuses  # nobody refused, nobody cut
     settles_near(server, pid, baseline, 16 * MIB)
     assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
-    assert server.get("/")[0] == 200
+    assert get(server, path)[0] == 200

@@ -19,7 +19,7 @@ import pytest
 from apps.hint_apps import FONT, SCRIPT, STYLE
 from conftest import read_to_end
 from support.certs import Certs
-from support.request_paths import PATHS, every_path, flags, wsgi_paths
+from support.request_paths import OVER_TLS, PATHS, flags, http2, over_cleartext_only, path_certs, wsgi_paths
 
 HINT = b"HTTP/1.1 103 Early Hints"
 TWO_HINTS = [
@@ -47,7 +47,7 @@ def _split(data: bytes) -> tuple[list[bytes], bytes]:
     return interim, data
 
 
-@every_path
+@over_cleartext_only("HTTP/1.1 over TLS: test_hints_over_tls (curl --http1.1)")
 def test_hints_go_before_the_final_response_on_http11_only(start_server, path):
     chosen, app = flags(path, "apps.hint_apps")
     server = start_server(*chosen, app=app, workers=1)
@@ -135,7 +135,7 @@ def _heads(events: list[h2.events.Event]) -> list[tuple[str, list[tuple[bytes, b
     return [(kinds[type(e)], list(e.headers)) for e in events if type(e) in kinds]
 
 
-@pytest.mark.parametrize("path", [p for p in PATHS if "h2c" not in p])  # (h2c is turned on here)
+@pytest.mark.parametrize("path", [p for p in PATHS if not http2(p)])  # (h2c is turned on here)
 def test_hints_over_http2_are_informational_headers_before_the_response(start_server, path):
     chosen, app = flags(path, "apps.hint_apps")
     server = start_server(*chosen, "--http-protocols", "h2c,h1", app=app, workers=1)
@@ -157,17 +157,17 @@ def test_hints_over_http2_are_informational_headers_before_the_response(start_se
         client.sock.close()
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return Certs(tmp_path_factory.mktemp("hint-certs"))
+@pytest.fixture
+def certs() -> Certs:
+    return path_certs()  # (the TLS paths' own, on those)
 
 
-@every_path
+@pytest.mark.parametrize("path", list(PATHS))
 def test_hints_over_tls(start_server, certs, path):
     """Over TLS (the WSGI engines hand such connections to the Python loop; both interfaces answer
     HTTP/2 by ALPN): curl sees the 103 before the 200 and the page, on HTTP/1.1 and HTTP/2."""
     chosen, app = flags(path, "apps.hint_apps")
-    server = start_server(*chosen, *certs.args(), app=app, workers=1)
+    server = start_server(*chosen, *([] if path in OVER_TLS else certs.args()), app=app, workers=1)
     for version in ("--http1.1", "--http2"):
         url = f"https://127.0.0.1:{server.port}/"
         curl = ["curl", "-sS", "-v", version, "--max-time", "20", "--cacert", str(certs.ca_pem), url]

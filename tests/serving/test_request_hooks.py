@@ -11,12 +11,11 @@ post_request that raises logged, the access log still written, a streamed respon
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
 from conftest import read_to_end
-from support.request_paths import PATHS
+from support.request_paths import OVER_TLS, PATHS, connect, flags
 
 HOOKS = """
 import json, os
@@ -43,8 +42,8 @@ def post_request(worker, req, environ, resp):
 
 
 
-def _send(port: int, raw: bytes) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+def _send(path: str, port: int, raw: bytes) -> bytes:
+    with connect(path, port) as sock:
         sock.sendall(raw)
         return read_to_end(sock)
 
@@ -61,15 +60,16 @@ def _notes(path, count: int) -> list[dict]:
 
 @pytest.mark.parametrize("path", list(PATHS))
 def test_pre_and_post_request(path, start_server, tmp_path):
-    interface, args = PATHS[path]
+    interface = PATHS[path][0]
+    args, app = flags(path, "apps.access_apps")
     notes = tmp_path / "notes.jsonl"
     conf = tmp_path / "gunicorn.conf.py"
     conf.write_text(HOOKS.format(log=str(notes)))
     access = tmp_path / "access.log"
     server = start_server("-c", str(conf), *args, "--access-logfile", str(access), "--access-logformat",
-                          "%(s)s %(U)s", app=f"apps.access_apps:{interface}", workers=1)  # fmt: skip
+                          "%(s)s %(U)s", app=app, workers=1)  # fmt: skip
     head = b"GET /missing/a%20b?x=1 HTTP/1.1\r\nHost: h\r\nX-Thing: yes\r\nConnection: close\r\n\r\n"
-    reply = _send(server.port, head)
+    reply = _send(path, server.port, head)
     assert reply.startswith(b"HTTP/1.1 404 ")
     pre, post = _notes(notes, 2)
     worker = server.workers()[0]["pid"]
@@ -77,7 +77,8 @@ def test_pre_and_post_request(path, start_server, tmp_path):
     expected_path = "/missing/a b" if interface == "asgi" else "/missing/a%20b"  # (gunicorn's asgi: decoded)
     assert (pre["method"], pre["path"], pre["query"]) == ("GET", expected_path, "x=1")
     assert pre["uri"] == "/missing/a%20b?x=1"
-    assert pre["version"] == [1, 1] and pre["scheme"] == "http" and pre["close"] is True
+    assert pre["version"] == [1, 1] and pre["close"] is True
+    assert pre["scheme"] == ("https" if path in OVER_TLS else "http")
     assert pre["headers"] == [["HOST", "h"], ["X-THING", "yes"], ["CONNECTION", "close"]]
     assert pre["remote"][0] == "127.0.0.1" and isinstance(pre["remote"][1], int)
     headers = [["Content-Type", "text/plain"], ["Content-Length", "10"]]
@@ -89,18 +90,17 @@ def test_pre_and_post_request(path, start_server, tmp_path):
     }  # fmt: skip
 
     # pre_request raises: 500, the app is not called (it would have answered 200)
-    reply = _send(server.port, b"GET /fail-pre HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+    reply = _send(path, server.port, b"GET /fail-pre HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
     assert reply.startswith(b"HTTP/1.1 500 ")
     notes3 = _notes(notes, 4)
     assert (notes3[2]["hook"], notes3[3]["hook"], notes3[3]["code"]) == ("pre", "post", 500)
     # post_request raises: logged, the response was sent, the next request is served
-    assert _send(server.port, b"GET /fail-post HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").startswith(
-        b"HTTP/1.1 200 "
-    )
+    reply = _send(path, server.port, b"GET /fail-post HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 200 ")
     server.wait_for(lambda: "Exception in post_request hook" in server.log(), what="the hook's error line")
     assert "RuntimeError: post_request is broken" in server.log()
     # a streamed body (chunked): post_request once it is all out
-    reply = _send(server.port, b"GET /stream HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+    reply = _send(path, server.port, b"GET /stream HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
     assert reply.endswith(b"0\r\n\r\n")
     last = _notes(notes, 8)[-1]
     assert (last["hook"], last["path"], last["code"]) == ("post", "/stream", 200)

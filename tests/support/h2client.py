@@ -1,5 +1,6 @@
-"""A synchronous HTTP/2 client with prior knowledge (h2c) for the promise matrix: requests on
-streams of one connection, each answer read as it comes (python-hyper's `h2` for the protocol).
+"""A synchronous HTTP/2 client for the promise matrix: requests on streams of one connection, each
+answer read as it comes (python-hyper's `h2` for the protocol); cleartext with prior knowledge
+(h2c), or over TLS with a context offering ALPN h2.
 
 What it may retry is what RFC 9113 8.7 says the server did not process: a stream above the last
 stream id of the server's GOAWAY, or one reset with REFUSED_STREAM (`Refused`). A connection that
@@ -9,6 +10,7 @@ ends under a stream the server took is that request lost (`ConnectionError`).
 from __future__ import annotations
 
 import socket
+import ssl
 from collections.abc import Iterator
 
 import h2.config
@@ -29,11 +31,26 @@ class Refused(Exception):
     """The server did not process this stream (GOAWAY below it, REFUSED_STREAM): send it again."""
 
 
-class H2Client:
-    """One h2c connection. `settings` are sent with the preface (say INITIAL_WINDOW_SIZE 0)."""
+def connect(port: int, timeout: float, tls: ssl.SSLContext | None = None) -> socket.socket:
+    """A connection for HTTP/2: cleartext, or TLS (handshake done) whose ALPN must have picked h2."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    if tls is None:
+        return sock
+    wrapped = tls.wrap_socket(sock, server_hostname="127.0.0.1")
+    if wrapped.selected_alpn_protocol() != "h2":
+        wrapped.close()
+        raise ConnectionError(f"ALPN picked {wrapped.selected_alpn_protocol()!r}, not h2")
+    return wrapped
 
-    def __init__(self, port: int, timeout: float = 30.0, settings: dict[int, int] | None = None) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+
+class H2Client:
+    """One HTTP/2 connection (over TLS with `tls`). `settings` are sent with the preface (say
+    INITIAL_WINDOW_SIZE 0)."""
+
+    def __init__(self, port: int, timeout: float = 30.0, settings: dict[int, int] | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:  # fmt: skip
+        self.sock = connect(port, timeout, tls)
+        self.scheme = "http" if tls is None else "https"
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         self.conn.initiate_connection()
         if settings:
@@ -59,7 +76,7 @@ class H2Client:
         """Open a stream with this request and return its id: its whole body (when the window lets
         it), or with `length` a Content-Length and no body yet (send_data sends it)."""
         sid = self.conn.get_next_available_stream_id()
-        head = [(":method", method), (":path", path), (":scheme", "http"), (":authority", "127.0.0.1")]
+        head = [(":method", method), (":path", path), (":scheme", self.scheme), (":authority", "127.0.0.1")]
         if body or length is not None:
             head.append(("content-length", str(len(body) if length is None else length)))
         self.conn.send_headers(sid, head, end_stream=not body and length is None)
@@ -155,9 +172,10 @@ class H2Client:
         self.closed = True
 
 
-def get(port: int, path: str = "/", timeout: float = 10.0) -> tuple[int, bytes]:
+def get(port: int, path: str = "/", timeout: float = 10.0,
+        tls: ssl.SSLContext | None = None) -> tuple[int, bytes]:  # fmt: skip
     """One GET on a connection of its own."""
-    client = H2Client(port, timeout)
+    client = H2Client(port, timeout, tls=tls)
     try:
         return client.request("GET", path)
     except h2.exceptions.ProtocolError as e:
@@ -175,10 +193,10 @@ def frames(data: bytes) -> Iterator[Frame]:
         data = data[9 + length :]
 
 
-def unfinished_head(port: int, timeout: float = 10.0) -> socket.socket:
+def unfinished_head(port: int, timeout: float = 10.0, tls: ssl.SSLContext | None = None) -> socket.socket:
     """A slowloris over HTTP/2: the preface, then a HEADERS frame without END_HEADERS whose
     CONTINUATION never comes (the stream's head never ends)."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    sock = connect(port, timeout, tls)
     block = hpack.Encoder().encode([(":method", "GET"), (":path", "/"), (":scheme", "http"),
                                     (":authority", "127.0.0.1")])  # fmt: skip
     head = HeadersFrame(1, block[: len(block) // 2], flags=["END_STREAM"])

@@ -1,5 +1,6 @@
 """A small load generator for tests: threads sending GETs and counting failures, over HTTP/1.1
-or (http2=True) HTTP/2 with prior knowledge, each thread on a connection of its own.
+or (http2=True) HTTP/2, with prior knowledge or over TLS (`tls`: a context offering ALPN h2), each
+thread on a connection of its own.
 
 HTTP/1.1: keep-alive connections are reused; a request that fails on a *reused* connection before
 any response byte arrived is retried once on a fresh one, as RFC 9112 §9.3.1 allows for idempotent
@@ -13,6 +14,7 @@ a GOAWAY; a connection that ends under a stream without saying so loses that req
 from __future__ import annotations
 
 import http.client
+import ssl
 import threading
 import time
 
@@ -23,12 +25,14 @@ from support.h2client import H2Client, Refused
 
 class Load:
     def __init__(
-        self, port: int, path: str = "/", threads: int = 4, keep_alive: bool = True, http2: bool = False
+        self, port: int, path: str = "/", threads: int = 4, keep_alive: bool = True, http2: bool = False,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.port = port
         self.path = path
         self.keep_alive = keep_alive
         self.http2 = http2
+        self.tls = tls  # (HTTP/2 over TLS)
         self.ok = 0
         self.failures: list[str] = []
         self.pids: set[int] = set()
@@ -92,7 +96,7 @@ class Load:
                     if conn is not None:
                         conn.close()
                     conn = None  # (a connect that fails is a failure, and tried again)
-                    conn = H2Client(self.port)
+                    conn = H2Client(self.port, tls=self.tls)
                 self._served(*conn.request("GET", self.path))
             except Refused:
                 continue  # not processed: again (on a new connection after a GOAWAY)

@@ -82,6 +82,7 @@ class Session:
         self.stalled_since = 0.0  # the socket took no bytes since (the write timeout)
         self.lingering_since = 0.0  # the write side is shut: what the client still sends is dropped
         self.released = 0  # body bytes apps took, for the loop thread to give back to the budget
+        self.held = 0  # bytes h2 holds (a header block arriving), charged to --max-request-memory
 
     # ------------------------------------------------------------ the loop thread
 
@@ -145,8 +146,29 @@ class Session:
             with self.lock:
                 for event in self.h2.receive(data):
                     self._handle(event)
+                self._hold(len(data))
                 self.changed.notify_all()
         self.service()
+
+    def _hold(self, received: int) -> None:
+        """Charge what h2 holds of the client's bytes (a header block not ended, a frame not whole)
+        to the worker's --max-request-memory: a header block that does not fit ends the connection
+        (GOAWAY ENHANCE_YOUR_CALM; HPACK's shared state rules out refusing only its stream), as
+        HTTP/1.1 answers such a head 503; other bytes are charged all the same."""
+        h2, memory = self.h2, self.loop.memory
+        if h2.ended:
+            memory.note(received)  # (its bytes went through, if only to be refused)
+            return  # (what it holds is given back by lost(), its buffers with it)
+        held = h2.buffered
+        more = held - self.held
+        if more > 0 and not memory.take(more):
+            if h2.head_arriving:
+                self._handle(h2.overloaded("no room for more request heads (--max-request-memory)"))
+                return
+            memory.charge(more)
+        elif more < 0:
+            memory.give_back(-more)
+        self.held = held
 
     def _handle(self, event: Http2Event) -> None:
         kind = type(event)
@@ -302,6 +324,10 @@ class Session:
             if not self.closed:
                 self.loop.control.http2_count("connections", -1)
             self.closed = True
+            if self.held:
+                self.loop.memory.give_back(self.held)
+                self.held = 0
+            self.h2.release()  # (freed now, with what it buffered, not at the next full collection)
             for stream in self.ready:  # (never run: the others' bodies go when their calls end)
                 self.streams.pop(stream.sid, None)
                 self._drop_body(stream)
