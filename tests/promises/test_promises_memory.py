@@ -34,7 +34,7 @@ from conftest import Server
 from hyperframe.frame import ContinuationFrame, GoAwayFrame, HeadersFrame, SettingsFrame
 from support.h2client import PREFACE, H2Client, frames
 from support.head_lines import HEAD, HEAD_LINES
-from support.request_paths import PATHS, http2, over_cleartext_only, over_http11_only, threads, tls
+from support.request_paths import OVER_TLS, PATHS, every_path, http2, over_http11_only, threads, tls
 from support.sockets import hang_up
 from test_promises import get
 from test_promises import serve as serve_with_defaults
@@ -43,19 +43,32 @@ from test_promises import serve as serve_with_defaults
 def serve(start_server: Callable[..., Server], path: str, *args: str, **kw: Any) -> Server:
     """One worker's memory watched over a flood: no refork replaces it meanwhile (the policy's
     own promises are in test_promises)."""
-    return serve_with_defaults(start_server, path, "--refork-after", "off", *args, **kw)
+    # over TLS: a refused client must not be waited for (see TLS_BUFFERS), and 300 handshakes one
+    # after the other take seconds on a loaded machine, which the first ones' head clock must not
+    # count against them
+    tls_waits = ["--ssl-handshake-timeout", "60", "--header-timeout", "60"] if path in OVER_TLS else []
+    return serve_with_defaults(start_server, path, "--refork-after", "off", *tls_waits, *args, **kw)
 
 websocket_paths = over_http11_only("a WebSocket is an HTTP/1.1 Upgrade (no RFC 8441 CONNECT over HTTP/2)",
                                    "asgi")  # fmt: skip
-# (measured: an idle TLS connection costs a uvloop worker about 60 KiB, one a header block floods
-# about 500 KiB; asyncio's keeps a 256 KiB read buffer per connection)
-rss_paths = over_cleartext_only("a TLS connection's buffers (the event loop's SSL protocol, OpenSSL's) "
-                                "are outside --max-request-memory: 300 of them pass the RSS margin")
 spool_paths = over_http11_only("an HTTP/2 stream's body waits in its flow-control window until the app "
                                "reads it, never in the spool: the bodies' test below",
                                "wsgi")  # fmt: skip
 
 MIB = 1 << 20
+
+# Over TLS each connection also has the event loop's SSL buffers and OpenSSL's, outside
+# --max-request-memory (refork.serving.asgi.tls_buffers bounds them): measured with 300 TLS
+# connections, 18 MiB idle on uvloop and 33 MiB on asyncio, a header-block flood peaking 95-145
+# MiB over the baseline on uvloop (uvloop decrypts into 256 KiB reads, which glibc's heap keeps
+# while they are used), and back within MiBs once refused. The floods' peak bound is wider there
+# by that much; where they settle is not.
+TLS_BUFFERS = 128 * MIB
+
+
+def peak_bound(path: str) -> int:
+    """How far above its baseline a worker's RSS may peak during a flood of 300 connections."""
+    return 64 * MIB + (TLS_BUFFERS if path in OVER_TLS else 0)
 
 
 def rss(pid: int) -> int:
@@ -129,8 +142,17 @@ class RssSampler:
 
 def settles_near(server, pid: int, baseline: int, margin: int) -> int:
     """Wait until the worker's RSS is back within `margin` of `baseline`; that RSS."""
-    return server.wait_for(lambda: (now := rss(pid)) < baseline + margin and now, timeout=20,
-                           what=f"RSS back within {margin >> 20} MiB of {baseline >> 20} MiB")  # fmt: skip
+    seen = [0]
+
+    def near() -> int | bool:
+        now = seen[0] = rss(pid)
+        return now < baseline + margin and now
+
+    try:
+        what = f"RSS back within {margin >> 20} MiB of {baseline >> 20} MiB"
+        return server.wait_for(near, timeout=20, what=what)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n(it stayed at {seen[0] >> 20} MiB)") from None
 
 
 class Upload:
@@ -450,6 +472,16 @@ class Flood:
             counts[code] = counts.get(code, 0) + 1
         return counts
 
+    def send_on(self, data: bytes, rounds: int) -> None:
+        """An attacker's last move: every connection sends `data` `rounds` times more, answered or
+        not, as far as its socket takes it (a closed or reset one takes nothing)."""
+        for _ in range(rounds):
+            for s in self.socks:
+                try:
+                    s.send(data)
+                except (OSError, ssl.SSLError):
+                    pass
+
     def close(self) -> None:
         for s in self.socks:
             s.close()
@@ -564,9 +596,7 @@ def test_a_line_past_its_limit_is_answered_as_soon_as_it_is_past_it(start_server
         assert answer.startswith(expected), (name, answer[:200])
 
 
-
-
-@rss_paths
+@every_path
 def test_a_flood_of_endless_header_lines_is_refused_as_it_arrives_and_costs_the_worker_little(
     start_server, path
 ):
@@ -591,14 +621,17 @@ def test_a_flood_of_endless_header_lines_is_refused_as_it_arrives_and_costs_the_
             flood.round(b"v" * (16 << 10))
         flood.wait(server, 300)
         statuses = flood.statuses()
+        # answered, they send on and hold their connections: what they send is not kept (over
+        # TLS a refused connection is not left waiting for its client's close_notify meanwhile)
+        flood.send_on(ContinuationFrame(1, b"v" * 16384).serialize() if http2(path) else b"v" * 16384, 20)
+        settles_near(server, pid, baseline, 16 * MIB)
         flood.close()
     assert statuses == ({b"GOAWAY 11": 300} if http2(path) else {b"431": 300}), statuses
-    settles_near(server, pid, baseline, 16 * MIB)
-    assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
+    assert during.peak - baseline < peak_bound(path), (baseline, during.peak)
     assert get(server, path)[0] == 200
 
 
-@rss_paths
+@every_path
 def test_heads_held_past_max_request_memory_are_refused_and_the_worker_stays_near_its_baseline(
     start_server, path
 ):
@@ -636,11 +669,11 @@ def test_heads_held_past_max_request_memory_are_refused_and_the_worker_stays_nea
         assert set(statuses) == {b"503"}, statuses
         assert all(b"\r\nRetry-After: 1\r\n" in a for a in answers)
     settles_near(server, pid, baseline, 16 * MIB)
-    assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
+    assert during.peak - baseline < peak_bound(path), (baseline, during.peak)
     assert get(server, path)[0] == 200
 
 
-@rss_paths
+@every_path
 def test_bodies_held_in_memory_are_bounded_per_worker(start_server, path):
     """300 uploads of a body under --body-spool-threshold stop 100 KB short of its end: 270 MB if
     each were kept whole. A WSGI worker holds them in memory until they are whole: up to
@@ -679,5 +712,5 @@ def test_bodies_held_in_memory_are_bounded_per_worker(start_server, path):
         flood.close()
     assert statuses == {}, statuses  # nobody refused, nobody cut
     settles_near(server, pid, baseline, 16 * MIB)
-    assert during.peak - baseline < 64 * MIB, (baseline, during.peak)
+    assert during.peak - baseline < peak_bound(path), (baseline, during.peak)
     assert get(server, path)[0] == 200

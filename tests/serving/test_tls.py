@@ -427,3 +427,27 @@ def test_term_serves_tls_connections_queued_in_the_backlog(start_server, certs):
     for i in range(4):
         assert replies[i].startswith(b"HTTP/1.1 200 OK"), (i, replies[i], server.log())
     assert server.wait_exit() == 0
+
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmRSS:"))
+
+
+def test_idle_tls_connections_cost_the_worker_little(start_server, certs, mode):
+    """200 TLS connections that do nothing after their handshake cost a worker under 40 MiB: the
+    ASGI loop's SSL layer gives each a read buffer of the worker's read size, not asyncio's
+    256 KiB zeroed for every one (measured on asyncio: 60 MiB for 200 before, 22 MiB after)."""
+    server = _start(start_server, certs, mode)
+    pid = server.workers()[0]["pid"]
+    baseline = _rss(pid)
+    socks = [_tls_socket(certs, server.port) for _ in range(200)]
+    try:
+        socks[-1].sendall(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")  # answered: all before are in
+        assert _read_response(socks[-1], bytearray()).startswith(b"HTTP/1.1 200")
+        grown = _rss(pid) - baseline
+    finally:
+        for s in socks:
+            s.close()
+    assert grown < 40 << 20, f"200 idle TLS connections cost the worker {grown >> 20} MiB"

@@ -30,6 +30,7 @@ from refork.http.h2 import (
     WindowOpened,
 )
 from refork.serving.asgi.http2_stream import Stream
+from refork.serving.asgi.tls_buffers import close_refused
 from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
 from refork.serving.http2 import LINGER, answer_here, end_if_body_overdue
 
@@ -80,6 +81,7 @@ class Http2Protocol(asyncio.Protocol):
         self.since = srv.loop.time()  # when the connection last had no stream (keep-alive clock)
         self.fresh = True  # no request yet (the header deadline, as for HTTP/1.1's first head)
         self.goaway_sent = False
+        self.refused = False  # refork ended it for a connection error: closed without close_notify
         self.linger_since = 0.0
         self.held = 0  # bytes h2 holds (a header block arriving), charged to --max-request-memory
 
@@ -187,6 +189,7 @@ class Http2Protocol(asyncio.Protocol):
         elif kind is ConnectionEnded:
             assert isinstance(event, ConnectionEnded)
             if not event.by_client and event.code:  # an attack: warning; a broken client: debug
+                self.refused = True
                 level = logging.WARNING if event.code == ErrorCodes.ENHANCE_YOUR_CALM else logging.DEBUG
                 log.log(level, "HTTP/2 connection from %s ended: %s", _peer(self.client_addr), event.reason)
             for stream in list(self.streams.values()):
@@ -363,6 +366,8 @@ class Http2Protocol(asyncio.Protocol):
                 self.transport.resume_reading()
             if self.transport.can_write_eof():
                 self.transport.write_eof()
+            elif self.refused:
+                close_refused(self.transport, self.loop)
             else:  # TLS: close() sends close_notify and reads on until the client's (or a timeout)
                 self.transport.close()
 
@@ -393,7 +398,6 @@ class Http2Protocol(asyncio.Protocol):
         phase = Phase.HEAD if self.fresh else Phase.IDLE
         if timeouts.expiry(phase, self.since, now, drain_until, 0, False) is not Expiry.NONE:
             self.stop()
-
 
     def sweep_stream(self, stream: Stream, now: float, timeouts: Timeouts) -> None:
         """A stream's own deadlines: its body (408, or a reset once the response started) and a

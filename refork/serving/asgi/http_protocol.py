@@ -25,6 +25,7 @@ from refork.http.parser import RequestParser
 from refork.http.response import simple_response
 from refork.serving.asgi.http2_protocol import hand_over, wants_h2
 from refork.serving.asgi.sendfile import send_file
+from refork.serving.asgi.tls_buffers import close_refused, hold_tls_reads
 from refork.serving.asgi.websocket_protocol import WebSocketProtocol
 from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
 from refork.serving.health import health_response
@@ -107,6 +108,7 @@ class HttpProtocol(asyncio.Protocol):
         if ssl_object is not None:
             self.scheme = "https"
             self.tls = tls_extension(ssl_object)
+            hold_tls_reads(transport)
         self.srv.arriving.discard(self)
         self.srv.connections.add(self)
         if ssl_object is not None and self.srv.h2_alpn and wants_h2(transport):
@@ -424,7 +426,7 @@ class HttpProtocol(asyncio.Protocol):
     def send_error(self, status: int) -> None:
         if not self.closing:
             self.transport.write(simple_response(status))
-            self.close()
+            self.close(refused=True)
 
     # Flow control, deadlines and closing -----------------------------------------------------
 
@@ -451,11 +453,14 @@ class HttpProtocol(asyncio.Protocol):
         self.read_paused = False
         self.transport.resume_reading()
 
-    def close(self) -> None:
+    def close(self, refused: bool = False) -> None:
         if not self.closing:
             self.closing = True
             self.queue.clear()
-            self.transport.close()
+            if refused:
+                close_refused(self.transport, self.loop)
+            else:
+                self.transport.close()
             self.let_go()
 
     def let_go(self) -> None:

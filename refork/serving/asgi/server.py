@@ -33,10 +33,11 @@ from refork.memory.allocator import malloc_trim
 from refork.serving.asgi.http2_protocol import Http2Protocol
 from refork.serving.asgi.http_protocol import HttpProtocol
 from refork.serving.asgi.proxied_listener import ProxiedListener
+from refork.serving.asgi.tls_buffers import size_asyncio_tls_reads
 from refork.serving.asgi.websocket_protocol import WebSocketProtocol
 from refork.serving.connection import TICK, release_after_fork
 from refork.serving.contract import WorkerControl
-from refork.serving.http2 import alpn_protocols, http2_limits
+from refork.serving.http2 import LINGER, alpn_protocols, http2_limits
 from refork.serving.settings import ServingSettings
 
 log = logging.getLogger("refork")
@@ -84,6 +85,8 @@ class Server:
         self.health = settings.health
         self.timeouts = settings.timeouts
         self.read_size = settings.read_size  # what one read of a connection may take (see HttpProtocol)
+        if settings.tls:
+            size_asyncio_tls_reads(settings.read_size)  # (and each TLS transport: hold_tls_reads)
         self.connections: set[HttpProtocol | WebSocketProtocol | Http2Protocol] = set()
         self.h2_limits = http2_limits(config)  # HTTP/2 (refork.serving.asgi.http2_protocol): h2 by ALPN, h2c
         self.h2_alpn = "h2" in config.http_protocols
@@ -245,13 +248,15 @@ class Server:
                 task.add_done_callback(self._adopted)
 
     def _tls(self, ctx: Any) -> dict[str, Any]:
-        """TLS arguments of a listener: the opening and the closing handshake are both bounded by
-        --ssl-handshake-timeout (asyncio waits 30 s for a peer's close_notify, holding a drain)."""
+        """TLS arguments of a listener: the opening handshake is bounded by --ssl-handshake-timeout;
+        the closing one waits for the client's close_notify as long as a cleartext close lingers
+        (LINGER; asyncio's own wait is 30 s, holding a drain), since meanwhile uvloop's SSL layer
+        keeps whatever the client still sends, unbounded, where a cleartext close drops it."""
         if ctx is None:
             return {"ssl": None}
         bounds = {"ssl_handshake_timeout": self.handshake_timeout}
         if sys.version_info >= (3, 11):
-            bounds["ssl_shutdown_timeout"] = self.handshake_timeout
+            bounds["ssl_shutdown_timeout"] = min(self.handshake_timeout, LINGER)
         return {"ssl": ctx, **bounds}
 
     def _protocol_factory(self, tls: bool) -> Callable[[], HttpProtocol]:
