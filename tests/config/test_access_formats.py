@@ -6,6 +6,8 @@ with the same format. The lines must be equal but for the atoms that measure tim
 process (checked for their shape). The requests are the odd ones: a query with quotes, a
 percent-encoded UTF-8 path, quotes, backslashes, a tab and a latin-1 byte in headers, a repeated
 header, no Referer, HTTP/1.0, a 404, a 204, a chunked (streamed) body, HEAD, Basic auth, a POST.
+On an HTTP/2 path they go in HTTP/2 (the same fields, as an HTTP/2 client sends them); gunicorn
+serves no HTTP/2, so refork's line is compared with gunicorn's with HTTP/2.0 as the protocol.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import closing
 
 import pytest
 from conftest import TESTS, free_port, read_to_end
-from support.request_paths import PATHS, connect, flags
+from support.h2client import H2Client
+from support.request_paths import PATHS, connect, flags, http2, tls
 
 from refork.config import ConfigError, load_config
 from refork.http.events import Request
@@ -50,16 +54,43 @@ REQUESTS = [
 
 
 
-def _send_all(port: int, requests: list[bytes] = REQUESTS, path: str | None = None) -> None:
+def _send_all(port: int, requests: list[bytes] = REQUESTS, path: str | None = None, log=None) -> None:
     """Each request on a connection of its own (gunicorn's sync worker closes after each), as the
-    request path's clients connect (over TLS on a TLS path)."""
-    for raw in requests:
-        head = raw if raw.startswith(b"GET /missing") else raw + b"Connection: close\r\n"
+    request path's clients connect (over TLS on a TLS path, in HTTP/2 on an HTTP/2 path); with
+    `log`, each request's line awaited before the next is sent (the lines in the requests' order)."""
+    for i, raw in enumerate(requests):
         body = b"hello" if raw.startswith(b"POST") else b""
-        sock = connect(path, port) if path else socket.create_connection(("127.0.0.1", port), timeout=10)
-        with sock:
-            sock.sendall(head + b"\r\n" + body)
-            assert read_to_end(sock).startswith(b"HTTP/1.")
+        if path and http2(path):
+            with closing(H2Client(port, timeout=10, tls=tls(path))) as client:
+                method, target, fields = _as_http2(raw)
+                status, _ = client.request(method, target, body, fields)
+            assert status in (200, 204, 404)
+        else:
+            head = raw if raw.startswith(b"GET /missing") else raw + b"Connection: close\r\n"
+            sock = connect(path, port) if path else socket.create_connection(("127.0.0.1", port), timeout=10)
+            with sock:
+                sock.sendall(head + b"\r\n" + body)
+                assert read_to_end(sock).startswith(b"HTTP/1.")
+        if log is not None:
+            _lines(log, i + 1)
+
+
+def _as_http2(raw: bytes) -> tuple[str, str, list[tuple[bytes, bytes]]]:
+    """(method, target, fields) of a request of REQUESTS as an HTTP/2 client sends it: names in
+    lower case, no Host (the client's :authority) and no Content-Length (the client's own)."""
+    line, *lines = raw.split(b"\r\n")
+    method, target, _ = line.decode("latin-1").split(" ")
+    fields = [(name.lower(), value) for name, _, value in (f.partition(b": ") for f in lines if f)]
+    return method, target, [(n, v) for n, v in fields if n not in (b"host", b"content-length")]
+
+
+def _over_http2(line: str) -> str:
+    """gunicorn's line (FORMAT) for the same request over HTTP/2. gunicorn serves no HTTP/2, so its
+    line for the same fields with HTTP/2.0 as the protocol: in "%(r)s" and %(H)s."""
+    fields = line.split("|")
+    assert fields[3].endswith((' HTTP/1.1"', ' HTTP/1.0"')) and fields[7] in ("HTTP/1.1", "HTTP/1.0"), line
+    fields[3], fields[7] = fields[3][: -len('HTTP/1.1"')] + 'HTTP/2.0"', "HTTP/2.0"
+    return "|".join(fields)
 
 
 def _lines(path, count: int) -> list[str]:
@@ -119,7 +150,7 @@ def _refork_lines(start_server, tmp_path, path: str, args: list[str]) -> list[st
     chosen, app = flags(path, "apps.access_apps")
     log = tmp_path / f"refork-{path}.log"
     server = start_server(*chosen, "--access-logfile", str(log), *args, app=app, workers=1)
-    _send_all(server.port, path=path)
+    _send_all(server.port, path=path, log=log)
     return _lines(log, len(REQUESTS))
 
 
@@ -127,6 +158,8 @@ def _refork_lines(start_server, tmp_path, path: str, args: list[str]) -> list[st
 def test_every_atom_matches_gunicorn(path, start_server, tmp_path, gunicorn_lines):
     ours = _refork_lines(start_server, tmp_path, path, ["--access-logformat", FORMAT])
     theirs = gunicorn_lines(PATHS[path][0], FORMAT)
+    if http2(path):
+        theirs = [_over_http2(line) for line in theirs]
     assert [line.partition("|[")[0] for line in ours] == [line.partition("|[")[0] for line in theirs]
     for line in ours:
         stamp = "[" + line.partition("|[")[2]

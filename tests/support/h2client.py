@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import h2.config
 import h2.connection
@@ -25,6 +25,7 @@ from hyperframe.frame import Frame, HeadersFrame, SettingsFrame
 from support.sockets import hang_up
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+Fields = Sequence[tuple[str, str] | tuple[bytes, bytes]]  # a request's header fields (name, value)
 
 
 class Refused(Exception):
@@ -72,11 +73,16 @@ class H2Client:
         if data:
             self.sock.sendall(data)
 
-    def send(self, method: str, path: str, body: bytes = b"", length: int | None = None) -> int:
-        """Open a stream with this request and return its id: its whole body (when the window lets
-        it), or with `length` a Content-Length and no body yet (send_data sends it)."""
+    def send(self, method: str, path: str, body: bytes = b"", length: int | None = None,
+             fields: Fields = ()) -> int:  # fmt: skip
+        """Open a stream with this request (`fields` after the pseudo-headers) and return its id:
+        its whole body (when the window lets it), or with `length` a Content-Length and no body yet
+        (send_data sends it)."""
         sid = self.conn.get_next_available_stream_id()
-        head = [(":method", method), (":path", path), (":scheme", self.scheme), (":authority", "127.0.0.1")]
+        head: list[tuple[str, str] | tuple[bytes, bytes]] = [
+            (":method", method), (":path", path), (":scheme", self.scheme), (":authority", "127.0.0.1"),
+            *fields,
+        ]  # fmt: skip
         if body or length is not None:
             head.append(("content-length", str(len(body) if length is None else length)))
         self.conn.send_headers(sid, head, end_stream=not body and length is None)
@@ -159,8 +165,8 @@ class H2Client:
             if self.closed or not self.read():
                 raise ConnectionError(f"connection closed under stream {sid} (GOAWAY: {self.goaway})")
 
-    def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-        return self.response(self.send(method, path, body))
+    def request(self, method: str, path: str, body: bytes = b"", fields: Fields = ()) -> tuple[int, bytes]:
+        return self.response(self.send(method, path, body, fields=fields))
 
     def wait_closed(self) -> None:
         """Read (and handle) until the server closes the connection."""
