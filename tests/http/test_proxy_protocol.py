@@ -5,8 +5,10 @@ haproxy (Debian's package, installed by the test when missing) forwards TCP to r
 to refork from 127.0.0.1: the app must see 127.0.0.2 and the client's own port (REMOTE_ADDR /
 REMOTE_PORT, scope["client"]), and so must the access log's `h`, for every request of a kept-alive
 connection; on a TLS listener the header comes before the TLS handshake (haproxy passes TLS
-through). Sent by hand: a connection without a header is served as it came (gunicorn's rule), a
-malformed header gets 400 and a header from a peer not allowed 403, then the connection closes.
+through). On an HTTP/2 path the client speaks HTTP/2: the header, then the preface (or the TLS
+handshake, ALPN h2), then requests on streams. Sent by hand: a connection without a header is
+served as it came (gunicorn's rule), a malformed header gets 400 and a header from a peer not
+allowed 403, then the connection closes.
 The parsers (Python and Rust) read one table of vectors (tests/support/proxy_vectors.py).
 """
 
@@ -21,8 +23,9 @@ import time
 import pytest
 from conftest import free_port, read_to_end
 from support.certs import Certs
+from support.h2client import PREFACE, H2Client
 from support.proxy_vectors import SIG, VECTORS, v2
-from support.request_paths import PATHS, flags, over_cleartext_only
+from support.request_paths import PATHS, flags, http2, over_cleartext_only
 from support.services import ensure_installed
 
 from refork._native import parse_proxy
@@ -159,18 +162,30 @@ def _more(sock: socket.socket, so_far: bytes) -> bytes:
     return chunk
 
 
-def _peer(sock: socket.socket, close: bool = False) -> tuple[str, int, str]:
-    """GET /peer on an open connection: (address, port, scheme) as the app saw them."""
+def _speaking(path: str, sock: socket.socket) -> socket.socket | H2Client:
+    """The connection as the path's clients speak on it: over HTTP/2, an H2Client whose preface
+    follows what was sent on `sock` (a PROXY header)."""
+    return H2Client(sock.getpeername()[1], timeout=10, sock=sock) if http2(path) else sock
+
+
+def _peer(conn: socket.socket | H2Client, close: bool = False) -> tuple[str, int, str]:
+    """GET /peer on an open connection (or a stream of an HTTP/2 one): (address, port, scheme) as
+    the app saw them."""
+    if isinstance(conn, H2Client):
+        status, body = conn.request("GET", "/peer")
+        assert status == 200, body
+        address, port, scheme = body.decode().split()
+        return address, int(port), scheme
     connection = "close" if close else "keep-alive"
-    sock.sendall(f"GET /peer HTTP/1.1\r\nHost: x\r\nConnection: {connection}\r\n\r\n".encode())
+    conn.sendall(f"GET /peer HTTP/1.1\r\nHost: x\r\nConnection: {connection}\r\n\r\n".encode())
     data = b""
     while b"\r\n\r\n" not in data:
-        data += _more(sock, data)
+        data += _more(conn, data)
     head, _, body = data.partition(b"\r\n\r\n")
     fields = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
     length = int(fields.get(b"Content-Length") or fields[b"content-length"])
     while len(body) < length:
-        body += _more(sock, data + body)
+        body += _more(conn, data + body)
     address, port, scheme = body.decode().split()
     return address, int(port), scheme
 
@@ -192,27 +207,31 @@ def test_behind_haproxy(path, start_server, haproxy, tmp_path):
     server = start_server(*args, "--proxy-protocol", "--access-logfile", str(log), "--access-logformat",
                           "%(h)s %(U)s", app=app, workers=1)  # fmt: skip
     proxy = haproxy(server.port)
+    h2 = http2(path)
     for version in ("v1", "v2"):
         with _connect(proxy.ports[version]) as sock:
             port = sock.getsockname()[1]
-            assert _peer(sock) == (CLIENT, port, "http")
-            assert _peer(sock, close=True) == (CLIENT, port, "http"), "the second request of the connection"
+            conn = _speaking(path, sock)  # (over HTTP/2: haproxy's header, then the preface)
+            assert _peer(conn) == (CLIENT, port, "http")
+            assert _peer(conn, close=True) == (CLIENT, port, "http"), "the second request of the connection"
     # by hand, from 127.0.0.1 (allowed) and 127.0.0.2 (not allowed: the default is 127.0.0.1, ::1)
     with _connect(server.port, "127.0.0.1") as sock:  # no header: the peer's address
-        assert _peer(sock, close=True) == ("127.0.0.1", sock.getsockname()[1], "http")
+        assert _peer(_speaking(path, sock), close=True) == ("127.0.0.1", sock.getsockname()[1], "http")
     with _connect(server.port, "127.0.0.1") as sock:  # v2 LOCAL (haproxy's health checks): the peer's
         sock.sendall(v2(0, 0, b""))
-        assert _peer(sock, close=True) == ("127.0.0.1", sock.getsockname()[1], "http")
+        assert _peer(_speaking(path, sock), close=True) == ("127.0.0.1", sock.getsockname()[1], "http")
     with _connect(server.port, "127.0.0.1") as sock:  # a header in pieces
         sock.sendall(b"PROXY TCP4 198.51.")
         time.sleep(0.05)  # (a pause so that the pieces arrive apart: what is tested, not a wait)
         sock.sendall(b"100.9 127.0.0.1 4711 80\r\n")
-        assert _peer(sock, close=True) == ("198.51.100.9", 4711, "http")
+        assert _peer(_speaking(path, sock), close=True) == ("198.51.100.9", 4711, "http")
+    # a refused header is answered before any request is read: HTTP/1.1, whatever the client speaks
+    request = PREFACE if h2 else b"GET /peer HTTP/1.1\r\nHost: x\r\n\r\n"
     with _connect(server.port, "127.0.0.1") as sock:  # malformed: 400, closed
-        sock.sendall(b"PROXY TCP4 198.51.100 127.0.0.1 4711 80\r\nGET /peer HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"PROXY TCP4 198.51.100 127.0.0.1 4711 80\r\n" + request)
         assert read_to_end(sock).startswith(b"HTTP/1.1 400 ")
     with _connect(server.port, CLIENT) as sock:  # from a peer not allowed: 403, closed
-        sock.sendall(b"PROXY TCP4 198.51.100.9 127.0.0.1 4711 80\r\nGET /peer HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"PROXY TCP4 198.51.100.9 127.0.0.1 4711 80\r\n" + request)
         assert read_to_end(sock).startswith(b"HTTP/1.1 403 ")
     lines = _wait_lines(log, 7)
     # the access log's h: the client the header named (app threads may log two requests in
@@ -227,19 +246,22 @@ def certs(tmp_path_factory):
     return Certs(tmp_path_factory.mktemp("certs"))
 
 
-@pytest.mark.parametrize("path", ["python-1", "engine", "asyncio", "uvloop"])
+@pytest.mark.parametrize("path", ["python-1", "engine", "asyncio", "uvloop", "uvloop-h2"])
 def test_tls_after_the_header(path, start_server, haproxy, certs):
-    """haproxy passes TLS through: the header, then the client's handshake, on a TLS listener."""
+    """haproxy passes TLS through: the header, then the client's handshake (ALPN h2 on an HTTP/2
+    path), on a TLS listener."""
     interface, args = PATHS[path]
     server = start_server(*args, *certs.args(), "--proxy-protocol", "v2", app=f"apps.access_apps:{interface}",
                           workers=1)  # fmt: skip
     proxy = haproxy(server.port)
-    with _connect(proxy.ports["v2"], tls=certs.client_context()) as sock:
+    context = certs.client_context(["h2"] if http2(path) else ["http/1.1"])
+    with _connect(proxy.ports["v2"], tls=context) as sock:
         port = sock.getsockname()[1]
-        assert _peer(sock) == (CLIENT, port, "https")
-        assert _peer(sock, close=True) == (CLIENT, port, "https")
-    with _connect(server.port, "127.0.0.1", tls=certs.client_context()) as sock:  # TLS, no header
-        assert _peer(sock, close=True) == ("127.0.0.1", sock.getsockname()[1], "https")
+        conn = _speaking(path, sock)
+        assert _peer(conn) == (CLIENT, port, "https")
+        assert _peer(conn, close=True) == (CLIENT, port, "https")
+    with _connect(server.port, "127.0.0.1", tls=context) as sock:  # TLS, no header
+        assert _peer(_speaking(path, sock), close=True) == ("127.0.0.1", sock.getsockname()[1], "https")
     with _connect(server.port, "127.0.0.1") as sock:  # a bad header before TLS: closed, no answer
         sock.sendall(SIG + b"\x21\x11\x00\x04abcd")
         assert read_to_end(sock) == b""

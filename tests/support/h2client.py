@@ -46,12 +46,13 @@ def connect(port: int, timeout: float, tls: ssl.SSLContext | None = None) -> soc
 
 class H2Client:
     """One HTTP/2 connection (over TLS with `tls`). `settings` are sent with the preface (say
-    INITIAL_WINDOW_SIZE 0)."""
+    INITIAL_WINDOW_SIZE 0). `sock`: a connection the caller made instead of one to `port` (from an
+    address of its choosing, a PROXY header sent on it; over TLS, ALPN h2), that the preface follows."""
 
     def __init__(self, port: int, timeout: float = 30.0, settings: dict[int, int] | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:  # fmt: skip
-        self.sock = connect(port, timeout, tls)
-        self.scheme = "http" if tls is None else "https"
+                 tls: ssl.SSLContext | None = None, sock: socket.socket | None = None) -> None:  # fmt: skip
+        self.sock = sock if sock is not None else connect(port, timeout, tls)
+        self.scheme = "https" if isinstance(self.sock, ssl.SSLSocket) else "http"
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         self.conn.initiate_connection()
         if settings:
