@@ -1,10 +1,10 @@
 """StatsD / DogStatsD: gunicorn's metrics arrive at a real UDP (or unix datagram) listener.
 
-refork runs with --statsd-host pointing at a socket of the test; requests go to the server; the
-datagrams that arrive must carry gunicorn's names and types under the prefix, the counts of what
-was sent, one duration per request, the worker gauge, the log counters, refork's memory gauges
-and the DogStatsD tags. The pure parts (prefix, line format, datagram packing, settings) are
-checked without a server.
+refork runs with --statsd-host pointing at a socket of the test; requests go to the server (on
+every request path, in HTTP/2 on the HTTP/2 paths); the datagrams that arrive must carry
+gunicorn's names and types under the prefix, the counts of what was sent, one duration per
+request, the worker gauge, the log counters, refork's memory gauges and the DogStatsD tags. The
+pure parts (prefix, line format, datagram packing, settings) are checked without a server.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import time
 from collections import Counter
 
 import pytest
-from support.request_paths import PATHS
+from conftest import read_to_end
+from support import h2client
+from support.request_paths import connect, every_path, flags, http2, tls
 
 from refork.addresses import TcpAddress, UnixAddress, parse_statsd
 from refork.config import ConfigError, load_config
@@ -61,24 +63,25 @@ def udp():
     sock.close()
 
 
-def _get(port: int, path: str) -> int:
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-    return int(data.split()[1])
+def _get(port: int, target: str, path: str | None = None) -> int:
+    """GET `target` on a connection of its own, as the request path's clients send it (over TLS on
+    a TLS path, in HTTP/2 on an HTTP/2 path; HTTP/1.1 without one): the status."""
+    if path is not None and http2(path):
+        return h2client.get(port, target, tls=tls(path))[0]
+    with connect(path, port) if path else socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        return int(read_to_end(sock).split()[1])
 
 
-@pytest.mark.parametrize("path", ["engine", "python-4", "asyncio"])  # both clocks, both interfaces
+@every_path
 def test_gunicorns_metrics_arrive(path, udp, start_server):
-    interface, args = PATHS[path]
+    args, app = flags(path, "apps.access_apps")
     port = udp.sock.getsockname()[1]
     server = start_server(
         *args, "--statsd-host", f"127.0.0.1:{port}", "--statsd-prefix", "app", "--dogstatsd-tags",
-        "env:test,team:web", "--memory-interval", "1", app=f"apps.access_apps:{interface}", workers=1,
+        "env:test,team:web", "--memory-interval", "1", app=app, workers=1,
     )  # fmt: skip
-    sent = Counter(_get(server.port, p) for p in ["/"] * 5 + ["/missing"] * 2 + ["/boom"])
+    sent = Counter(_get(server.port, p, path) for p in ["/"] * 5 + ["/missing"] * 2 + ["/boom"])
     assert sent == {200: 5, 404: 2, 500: 1}
 
     def done(lines):
