@@ -42,6 +42,8 @@ from refork.serving.settings import ServingSettings
 
 log = logging.getLogger("refork")
 
+FLOOD = 16  # connections at once past which their going is worth a malloc_trim()
+
 _ABANDONED: list[Any] = []  # what a forked child must never finalize (see _abandon_after_fork)
 
 
@@ -111,6 +113,7 @@ class Server:
         self.adopting = 0  # connections from the backlog on their way to a protocol
         self.drain_until = 0.0
         self.exiting = False
+        self.connections_peak = 0  # the most connections at once since the last trim (see tick)
         self.safe_point_requested = False
         self.serving = False  # lifespan startup done and listening: safe points allowed
         self._drained: asyncio.Future[None] | None = None
@@ -184,10 +187,21 @@ class Server:
             conn.sweep(now, timeouts, drain_until)
         self.ws_memory.nudge()
         self.request_memory.nudge()
-        if self.ws_memory.ebbed() | self.request_memory.ebbed():  # (both: each resets its peak)
-            malloc_trim()  # a flood of buffered bytes is over: give the freed heap back
+        if self.ws_memory.ebbed() | self.request_memory.ebbed() | self._connections_ebbed():
+            malloc_trim()  # a flood of buffered bytes or of connections is over: give the freed heap back
         if self.stopping:
             self.check_drained()
+
+    def _connections_ebbed(self) -> bool:
+        """True (once) when the connections fell to a quarter of a peak of FLOOD or more: what they
+        held outside the budgets (TLS buffers above all) is freed, amid the heap's live objects."""
+        now = len(self.connections)
+        if now > self.connections_peak:
+            self.connections_peak = now
+        elif self.connections_peak >= FLOOD and now * 4 <= self.connections_peak:
+            self.connections_peak = now
+            return True
+        return False
 
     def _request_memory_full(self) -> None:
         """--max-request-memory filled up: every connection receiving a body stops reading now
