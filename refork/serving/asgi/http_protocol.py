@@ -115,6 +115,8 @@ class HttpProtocol(asyncio.Protocol):
             hand_over(self, b"")  # ALPN picked HTTP/2 (refork.serving.asgi.http2_protocol)
 
     def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return  # (a refused TLS client's last bytes: dropped, see close_refused)
         if self.fresh and self.tls is None and self.srv.h2c:
             data = self.sniff(data)
             if not data:

@@ -42,11 +42,10 @@ def hold_tls_reads(transport: Any) -> None:
 def close_refused(transport: Any, loop: asyncio.AbstractEventLoop) -> None:
     """Close a connection whose client refork refused (a malformed or over-limit request, an HTTP/2
     connection error), its answer written. Over TLS: no close_notify exchange, during which uvloop's
-    SSL layer would keep all the client still sends (and a refused client is the one that floods);
-    reading stops instead (the SSL layer's own reads with it, see hold_tls_reads), the client has
-    LINGER to read its answer, and the connection is cut."""
+    SSL layer would keep all the client still sends (and a refused client is the one that floods).
+    The connection reads on and its protocol drops what comes, so the client has LINGER to read its
+    answer; then it is cut (with nothing left unread, a plain FIN)."""
     if transport.get_extra_info("ssl_object") is None:
         transport.close()
         return
-    transport.pause_reading()
     loop.call_later(LINGER, transport.abort)
