@@ -59,11 +59,11 @@ MIB = 1 << 20
 
 # Over TLS each connection also has the event loop's SSL buffers and OpenSSL's, outside
 # --max-request-memory (refork.serving.asgi.tls_buffers bounds them): measured with 300 TLS
-# connections, 18 MiB idle on uvloop and 33 MiB on asyncio, a header-block flood peaking 95-145
+# connections, 18 MiB idle on uvloop and 33 MiB on asyncio, a header-block flood peaking 95-198
 # MiB over the baseline on uvloop (uvloop decrypts into 256 KiB reads, which glibc's heap keeps
-# while they are used), and back within MiBs once refused. The floods' peak bound is wider there
-# by that much; where they settle is not.
-TLS_BUFFERS = 128 * MIB
+# while they are used; the most on 3.14 under a loaded CI run), and back within MiBs once
+# refused. The floods' peak bound is wider there by that much; where they settle is not.
+TLS_BUFFERS = 192 * MIB
 
 
 def peak_bound(path: str) -> int:
