@@ -11,11 +11,14 @@ from __future__ import annotations
 from typing import Protocol
 
 from refork.config import Config
-from refork.http.h2 import PREFACE, ErrorCodes, Http2Connection, Http2Limits
+from refork.http.h2 import PREFACE, ConnectionEnded, ErrorCodes, Http2Connection, Http2Limits
 from refork.http.response import reason_phrase
 from refork.serving.connection import Expiry, Phase, Timeouts
 
-__all__ = ["LINGER", "alpn_protocols", "answer_here", "end_if_body_overdue", "http2_limits", "sniff_preface"]
+__all__ = [
+    "LINGER", "Charged", "alpn_protocols", "answer_here", "charge_held", "end_if_body_overdue",
+    "http2_limits", "sniff_preface",
+]  # fmt: skip
 
 LINGER = 1.0  # seconds a closed connection still reads (and drops) what its client sends
 
@@ -86,3 +89,28 @@ def end_if_body_overdue(h2: Http2Connection, stream: Receiving, now: float, time
     else:
         h2.reset(stream.sid, ErrorCodes.CANCEL)
     return True
+
+
+class Charged(Protocol):
+    """The worker's --max-request-memory as the loops hold it (Python's or the native one)."""
+
+    def take(self, n: int) -> bool: ...
+    def charge(self, n: int) -> None: ...
+    def give_back(self, n: int) -> None: ...
+
+
+def charge_held(h2: Http2Connection, memory: Charged, held: int) -> tuple[int, ConnectionEnded | None]:
+    """Charge what h2 holds of the client's bytes now (a header block not ended, a frame not
+    whole), `held` of them charged before, to the worker's --max-request-memory: a header block
+    that does not fit ends the connection (GOAWAY ENHANCE_YOUR_CALM; HPACK's shared state rules
+    out refusing only its stream), as HTTP/1.1 answers such a head 503; other bytes are charged
+    all the same. (what is charged now, the end to handle if it came to that)"""
+    now = h2.buffered
+    more = now - held
+    if more > 0 and not memory.take(more):
+        if h2.head_arriving:
+            return held, h2.overloaded("no room for more request heads (--max-request-memory)")
+        memory.charge(more)
+    elif more < 0:
+        memory.give_back(-more)
+    return now, None

@@ -32,7 +32,7 @@ from refork.http.h2 import (
 from refork.serving.asgi.http2_stream import Stream
 from refork.serving.asgi.tls_buffers import close_refused
 from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
-from refork.serving.http2 import LINGER, answer_here, end_if_body_overdue
+from refork.serving.http2 import LINGER, answer_here, charge_held, end_if_body_overdue
 
 if TYPE_CHECKING:
     from refork.serving.asgi.http_protocol import HttpProtocol
@@ -113,23 +113,12 @@ class Http2Protocol(asyncio.Protocol):
             self.srv.request_memory.wait(self, self.room_made, self.srv.read_size)
 
     def hold(self) -> None:
-        """Charge what h2 holds of the client's bytes (a header block not ended, a frame not whole)
-        to the worker's --max-request-memory: a header block that does not fit ends the connection
-        (GOAWAY ENHANCE_YOUR_CALM; HPACK's shared state rules out refusing only its stream), as
-        HTTP/1.1 answers such a head 503; other bytes are charged all the same."""
-        h2, memory = self.h2, self.srv.request_memory
-        if h2.ended or self.closing:
+        """What h2 holds of the client's bytes, charged to the worker's budget (charge_held)."""
+        if self.h2.ended or self.closing:
             return  # (what it holds is given back once the connection is lost, its buffers with it)
-        held = h2.buffered
-        more = held - self.held
-        if more > 0 and not memory.take(more):
-            if h2.head_arriving:
-                self.handle(h2.overloaded("no room for more request heads (--max-request-memory)"))
-                return
-            memory.charge(more)
-        elif more < 0:
-            memory.give_back(-more)
-        self.held = held
+        self.held, ended = charge_held(self.h2, self.srv.request_memory, self.held)
+        if ended is not None:
+            self.handle(ended)
 
     def hold_body(self, n: int) -> None:
         """Body bytes buffered for an app: charged to the worker's --max-request-memory."""

@@ -42,7 +42,7 @@ from refork.http.h2 import (
     StreamReset,
 )
 from refork.serving.connection import Expiry, Phase, log_write_timeout
-from refork.serving.http2 import LINGER, answer_here, end_if_body_overdue, sniff_preface
+from refork.serving.http2 import LINGER, answer_here, charge_held, end_if_body_overdue, sniff_preface
 from refork.serving.poller import IN, OUT
 from refork.serving.wsgi.http2_stream import HIGH_WATER, Stream
 
@@ -151,24 +151,13 @@ class Session:
         self.service()
 
     def _hold(self, received: int) -> None:
-        """Charge what h2 holds of the client's bytes (a header block not ended, a frame not whole)
-        to the worker's --max-request-memory: a header block that does not fit ends the connection
-        (GOAWAY ENHANCE_YOUR_CALM; HPACK's shared state rules out refusing only its stream), as
-        HTTP/1.1 answers such a head 503; other bytes are charged all the same."""
-        h2, memory = self.h2, self.loop.memory
-        if h2.ended:
-            memory.note(received)  # (its bytes went through, if only to be refused)
+        """What h2 holds of the client's bytes, charged to the worker's budget (charge_held)."""
+        if self.h2.ended:
+            self.loop.memory.note(received)  # (its bytes went through, if only to be refused)
             return  # (what it holds is given back by lost(), its buffers with it)
-        held = h2.buffered
-        more = held - self.held
-        if more > 0 and not memory.take(more):
-            if h2.head_arriving:
-                self._handle(h2.overloaded("no room for more request heads (--max-request-memory)"))
-                return
-            memory.charge(more)
-        elif more < 0:
-            memory.give_back(-more)
-        self.held = held
+        self.held, ended = charge_held(self.h2, self.loop.memory, self.held)
+        if ended is not None:
+            self._handle(ended)
 
     def _handle(self, event: Http2Event) -> None:
         kind = type(event)
