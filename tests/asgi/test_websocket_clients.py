@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, TESTS, LoggedProcess, Server, free_port
+from support.chromium import run_page
 
 CLIENTS = TESTS / "clients"
 APPS = {"fastapi": "apps.ws_fastapi:app", "channels": "apps.ws_channels:application"}
@@ -305,45 +305,12 @@ def test_node_ws(served, node_ws):
 
 
 def test_chromium(served):
-    chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium is needed (./scripts/test installs it)"
     token = f"t{os.getpid()}{time.monotonic_ns()}"
     report = served.state / f"report-{token}.json"
-    with tempfile.TemporaryDirectory(prefix="refork-chromium-") as profile:
-        log_path = Path(profile) / "chromium.log"
-        with open(log_path, "wb") as log:
-            browser = subprocess.Popen(
-                [
-                    chromium,
-                    "--headless=new",
-                    "--no-sandbox",  # root in a container
-                    "--disable-gpu",
-                    "--disable-dev-shm-usage",
-                    "--no-first-run",
-                    "--no-default-browser-check",
-                    "--disable-extensions",
-                    "--disable-background-networking",
-                    f"--user-data-dir={profile}",
-                    f"{served.url}/?n={N_BROWSER}&token={token}",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: killed whole below
-            )
-            try:
-                deadline = time.monotonic() + 45
-                while not report.exists() and time.monotonic() < deadline and browser.poll() is None:
-                    time.sleep(0.05)
-            finally:
-                try:
-                    os.killpg(browser.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                browser.wait(10)
-        assert report.exists(), (
-            f"the page never reported (chromium rc {browser.returncode}):\n"
-            f"{log_path.read_text(errors='replace')[-3000:]}\nserver log:\n{served.log()}"
-        )
+    rc, log = run_page(f"{served.url}/?n={N_BROWSER}&token={token}", report)
+    assert report.exists(), (
+        f"the page never reported (chromium rc {rc}):\n{log}\nserver log:\n{served.log()}"
+    )
     result = json.loads(report.read_text())
     _log_is_clean(served)
     assert "error" not in result, result

@@ -9,14 +9,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 from support.certs import Certs
+from support.chromium import run_page
 from test_http2 import SERVERS
 
 PAGE = {"asgi": "apps.h2_page:app", "wsgi": "apps.h2_page:wsgi_app"}
@@ -86,38 +85,14 @@ def test_nghttp_upgrade_h2c_is_answered_over_http11(page_server):
     assert [a["protocol"] for a in _answers(response)] == ["HTTP/1.1"]
 
 
-def _chromium(url: str, profile: str) -> subprocess.Popen[bytes]:
-    chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium is needed (./scripts/test installs it)"
-    log = open(Path(profile) / "chromium.log", "wb")  # noqa: SIM115 (closed with the browser)
-    flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-             "--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
-             "--ignore-certificate-errors",  # the test CA is not the browser's
-             f"--user-data-dir={profile}"]  # fmt: skip
-    with log:
-        return subprocess.Popen([chromium, *flags, url], stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
-
-
 def test_chromium_fetches_50_resources_at_once_on_one_tls_connection(page_server, certs):
     start, reports = page_server
     server = start(*certs.args())
     token = f"t{os.getpid()}{time.monotonic_ns()}"
     report = reports / f"report-{token}.json"
-    with tempfile.TemporaryDirectory(prefix="refork-chromium-") as profile:
-        browser = _chromium(f"https://127.0.0.1:{server.port}/?n={RESOURCES}&token={token}", profile)
-        try:
-            deadline = time.monotonic() + 45
-            while not report.exists() and time.monotonic() < deadline and browser.poll() is None:
-                time.sleep(0.05)
-        finally:
-            try:
-                os.killpg(browser.pid, signal.SIGKILL)  # its own process group: every helper process
-            except ProcessLookupError:
-                pass
-            browser.wait(10)
-        log = (Path(profile) / "chromium.log").read_text(errors="replace")
-        assert report.exists(), f"the page never reported (chromium rc {browser.returncode}):\n{log[-3000:]}"
+    url = f"https://127.0.0.1:{server.port}/?n={RESOURCES}&token={token}"
+    rc, log = run_page(url, report, "--ignore-certificate-errors")  # (the test CA is not the browser's)
+    assert report.exists(), f"the page never reported (chromium rc {rc}):\n{log}"
     result = json.loads(report.read_text())
     assert "error" not in result, result
     assert result["page"] == "h2"
