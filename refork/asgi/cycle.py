@@ -140,7 +140,8 @@ class HttpCycle:
             self.state = _BODY_DONE
         elif state is _STREAMING:
             self.state = _RESPONSE_STARTED
-        self._wake_receive()
+        if self.receive_waiter is not None:
+            self._wake_receive()
 
     def client_gone(self) -> None:
         """The connection closed (or the client half-closed before the whole body arrived)."""
@@ -261,11 +262,14 @@ class HttpCycle:
             # The client is still waiting for our go-ahead: it may or may not send the body.
             response.keep_alive = False
         data = response.feed(message)
-        self._started()
+        if state is _RECEIVING_BODY:  # (_started(), inline: once or twice a request)
+            self.state = _STREAMING
+        elif state is _BODY_DONE:
+            self.state = _RESPONSE_STARTED
         writable = True
         if data:
             writable = self.channel.write(data)
-        elif response.head_pending:
+        elif response.held_head is not None:
             # Just started: the head rides with the first body message if that comes in this
             # task step; otherwise (a slow stream) it goes out on its own right after.
             self.channel.hold_head(self)
@@ -325,7 +329,8 @@ class HttpCycle:
             log.error("ASGI app sent %d bytes less than its Content-Length: connection closed", short)
         self.state = _RESPONSE_DONE
         self.unread = None
-        self._let_go()
+        if self.buffered:
+            self._let_go()
         if self.receive_waiter is not None:
             self._wake_receive()
         self.channel.cycle_done(self, keep_alive)

@@ -73,8 +73,9 @@ class ResponseState:
     """
 
     __slots__ = (
-        "request", "keep_alive", "framer", "started", "complete", "status", "_head", "trailers",
-        "send_trailers", "body_ended", "file_sent", "trailer_fields", "headers",
+        "request", "keep_alive", "framer", "started", "complete", "status", "held_head", "trailers",
+        "send_trailers", "body_ended", "file_sent", "trailer_fields", "headers", "will_keep_alive",
+        "short_by",
     )  # fmt: skip
 
     def __init__(self, request: Request, *, keep_alive: bool = True) -> None:
@@ -85,7 +86,9 @@ class ResponseState:
         self.complete = False
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []  # the app's (http.response.start)
-        self._head: bytes | None = None
+        self.held_head: bytes | None = None  # framed, held back for the first body message
+        self.will_keep_alive = False  # after completion: may the connection serve another request?
+        self.short_by = 0  # after completion: body the app's Content-Length promised and it did not send
         self.trailers = False  # the app announced http.response.trailers ("trailers": True)
         self.send_trailers = False  # ... and they go on the wire (TE: trailers, chunked)
         self.body_ended = False  # the last body message came; only trailers may follow
@@ -128,9 +131,9 @@ class ResponseState:
             out = b""
         if not message.get("more_body", False):
             out += self._end_body()
-        head = self._head
+        head = self.held_head
         if head is not None:
-            self._head = None
+            self.held_head = None
             return head + out
         return out
 
@@ -158,7 +161,7 @@ class ResponseState:
                 headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
         framer = ResponseFramer(self.request, server_keep_alive=self.keep_alive)
         try:
-            self._head = framer.head(status, headers)
+            self.held_head = framer.head(status, headers)
         except ValueError as exc:
             raise RuntimeError(f"Invalid response head: {exc}") from None
         self.framer = framer
@@ -176,8 +179,16 @@ class ResponseState:
             out: bytes = self.framer.end()
         except ValueError as exc:
             raise RuntimeError(f"Invalid response: {exc}") from None
-        self.complete = True
+        self._complete()
         return out
+
+    def _complete(self) -> None:
+        framer = self.framer
+        self.complete = True
+        self.will_keep_alive = bool(framer.keep_alive)
+        length = framer.content_length
+        if length is not None and not framer.no_body and framer.body_bytes < length:
+            self.short_by = length - framer.body_bytes
 
     def _trailers(self, message: dict[str, Any]) -> bytes:
         fields = []
@@ -197,7 +208,7 @@ class ResponseState:
             last: bytes = framer.end()
         except ValueError as exc:
             raise RuntimeError(f"Invalid response: {exc}") from None
-        self.complete = True
+        self._complete()
         if not (self.send_trailers and framer.chunked and not framer.no_body):
             if collected:
                 log.debug("dropped response trailers: the request did not send 'TE: trailers'")
@@ -238,31 +249,14 @@ class ResponseState:
 
     def take_head(self) -> bytes:
         """The held-back head, if no body message came to carry it; empty afterwards."""
-        head = self._head
-        self._head = None
+        head = self.held_head
+        self.held_head = None
         return head or b""
-
-    @property
-    def head_pending(self) -> bool:
-        return self._head is not None
 
     @property
     def head_sent(self) -> bool:
         """The head left (or was handed out to be written): an error can no longer replace it."""
-        return self.started and self._head is None
-
-    @property
-    def will_keep_alive(self) -> bool:
-        """After completion: may the connection serve another request?"""
-        return self.framer is not None and bool(self.framer.keep_alive)
-
-    @property
-    def short_by(self) -> int:
-        """After completion: how much body the app's Content-Length promised and it did not send."""
-        framer = self.framer
-        if not self.complete or framer is None or framer.content_length is None or framer.no_body:
-            return 0
-        return max(0, int(framer.content_length) - int(framer.body_bytes))
+        return self.started and self.held_head is None
 
     @property
     def body_bytes(self) -> int:

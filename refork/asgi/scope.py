@@ -6,7 +6,7 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from refork.http.events import Request
-from refork.http.forwarded import TrustedProxies, resolve_forwarded
+from refork.http.forwarded import TrustedProxies, forwarded_by_trusted
 
 ASGI_INFO = {"version": "3.0", "spec_version": "2.4"}
 
@@ -47,7 +47,8 @@ def build_scope(
 ) -> dict[str, Any]:
     """The ``http`` scope for one request.
 
-    X-Forwarded-Proto/-For are applied only when ``proxies`` trusts the peer. ``root_path`` is
+    X-Forwarded-Proto/-For are applied only when ``proxies`` is given: the connection gives it when
+    they trust its peer. ``root_path`` is
     prepended to ``path``/``raw_path`` unless the request path already carries it (a proxy that
     does not strip the mount point), which is what current ASGI routers expect. ``state`` is
     shallow-copied so one request cannot leak attributes into the next.
@@ -55,13 +56,13 @@ def build_scope(
     raw_path = request.path
     if proxies is not None:
         peer = client[0] if client else None
-        new_scheme, host = resolve_forwarded(request.headers, peer, scheme, proxies)
+        new_scheme, host = forwarded_by_trusted(request.headers, peer, scheme, proxies)
         if host != peer or new_scheme != scheme:
             scheme = new_scheme
             if host is not None:
                 port = client[1] if client and host == peer else 0
                 client = (host, port)
-    path = decode_path(raw_path)
+    path = raw_path.decode("ascii") if raw_path.isascii() and b"%" not in raw_path else decode_path(raw_path)
     if root_path and not path.startswith(root_path):
         path = root_path + path
         raw_path = root_path.encode("utf-8") + raw_path

@@ -151,6 +151,14 @@ def resolve_forwarded(
     """
     if not proxies.trusts(peer_host):
         return scheme, peer_host
+    return forwarded_by_trusted(headers, peer_host, scheme, proxies)
+
+
+def forwarded_by_trusted(
+    headers: list[tuple[bytes, bytes]], peer_host: str | None, scheme: str, proxies: TrustedProxies
+) -> tuple[str, str | None]:
+    """resolve_forwarded() for a peer already known to be a trusted proxy (a connection checks
+    its peer once, not at every request)."""
     proto = None
     secure: bool | None = None  # what the other secure_scheme_headers say
     forwarded_for: list[str] = []  # repeated lines are one comma-separated list

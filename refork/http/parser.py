@@ -112,7 +112,7 @@ class RequestParser(RareRequests, ArrivingBytes):
         self._ntrailers = 0
         self._request: Request | None = None
         self._keep_alive = True
-        self._in_message = False
+        self.in_message = False  # from the first byte of a request until its EndOfMessage
         self._in_head = False
         self._head_started = False
         self._head_bytes = 0
@@ -149,11 +149,6 @@ class RequestParser(RareRequests, ArrivingBytes):
         self._upgraded: bytes | None = None
         self._chunks = 0  # chunks completed in the current chunked body (see _chunk_error)
         self._p = _llhttp(self)
-
-    @property
-    def in_message(self) -> bool:
-        """True from the first byte of a request until its EndOfMessage."""
-        return self._in_message
 
     @property
     def buffered(self) -> int:
@@ -197,7 +192,7 @@ class RequestParser(RareRequests, ArrivingBytes):
         self._events = events
         self._head_started = False
         in_head = self._in_head
-        began_inside = self._in_message
+        began_inside = self.in_message
         self._data = data
         self._scan = self._carry
         try:
@@ -237,7 +232,7 @@ class RequestParser(RareRequests, ArrivingBytes):
             raise
         finally:
             self._data = b""  # (a read can be 256 KiB: not kept past its feed())
-        if self._in_message:
+        if self.in_message:
             self._hold(data)
         elif self._held or self._held is None or self._refed is not None:
             self._between_requests()
@@ -250,7 +245,7 @@ class RequestParser(RareRequests, ArrivingBytes):
         if self._closed or not data:
             return []
         self._events = []
-        began_inside = self._in_message
+        began_inside = self.in_message
         self._head_started = False
         try:
             self._feed_slow_rest(data)
@@ -263,7 +258,7 @@ class RequestParser(RareRequests, ArrivingBytes):
             raise
         finally:
             self._data = b""
-        if self._in_message:
+        if self.in_message:
             self._hold(data)
         elif self._held or self._held is None or self._refed is not None:
             self._between_requests()
@@ -338,7 +333,7 @@ class RequestParser(RareRequests, ArrivingBytes):
         if not self._upgrade_body:
             self._ended_in_body = True
             self._events.append(EOM)
-            self._in_message = False
+            self.in_message = False
             self._request = None
             if not self._keep_alive:
                 self._closed = True
@@ -351,7 +346,7 @@ class RequestParser(RareRequests, ArrivingBytes):
     def on_message_begin(self) -> None:
         if self._closed:  # after a request that closes: the rest of this read is never parsed
             raise _AfterClose
-        self._in_message = self._in_head = self._head_started = True
+        self.in_message = self._in_head = self._head_started = True
         self._head_bytes = 0
         self._past_first = False
         self._url = b""
@@ -575,7 +570,7 @@ class RequestParser(RareRequests, ArrivingBytes):
         request = self._request
         self._ended_in_body = request is not None and not request.chunked and bool(request.content_length)
         self._events.append(EOM)
-        self._in_message = False
+        self.in_message = False
         self._request = None
         if not self._keep_alive:
             self._closed = self._slow = True

@@ -68,7 +68,7 @@ class RareRequests:
         "_ntrailers",
         "_request",
         "_keep_alive",
-        "_in_message",
+        "in_message",
         "_in_head",
         "_head_started",
         "_head_bytes",
@@ -108,7 +108,7 @@ class RareRequests:
     _url: bytes
     _request: Request | None
     _keep_alive: bool
-    _in_message: bool
+    in_message: bool
     _in_head: bool
     _body_left: int
     _upgrade_body: int
@@ -180,7 +180,7 @@ class RareRequests:
             if len(view) >= self._max_line:
                 raise self._fail(414, "request line too long")
             self._pending = bytes(view)  # the method is still arriving
-            self._slow = self._in_message = True
+            self._slow = self.in_message = True
             return view[:0]
         self._p = _llhttp(self)
         self._method = method.decode("ascii")

@@ -261,6 +261,7 @@ class AppClock:
         self._floats = slots._floats
         self._bounds = slots.bounds
         self._starts_at = base + STARTS
+        self._deadline_at = base + DEADLINE  # (started() and finished() write it themselves)
         self._requests_at = base + REQUESTS
         self._waiting_at = base + WAITING
         self._duration_at = base + DURATION_SUM
@@ -278,7 +279,7 @@ class AppClock:
             in_app = self._in_app
             in_app[token] = now
             if len(in_app) == 1 or self._heartbeat:
-                self._slots.set_deadline(self._index, now + self._timeout)
+                self._floats[self._deadline_at] = now + self._timeout
             self._ints[self._starts_at] += 1  # metrics: in flight = started - served
         return token
 
@@ -324,7 +325,7 @@ class AppClock:
             since = next(iter(in_app.values())) if in_app else now
             if self._marked:
                 since = self._settle(token, since)
-            self._slots.set_deadline(self._index, (now if self._heartbeat else since) + self._timeout)
+            self._floats[self._deadline_at] = (now if self._heartbeat else since) + self._timeout
             served = self._ints[self._requests_at] + 1
             # metrics: the duration sum and one count by (status class, bucket)
             took = now - token.began  # type: ignore[attr-defined]  # an InFlight from started()

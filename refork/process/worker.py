@@ -133,6 +133,7 @@ class Worker:
             self._refork_at = thresholds[min(generation, len(thresholds) - 1)]
         self._promotion_asked = 0.0
         self._unsafe_reported = False
+        self._next_check = self._next_threshold(0)  # request_finished() looks closer from there
         self._trimmer = None
         if config.malloc_trim:
             from refork.memory.allocator import MallocTrimmer
@@ -333,7 +334,9 @@ class Worker:
             raise Promoted(generation)  # the mold that forked this worker runs it as a mold
 
     def request_finished(self, token: object, status: int) -> None:
-        self.requests_served(self.clock.finished(token, status))
+        served = self.clock.finished(token, status)
+        if served >= self._next_check:  # (the tick reports a fork-safety mark in between)
+            self._next_check = self.requests_served(served)
 
     def requests_served(self, requests: int) -> int:
         """What follows a request served (the --max-requests and --refork-after checks, a fork-safety
@@ -349,6 +352,10 @@ class Worker:
             self._report_unsafe()
         if self._refork_at and requests >= self._refork_at:
             return requests + 1
+        return self._next_threshold(requests)
+
+    def _next_threshold(self, requests: int) -> int:
+        """The next count past `requests` at which requests_served() has something to do."""
         return min(n for n in (self._retire_at, self._refork_at, 1 << 62) if n > requests)
 
     def health(self, kind: str) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from refork import deadlines
@@ -51,7 +52,7 @@ class HttpProtocol(asyncio.Protocol):
         "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
         "queue", "read_paused", "write_blocked_since", "closing", "since", "pending_error", "eof",
         "trusted", "body_bytes", "scheme", "tls", "fresh", "drain_waiter", "held", "proxied", "sniffed",
-        "__weakref__",
+        "hold_head", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, srv: Server, proxied: tuple[str, int] | None = None) -> None:
@@ -79,6 +80,8 @@ class HttpProtocol(asyncio.Protocol):
         self.drain_waiter: asyncio.Future[None] | None = None  # send_file() waits for resume_writing
         self.held = 0  # what the parser holds, charged to the worker's --max-request-memory
         self.sniffed = b""  # h2c: the first bytes, while they may be the HTTP/2 preface
+        # the Channel's hold_head is the server's own: no call in between
+        self.hold_head: Callable[[HttpCycle], None] = srv.hold_head
 
     # asyncio.Protocol ------------------------------------------------------------------------
 
@@ -251,9 +254,6 @@ class HttpProtocol(asyncio.Protocol):
         if self.read_paused:
             self.maybe_resume_reading()
 
-    def hold_head(self, cycle: HttpCycle) -> None:
-        self.srv.hold_head(cycle)
-
     async def send_file(self, fd: int, offset: int, count: int) -> int:
         return await send_file(self, fd, offset, count)
 
@@ -292,7 +292,7 @@ class HttpProtocol(asyncio.Protocol):
                     self.start_next()
             elif self.pending_error:
                 self.send_error(self.pending_error)
-        if srv.in_flight == 0:
+        if srv.in_flight == 0 and (srv.stopping or srv.control.safe_point_wanted):
             srv.idle()
 
     def client_wait(self, cycle: HttpCycle, waiting: bool) -> None:

@@ -159,7 +159,7 @@ class Server:
     def _flush_heads(self) -> None:
         held, self._held_heads = self._held_heads, []
         for cycle in held:
-            if cycle.response.head_pending:
+            if cycle.response.held_head is not None:
                 cycle.flush_head()
 
     def on_control(self) -> None:
