@@ -118,19 +118,25 @@ class ResponseState:
         if self.file_sent:
             raise RuntimeError("'http.response.body' after 'http.response.pathsend'")
         body = message.get("body", b"")
-        framer = self.framer
-        out: bytes
-        if body:
+        if body and type(body) is not bytes:
             if not isinstance(body, (bytes, bytearray, memoryview)):
                 raise RuntimeError(f"'body' must be bytes, got {type(body).__name__}")
-            try:
-                out = framer.body(bytes(body) if type(body) is not bytes else body)
-            except ValueError as exc:
-                raise RuntimeError(f"Invalid response body: {exc}") from None
-        else:
-            out = b""
-        if not message.get("more_body", False):
-            out += self._end_body()
+            body = bytes(body)
+        more = message.get("more_body", False)
+        framer = self.framer
+        out: bytes
+        try:
+            if more or self.trailers:
+                out = framer.body(body) if body else b""
+            else:
+                out = framer.last(body)  # (the common case: one call frames the body and the end)
+        except ValueError as exc:
+            raise RuntimeError(f"Invalid response body: {exc}") from None
+        if not more:
+            if self.trailers:
+                self.body_ended = True
+            else:
+                self._complete()
         head = self.held_head
         if head is not None:
             self.held_head = None
@@ -153,7 +159,9 @@ class ResponseState:
             raise RuntimeError(f"'status' must be an int between 100 and 999, got {status!r}")
         if 100 <= status < 200:
             raise RuntimeError(f"Informational status {status} cannot be sent as the final response")
-        headers = _check_headers(message.get("headers", ()))
+        headers = message.get("headers", ())
+        if type(headers) is not list:
+            headers = _check_headers(headers)
         if message.get("trailers", False):
             self.trailers = True
             if wants_trailers(self.request):
@@ -162,7 +170,8 @@ class ResponseState:
         framer = ResponseFramer(self.request, server_keep_alive=self.keep_alive)
         try:
             self.held_head = framer.head(status, headers)
-        except ValueError as exc:
+        except (ValueError, TypeError, AttributeError) as exc:  # (the head checks each field as it goes)
+            _check_headers(headers)  # headers that are not pairs of bytes: its message says so
             raise RuntimeError(f"Invalid response head: {exc}") from None
         self.framer = framer
         self.status = status

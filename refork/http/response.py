@@ -269,6 +269,26 @@ class ResponseFramer:
             raise ValueError(f"response body longer than Content-Length {self.content_length}")
         return data
 
+    def last(self, data: bytes) -> bytes:
+        """body(data) then end() in one call: the response's last (often its only) piece of body."""
+        if self._state != 1:
+            raise ValueError("body() before head() or after end()")
+        size = len(data)
+        sent = self.body_bytes = self.body_bytes + size
+        if self.no_body:
+            self._state = 2
+            return b""
+        if self.chunked:
+            self._state = 2
+            return b"%x\r\n%s\r\n0\r\n\r\n" % (size, data) if size else _LAST_CHUNK
+        length = self.content_length
+        if length is not None and sent != length:
+            self.keep_alive = False  # longer: refused below; shorter: the peer waits on, for nothing
+            if sent > length:
+                raise ValueError(f"response body longer than Content-Length {length}")
+        self._state = 2
+        return data
+
     def end(self) -> bytes:
         """Bytes that finish the response; afterwards keep_alive is final."""
         if self._state != 1:

@@ -290,7 +290,7 @@ def _send_result(ex: _Exchange, result: Iterable[bytes]) -> Iterator[bytes] | No
             head = ex.head(total)
             if total <= _JOIN_LIMIT:  # one write; copying a small body beats a second syscall
                 # (joining a one-item list returns the item itself: no copy in the common case)
-                send(head + framer.body(b"".join(result)) + framer.end())
+                send(head + framer.last(b"".join(result)))
                 return None
             send(head)
             return _pull(ex, iter(result))

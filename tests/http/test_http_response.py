@@ -284,3 +284,34 @@ def test_has_control_char() -> None:
 def test_server_made_503_says_when_to_retry() -> None:
     assert b"\r\nRetry-After: 1\r\n" in simple_response(503)
     assert b"Retry-After" not in simple_response(413)
+
+
+@pytest.mark.parametrize(
+    ("method", "version", "headers", "data"),
+    [
+        ("GET", "1.1", [(b"Content-Length", b"5")], b"hello"),  # exact
+        ("GET", "1.1", [(b"Content-Length", b"9")], b"hello"),  # short: the connection cannot be reused
+        ("GET", "1.1", [], b"hello"),  # chunked
+        ("GET", "1.1", [], b""),  # chunked, empty
+        ("GET", "1.0", [], b"hello"),  # close-delimited
+        ("HEAD", "1.1", [(b"Content-Length", b"5")], b"hello"),  # no body on the wire
+        ("GET", "1.1", [(b"Content-Length", b"0")], b""),
+    ],
+)
+def test_last_is_body_then_end(method: str, version: str, headers: list, data: bytes) -> None:
+    """last(data), the one-call ending of a response, frames exactly what body(data) + end() does."""
+    one, two = ResponseFramer(request(method, version)), ResponseFramer(request(method, version))
+    one.head(200, headers)
+    two.head(200, headers)
+    assert one.last(data) == two.body(data) + two.end()
+    assert (one.keep_alive, one.body_bytes) == (two.keep_alive, two.body_bytes)
+    with pytest.raises(ValueError):
+        one.last(b"")  # the response has ended
+
+
+def test_last_longer_than_content_length_raises() -> None:
+    framer = ResponseFramer(request())
+    framer.head(200, [(b"Content-Length", b"2")])
+    with pytest.raises(ValueError, match="longer than Content-Length"):
+        framer.last(b"abc")
+    assert not framer.keep_alive

@@ -190,10 +190,23 @@ class HttpProtocol(asyncio.Protocol):
                 if self.reading.body_received(event.data):  # type: ignore[union-attr]
                     self.pause_reading()
             elif kind is Request:
-                if event.websocket and self.srv.ws_enabled:  # type: ignore[union-attr]
-                    self.upgrade(event)  # type: ignore[arg-type]
+                request: Request = event  # type: ignore[assignment]
+                srv = self.srv
+                if request.websocket and srv.ws_enabled:
+                    self.upgrade(request)
                     return  # the parser stopped after it: the rest is the WebSocket's
-                self.request_received(event)  # type: ignore[arg-type]
+                memory = srv.request_memory
+                cycle = HttpCycle(self, self.loop, request, keep_alive=not srv.stopping, memory=memory)
+                self.reading = cycle
+                if request.content_length or request.chunked:
+                    self.since = self.loop.time()  # the body deadline runs from the end of the head
+                    self.body_bytes = 0
+                if self.cycle is None and not self.write_blocked_since:
+                    self.start(cycle)
+                else:
+                    self.queue.append(cycle)
+                    if len(self.queue) > MAX_PIPELINE:
+                        self.pause_reading()
             else:
                 self.reading.end_received()  # type: ignore[union-attr]
                 self.reading = None
@@ -303,20 +316,6 @@ class HttpProtocol(asyncio.Protocol):
             control.request_resumed(cycle.token)
 
     # Requests --------------------------------------------------------------------------------
-
-    def request_received(self, request: Request) -> None:
-        srv = self.srv
-        cycle = HttpCycle(self, self.loop, request, keep_alive=not srv.stopping, memory=srv.request_memory)
-        self.reading = cycle
-        if request.content_length or request.chunked:
-            self.since = self.loop.time()  # the body deadline runs from the end of the head
-            self.body_bytes = 0
-        if self.cycle is None and not self.write_blocked_since:
-            self.start(cycle)
-        else:
-            self.queue.append(cycle)
-            if len(self.queue) > MAX_PIPELINE:
-                self.pause_reading()
 
     def upgrade(self, request: Request) -> None:
         """A WebSocket handshake: the transport goes to a WebSocketProtocol (serving.asgi.websocket_protocol)
