@@ -1,11 +1,13 @@
-"""ASGI frameworks: a FastAPI JSON endpoint and a Starlette streaming response, refork against
-uvicorn and granian, with CPU per request.
+"""ASGI: a hello world, a FastAPI JSON endpoint and a Starlette streaming response, refork against
+uvicorn and granian, with CPU per request, p50 and p99.
 
-Every server runs 2 workers on 127.0.0.1 (`benchmarks/apps/frameworks_asgi.py`). For each app and
+Every server runs 2 workers on 127.0.0.1 (`benchmarks/apps/hello_asgi.py`,
+`benchmarks/apps/frameworks_asgi.py`). For each app and
 server, in each round: start, wait for a 200, warm up 2 s, then `wrk -t2 -c64 -d<D>s --latency`;
 the servers' CPU (user + system of every process, threads included) over the measured run divided
-by its requests is the CPU per request. Servers interleave within each round, the order
-alternates, medians over rounds; the ratio is against uvicorn.
+by its requests is the CPU per request, printed whole and split into user (the server's own code
+and the app) and system (the kernel: TCP over loopback, epoll). Servers interleave within each
+round, the order alternates, medians over rounds; the ratio is against uvicorn.
 
     python benchmarks/asgi_frameworks.py [--python 3.11] [--duration 5] [--rounds 3] [--only refork,uvicorn]
 
@@ -39,7 +41,8 @@ from common import (
 )
 
 APPS = BENCH_DIR / "apps"
-CASES = {"fastapi-json": ("frameworks_asgi:fastapi_app", "/items/42?q=hello"),
+CASES = {"hello": ("hello_asgi:app", "/"),
+         "fastapi-json": ("frameworks_asgi:fastapi_app", "/items/42?q=hello"),
          "starlette-stream": ("frameworks_asgi:starlette_app", "/stream")}  # fmt: skip
 
 
@@ -69,13 +72,17 @@ def bench_one(server: Server, duration: float, path: str) -> dict:
     before = cpu_seconds(server.pids())
     result = run_wrk(server.port, duration, path=path)
     user, system = cpu_delta(before, cpu_seconds(server.pids()))
-    result["cpu_us"] = (user + system) / result["requests"] * 1e6 if result["requests"] else None
+    count = result["requests"]
+    result["cpu_us"] = (user + system) / count * 1e6 if count else None
+    result["user_us"] = user / count * 1e6 if count else None  # the servers' own code
+    result["sys_us"] = system / count * 1e6 if count else None  # the kernel's part: TCP, epoll
     return finish(server, result)
 
 
 def line(res: dict) -> str:
     return (f"{res['rps']:.0f} req/s, p50 {fmt(res['p50_ms'], '.2f')} ms, "
-            f"p99 {fmt(res['p99_ms'], '.2f')} ms, CPU {fmt(res['cpu_us'], '.1f')} us/request, "
+            f"p99 {fmt(res['p99_ms'], '.2f')} ms, CPU {fmt(res['cpu_us'], '.1f')} us/request "
+            f"({fmt(res['user_us'], '.1f')} user), "
             f"errors {res['errors'] + res['non2xx']}")  # fmt: skip
 
 
@@ -95,7 +102,7 @@ def main() -> None:
         )
 
         def medians(rs: list[dict]) -> dict:
-            keys = ("rps", "p50_ms", "p99_ms", "cpu_us")
+            keys = ("rps", "p50_ms", "p99_ms", "cpu_us", "user_us", "sys_us")
             out = {key: median([r[key] for r in rs if r[key] is not None]) for key in keys}
             return out | {"errors": sum(r["errors"] + r["non2xx"] for r in rs)}
 
@@ -107,12 +114,14 @@ def main() -> None:
         summary = res["summary"]
         for name, s in summary.items():
             if "error" in s:
-                rows.append([case, name, "-", "-", "-", "-", "-", s["error"]])
+                rows.append([case, name, "-", "-", "-", "-", "-", "-", "-", s["error"]])
                 continue
             rows.append([case, name, f"{s['rps']:.0f}", fmt(s["p50_ms"], ".2f"), fmt(s["p99_ms"], ".2f"),
-                         fmt(s["cpu_us"], ".1f"), fmt(rps_ratio(summary, name, "uvicorn"), ".2f", "x"),
-                         str(s["errors"])])  # fmt: skip
-    print_table(["case", "server", "req/s", "p50 ms", "p99 ms", "CPU us/req", "vs uvicorn", "errors"], rows)
+                         fmt(s["cpu_us"], ".1f"), fmt(s["user_us"], ".1f"), fmt(s["sys_us"], ".1f"),
+                         fmt(rps_ratio(summary, name, "uvicorn"), ".2f", "x"), str(s["errors"])])  # fmt: skip
+    columns = ["case", "server", "req/s", "p50 ms", "p99 ms", "CPU us/req", "user", "sys", "vs uvicorn",
+               "errors"]
+    print_table(columns, rows)
     path = write_results("asgi_frameworks", {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "versions": info, "duration": args.duration,
         "rounds": args.rounds, "results": results,
