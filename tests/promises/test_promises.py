@@ -124,7 +124,9 @@ def test_a_flood_of_hung_requests_costs_only_those_requests(start_server, path):
     workers = 4 if per_worker == 1 else 2
     hung = max(2, workers * per_worker * 5 // 8) if per_worker else 20
     server = serve(start_server, path, "--timeout", "2", workers=workers)
-    with Hung(server.port, path, hung) as flood:
+    # On a thread path each hung stream holds a thread: one a connection, so that `hung` is what
+    # hangs (four a connection would hang every thread of both workers on an HTTP/2 path).
+    with Hung(server.port, path, hung, streams=1 if per_worker else 4) as flood:
         server.wait_for(lambda: flood.sent >= hung, what=f"{hung} hung requests")
         with load_for(server, path, threads=4) as load:
             load.wait_for_requests(300, timeout=30)
