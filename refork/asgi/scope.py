@@ -48,10 +48,10 @@ def build_scope(
     """The ``http`` scope for one request.
 
     X-Forwarded-Proto/-For are applied only when ``proxies`` is given: the connection gives it when
-    they trust its peer. ``root_path`` is
-    prepended to ``path``/``raw_path`` unless the request path already carries it (a proxy that
-    does not strip the mount point), which is what current ASGI routers expect. ``state`` is
-    shallow-copied so one request cannot leak attributes into the next.
+    they trust its peer. ``root_path`` is prepended to ``path``/``raw_path`` unless the request
+    path already carries it (a proxy that does not strip the mount point), which is what current
+    ASGI routers expect. ``state`` is shallow-copied so one request cannot leak attributes into
+    the next. (A plain ASCII path is decoded here: decode_path's common case without the call.)
     """
     raw_path = request.path
     if proxies is not None:
