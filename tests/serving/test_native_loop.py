@@ -36,8 +36,9 @@ from refork.http.events import Event, ParseError, Request
 from refork.http.forwarded import TrustedProxies
 from refork.http.parser import Limits, RequestParser
 from refork.http.response import simple_response
+from refork.serving.parsers import native_parser
 from refork.serving.wsgi.choice import available, choose
-from refork.serving.wsgi.native_parts import NativeEnvironBuilder, native_parser, start_wsgi_native
+from refork.serving.wsgi.native_parts import NativeEnvironBuilder, start_wsgi_native
 from refork.wsgi import EnvironBuilder, start_wsgi
 
 
@@ -106,6 +107,31 @@ def test_the_fast_path_builds_what_the_python_parser_builds() -> None:
         "Request", "EndOfMessage", "Request", "Body", "EndOfMessage", "Request", "EndOfMessage",
     ]  # fmt: skip
 
+
+
+WEBSOCKET = (
+    b"GET /chat HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+@pytest.mark.parametrize("before", [b"", b"GET / HTTP/1.1\r\nHost: h\r\n\r\n"], ids=["first", "pipelined"])
+def test_a_websocket_handshake_is_handed_off_as_the_python_parser_does(before: bytes) -> None:
+    """The ASGI loop's parser (hand_off_websocket): it stops after the handshake, and `upgraded`
+    holds the bytes after its head in the same read (the start of the WebSocket stream; later
+    reads go to the WebSocket's protocol), however the reads fall."""
+    raw = before + WEBSOCKET + b"\x81\x85frame" + b"GET /never HTTP/1.1\r\nHost: h\r\n\r\n"
+    for cuts in ([], list(range(1, len(raw))), [len(before) + len(WEBSOCKET)]):
+        python = RequestParser(Limits(), hand_off_websocket=True)
+        native = native_parser(Limits(), hand_off_websocket=True)
+        assert run(native, raw, cuts) == run(python, raw, cuts)
+        assert native.upgraded == python.upgraded
+        assert native.upgraded is not None
+        if not cuts:
+            assert native.upgraded.startswith(b"\x81\x85frame")
+        assert not native.in_message
+        assert native.feed(b"more") == []
+    assert native_parser(Limits()).upgraded is None
 
 BUILDERS = [
     dict(server=("127.0.0.1", 8000)),

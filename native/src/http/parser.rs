@@ -119,7 +119,11 @@ impl Parser {
         if !keeps {
             self.closed = true; // it ignores what follows a closing request: keep it to say so
         } else if !slow.getattr(pyo3::intern!(py, "in_message"))?.is_truthy()? {
-            self.slow = None; // between requests: back to the fast path
+            if slow.getattr(pyo3::intern!(py, "upgraded"))?.is_none() {
+                self.slow = None; // between requests: back to the fast path
+            } else {
+                self.closed = true; // a WebSocket handshake handed off: it keeps the bytes after it
+            }
         }
         Ok(())
     }
@@ -193,6 +197,16 @@ impl Parser {
         match &self.slow {
             Some(p) => p.bind(py).getattr(pyo3::intern!(py, "head_held"))?.extract(),
             None => Ok(0),
+        }
+    }
+
+    /// After a WebSocket handshake (a Python parser made with `hand_off_websocket`): the bytes
+    /// that followed its head (refork.http.parser's `upgraded`); None before.
+    #[getter]
+    fn upgraded<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match &self.slow {
+            Some(p) => p.bind(py).getattr(pyo3::intern!(py, "upgraded")),
+            None => Ok(py.None().into_bound(py)),
         }
     }
 

@@ -22,7 +22,6 @@ from refork.asgi import HttpCycle, build_scope
 from refork.asgi.tls import tls_extension
 from refork.asgi.waiting import wake
 from refork.http.events import Body, Event, ParseError, Request
-from refork.http.parser import RequestParser
 from refork.http.response import simple_response
 from refork.serving.asgi.http2_protocol import hand_over, wants_h2
 from refork.serving.asgi.sendfile import send_file
@@ -31,6 +30,7 @@ from refork.serving.asgi.websocket_protocol import WebSocketProtocol
 from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
 from refork.serving.health import health_response
 from refork.serving.http2 import sniff_preface
+from refork.serving.parsers import request_parser
 
 if TYPE_CHECKING:
     from refork.serving.asgi.server import Server
@@ -59,7 +59,7 @@ class HttpProtocol(asyncio.Protocol):
         self.srv = srv
         self.proxied = proxied  # the client a PROXY header named (refork.serving.asgi.proxied_listener)
         self.loop = srv.loop
-        self.parser = RequestParser(srv.limits, hand_off_websocket=srv.ws_enabled)
+        self.parser = request_parser(srv.limits, hand_off_websocket=srv.ws_enabled)
         self.transport: Any = None
         self.server_addr: tuple[str, int | None] | None = None
         self.client_addr: tuple[str, int] | None = None

@@ -21,21 +21,16 @@ from typing import Any
 
 from refork import _native
 from refork.http.body import InputStream
-from refork.http.events import Body, ParseError, Request
-from refork.http.parser import Limits, RequestParser
-from refork.http.rare import EOM
+from refork.http.events import Request
+from refork.http.parser import Limits
 from refork.http.response import ResponseFramer
 from refork.serving.outbox import Outbox
+from refork.serving.parsers import native_parser
 from refork.serving.tls_io import TlsConn
 from refork.serving.wsgi.conn import Conn
 from refork.serving.wsgi.python_loop import LoopParts
 from refork.wsgi import EnvironBuilder, Outcome, Output, Streaming
 from refork.wsgi.response import _Exchange, start_wsgi
-
-
-def native_parser(limits: Limits) -> _native.Parser:
-    """A refork._native.Parser: RequestParser's contract, httparse on the common path."""
-    return _native.Parser(limits, RequestParser, Request, Body, EOM, ParseError)
 
 
 def native_environ(builder: EnvironBuilder) -> _native.Environ | None:
