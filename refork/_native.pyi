@@ -19,7 +19,7 @@ from refork.wsgi.response import Prefetched, _Exchange
 
 __all__ = [
     "Current", "Engine", "Environ", "HandOver", "Handed", "MemoryBudget", "Parser", "PoolEngine",
-    "StartResponse", "frame_list", "parse_proxy",
+    "ResponseFramer", "StartResponse", "frame_list", "parse_proxy", "use_status_lines",
 ]  # fmt: skip
 
 # a client as the environ has it: (host, port), or None (a unix-socket peer)
@@ -267,6 +267,26 @@ class MemoryBudget:
     @property
     def peak(self) -> int: ...
 
+@final
+class ResponseFramer:
+    """refork.http.response.ResponseFramer in Rust (the ASGI loop's); status lines come from the
+    function given to use_status_lines()."""
+
+    keep_alive: bool
+    chunked: bool
+    content_length: int | None
+    body_bytes: int
+    no_body: bool
+    status: int
+    def __new__(cls, request: Request, *, server_keep_alive: bool = True) -> ResponseFramer: ...
+    @property
+    def http10(self) -> bool: ...
+    def head(self, status: int, headers: Iterable[Any], reason: bytes | None = None) -> bytes: ...
+    def body(self, data: bytes) -> bytes: ...
+    def last(self, data: bytes) -> bytes: ...
+    def end(self) -> bytes: ...
+
+def use_status_lines(status_line: Callable[[int, bytes | None], bytes]) -> None: ...
 def frame_list(
     code: int, reason: bytes, headers: list[tuple[bytes, bytes]], has_length: bool, result: object,
     no_body: bool, http11: bool, keep_alive: bool,

@@ -11,7 +11,8 @@
 //!   read buffer (scratch.rs), the memory budget (budget.rs), the listeners (listen.rs), the
 //!   PROXY protocol header (proxy.rs).
 //! - `http/`: HTTP without WSGI: the head's fast path (head.rs), the Python loop's `Parser`
-//!   (parser.rs), the Host value (host.rs), response framing (frame.rs) and its Date line (date.rs).
+//!   (parser.rs), the Host value (host.rs), response framing (frame.rs; the ASGI loop's
+//!   `ResponseFramer`, framer.rs) and its Date line (date.rs).
 //! - `wsgi/`: the WSGI request path both engines share: the environ, start_response, the app
 //!   call (app_call.rs) and its body pulled for framing (body.rs), the request's accounting in the
 //!   worker's slot or by the Python clock (accounting.rs), the access-log line.
@@ -52,7 +53,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<conn::handed::Handed>()?;
     m.add_class::<wsgi::accounting::Current>()?;
     m.add_class::<conn::budget::MemoryBudget>()?;
+    m.add_class::<http::framer::ResponseFramer>()?;
     m.add_function(wrap_pyfunction!(http::frame::frame_list, m)?)?;
     m.add_function(wrap_pyfunction!(conn::proxy::parse_proxy, m)?)?;
+    m.add_function(wrap_pyfunction!(http::framer::use_status_lines, m)?)?;
     Ok(())
 }

@@ -15,9 +15,21 @@ from collections.abc import Iterable
 from typing import Any
 
 from refork.http.events import Request
-from refork.http.response import ResponseFramer, early_hints, has_control_char
+from refork.http.response import ResponseFramer, early_hints, has_control_char, status_line
+
+try:
+    from refork import _native  # typed by refork/_native.pyi
+except ImportError:  # not built: the Python framer
+    _native = None  # type: ignore[assignment]
 
 log = logging.getLogger("refork")
+
+# What frames a response: refork._native.ResponseFramer where the extension is built (the same
+# class in Rust, held to the Python one by tests/asgi/test_native_framer.py), else the Python one.
+Framer: Any = ResponseFramer
+if _native is not None:
+    _native.use_status_lines(status_line)
+    Framer = _native.ResponseFramer
 
 FILE_MESSAGES = frozenset({"http.response.pathsend", "http.response.zerocopysend"})
 EARLY_HINT = "http.response.early_hint"
@@ -167,7 +179,7 @@ class ResponseState:
             if wants_trailers(self.request):
                 self.send_trailers = True  # chunked: a Content-Length would leave no room for them
                 headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
-        framer = ResponseFramer(self.request, server_keep_alive=self.keep_alive)
+        framer = Framer(self.request, server_keep_alive=self.keep_alive)
         try:
             self.held_head = framer.head(status, headers)
         except (ValueError, TypeError, AttributeError) as exc:  # (the head checks each field as it goes)

@@ -28,6 +28,7 @@ from refork.http.events import Request
 
 __all__ = [
     "CONTINUE", "ResponseFramer", "early_hints", "has_control_char", "reason_phrase", "simple_response",
+    "status_line",
 ]  # fmt: skip
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -110,7 +111,7 @@ def reason_phrase(status: int) -> bytes:
     return _REASONS.get(status, b"Unknown")
 
 
-def _status_line(status: int, reason: bytes | None) -> bytes:
+def status_line(status: int, reason: bytes | None) -> bytes:
     """b"HTTP/1.1 200 OK\\r\\n", cached: WSGI apps pass their reason on every response."""
     key = status if reason is None else (status, reason)
     line = _STATUS_LINES.get(key)
@@ -139,7 +140,7 @@ def simple_response(status: int, body: bytes | None = None, *, keep_alive: bool 
         body = reason_phrase(status) + b"\n"
     return b"".join(
         (
-            _status_line(status, None),
+            status_line(status, None),
             b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n" % len(body),
             _date_header(),
             _SERVER_LINE,
@@ -184,14 +185,14 @@ class ResponseFramer:
         """Status line and headers; decides the framing of the body."""
         if self._state:
             raise ValueError("response head already sent")
-        status_line = _STATUS_LINES.get(status if reason is None else (status, reason))
-        if status_line is None:
-            status_line = _status_line(status, reason)
+        line = _STATUS_LINES.get(status if reason is None else (status, reason))
+        if line is None:
+            line = status_line(status, reason)
         self.status = status
         if status < 200 or status == 204 or status == 304:
             self.no_body = True
         drop_length = status < 200 or status == 204
-        parts = [status_line]
+        parts = [line]
         append = parts.append
         extend = parts.extend
         content_length = None
