@@ -19,7 +19,7 @@ from refork.wsgi.response import Prefetched, _Exchange
 
 __all__ = [
     "Current", "Engine", "Environ", "HandOver", "Handed", "MemoryBudget", "Parser", "PoolEngine",
-    "ResponseFramer", "StartResponse", "frame_list", "parse_proxy", "use_status_lines",
+    "ResponseFramer", "StartResponse", "frame_list", "http_scope", "parse_proxy", "use_status_lines",
 ]  # fmt: skip
 
 # a client as the environ has it: (host, port), or None (a unix-socket peer)
@@ -286,6 +286,10 @@ class ResponseFramer:
     def last(self, data: bytes) -> bytes: ...
     def end(self) -> bytes: ...
 
+def http_scope(
+    request: Request, server: tuple[str, int | None] | None, client: _Client, scheme: str, root_path: str,
+    state: dict[str, Any] | None, proxies: object,
+) -> dict[str, Any] | None: ...  # fmt: skip
 def use_status_lines(status_line: Callable[[int, bytes | None], bytes]) -> None: ...
 def frame_list(
     code: int, reason: bytes, headers: list[tuple[bytes, bytes]], has_length: bool, result: object,

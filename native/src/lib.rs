@@ -16,6 +16,7 @@
 //! - `wsgi/`: the WSGI request path both engines share: the environ, start_response, the app
 //!   call (app_call.rs) and its body pulled for framing (body.rs), the request's accounting in the
 //!   worker's slot or by the Python clock (accounting.rs), the access-log line.
+//! - `asgi/`: what the ASGI loop (on asyncio) calls once a request: its http scope.
 //! - `sys/`: the system calls (epoll, sockets, eventfd), as safe functions.
 //!
 //! Whatever is not the common shape is handed, from its first byte, to the Python loop
@@ -32,6 +33,7 @@
 
 use pyo3::prelude::*;
 
+mod asgi;
 mod conn;
 mod engine;
 mod http;
@@ -57,5 +59,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(http::frame::frame_list, m)?)?;
     m.add_function(wrap_pyfunction!(conn::proxy::parse_proxy, m)?)?;
     m.add_function(wrap_pyfunction!(http::framer::use_status_lines, m)?)?;
+    m.add_function(wrap_pyfunction!(asgi::scope::http_scope, m)?)?;
     Ok(())
 }

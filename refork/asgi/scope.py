@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from refork.http.events import Request
 from refork.http.forwarded import TrustedProxies, forwarded_by_trusted
+
+try:
+    from refork import _native  # typed by refork/_native.pyi
+except ImportError:  # not built: build_scope alone
+    _native = None  # type: ignore[assignment]
 
 ASGI_INFO = {"version": "3.0", "spec_version": "2.4"}
 
@@ -33,6 +39,17 @@ def decode_path(raw: bytes) -> str:
         return raw.decode("ascii")
     except UnicodeDecodeError:
         return raw.decode("utf-8", "replace")
+
+
+def _no_native_scope(*args: Any) -> dict[str, Any] | None:
+    return None
+
+
+# http_scope(request, server, client, scheme, root_path, state, proxies): the scope build_scope
+# makes, built in one call (refork._native, held to build_scope by tests/asgi/test_native_scope.py);
+# None where build_scope must: a path to percent-decode or beyond ASCII, X-Forwarded-* fields
+# from a trusted peer. The loop calls it first.
+http_scope: Callable[..., dict[str, Any] | None] = _no_native_scope if _native is None else _native.http_scope
 
 
 def build_scope(

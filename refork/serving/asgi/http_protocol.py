@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from refork import deadlines
 from refork.asgi import HttpCycle, build_scope
+from refork.asgi.scope import http_scope
 from refork.asgi.tls import tls_extension
 from refork.asgi.waiting import wake
 from refork.http.events import Body, Event, ParseError, Request
@@ -351,15 +352,17 @@ class HttpProtocol(asyncio.Protocol):
         self.cycle = cycle
         srv.in_flight += 1
         cycle.token = srv.control.request_started(cycle.request.method, cycle.request.path)
-        scope = build_scope(
+        proxies = srv.proxies if self.trusted else None
+        scope = http_scope(cycle.request, self.server_addr, self.client_addr, self.scheme, srv.root_path,
+                           srv.lifespan.state, proxies) or build_scope(
             cycle.request,
             server=self.server_addr,
             client=self.client_addr,
             root_path=srv.root_path,
-            proxies=srv.proxies if self.trusted else None,
+            proxies=proxies,
             state=srv.lifespan.state,
             scheme=self.scheme,
-        )
+        )  # fmt: skip
         if self.tls is not None:
             scope["extensions"]["tls"] = self.tls.copy()
         app = srv.app
