@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use super::date::cached_date;
+use super::fields::{copy_fields, Facts};
 
 pub(crate) const JOIN_LIMIT: usize = 1 << 16;
 
@@ -68,8 +69,6 @@ pub(crate) fn frame_response<'py>(
     out.extend_from_slice(format!("HTTP/1.1 {code} ").as_bytes());
     out.extend_from_slice(reason);
     out.extend_from_slice(b"\r\n");
-    let mut content_length: Option<usize> = None;
-    let (mut has_date, mut has_server) = (false, false);
     let added;
     let mut all: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)> = Vec::with_capacity(headers.len() + 1);
     for item in headers.iter() {
@@ -80,47 +79,17 @@ pub(crate) fn frame_response<'py>(
         added = (PyBytes::new(py, b"Content-Length").into_any(), PyBytes::new(py, total.to_string().as_bytes()).into_any());
         all.push(added);
     }
+    let mut fields: Vec<(&[u8], &[u8])> = Vec::with_capacity(all.len());
     for (name, value) in &all {
-        let name = name.cast::<PyBytes>()?.as_bytes();
-        let value = value.cast::<PyBytes>()?.as_bytes();
-        if value.iter().any(|&b| (b < 32 && b != b'\t') || b == 127) {
-            return Ok(None);
-        }
-        let lower = name.to_ascii_lowercase();
-        match lower.as_slice() {
-            b"content-length" => {
-                if value.is_empty() || !value.iter().all(|b| b.is_ascii_digit()) || value.len() > 18 {
-                    return Ok(None); // the Python path raises the exact error
-                }
-                let n: usize = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
-                if content_length.is_some_and(|c| c != n) {
-                    return Ok(None);
-                }
-                content_length = Some(n);
-            }
-            b"transfer-encoding" | b"keep-alive" => continue,
-            b"connection" => {
-                let squeezed: Vec<u8> = value.to_ascii_lowercase().into_iter().filter(|&b| b != b' ').collect();
-                if squeezed.split(|&b| b == b',').any(|t| t == b"close") {
-                    keep = false;
-                }
-                continue;
-            }
-            b"date" => has_date = true,
-            b"server" => has_server = true,
-            _ => {
-                if name.is_empty() || !name.iter().all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
-                    return Ok(None);
-                }
-            }
-        }
-        out.extend_from_slice(name);
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
+        fields.push((name.cast::<PyBytes>()?.as_bytes(), value.cast::<PyBytes>()?.as_bytes()));
     }
+    // a field the rules refuse: declined, and the Python path raises the exact error
+    let Ok(Facts { content_length, close, has_date, has_server }) = copy_fields(&fields, false, &mut out) else {
+        return Ok(None);
+    };
+    keep &= !close;
     let length = content_length.expect("a Content-Length: the app's or the body's");
-    if !no_body && total > length {
+    if !no_body && total as u64 > length {
         return Ok(None); // longer than its Content-Length: the Python path's error
     }
     if !has_date {
@@ -135,7 +104,7 @@ pub(crate) fn frame_response<'py>(
         out.extend_from_slice(b"Connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    if !no_body && total < length {
+    if !no_body && (total as u64) < length {
         keep = false; // (after the head, as ResponseFramer.end): the peer waits for bytes that never come
     }
     if !no_body {

@@ -1,6 +1,6 @@
 //! `ResponseFramer`, refork.http.response.ResponseFramer in Rust for the ASGI loop: the head of a
 //! response framed in one call (its fields checked as they are copied), its body pieces and end.
-//! Same attributes, same bytes, same ValueError messages (tests/asgi/test_native_framer.py holds
+//! Same attributes, same bytes, same ValueError messages (the fields' rules: fields.rs) (tests/asgi/test_native_framer.py holds
 //! it to the Python class); the status line comes from the Python module (`status_line`), so the
 //! reason phrases are the running Python's.
 
@@ -13,21 +13,12 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyInt, PyTuple};
 
 use super::date::cached_date;
+use super::fields::{copy_fields, Refused};
 
 /// refork.http.response.status_line, set once by `use_status_lines`.
 static STATUS_LINE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 /// Status lines of the standard reasons, by code (what STATUS_LINE gave for them).
 static LINES: Mutex<Option<HashMap<u16, Vec<u8>>>> = Mutex::new(None);
-
-const TOKEN_EXTRA: &[u8] = b"!#$%&'*+-.^_`|~";
-
-fn is_token(name: &[u8]) -> bool {
-    !name.is_empty() && name.iter().all(|&b| b.is_ascii_alphanumeric() || TOKEN_EXTRA.contains(&b))
-}
-
-fn has_control(value: &[u8]) -> bool {
-    value.iter().any(|&b| (b < 32 && b != b'\t') || b == 127)
-}
 
 /// use_status_lines(status_line): the Python function that makes (and caches) a status line.
 #[pyfunction]
@@ -76,18 +67,6 @@ fn pair<'py>(item: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny>, Bound<'py
         }
     }
     Err(PyTypeError::new_err("a response header must be a (name, value) pair"))
-}
-
-fn content_length(py: Python<'_>, value: &[u8], previous: Option<u64>) -> PyResult<u64> {
-    let bad = || PyValueError::new_err(format!("invalid Content-Length {}", repr_bytes(py, value)));
-    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
-        return Err(bad());
-    }
-    let length: u64 = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
-    if previous.is_some_and(|p| p != length) {
-        return Err(PyValueError::new_err("conflicting Content-Length headers"));
-    }
-    Ok(length)
 }
 
 /// Python's repr of a bytes value (b'...'), for error messages.
@@ -161,45 +140,29 @@ impl ResponseFramer {
             self.no_body = true;
         }
         let drop_length = status < 200 || status == 204;
-        let mut length: Option<u64> = None;
-        let (mut has_date, mut has_server) = (false, false);
+        let mut pairs: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)> = Vec::new();
         for item in headers.try_iter()? {
-            let (name, value) = pair(&item?)?;
+            pairs.push(pair(&item?)?);
+        }
+        let mut fields: Vec<(&[u8], &[u8])> = Vec::with_capacity(pairs.len());
+        for (name, value) in &pairs {
             let name = name.cast::<PyBytes>().map_err(|_| PyTypeError::new_err("header names must be bytes"))?;
             let value = value.cast::<PyBytes>().map_err(|_| PyTypeError::new_err("header values must be bytes"))?;
-            let (name, value) = (name.as_bytes(), value.as_bytes());
-            if !is_token(name) {
-                return Err(PyValueError::new_err(format!("invalid header name {}", repr_bytes(py, name))));
-            }
-            if has_control(value) {
-                let msg = format!("invalid value for header {}: {}", repr_bytes(py, name), repr_bytes(py, value));
-                return Err(PyValueError::new_err(msg));
-            }
-            if name.len() <= 17 {
-                match name.to_ascii_lowercase().as_slice() {
-                    b"content-length" => {
-                        length = Some(content_length(py, value, length)?);
-                        if drop_length {
-                            continue;
-                        }
-                    }
-                    b"transfer-encoding" | b"keep-alive" => continue,
-                    b"connection" => {
-                        let squeezed: Vec<u8> = value.to_ascii_lowercase().into_iter().filter(|&b| b != b' ').collect();
-                        if squeezed.split(|&b| b == b',').any(|t| t == b"close") {
-                            self.keep_alive = false;
-                        }
-                        continue;
-                    }
-                    b"date" => has_date = true,
-                    b"server" => has_server = true,
-                    _ => {}
+            fields.push((name.as_bytes(), value.as_bytes()));
+        }
+        let facts = copy_fields(&fields, drop_length, &mut out).map_err(|refused| {
+            PyValueError::new_err(match refused {
+                Refused::Name(name) => format!("invalid header name {}", repr_bytes(py, name)),
+                Refused::Value(name, value) => {
+                    format!("invalid value for header {}: {}", repr_bytes(py, name), repr_bytes(py, value))
                 }
-            }
-            out.extend_from_slice(name);
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value);
-            out.extend_from_slice(b"\r\n");
+                Refused::Length(value) => format!("invalid Content-Length {}", repr_bytes(py, value)),
+                Refused::ConflictingLengths => "conflicting Content-Length headers".to_string(),
+            })
+        })?;
+        let (length, has_date, has_server) = (facts.content_length, facts.has_date, facts.has_server);
+        if facts.close {
+            self.keep_alive = false;
         }
         if self.no_body {
             if !drop_length {
@@ -314,7 +277,7 @@ fn chunk(data: &[u8], last: bool) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::{chunk, has_control, is_token};
+    use super::chunk;
 
     #[test]
     fn chunks_frame_as_the_python_framer_does() {
@@ -322,12 +285,5 @@ mod tests {
         assert_eq!(chunk(b"hello", true), b"5\r\nhello\r\n0\r\n\r\n");
         assert_eq!(chunk(b"", true), b"0\r\n\r\n");
         assert_eq!(chunk(&[b'x'; 26], false)[..4], *b"1a\r\n");
-    }
-
-    #[test]
-    fn names_are_tokens_and_values_hold_no_control_bytes() {
-        assert!(is_token(b"X-Request-Id") && is_token(b"a!#$%&'*+-.^_`|~9"));
-        assert!(!is_token(b"") && !is_token(b"a b") && !is_token(b"a:b") && !is_token(b"\xc3\xa9"));
-        assert!(!has_control(b"text/plain; q=1\t") && has_control(b"a\r\nb") && has_control(b"\x7f"));
     }
 }

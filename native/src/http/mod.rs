@@ -2,6 +2,7 @@
 //! value, the response's framing (a WSGI list body; the ASGI loop's ResponseFramer) and its Date line.
 
 pub(crate) mod date;
+pub(crate) mod fields;
 pub(crate) mod frame;
 pub(crate) mod framer;
 pub(crate) mod head;
