@@ -305,8 +305,13 @@ class Control:
         self.server_draining = False
         self.free_threads_elsewhere = False  # the only loop
         self.ready_status = 200
+        # the threads the loop started (a Python thread, and any OS thread: a native one too), by
+        # name, at each safe point; the process's threads from before (a previous test's, still
+        # ending) are not the loop's
         self.safe_point_threads: list[list[str]] = []
-        self.safe_point_tasks: list[list[str]] = []  # every OS thread (a native one too), by name
+        self.safe_point_tasks: list[list[str]] = []
+        self._threads_before = {t.ident for t in threading.enumerate()}
+        self._tasks_before = set(os.listdir("/proc/self/task"))
         self.safe_points_at: list[float] = []
         self.raise_at_safe_point: BaseException | None = None
         self.ticks = 0
@@ -331,8 +336,9 @@ class Control:
         self._w.send(b"x")
 
     def at_safe_point(self) -> None:
-        self.safe_point_threads.append([t.name for t in threading.enumerate()])
-        self.safe_point_tasks.append(_task_names())
+        started = [t for t in threading.enumerate() if t.ident not in self._threads_before]
+        self.safe_point_threads.append([t.name for t in started])
+        self.safe_point_tasks.append(_task_names(self._tasks_before))
         self.safe_points_at.append(time.monotonic())
         self.safe_point_wanted = False
         if self.raise_at_safe_point is not None:
@@ -360,8 +366,9 @@ class Control:
         pass
 
 
-def _task_names() -> list[str]:
-    tasks = os.listdir("/proc/self/task")
+def _task_names(before: set[str]) -> list[str]:
+    """The names of the process's OS threads but those in `before` (by id)."""
+    tasks = set(os.listdir("/proc/self/task")) - before
     names = []
     for tid in tasks:
         try:
