@@ -273,7 +273,9 @@ class AppClock:
         self._row = [base + CELLS + (code // 100 if code >= 100 else 0) * width for code in range(600)]
 
     def started(self, method: str = "", path: bytes = b"") -> InFlight:
-        with self._lock:
+        lock = self._lock  # (acquire/release, not `with`: a thousand instructions less a call)
+        lock.acquire()
+        try:
             now = self._now()
             token = InFlight(now, method, path, threading.get_ident())
             in_app = self._in_app
@@ -281,6 +283,8 @@ class AppClock:
             if len(in_app) == 1 or self._heartbeat:
                 self._floats[self._deadline_at] = now + self._timeout
             self._ints[self._starts_at] += 1  # metrics: in flight = started - served
+        finally:
+            lock.release()
         return token
 
     def waiting(self, token: object) -> None:
@@ -313,7 +317,9 @@ class AppClock:
 
     def finished(self, token: object, status: int = 0) -> int:
         """The request is answered: release its deadline, count it; returns the requests served."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             in_app = self._in_app
             if in_app.pop(token, None) is None:
                 self._waiting.discard(token)
@@ -340,6 +346,8 @@ class AppClock:
             except IndexError:  # not an HTTP status: counted with the requests that have none
                 row = self._row[0]
             self._ints[row + bisect_left(self._bounds, took)] += 1
+        finally:
+            lock.release()
         return served
 
     @property
