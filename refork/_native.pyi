@@ -19,7 +19,8 @@ from refork.wsgi.response import Prefetched, _Exchange
 
 __all__ = [
     "Current", "Engine", "Environ", "HandOver", "Handed", "MemoryBudget", "Parser", "PoolEngine",
-    "ResponseFramer", "StartResponse", "frame_list", "http_scope", "parse_proxy", "use_status_lines",
+    "ResponseFramer", "SlotWords", "StartResponse", "frame_list", "http_scope", "parse_proxy",
+    "use_status_lines",
 ]  # fmt: skip
 
 # a client as the environ has it: (host, port), or None (a unix-socket peer)
@@ -249,6 +250,14 @@ class Current:
     `engine_request`; made by the engine only)."""
 
     def __call__(self, blocking: bool = True) -> object | None: ...
+
+@final
+class SlotWords:
+    """The slot writes of refork.process.slots.AppClock.started/finished, one call each."""
+
+    def __new__(cls, words: dict[str, Any]) -> SlotWords: ...
+    def started(self, deadline: float) -> None: ...
+    def finished(self, deadline: float, took: float, status: int) -> int: ...
 
 @final
 class MemoryBudget:

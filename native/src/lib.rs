@@ -54,6 +54,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<wsgi::hand_over::HandOver>()?;
     m.add_class::<conn::handed::Handed>()?;
     m.add_class::<wsgi::accounting::Current>()?;
+    m.add_class::<wsgi::accounting::SlotWords>()?;
     m.add_class::<conn::budget::MemoryBudget>()?;
     m.add_class::<http::framer::ResponseFramer>()?;
     m.add_function(wrap_pyfunction!(http::frame::frame_list, m)?)?;

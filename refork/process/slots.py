@@ -29,6 +29,11 @@ from typing import Any
 
 from refork import deadlines
 
+try:
+    from refork._native import SlotWords  # typed by refork/_native.pyi
+except ImportError:  # not built: the clock writes its words itself
+    SlotWords = None  # type: ignore[assignment,misc]
+
 SLOT_WORDS = 1024  # 8 KiB; only the slots in use are ever touched (their first page unless recording)
 DEADLINE, REQUESTS, PID = 0, 1, 2
 STARTS = 3  # requests started (request_started)
@@ -271,6 +276,9 @@ class AppClock:
         self._ring_at = base + RING
         width = len(slots.bounds) + 1  # the first cell of each status's row, by status (0-599)
         self._row = [base + CELLS + (code // 100 if code >= 100 else 0) * width for code in range(600)]
+        # started() and finished()'s writes in one native call each where the extension is built
+        # (refork._native.SlotWords, the native engine's own writes); else _write_*() below
+        self._words: Any = None if SlotWords is None else SlotWords(self.native_words())
 
     def started(self, method: str = "", path: bytes = b"") -> InFlight:
         lock = self._lock  # (acquire/release, not `with`: a thousand instructions less a call)
@@ -280,12 +288,20 @@ class AppClock:
             token = InFlight(now, method, path, threading.get_ident())
             in_app = self._in_app
             in_app[token] = now
-            if len(in_app) == 1 or self._heartbeat:
-                self._floats[self._deadline_at] = now + self._timeout
-            self._ints[self._starts_at] += 1  # metrics: in flight = started - served
+            deadline = now + self._timeout if len(in_app) == 1 or self._heartbeat else -1.0
+            if self._words is not None:
+                self._words.started(deadline)
+            else:
+                self._write_started(deadline)
         finally:
             lock.release()
         return token
+
+    def _write_started(self, deadline: float) -> None:
+        """The deadline (a negative one: unchanged) and the started count (in flight = started - served)."""
+        if deadline >= 0.0:
+            self._floats[self._deadline_at] = deadline
+        self._ints[self._starts_at] += 1
 
     def waiting(self, token: object) -> None:
         with self._lock:
@@ -331,23 +347,33 @@ class AppClock:
             since = next(iter(in_app.values())) if in_app else now
             if self._marked:
                 since = self._settle(token, since)
-            self._floats[self._deadline_at] = (now if self._heartbeat else since) + self._timeout
-            served = self._ints[self._requests_at] + 1
-            # metrics: the duration sum and one count by (status class, bucket)
+            deadline = (now if self._heartbeat else since) + self._timeout
             took = now - token.began  # type: ignore[attr-defined]  # an InFlight from started()
-            if self._codes_at:  # recording: before the count that says the ring holds it
-                if 100 <= status < 600:
-                    self._ints[self._codes_at + status] += 1
-                self._floats[self._ring_at + (served - 1) % RING_SIZE] = took * 1000.0
-            self._ints[self._requests_at] = served
-            self._floats[self._duration_at] += took
-            try:
-                row = self._row[status]
-            except IndexError:  # not an HTTP status: counted with the requests that have none
-                row = self._row[0]
-            self._ints[row + bisect_left(self._bounds, took)] += 1
+            if self._words is not None:
+                served: int = self._words.finished(deadline, took, status)
+            else:
+                served = self._write_finished(deadline, took, status)
         finally:
             lock.release()
+        return served
+
+    def _write_finished(self, deadline: float, took: float, status: int) -> int:
+        """The deadline, the served count, the duration sum and one histogram cell by (status class,
+        bucket); recording, the status count and the ring too. Returns the requests served."""
+        self._floats[self._deadline_at] = deadline
+        served = int(self._ints[self._requests_at]) + 1
+        if self._codes_at:  # recording: before the count that says the ring holds it
+            if 100 <= status < 600:
+                self._ints[self._codes_at + status] += 1
+            self._floats[self._ring_at + (served - 1) % RING_SIZE] = took * 1000.0
+        self._ints[self._requests_at] = served
+        self._floats[self._duration_at] += took
+        try:
+            row = self._row[status]
+        except IndexError:  # not an HTTP status: counted with the requests that have none
+            row = self._row[0]
+        self._ints[row + bisect_left(self._bounds, took)] += 1
+        return served
         return served
 
     @property

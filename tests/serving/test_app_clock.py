@@ -1,8 +1,23 @@
-"""The worker's deadline counts time in the app only (AppClock), without processes or sockets."""
+"""The worker's deadline counts time in the app only (AppClock), without processes or sockets.
+
+Every test runs twice: with the slot written by refork._native.SlotWords (where the extension is
+built) and by the clock's own Python writes; and the two must leave the very same words.
+"""
 
 from __future__ import annotations
 
+import pytest
+
+import refork.process.slots as slots_module
+from refork import _native
 from refork.process.slots import AppClock, Slots
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def writer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which writes the clocks made in the test use."""
+    monkeypatch.setattr(slots_module, "SlotWords", _native.SlotWords if request.param == "native" else None)
+    return str(request.param)
 
 
 class Clock:
@@ -236,3 +251,28 @@ def test_an_event_loops_clock_watches_the_loop_not_its_awaiting_requests() -> No
     clock.now = 300.0  # no tick since 210: the loop is blocked in the app, and the worker is late
     assert slots.deadline(0) < clock.now
     assert app_clock.overdue(60.0) == [hung]  # the soft deadline still sees the request itself
+
+
+@pytest.mark.parametrize("record", [False, True], ids=["plain", "recording"])
+@pytest.mark.parametrize("heartbeat", [False, True], ids=["threads", "loop"])
+def test_the_native_writes_are_the_python_ones(
+    record: bool, heartbeat: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same requests through a clock of each kind: the same slot, word for word."""
+    words = []
+    for kind in (_native.SlotWords, None):
+        monkeypatch.setattr(slots_module, "SlotWords", kind)
+        slots, clock = Slots(2), Clock()
+        app_clock = AppClock(slots, 1, 30.0, clock, heartbeat=heartbeat, record=record)
+        tokens = []
+        for i, status in enumerate([200, 404, 0, 503, 99, 600, 302, 200]):
+            tokens.append(app_clock.started("GET", b"/"))
+            clock.now += 0.001 * (i + 1) ** 2
+            if i % 3 == 2:
+                served = app_clock.finished(tokens.pop(0), status)
+                assert served == app_clock.served
+        while tokens:
+            clock.now += 0.25
+            app_clock.finished(tokens.pop(), 201)
+        words.append(bytes(slots._map))
+    assert words[0] == words[1]

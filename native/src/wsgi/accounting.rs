@@ -9,6 +9,9 @@
 //! records for StatsD, the count of the status code and the duration in the ring. The Python
 //! clock reads its counts from the same words, so both stay one account.
 //!
+//! `SlotWords` gives the worker's Python clock the same writes, one call for each of its
+//! started() and finished() (the ASGI loop's requests, the Python loop's).
+//!
 //! `Current` is the request in the app. It gets a token of the Python clock (AppClock.adopt) only
 //! when something asks (refork.extend_deadline, --request-timeout): it is the clock's
 //! `engine_request` hook. A request with a token is finished by the Python clock.
@@ -64,20 +67,32 @@ impl SlotClock {
 
     /// AppClock.started for a request alone in the app.
     pub fn start(&self, now: f64) {
+        self.start_with(Some(now + self.timeout));
+    }
+
+    /// AppClock.started's writes: the deadline (None: unchanged) and the started count.
+    pub fn start_with(&self, deadline: Option<f64>) {
         unsafe {
-            *self.float(self.deadline) = now + self.timeout;
+            if let Some(deadline) = deadline {
+                *self.float(self.deadline) = deadline;
+            }
             *self.int(self.starts) += 1;
         }
     }
 
     /// AppClock.finished for a request alone in the app; returns the requests served.
     pub fn finish(&self, began: f64, now: f64, status: u32) -> i64 {
-        let took = now - began;
+        self.finish_with(now + self.timeout, now - began, status)
+    }
+
+    /// AppClock.finished's writes: the deadline, the served count, the duration sum and its
+    /// histogram cell (and, recording, the status count and the ring); returns the requests served.
+    pub fn finish_with(&self, deadline: f64, took: f64, status: u32) -> i64 {
         let width = self.bounds.len() + 1;
         let row = if (100..600).contains(&status) { status as usize / 100 } else { 0 };
         let bucket = self.bounds.partition_point(|&b| b < took);
         unsafe {
-            *self.float(self.deadline) = now + self.timeout;
+            *self.float(self.deadline) = deadline;
             let served = *self.int(self.requests) + 1;
             if self.codes != 0 {
                 // before the count that says the ring holds it
@@ -91,6 +106,37 @@ impl SlotClock {
             *self.int(self.cells + row * width + bucket) += 1;
             served
         }
+    }
+}
+
+/// The slot's writes of the worker's Python clock (refork.process.slots.AppClock.started and
+/// .finished) in one call each: what it decides (the deadline, the duration) it passes in.
+#[pyclass(module = "refork._native")]
+pub struct SlotWords {
+    slot: SlotClock,
+}
+
+// The clock calls it from any of its threads, always under its own lock: one writer at a time,
+// into the worker's shared slot (mapped for the process's life).
+unsafe impl Send for SlotWords {}
+unsafe impl Sync for SlotWords {}
+
+#[pymethods]
+impl SlotWords {
+    /// SlotWords(AppClock.native_words())
+    #[new]
+    fn py_new(words: &Bound<'_, PyDict>) -> PyResult<Self> {
+        Ok(SlotWords { slot: SlotClock::new(words)? })
+    }
+
+    /// A request entered the app: the deadline (a negative one: unchanged) and the started count.
+    fn started(&self, deadline: f64) {
+        self.slot.start_with((deadline >= 0.0).then_some(deadline));
+    }
+
+    /// A request was answered (status 0: nothing was sent); returns the requests served.
+    fn finished(&self, deadline: f64, took: f64, status: i64) -> i64 {
+        self.slot.finish_with(deadline, took, u32::try_from(status).unwrap_or(0))
     }
 }
 
