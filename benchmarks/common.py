@@ -185,8 +185,9 @@ def uss_kib(fields: dict[str, int]) -> int:
 
 
 def cpu_seconds(pids: list[int]) -> dict[int, tuple[float, float]]:
-    """{pid: (user s, system s)} for each live pid, all its threads included (utime, stime; not its
-    children): read before and after a measured run, it gives the CPU the run cost the server."""
+    """{pid: (user s, system s)} for each live pid, all its threads included, and the children it
+    has reaped (utime + cutime, stime + cstime): read before and after a measured run, it gives the
+    CPU the run cost the server, a worker that exited during it (a refork, a recycle) included."""
     out: dict[int, tuple[float, float]] = {}
     for pid in pids:
         try:
@@ -194,18 +195,24 @@ def cpu_seconds(pids: list[int]) -> dict[int, tuple[float, float]]:
         except OSError:
             continue
         fields = stat.rpartition(")")[2].split()
-        # fields[0] is field 3 (state); utime is field 14, stime field 15.
-        out[pid] = (int(fields[11]) / TICK, int(fields[12]) / TICK)
+        # fields[0] is field 3 (state); utime, stime, cutime, cstime are fields 14 to 17.
+        user, system, child_user, child_system = (int(f) / TICK for f in fields[11:15])
+        out[pid] = (user + child_user, system + child_system)
     return out
 
 
 def cpu_delta(
     before: dict[int, tuple[float, float]], after: dict[int, tuple[float, float]]
 ) -> tuple[float, float]:
-    """User and system seconds spent between the two readings by the pids alive at the second one
-    (a pid new since the first counts from zero)."""
+    """User and system seconds spent between the two readings: by the pids alive at the second one
+    (a pid new since the first counts from zero), less what a pid gone since the first had spent
+    before it (its whole time is now in its reaper's children's time)."""
     user = sum(u - before.get(pid, (0.0, 0.0))[0] for pid, (u, _) in after.items())
     system = sum(s - before.get(pid, (0.0, 0.0))[1] for pid, (_, s) in after.items())
+    for pid, (u, s) in before.items():
+        if pid not in after:
+            user -= u
+            system -= s
     return user, system
 
 
