@@ -388,7 +388,9 @@ def test_requests_in_the_app_show_in_flight_and_busy(start_server, app, args):
     assert total(v, "refork_worker_requests_in_flight") == 0
     assert v['refork_request_duration_seconds_bucket{le="1.0"}'] == 0  # 1.5 s
     assert v['refork_request_duration_seconds_bucket{le="2.5"}'] == 1
-    assert v["refork_request_duration_seconds_sum"] >= 1.5
+    # (an event loop's timer may fire a little early: uvloop's are whole milliseconds of a loop
+    # time read at the start of the iteration)
+    assert v["refork_request_duration_seconds_sum"] >= 1.49
 
 
 def test_stuck_scrapers_do_not_block_a_scrape_or_the_server(start_server):
