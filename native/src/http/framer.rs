@@ -1,8 +1,8 @@
 //! `ResponseFramer`, refork.http.response.ResponseFramer in Rust for the ASGI loop: the head of a
-//! response framed in one call (its fields checked as they are copied), its body pieces and end.
-//! Same attributes, same bytes, same ValueError messages (the fields' rules: fields.rs) (tests/asgi/test_native_framer.py holds
-//! it to the Python class); the status line comes from the Python module (`status_line`), so the
-//! reason phrases are the running Python's.
+//! response framed in one call (its fields checked as they are copied, by fields.rs), its body
+//! pieces and end. Same attributes, same bytes, same ValueError messages
+//! (tests/asgi/test_native_framer.py holds it to the Python class); the status line comes from the
+//! Python module (`status_line`), so the reason phrases are the running Python's.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
