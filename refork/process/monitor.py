@@ -270,7 +270,7 @@ class Monitor:
             for c in self.supervisor.roster.workers()
             if c.ready and not c.stopping and c.slot >= 0 and slots.owner(c.slot) == c.pid
         )
-        self.ctx.readiness.set_free_threads(free)
+        self.ctx.readiness.set_free_threads(free, time.monotonic())
 
     # -- events in, actions out ------------------------------------------------------------------
     def feed(self, event: ev.Event) -> list[ev.Action]:

@@ -13,12 +13,16 @@ import ctypes
 import mmap
 
 READY, DRAINING, FREE_THREADS = 0, 1, 2
+# How long every app thread must read busy before the page says so: a sibling busy for a moment
+# (a quick request on its last free thread) still counts as free.
+ALL_BUSY_AFTER = 0.5  # seconds
 
 
 class Readiness:
     def __init__(self) -> None:
         self._map = mmap.mmap(-1, mmap.PAGESIZE, mmap.MAP_SHARED)
         self._words = memoryview(self._map).cast("q")
+        self._all_busy_since: float | None = None
 
     # the monitor's side
     def set_ready(self) -> None:
@@ -27,8 +31,18 @@ class Readiness:
     def set_draining(self) -> None:
         self._words[DRAINING] = 1
 
-    def set_free_threads(self, count: int) -> None:
-        """App threads free in the server's thread-pool workers, as the monitor counted them."""
+    def set_free_threads(self, count: int, now: float) -> None:
+        """App threads free in the server's thread-pool workers, as the monitor counted them at
+        `now`. A count of 0 replaces a positive one only once every count for ALL_BUSY_AFTER was 0:
+        a full worker starts accepting when no sibling can take the connection, and a sibling
+        between two quick requests is not that (one read in the middle of a request would let the
+        full worker take a connection it cannot start)."""
+        if count == 0 and self._words[FREE_THREADS] > 0:
+            if self._all_busy_since is None:
+                self._all_busy_since = now
+            if now - self._all_busy_since < ALL_BUSY_AFTER:
+                return
+        self._all_busy_since = None
         self._words[FREE_THREADS] = count
 
     # everyone's
