@@ -114,6 +114,7 @@ class HttpProtocol(asyncio.Protocol):
             self.tls = tls_extension(ssl_object)
             hold_tls_reads(transport)
         self.srv.arriving.discard(self)
+        self.srv.handshaking.discard(self)
         self.srv.connections.add(self)
         if ssl_object is not None and self.srv.h2_alpn and wants_h2(transport):
             hand_over(self, b"")  # ALPN picked HTTP/2 (refork.serving.asgi.http2_protocol)

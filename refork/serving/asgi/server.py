@@ -97,6 +97,9 @@ class Server:
         # plain connections accepted, their protocol made, connection_made not called yet (the
         # loop iteration in between): weak, so that one whose socket failed cannot hold the drain
         self.arriving: weakref.WeakSet[HttpProtocol] = weakref.WeakSet()
+        # TLS connections accepted, their handshake under way (connection_made not called yet; a
+        # failed one never calls back, so weak too): they hold a drain as long as its grace lasts
+        self.handshaking: weakref.WeakSet[HttpProtocol] = weakref.WeakSet()
         self.handshake_timeout = settings.handshake_timeout
         self.ws_enabled = config.ws != "none"  # hand WebSocket handshakes to aio_websocket
         self.ws_memory = MemoryBudget(config.ws_max_memory)  # WebSocket messages held for the apps
@@ -275,16 +278,15 @@ class Server:
 
     def _protocol_factory(self, tls: bool) -> Callable[[], HttpProtocol]:
         """A plain connection's protocol counts as arriving from its making (see check_drained); a
-        TLS one only from connection_made: a handshake that never ends must not hold the drain."""
-        if tls:
-            return lambda: HttpProtocol(self)
+        TLS one as handshaking until connection_made (see _handshakes_hold)."""
+        made = self.handshaking if tls else self.arriving
 
-        def arriving() -> HttpProtocol:
+        def making() -> HttpProtocol:
             protocol = HttpProtocol(self)
-            self.arriving.add(protocol)
+            made.add(protocol)
             return protocol
 
-        return arriving
+        return making
 
     def _adopted(self, task: asyncio.Task[Any]) -> None:
         self.adopting -= 1
@@ -324,7 +326,14 @@ class Server:
             and not self.adopting
             and not self.connections
             and not self.arriving
+            and not self._handshakes_hold()
         )
+
+    def _handshakes_hold(self) -> bool:
+        """A TLS handshake under way when the stop came holds the drain as an idle connection
+        does, for the drain's grace (drain_until): a client that finishes it then is served, as on
+        a plain connection; one that failed (it never calls back) or stalls holds it no longer."""
+        return bool(self.handshaking) and self.loop.time() < self.drain_until
 
     def _graceful_timeout(self) -> None:
         if self._drained is not None and not self._drained.done():
