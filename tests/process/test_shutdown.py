@@ -228,7 +228,8 @@ def _listening_inode(port: int) -> str:
 def _holds(pid: int, inode: str) -> bool:
     """Whether process `pid` has the socket `inode` open (False once it has exited)."""
     try:
-        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]" for fd in os.listdir(f"/proc/{pid}/fd"))
+        fds = os.listdir(f"/proc/{pid}/fd")
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]" for fd in fds)
     except FileNotFoundError:
         return False
 
