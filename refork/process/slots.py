@@ -374,7 +374,6 @@ class AppClock:
             row = self._row[0]
         self._ints[row + bisect_left(self._bounds, took)] += 1
         return served
-        return served
 
     @property
     def served(self) -> int:

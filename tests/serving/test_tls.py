@@ -15,6 +15,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -451,3 +452,20 @@ def test_idle_tls_connections_cost_the_worker_little(start_server, certs, mode):
         for s in socks:
             s.close()
     assert grown < 40 << 20, f"200 idle TLS connections cost the worker {grown >> 20} MiB"
+
+
+# asyncio takes a bound on its TLS close (ssl_shutdown_timeout) from Python 3.11; uvloop on every Python
+BOUNDED_CLOSE = [m for m in MODES if m != "asgi-asyncio" or sys.version_info >= (3, 11)]
+
+
+@pytest.mark.parametrize("mode", BOUNDED_CLOSE)
+def test_a_client_that_never_sends_its_close_notify_does_not_hold_the_stop(start_server, certs, mode):
+    """The server's TLS close waits for the client's close_notify only as long as a cleartext
+    close lingers (a second): a client that reads its answer and never closes holds no drain."""
+    server = _start(start_server, certs, mode)
+    sock = _tls_socket(certs, server.port)
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert read_to_end(sock).startswith(b"HTTP/1.1 200 OK")  # (its close_notify is never sent)
+    server.signal(signal.SIGTERM)
+    assert server.wait_exit(timeout=15) == 0, server.log()
+    sock.close()

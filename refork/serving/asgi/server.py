@@ -272,8 +272,8 @@ class Server:
         if ctx is None:
             return {"ssl": None}
         bounds = {"ssl_handshake_timeout": self.handshake_timeout}
-        if sys.version_info >= (3, 11):
-            bounds["ssl_shutdown_timeout"] = min(self.handshake_timeout, LINGER)
+        if sys.version_info >= (3, 11) or type(self.loop).__module__.startswith("uvloop"):
+            bounds["ssl_shutdown_timeout"] = min(self.handshake_timeout, LINGER)  # (asyncio: 3.11+)
         return {"ssl": ctx, **bounds}
 
     def _protocol_factory(self, tls: bool) -> Callable[[], HttpProtocol]:
