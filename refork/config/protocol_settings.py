@@ -165,8 +165,9 @@ class ProtocolSettings:
         metavar="S",
         help="time allowed for a TLS handshake",
         doc="a client must finish the TLS handshake within this, or it is closed (logged at debug); "
-        "`--header-timeout` then runs for the request head. ASGI on 3.11+: the wait for a "
-        "client's close_notify once the server closed is the smaller of this and 1 s (docs/tls.md)",
+        "`--header-timeout` then runs for the request head. ASGI (uvloop, or asyncio on 3.11+): the "
+        "wait for a client's close_notify once the server closed is the smaller of this and 1 s "
+        "(docs/tls.md)",
         group="tls",
     )
 
