@@ -14,6 +14,7 @@ import time
 import pytest
 from conftest import read_to_end
 from support.request_paths import PATHS, flags, http2, path_certs
+from support.waits import holds_socket, listener_inode
 
 HEALTH = "/_h"
 WSGI = "apps.lifecycle_apps:wsgi"
@@ -103,10 +104,8 @@ def test_a_connection_accepted_before_the_stop_gets_its_first_request_answered(s
     server = start_server("--graceful-timeout", "20", app=app, workers=1)
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=20)
     server.wait_for(lambda: server.get("/ping")[0] == 200, what="the worker")  # it has accepted sock
-    worker, listener = server.workers()[0]["pid"], _listening_inode(server.port)
     server.signal(signal.SIGTERM)
-    # the worker lets go of the listener when its drain begins (or is gone, if it did not wait)
-    server.wait_for(lambda: not _holds(worker, listener), what="the worker's drain")
+    server.wait_for(lambda: "graceful stop" in server.log(), what="the stop")
     time.sleep(2.0)  # (the input, not a wait) silent past the 1 s drain grace, within --keepalive (5 s)
     sock.sendall(b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n")
     assert read_to_end(sock).startswith(b"HTTP/1.1 200 OK")
@@ -222,25 +221,6 @@ def _whole(response: bytes) -> bool:
     return bool(sep) and len(body) >= int(fields.get(b"content-length", b"0"))
 
 
-def _listening_inode(port: int) -> str:
-    """The inode of the listening TCP socket on 127.0.0.1:port (/proc/net/tcp)."""
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
-            fields = line.split()
-            if fields[1] == f"0100007F:{port:04X}" and fields[3] == "0A":
-                return fields[9]
-    raise AssertionError(f"no listener on port {port}")
-
-
-def _holds(pid: int, inode: str) -> bool:
-    """Whether process `pid` has the socket `inode` open (False once it has exited)."""
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]" for fd in fds)
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.parametrize("path", [p for p in PATHS if not http2(p)])
 def test_a_tls_handshake_under_way_at_the_stop_is_finished_and_served(start_server, path):
     """A client whose TLS handshake a worker has begun (the server's flight sent, the client's
@@ -261,10 +241,10 @@ def test_a_tls_handshake_under_way_at_the_stop_is_finished_and_served(start_serv
             break  # (TLS 1.3: done on this side; the server waits for the client's Finished)
         except ssl.SSLWantReadError:
             continue
-    worker, listener = server.workers()[0]["pid"], _listening_inode(server.port)
+    worker, listener = server.workers()[0]["pid"], listener_inode(server.port)
     server.signal(signal.SIGTERM)
     # the worker lets go of the listener when its drain begins (or is gone, if it did not wait)
-    server.wait_for(lambda: not _holds(worker, listener), what="the worker's drain")
+    server.wait_for(lambda: not holds_socket(worker, listener), what="the worker's drain")
     tls.write(b"GET /held HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     sock.sendall(outgoing.read())  # the client's Finished, then the request
     reply = b""

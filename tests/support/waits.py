@@ -86,8 +86,8 @@ _LISTEN, _TIME_WAIT = "0A", "06"
 _WAITING_ON_PEER = ("01", "04")  # /proc/net/tcp's timer: retransmit, zero-window probe
 
 
-def _tcp_rows() -> list[tuple[int, int, str, int, int, str]]:
-    """(local port, remote port, state, tx queue, rx queue, timer) of every TCP socket here."""
+def _tcp_rows() -> list[tuple[int, int, str, int, int, str, str]]:
+    """(local port, remote port, state, tx queue, rx queue, timer, inode) of every TCP socket here."""
     rows = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -99,13 +99,13 @@ def _tcp_rows() -> list[tuple[int, int, str, int, int, str]]:
             fields = line.split()
             tx, rx = (int(x, 16) for x in fields[4].split(":"))
             local, remote = (int(a.rpartition(":")[2], 16) for a in fields[1:3])
-            rows.append((local, remote, fields[3], tx, rx, fields[5].partition(":")[0]))
+            rows.append((local, remote, fields[3], tx, rx, fields[5].partition(":")[0], fields[9]))
     return rows
 
 
 def accept_queue(port: int) -> int:
     """Connections the kernel completed on the listener(s) of `port` that no one accepted yet."""
-    return sum(rx for local, _, state, _, rx, _ in _tcp_rows() if local == port and state == _LISTEN)
+    return sum(rx for local, _, state, _, rx, *_ in _tcp_rows() if local == port and state == _LISTEN)
 
 
 def served_connections(port: int) -> int:
@@ -113,6 +113,23 @@ def served_connections(port: int) -> int:
     LISTEN and TIME_WAIT): accepted or queued, including those the client already closed."""
     gone = (_LISTEN, _TIME_WAIT)
     return sum(1 for local, _, state, *_ in _tcp_rows() if local == port and state not in gone)
+
+
+def listener_inode(port: int) -> str:
+    """The inode of the TCP listener on `port` (one listener: the server's own)."""
+    for local, _, state, *_, inode in _tcp_rows():
+        if local == port and state == _LISTEN:
+            return inode
+    raise AssertionError(f"no listener on port {port}")
+
+
+def holds_socket(pid: int, inode: str) -> bool:
+    """Whether process `pid` has the socket `inode` open (False once it has exited)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]" for fd in fds)
+    except FileNotFoundError:
+        return False
 
 
 def sender_blocked(client: socket.socket) -> bool:
@@ -123,7 +140,7 @@ def sender_blocked(client: socket.socket) -> bool:
     rows = _tcp_rows()
     server_waits = any(
         local == theirs and remote == ours and tx > 0 and timer in _WAITING_ON_PEER
-        for local, remote, _, tx, _, timer in rows
+        for local, remote, _, tx, _, timer, _ in rows
     )
-    client_full = any(local == ours and remote == theirs and rx > 0 for local, remote, _, _, rx, _ in rows)
+    client_full = any(local == ours and remote == theirs and rx > 0 for local, remote, _, _, rx, *_ in rows)
     return server_waits and client_full
