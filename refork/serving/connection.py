@@ -107,11 +107,12 @@ class Timeouts:
         return bool(blocked_since) and now - blocked_since > self.write
 
 
-def log_write_timeout(timeout: float, client: object, request: Request | None) -> None:
-    """The line an operator needs when a client stopped reading: who, which request."""
+def log_write_timeout(timeout: float, client: object, request: Request | None, cut: str = "connection cut"
+                      ) -> None:  # fmt: skip
+    """The line an operator needs when a client stopped reading: who, which request, what was cut
+    (the connection, or an HTTP/2 stream only)."""
     what = f"{request.method} {request.target.decode('latin-1')}" if request is not None else "-"
-    log.warning("write timeout: %s stopped reading %s for %.1f s; connection cut",
-                _peer(client), what, timeout)  # fmt: skip
+    log.warning("write timeout: %s stopped reading %s for %.1f s; %s", _peer(client), what, timeout, cut)
 
 
 def _peer(client: object) -> str:

@@ -30,6 +30,8 @@ PATHS: dict[str, tuple[str, list[str]]] = {
     "uvloop": ("asgi", ["--loop", "uvloop"]),
     # HTTP/2 with prior knowledge (h2c): the tests' clients speak HTTP/2 on these
     "python-4-h2c": ("wsgi", ["--wsgi-loop", "python", "--threads", "4", "--http-protocols", "h2c,h1"]),
+    # the native engine hands h2c to the Python loop, whose one app thread is the loop's
+    "engine-h2c": ("wsgi", ["--wsgi-loop", "native", "--threads", "1", "--http-protocols", "h2c,h1"]),
     "asyncio-h2c": ("asgi", ["--loop", "asyncio", "--http-protocols", "h2c,h1"]),
     "uvloop-h2c": ("asgi", ["--loop", "uvloop", "--http-protocols", "h2c,h1"]),
     # HTTP/2 over TLS, chosen by ALPN (h2 is offered on a TLS listener by default)

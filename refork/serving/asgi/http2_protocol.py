@@ -398,7 +398,7 @@ class Http2Protocol(asyncio.Protocol):
                 self.flush()
                 stream.reset()
         elif stream.window_wait_since and now - stream.window_wait_since > timeouts.write:
-            log_write_timeout(timeouts.write, self.client_addr, stream.request)
+            log_write_timeout(timeouts.write, self.client_addr, stream.request, "stream reset")
             self.h2.reset(stream.sid, ErrorCodes.CANCEL)
             self.flush()
             stream.reset()

@@ -71,6 +71,8 @@ class Session:
         self.streams: dict[int, Stream] = {}
         self.ready: deque[Stream] = deque()  # one thread: the streams the loop thread runs next
         self.finished: list[Stream] = []  # app calls over, for the loop thread to account
+        self.queued: set[Stream] = set()  # streams with body bytes their client's window has not taken
+        self.paused: set[Stream] = set()  # app calls paused until their client takes the queue
         self.running = False  # one thread: an app call is on the loop thread now
         self.out = bytearray()  # bytes for the socket
         self.sending = b""  # the slice a send() is writing (a TLS retry repeats it)
@@ -216,7 +218,8 @@ class Session:
         self.flush()
         if not self.threaded and not self.running:
             while not self.closed and (stream := self._runnable()) is not None:
-                self.loop.in_flight += 1
+                if stream.items is None:  # (a paused call resumed is in flight already)
+                    self.loop.in_flight += 1
                 self.running = True
                 try:
                     stream.run()
@@ -224,7 +227,7 @@ class Session:
                     self.running = False
                 self._account()
                 self.flush()
-        if not self.closed and not self.streams and (self.goaway_sent or self.h2.ended):
+        if not self.closed and not self.streams and not self.queued and (self.goaway_sent or self.h2.ended):
             self.linger()
 
     def _drop_body(self, stream: Stream) -> None:
@@ -242,17 +245,19 @@ class Session:
         still coming waits without the thread, as over HTTP/1.1, and one whose body never comes
         gets its 408 from the sweep and is dropped here."""
         window = self.h2.limits.initial_window_size
+        dropped = False
         with self.lock:
             for stream in list(self.ready):
-                if stream.gone:
+                if stream.gone and stream.items is None:  # (never started: dropped; a paused call ends)
                     self.ready.remove(stream)
                     self.streams.pop(stream.sid, None)
                     self._drop_body(stream)
-                elif stream.body_done or stream.received >= window:
+                    dropped = True
+                elif stream.body_done or stream.received >= window or stream.items is not None:
                     self.ready.remove(stream)
                     return stream
-        if not self.streams and not self.ready:
-            self.since = time.monotonic()
+        if dropped and not self.streams and not self.ready:
+            self.since = time.monotonic()  # (the idle clock runs from the last stream's end)
         return None
 
     def _account(self) -> None:
@@ -278,6 +283,8 @@ class Session:
         if self.closed:
             return
         with self.lock:
+            if self.queued:
+                self._send_queued()
             data = self.h2.data_to_send()
             if data:
                 self.out += data
@@ -302,10 +309,48 @@ class Session:
                 self.changed.notify_all()
             elif not self.stalled_since:
                 self.stalled_since = time.monotonic()
+            if self.paused:
+                self._resume_paused()
         mask = (OUT if len(self.out) > HIGH_WATER else IN | OUT) if waiting else IN
         if mask != self.polled and self.conn.registered:
             self.polled = mask
             self.loop.poller.watch(self.conn.fd, mask)
+
+    def _send_queued(self) -> None:
+        """(With the lock.) The streams' queued bytes, as far as their windows open now."""
+        for stream in list(self.queued):
+            if stream.gone:
+                stream.queued.clear()
+                stream.queued_bytes = 0
+            else:
+                stream.send_queued()
+            if not stream.queued:
+                self.queued.discard(stream)
+                stream.stalled_since = 0.0
+
+    def pause(self, stream: Stream) -> None:
+        """(With the lock.) A call whose client has not taken enough of its body lets go of its
+        thread; _resume_paused gives it one back once the queue is short (or the stream gone)."""
+        stream.paused = True
+        self.paused.add(stream)
+        self.loop.control.request_waiting(stream.token)  # (its client's time, not the app's)
+        self.kick()  # (the window may have opened meanwhile)
+
+    def _resume_paused(self) -> None:
+        """(The loop thread, with the lock.)"""
+        for stream in list(self.paused):
+            if stream.gone or stream.taken():
+                self._resume(stream)
+
+    def _resume(self, stream: Stream) -> None:
+        self.paused.discard(stream)
+        stream.paused = False
+        self.loop.control.request_resumed(stream.token)
+        if self.threaded:
+            assert self.loop.pool is not None
+            self.loop.pool.submit((stream, None, None, None))  # (_pool_job: stream.run() goes on)
+        else:
+            self.ready.append(stream)
 
     def lost(self) -> None:
         """The loop closed the connection: every stream is gone; the apps still running end."""
@@ -317,13 +362,23 @@ class Session:
                 self.loop.memory.give_back(self.held)
                 self.held = 0
             self.h2.release()  # (freed now, with what it buffered, not at the next full collection)
+            resumed = [stream for stream in self.ready if stream.items is not None]
             for stream in self.ready:  # (never run: the others' bodies go when their calls end)
-                self.streams.pop(stream.sid, None)
-                self._drop_body(stream)
+                if stream.items is None:
+                    self.streams.pop(stream.sid, None)
+                    self._drop_body(stream)
             self.ready.clear()
             for stream in self.streams.values():
                 stream.gone = True
+            self.queued.clear()
+            for stream in list(self.paused):
+                self._resume(stream)  # (to end: its next send finds the stream gone)
             self.changed.notify_all()
+        if not self.threaded:  # (no loop turn comes for this connection again: end the calls here)
+            for stream in [*resumed, *self.ready]:
+                stream.run()
+            self.ready.clear()
+            self._account()
 
     def stop(self) -> None:
         """Graceful: GOAWAY naming the last stream taken; those finish, then the connection closes."""
@@ -350,7 +405,7 @@ class Session:
             return
         with self.lock:
             self._sweep_streams(now)
-            idle = not self.streams and not self.ready
+            idle = not self.streams and not self.ready and not self.queued
         if idle:
             phase = Phase.HEAD if self.fresh else Phase.IDLE
             if timeouts.expiry(phase, self.since, now, drain_until, 0, False) is not Expiry.NONE:
@@ -364,6 +419,11 @@ class Session:
         timeouts = self.loop.timeouts
         for stream in self.streams.values():
             if not (stream.gone or stream.body_done) and end_if_body_overdue(self.h2, stream, now, timeouts):
+                stream.gone = True
+        for stream in list(self.queued):  # a window that stays shut: that stream is reset, no other
+            if not stream.gone and timeouts.write_stalled(stream.stalled_since, now):
+                log_write_timeout(timeouts.write, self.conn.client, stream.request, "stream reset")
+                self.h2.reset(stream.sid, ErrorCodes.CANCEL)
                 stream.gone = True
         self.changed.notify_all()
 

@@ -3,8 +3,12 @@
 The connection (:class:`refork.serving.wsgi.http2.Session`) feeds it (body pieces, end of body,
 reset) on the loop thread; :meth:`Stream.run` is the app call, on an app thread (or the loop's,
 with one thread), and talks to the connection's :class:`Http2Connection` under the session's lock.
-Backpressure is HTTP/2's own: the body's window reopens as the app reads ``wsgi.input``, and a
-write waits while the client's window for the stream is shut or the socket's queue is full.
+Backpressure is HTTP/2's own: the body's window reopens as the app reads ``wsgi.input``; what the
+client's window does not take yet is queued on the stream, and once the queue passes
+:data:`STREAM_BUDGET` (or the socket's queue passes :data:`HIGH_WATER`) the app call is paused
+between two items of its body: no thread waits for a client that does not read. The loop moves
+the queue on as windows open and resumes the call (on an app thread, or its own) once it is short;
+the sweep resets a stream whose client took nothing for ``--write-timeout``.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("refork")
 
-__all__ = ["HIGH_WATER", "Stream"]
+__all__ = ["HIGH_WATER", "STREAM_BUDGET", "Stream"]
 
 HIGH_WATER = 1 << 18  # socket bytes queued before apps' writes wait and reading pauses
+STREAM_BUDGET = 1 << 16  # body bytes queued on a stream (its window shut) before its app call pauses
 _ERROR_BODY = b"Internal Server Error"
 
 
@@ -38,7 +43,8 @@ class Stream:
 
     __slots__ = (
         "session", "sid", "request", "pieces", "body_done", "gone", "head_out", "status", "headers",
-        "body_bytes", "opened_at", "received", "started", "token", "body_begun",
+        "body_bytes", "opened_at", "received", "started", "token", "body_begun", "began", "environ",
+        "result", "items", "held", "queued", "queued_bytes", "queued_end", "stalled_since", "paused",
     )  # fmt: skip
 
     def __init__(self, session: Session, sid: int, request: Request, body_done: bool) -> None:
@@ -55,26 +61,41 @@ class Stream:
         self.opened_at = time.monotonic()  # the body deadline runs from the head
         self.received = 0  # body bytes (each --body-min-rate of them extends the deadline)
         self.started = False  # start_response was called
-        self.body_begun = False  # the app produced body bytes (held back one item: see _call)
+        self.body_begun = False  # the app produced body bytes (held back one item: see _pump)
         self.token: object = None  # the worker's deadline of the app call
+        self.began = 0.0
+        self.environ: dict[str, Any] | None = None
+        self.result: Any = None  # what the app returned (closed at the end)
+        self.items: Iterator[Any] | None = None  # its iterator: None until the app returned
+        self.held = b""  # one body item behind: the last goes out with END_STREAM
+        self.queued: deque[memoryview] = deque()  # body bytes the client's window has not taken
+        self.queued_bytes = 0
+        self.queued_end = False  # END_STREAM goes with the last queued byte
+        self.stalled_since = 0.0  # the client's window took nothing of the queue since (0: empty)
+        self.paused = False  # the call waits, without a thread, for the client to take the queue
 
     def run(self) -> None:
-        """The app call and its response; then the loop thread accounts for it."""
+        """The app call, or its continuation once the client took what was queued; when it ends,
+        the loop thread accounts for it."""
         session = self.session
-        loop, conn, request = session.loop, session.conn, self.request
+        loop, request = session.loop, self.request
         control = loop.control
-        token = self.token = control.request_started(request.method, request.path)
-        began = time.perf_counter()
-        environ: dict[str, Any] | None = None
-        serving = deadlines.current.set(token)
-        body = _StreamInput(self) if not self.body_done or self.pieces else EMPTY_INPUT
+        if self.token is None:
+            self.token = control.request_started(request.method, request.path)
+            self.began = time.perf_counter()
+        serving = deadlines.current.set(self.token)
+        ended = True
         try:
-            environ = conn.builder.build(request, body, conn.client)
-            environ["wsgi.early_hints"] = self.early_hints
-            app = loop.app
-            if loop.request_hooks is not None:
-                app = loop.request_hooks.wrap_wsgi(app, request, environ)
-            self._call(app, environ)
+            if self.items is None:
+                body = _StreamInput(self) if not self.body_done or self.pieces else EMPTY_INPUT
+                environ = self.environ = session.conn.builder.build(request, body, session.conn.client)
+                environ["wsgi.early_hints"] = self.early_hints
+                app = loop.app
+                if loop.request_hooks is not None:
+                    app = loop.request_hooks.wrap_wsgi(app, request, environ)
+                self.result = app(environ, self.start_response)
+                self.items = iter(self.result)
+            ended = self.gone or self._pump()  # (a stream gone while paused: its call just ends)
         except SendFailed as e:
             log.debug("HTTP/2 stream %d ended early: %s", self.sid, e)
         except Exception:
@@ -85,31 +106,50 @@ class Stream:
             self._abort()
         finally:
             deadlines.current.reset(serving)
-            control.request_finished(token, self.status)
-            if loop.access_log is not None and environ is not None:
-                log_access(loop.access_log, request, environ.get("REMOTE_ADDR"), self.status, self.body_bytes,
-                           time.perf_counter() - began, environ, self.headers)  # fmt: skip
-            with session.lock:
-                session.finished.append(self)
-            session.kick()
+            if ended:
+                self._end()
 
-    def _call(self, app: Any, environ: dict[str, Any]) -> None:
-        result = app(environ, self.start_response)
-        try:
-            held = b""  # one item behind: the last goes out with END_STREAM
-            for item in result:
-                if type(item) is not bytes:
-                    raise TypeError(f"WSGI app yielded {type(item).__name__}, not bytes")
-                if item:
-                    self.body_begun = True  # (an early hint from now on comes too late)
-                    if held:
-                        self._send(held, end=False)
-                    held = item
-            self._send(held, end=True)
-        finally:
-            close = getattr(result, "close", None)
-            if close is not None:
+    def _pump(self) -> bool:
+        """Body items to the stream until the iterable ends (True), or until the client has not
+        taken enough of them (False: the call pauses here, holding no thread)."""
+        assert self.items is not None
+        session = self.session
+        for item in self.items:
+            if type(item) is not bytes:
+                raise TypeError(f"WSGI app yielded {type(item).__name__}, not bytes")
+            if item:
+                self.body_begun = True  # (an early hint from now on comes too late)
+                if self.held:
+                    self._send(self.held, end=False)
+                self.held = item
+                with session.lock:
+                    if self.gone:
+                        raise SendFailed("the client reset the stream")
+                    if not self.taken():
+                        session.pause(self)
+                        return False
+        held, self.held = self.held, b""
+        self._send(held, end=True)
+        return True
+
+    def _end(self) -> None:
+        """The call is over (done, failed, or its stream gone): close the iterable, account."""
+        session, loop = self.session, self.session.loop
+        result, self.result, self.items = self.result, None, None
+        close = getattr(result, "close", None)
+        if close is not None:
+            try:
                 close()
+            except Exception:
+                log.exception("Error closing the response of %s", self.request.path.decode("latin-1"))
+        loop.control.request_finished(self.token, self.status)
+        if loop.access_log is not None and self.environ is not None:
+            took = time.perf_counter() - self.began
+            log_access(loop.access_log, self.request, self.environ.get("REMOTE_ADDR"), self.status,
+                       self.body_bytes, took, self.environ, self.headers)  # fmt: skip
+        with session.lock:
+            session.finished.append(self)
+        session.kick()
 
     def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None
                        ) -> Callable[[bytes], None]:  # fmt: skip
@@ -147,14 +187,22 @@ class Stream:
             raise TypeError(f"write() takes bytes, got {type(data).__name__}")
         if data:
             self._send(data, end=False)
+            session, write_timeout = self.session, self.session.loop.timeouts.write
+            with session.lock:  # (a call inside the app cannot pause: it waits, bounded)
+                if not self.wait(lambda: self.gone or session.closed or self.taken(), write_timeout):
+                    log_write_timeout(write_timeout, session.conn.client, self.request, "stream reset")
+                    session.h2.reset(self.sid, ErrorCodes.CANCEL)
+                    self.gone = True
+                if self.gone:
+                    raise SendFailed("the client reset the stream")
 
     def _send(self, data: bytes, end: bool) -> None:
         """The head if not out yet, then `data` as the client's window allows (END_STREAM with
-        the last byte if `end`); the app waits while the window or the socket's queue is full."""
+        the last byte if `end`); what the window does not take is queued for the loop to send."""
         if not self.started:
             raise AssertionError("the WSGI app did not call start_response()")
         session = self.session
-        h2, write_timeout = session.h2, session.loop.timeouts.write
+        h2 = session.h2
         if self.request.method == "HEAD":
             data = b""
         with session.lock:
@@ -168,21 +216,34 @@ class Stream:
                     return
             view = memoryview(data)
             self.body_bytes += len(data)
-            while True:
+            if not self.queued:
                 view = view[h2.send_body(self.sid, view, end):]
-                session.kick()
-                if not view:
-                    break
-                if not self.wait(lambda: self.gone or h2.window(self.sid) > 0, write_timeout):
-                    log_write_timeout(write_timeout, session.conn.client, self.request)
-                    h2.reset(self.sid, ErrorCodes.CANCEL)
-                    self.gone = True
-                    session.kick()
-                if self.gone:
-                    raise SendFailed("the client reset the stream")
-            if session.backlog() > HIGH_WATER:  # the client does not read the connection fast enough
-                self.wait(lambda: self.gone or session.closed or session.backlog() <= HIGH_WATER,
-                          write_timeout)  # fmt: skip  (the loop's sweep cuts a stalled socket)
+            if view or (end and self.queued):
+                if not self.queued:
+                    self.stalled_since = time.monotonic()
+                self.queued.append(view)
+                self.queued_bytes += len(view)
+                self.queued_end = end
+                session.queued.add(self)
+        session.kick()
+
+    def taken(self) -> bool:
+        """The client took enough of what was queued for more to be sent."""
+        return self.queued_bytes <= STREAM_BUDGET and self.session.backlog() <= HIGH_WATER
+
+    def send_queued(self) -> None:
+        """(The loop thread, with the lock.) What the client's window takes now of the queue."""
+        h2, queued = self.session.h2, self.queued
+        while queued:
+            view = queued[0]
+            n = h2.send_body(self.sid, view, self.queued_end and len(queued) == 1)
+            if n:
+                self.queued_bytes -= n
+                self.stalled_since = time.monotonic()
+            if n < len(view):
+                queued[0] = view[n:]
+                return
+            queued.popleft()
 
     def wait(self, ready: Callable[[], bool], timeout: float) -> bool:
         """Wait for the client (the body, its window, the socket), with the session's lock: its
