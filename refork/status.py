@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import time
 from typing import Any, TextIO
@@ -147,6 +148,9 @@ def watch(path: str, interval: float, out: TextIO | None = None) -> int:
     tty = out.isatty()
     previous: tuple[float, dict[str, Any]] | None = None
     try:
+        # Ctrl-C stops it even when started by a parent that ignores SIGINT (nohup, some CI
+        # runners): Python keeps an inherited SIG_IGN, and then nothing short of a kill would.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         while True:
             answer = _ask(path, "status") if previous is None else _ask_again(path)
             if answer is None:

@@ -52,6 +52,13 @@ def boot_mold(ctx: ProcessContext, generation: int) -> int:
         log.error("the app failed to load:\n%s", app_traceback(e))
         ctx.tell(messages.StartFailed(os.getpid(), phase.current, messages.last_line(e)))
         return 3
+    except SystemExit as e:
+        if isinstance(e, (Unwind, Promoted)) or e.code is None or isinstance(e.code, int):
+            raise  # a plain exit code: the monitor names it ("exited with code N")
+        # sys.exit("SECRET_KEY is not set"): the app's own message is the reason, as Python prints it
+        log.error("the app exited while loading: %s", e.code)
+        ctx.tell(messages.StartFailed(os.getpid(), phase.current, str(e.code)))
+        return 1
     return _mold_loop(ctx, cmd, app, interface, generation)
 
 

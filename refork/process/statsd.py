@@ -18,22 +18,30 @@ its log lines per level); the monitor reads the slots each second and sends what
 Names carry ``--statsd-prefix`` (a "." added); ``--dogstatsd-tags`` are appended to every line
 (``|#env:prod``). Lines are packed into datagrams of at most MAX_DATAGRAM bytes; a send that
 fails (nothing listens, the socket buffer is full) drops those lines: metrics never wait.
+A host name is resolved by a thread of its own (Resolver), never by the monitor's loop: a
+resolver that does not answer would otherwise stop the loop for its timeout every second.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from refork.addresses import UnixAddress, parse_statsd
+from refork.addresses import TcpAddress, UnixAddress, parse_statsd
 from refork.process.slots import LOG_LEVELS, RING_SIZE, Slots
 
 log = logging.getLogger("refork")
 
 MAX_DATAGRAM = 1432  # bytes: fits one Ethernet frame over IPv4 or IPv6 (UDP)
 FLUSH = 1.0  # seconds between two sends
+REFRESH = 60.0  # seconds between two lookups of a host name that resolved (it may move)
+RETRY = (1.0, 30.0)  # seconds before a failed lookup is tried again: the first, doubling to the last
+SLOW = 2.0  # seconds without an address before the operator is told metrics are dropped
 
 
 def prefix_of(text: str) -> str:
@@ -190,6 +198,49 @@ def count_logs(count: Callable[[int], None]) -> None:
     logger.addHandler(LogCounter(count))
 
 
+Resolved = tuple[int, Any]  # (family, socket address)
+
+
+class Resolver:
+    """A UDP target's address, looked up off the monitor's loop.
+
+    An IP address is known at once. A host name is looked up by a daemon thread, again every
+    REFRESH seconds (the agent may move), sooner while lookups fail; `address` is the latest
+    answer (None until the first). The thread only assigns attributes and logs nothing (the loop
+    says what it finds), so a mold forked while a lookup waits inherits no lock of refork's or
+    of the logging module's held (glibc waits on the network holding none of its own).
+    """
+
+    def __init__(self, target: TcpAddress) -> None:
+        self.target = target
+        self.address: Resolved | None = None
+        self.error: Exception | None = None  # the last lookup's failure, None once one answers
+        self.stopped = threading.Event()
+        try:
+            self.address = self._lookup(socket.AI_NUMERICHOST)
+        except (OSError, UnicodeError):
+            threading.Thread(target=self._run, name="refork statsd resolver", daemon=True).start()
+
+    def _lookup(self, flags: int = 0) -> Resolved:
+        family = socket.AF_INET6 if self.target.ipv6 else 0
+        info = socket.getaddrinfo(self.target.host, self.target.port, family, socket.SOCK_DGRAM, 0, flags)
+        return info[0][0], info[0][4]
+
+    def _run(self) -> None:
+        retry = RETRY[0]
+        while not self.stopped.is_set():
+            try:
+                self.address, self.error = self._lookup(), None
+                wait, retry = REFRESH, RETRY[0]
+            except (OSError, UnicodeError) as e:  # the last address stays: a failed refresh is no move
+                self.error = e
+                wait, retry = retry, min(retry * 2, RETRY[1])
+            self.stopped.wait(wait)
+
+    def close(self) -> None:
+        self.stopped.set()  # a lookup under way ends on its own; its answer goes nowhere
+
+
 class Statsd:
     """The monitor's sender: `flush()` once a second reads the slots and sends the lines."""
 
@@ -200,31 +251,57 @@ class Statsd:
         self.next_flush = 0.0
         self.sock: socket.socket | None = None
         self.failed = False  # the last send failed (said once at debug level, until one succeeds)
+        self.target = parse_statsd(address)
+        self.resolver = None if isinstance(self.target, UnixAddress) else Resolver(self.target)
+        self.connected: Resolved | None = None  # where self.sock sends
+        self.created = time.monotonic()
+        self.dropped = 0  # lines dropped for want of an address, since the operator was told
+        self.unresolved_said = False
         count_logs(self.count_monitor_log)
 
     def count_monitor_log(self, level: int) -> None:
         self.monitor_logs[level] += 1
 
     def _socket(self) -> socket.socket | None:
+        where: Resolved | None
+        if isinstance(self.target, UnixAddress):
+            where = (socket.AF_UNIX, self.target.path)
+        else:
+            assert self.resolver is not None
+            where = self.resolver.address  # read once: the resolver's thread may replace it
+        if where is None:
+            return None
+        if self.sock is not None and where != self.connected:  # the name moved: follow it
+            self.sock.close()
+            self.sock = None
         if self.sock is None:
-            target = parse_statsd(self.address)
+            sock = socket.socket(where[0], socket.SOCK_DGRAM)
             try:
-                if isinstance(target, UnixAddress):
-                    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                    sock.setblocking(False)
-                    sock.connect(target.path)
-                else:
-                    family = socket.AF_INET6 if target.ipv6 else socket.AF_INET
-                    info = socket.getaddrinfo(target.host, target.port, family if target.ipv6 else 0,
-                                              socket.SOCK_DGRAM)  # fmt: skip
-                    sock = socket.socket(info[0][0], socket.SOCK_DGRAM)
-                    sock.setblocking(False)
-                    sock.connect(info[0][4])
+                sock.setblocking(False)
+                sock.connect(where[1])
             except OSError as e:
+                sock.close()
                 self._failed(e)
                 return None
-            self.sock = sock
+            self.sock, self.connected = sock, where
         return self.sock
+
+    def _unresolved(self, lines: int) -> None:
+        """No address yet: these lines are dropped and counted; past SLOW seconds, said once."""
+        self.dropped += lines
+        if self.unresolved_said or self.resolver is None:
+            return
+        waited = time.monotonic() - self.created
+        if self.resolver.error is not None or waited >= SLOW:
+            why = self.resolver.error or f"no answer in {waited:.0f}s"
+            log.warning("statsd: cannot resolve %s yet (%s): metrics are dropped until it resolves",
+                        self.address, why)  # fmt: skip
+            self.unresolved_said = True
+
+    def _resolved(self) -> None:
+        if self.unresolved_said:
+            log.info("statsd: %s resolved; %d metric lines were dropped before", self.address, self.dropped)
+        self.unresolved_said, self.dropped = False, 0
 
     def _failed(self, e: OSError) -> None:
         if not self.failed:
@@ -249,7 +326,11 @@ class Statsd:
         lines = self.readings.lines(workers, self.monitor_logs)
         sock = self._socket()
         if sock is None:
+            if self.resolver is not None and self.resolver.address is None:
+                self._unresolved(len(lines))
             return
+        if self.dropped or self.unresolved_said:
+            self._resolved()
         for datagram in datagrams(lines):
             try:
                 sock.send(datagram)
@@ -270,3 +351,7 @@ class Statsd:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
+        if self.resolver is not None:
+            self.resolver.close()
+            if self.resolver.address is None and self.dropped:
+                log.warning("statsd: %s never resolved: %d metric lines dropped", self.address, self.dropped)

@@ -2,6 +2,7 @@
 
 REFORK_TEST_CRASH picks what happens:
 - "import": SIGSEGV while the mold imports the app
+- "exit-message" / "exit-code": sys.exit("SECRET_KEY is not set") / sys.exit(4) at import
 - "mold-if-immortal" / "worker-if-immortal": SIGSEGV in the mold before it forks a worker, or in
   a worker right after its fork, only while the heap is immortal (what a refcount layout refork
   got wrong for a new interpreter could do): the immortalization fallback must save the start
@@ -9,6 +10,7 @@ REFORK_TEST_CRASH picks what happens:
 
 import os
 import signal
+import sys
 
 import refork
 from refork.memory.heap import is_immortal
@@ -23,6 +25,10 @@ def _segfault() -> None:
 
 if CRASH == "import":
     _segfault()
+elif CRASH == "exit-message":
+    sys.exit("SECRET_KEY is not set")
+elif CRASH == "exit-code":
+    sys.exit(4)
 
 
 @refork.before_fork

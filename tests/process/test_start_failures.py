@@ -38,6 +38,18 @@ def test_an_app_raising_at_import_exits_3_with_its_traceback_and_one_last_line()
     )
 
 
+@pytest.mark.parametrize(
+    ("crash", "cause"),
+    [("exit-message", "failed while importing the app: SECRET_KEY is not set"),
+     ("exit-code", "exited with code 4 while importing the app")],
+)  # fmt: skip
+def test_an_app_exiting_at_import_exits_3_with_its_message_or_code_in_the_last_line(crash, cause):
+    env = {"REFORK_TEST_CRASH": crash}
+    result = run_cli("-b", "127.0.0.1:0", "--chdir", "tests", APP, env=env, timeout=20)
+    assert result.returncode == 3, result.stderr
+    assert last_line(result.stderr) == f"refork: error: no worker could start: the mold (gen 0) {cause}"
+
+
 def test_a_post_fork_hook_that_always_raises_exits_3_naming_the_hook(tmp_path):
     conf = tmp_path / "conf.py"
     conf.write_text("def post_fork(server, worker):\n    raise RuntimeError('no database here')\n")

@@ -5,12 +5,19 @@ every request path, in HTTP/2 on the HTTP/2 paths); the datagrams that arrive mu
 gunicorn's names and types under the prefix, the counts of what was sent, one duration per
 request, the worker gauge, the log counters, refork's memory gauges and the DogStatsD tags. The
 pure parts (prefix, line format, datagram packing, settings) are checked without a server.
+A host name is looked up through a resolver of the test's own: the server runs in a mount
+namespace whose /etc/hosts and /etc/resolv.conf are the test's files.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+import random
 import re
+import signal
 import socket
+import subprocess
 import time
 from collections import Counter
 
@@ -18,6 +25,7 @@ import pytest
 from conftest import read_to_end
 from support import h2client
 from support.request_paths import connect, every_path, flags, http2, tls
+from support.waits import wait_until
 
 from refork.addresses import TcpAddress, UnixAddress, parse_statsd
 from refork.config import ConfigError, load_config
@@ -168,3 +176,93 @@ def test_addresses_and_settings():
     ):
         with pytest.raises(ConfigError, match=re.escape(error)):
             load_config([*argv, "m:app"], environ={})
+
+
+CLONE_NEWNS, MS_BIND, MS_REC, MS_PRIVATE = 0x20000, 0x1000, 0x4000, 0x40000
+NAME = "statsd.refork.test"
+
+
+@pytest.fixture
+def own_resolver(tmp_path):
+    """preexec_fn(hosts, nameserver): the server sees these as /etc/hosts and /etc/resolv.conf,
+    in a mount namespace of its own (skipped where one cannot be made)."""
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child only calls it
+
+    def preexec_fn(hosts: str, nameserver: str):
+        files = []
+        for name, text in (("hosts", hosts), ("resolv.conf", f"nameserver {nameserver}\n"
+                                                             "options timeout:30 attempts:1\n")):  # fmt: skip
+            (tmp_path / name).write_text(text)
+            files.append((str(tmp_path / name).encode(), f"/etc/{name}".encode()))
+
+        def enter() -> None:
+            if libc.unshare(CLONE_NEWNS) or libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None):
+                raise OSError(ctypes.get_errno(), "no mount namespace")
+            for source, target in files:
+                if libc.mount(source, target, None, MS_BIND, None):
+                    raise OSError(ctypes.get_errno(), f"cannot bind {target.decode()}")
+
+        return enter
+
+    probe = preexec_fn("", "127.0.0.1")
+    try:
+        subprocess.run(["true"], preexec_fn=probe, check=True)
+    except (subprocess.SubprocessError, OSError) as e:
+        pytest.skip(f"no mount namespace here: {e}")
+    return preexec_fn
+
+
+@pytest.fixture
+def silent_dns():
+    """A DNS server that never answers: a UDP socket on port 53 of a loopback address of its own."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for _ in range(20):
+        address = f"127.{random.randrange(1, 255)}.{random.randrange(1, 255)}.{random.randrange(2, 255)}"
+        try:
+            sock.bind((address, 53))
+            break
+        except OSError:
+            continue
+    sock.settimeout(0.2)
+    yield sock
+    sock.close()
+
+
+def test_a_host_name_is_resolved_and_its_metrics_arrive(udp, own_resolver, start_server):
+    port = udp.sock.getsockname()[1]
+    preexec = own_resolver(f"127.0.0.1 {NAME}\n", "127.0.0.1")
+    server = start_server("--statsd-host", f"{NAME}:{port}", app="apps.access_apps:wsgi", workers=1,
+                          preexec_fn=preexec)  # fmt: skip
+    for _ in range(3):
+        assert _get(server.port, "/") == 200
+    udp.receive_until(lambda lines: udp.total("gunicorn.requests") >= 3)
+    assert udp.total("gunicorn.requests") == 3
+
+
+def test_a_resolver_that_never_answers_never_holds_up_the_monitor(own_resolver, silent_dns, start_server):
+    """Its lookup waits 30 s a try: the monitor starts, answers and replaces a killed worker meanwhile,
+    drops the metrics it cannot send, and says so."""
+    preexec = own_resolver("127.0.0.1 localhost\n", silent_dns.getsockname()[0])
+    begun = time.monotonic()
+    server = start_server("--statsd-host", NAME, app="apps.access_apps:wsgi", workers=1, wait=False,
+                          preexec_fn=preexec)  # fmt: skip
+    (worker,) = server.wait_ready(1, timeout=15)
+    query = silent_dns.recv(512)  # the lookup is under way, and hangs
+    assert NAME.split(".")[0].encode() in query
+    assert time.monotonic() - begun < 15
+    asked = time.monotonic()
+    assert server.status()["workers"] == 1
+    assert time.monotonic() - asked < 3
+    killed = time.monotonic()
+    os.kill(worker["pid"], signal.SIGKILL)
+    server.wait_ready(1, timeout=5)  # the 30 s lookup is still under way
+    wait_until(lambda: [w for w in server.workers() if w["pid"] != worker["pid"]], 5, "a new worker")
+    assert time.monotonic() - killed < 5
+    assert _get(server.port, "/") == 200
+    server.wait_for(lambda: f"statsd: cannot resolve {NAME} yet (no answer in" in server.log(), 10,
+                    "the warning")  # fmt: skip
+    server.signal(signal.SIGTERM)
+    assert server.wait_exit(10) == 0
+    log = server.log()
+    assert "metrics are dropped until it resolves" in log and "Traceback" not in log
+    assert re.search(rf"statsd: {NAME} never resolved: \d+ metric lines dropped", log), log

@@ -17,6 +17,12 @@ from refork.status import format_totals, watch_frame
 HEADER = "refork status, every 0.2s"
 
 
+def ignore_sigint() -> None:
+    """As under nohup or a CI runner that ignores SIGINT: the watch inherits SIG_IGN, and Ctrl-C
+    must stop it all the same (whatever the test runner itself inherited)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def watch_proc(control: str, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "refork", "status", "--control-socket", control, "--watch", "0.2", *extra],
@@ -24,6 +30,7 @@ def watch_proc(control: str, *extra: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ignore_sigint,
     )
 
 
@@ -45,7 +52,7 @@ def read_until(fd: int, predicate, timeout: float = 20.0) -> bytes:
     return data
 
 
-def test_watch_prints_successive_tables_and_exits_0_on_sigint(start_server):
+def test_watch_prints_successive_tables_and_exits_0_on_sigint_even_if_it_inherited_it_ignored(start_server):
     server = start_server(workers=2)
     for _ in range(5):
         server.get("/")
@@ -112,6 +119,7 @@ def test_watch_on_a_terminal_redraws_in_place(start_server):
         stdout=child,
         stderr=child,
         start_new_session=True,
+        preexec_fn=ignore_sigint,
     )
     os.close(child)
     try:
