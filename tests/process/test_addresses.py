@@ -57,6 +57,21 @@ def test_listeners_bind_what_config_accepts(tmp_path):
             s.close()
 
 
+def test_an_ipv6_wildcard_beside_ipv4_on_its_port_is_ipv6_only():
+    """[::]:P alone is dual-stack; with 0.0.0.0:P too it must be IPv6-only, or the binds collide."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    socks = listeners.bind([f"0.0.0.0:{port}", f"[::]:{port}", "[::]:0"], 16)
+    try:
+        v6only = [s.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) for s in socks[1:]]
+        assert v6only == [1, 0]
+        assert (socket.AF_INET, socks[2].getsockname()[1]) in listeners.tcp_ports(socks)
+    finally:
+        for s in socks:
+            s.close()
+
+
 def test_listeners_reject_an_unchecked_address():
     with pytest.raises(ConfigError, match="bind address 'localhost' is not a valid address"):
         listeners.bind(["localhost"], 16)
