@@ -39,9 +39,13 @@ BindAddress = TcpAddress | UnixAddress | FdAddress
 
 
 def parse_bind(text: str) -> BindAddress:
-    """HOST:PORT, [V6]:PORT, :PORT, unix:PATH or fd://N -> its typed form; ValueError otherwise."""
-    if text.startswith("unix:") and len(text) > 5:
-        return UnixAddress(text[5:])
+    """HOST:PORT, [V6]:PORT, :PORT, unix:PATH or fd://N -> its typed form; ValueError otherwise.
+    ``unix://PATH`` is ``unix:PATH`` as gunicorn reads it: ``unix://tmp/a.sock`` is the relative
+    ``tmp/a.sock``, ``unix:///tmp/a.sock`` the absolute one."""
+    if text.startswith("unix:"):
+        path = text[7:] if text.startswith("unix://") else text[5:]
+        if path:
+            return UnixAddress(path)
     if text.startswith("fd://") and text[5:].isdecimal():
         return FdAddress(int(text[5:]))
     m = _HOST_PORT_RE.match(text)

@@ -279,6 +279,27 @@ def test_run_example_keeps_the_app_when_given_options():
 
 
 # ---------------------------------------------------------------------------------------------
+# Binds, as gunicorn reads them
+
+
+def _get_unix(path: Path) -> int:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(10)
+        sock.connect(str(path))
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        return int(sock.recv(64).split()[1])
+
+
+def test_a_unix_double_slash_bind_is_relative_to_chdir(start_server, tmp_path):
+    """PostHog's `bind = 'unix://tmp/nginx.socket'`: gunicorn binds ./tmp/nginx.socket (under
+    --chdir), where nginx was pointed, not /tmp/nginx.socket."""
+    (tmp_path / "tmp").mkdir()
+    start_server("-b", "unix://tmp/nginx.socket", "--chdir", str(tmp_path), "--pythonpath", str(TESTS),
+                 workers=1)  # fmt: skip
+    assert _get_unix(tmp_path / "tmp" / "nginx.socket") == 200
+
+
+# ---------------------------------------------------------------------------------------------
 # Process settings that change what is served
 
 

@@ -31,7 +31,17 @@ def test_parse_bind(text, expected):
 
 
 @pytest.mark.parametrize(
-    "text", ["localhost", "1.2.3.4:99999", "fd://x", "fd://", "unix:", "::1:80", "[::1]", "host:port"]
+    "text", ["unix:/run/a.sock", "unix:run/a.sock", "unix://tmp/a.sock", "unix:///tmp/a.sock"]
+)
+def test_a_unix_path_is_the_one_gunicorn_binds(text):
+    from gunicorn.util import parse_address
+
+    assert parse_bind(text) == UnixAddress(parse_address(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["localhost", "1.2.3.4:99999", "fd://x", "fd://", "unix:", "unix://", "::1:80", "[::1]", "host:port"],
 )
 def test_parse_bind_rejects(text):
     with pytest.raises(ValueError, match="use HOST:PORT, \\[V6\\]:PORT, :PORT, unix:PATH or fd://N"):
