@@ -299,6 +299,27 @@ def test_a_unix_double_slash_bind_is_relative_to_chdir(start_server, tmp_path):
     assert _get_unix(tmp_path / "tmp" / "nginx.socket") == 200
 
 
+def test_what_a_config_file_and_a_hook_print_is_written_once(start_server, tmp_path):
+    """stdout to a file is block-buffered: a print left in the buffer at a fork would be written
+    again by every process that inherited it (each worker, each mold of a refork)."""
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text(
+        "import os\n"
+        "print('config file read')\n"
+        "def post_worker_init(worker):\n"
+        "    print('worker', os.getpid(), 'ready')\n"
+    )
+    server = start_server("-c", str(conf), env={"PYTHONUNBUFFERED": ""}, workers=4)
+    server.signal(signal.SIGUSR2)  # a refork: a worker forks the next mold
+    server.wait_for(lambda: "promoted to mold" in server.log(), what="the refork")
+    server.wait_ready(4)
+    server.stop()
+    lines = server.log_path.read_text().splitlines()
+    printed = [line for line in lines if line == "config file read" or line.startswith("worker ")]
+    assert printed.count("config file read") == 1, printed
+    assert len(printed) == len(set(printed)) >= 5, printed
+
+
 # ---------------------------------------------------------------------------------------------
 # Process settings that change what is served
 
