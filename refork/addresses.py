@@ -57,6 +57,17 @@ def parse_bind(text: str) -> BindAddress:
     raise ValueError(f"{text!r} is not a valid address; use {BIND_SYNTAX}")
 
 
+def gunicorn_address(text: str) -> tuple[str, int] | str | int:
+    """A bind address as gunicorn's ``server.address`` lists it (its util.parse_address): (host,
+    port) for TCP (the host lower-cased, '' for :PORT), the path for unix, the number for fd://N."""
+    address = parse_bind(text)
+    if isinstance(address, UnixAddress):
+        return address.path
+    if isinstance(address, FdAddress):
+        return address.fd
+    return ("" if text.startswith(":") else address.host.lower(), address.port)
+
+
 STATSD_SYNTAX = "HOST:PORT, HOST (port 8125), [V6]:PORT or unix:PATH"
 
 
@@ -82,6 +93,6 @@ def parse_statsd(text: str) -> TcpAddress | UnixAddress:
 
 
 __all__ = [
-    "BIND_SYNTAX", "STATSD_SYNTAX", "BindAddress", "FdAddress", "TcpAddress", "UnixAddress", "parse_bind",
-    "parse_statsd",
+    "BIND_SYNTAX", "STATSD_SYNTAX", "BindAddress", "FdAddress", "TcpAddress", "UnixAddress",
+    "gunicorn_address", "parse_bind", "parse_statsd",
 ]  # fmt: skip

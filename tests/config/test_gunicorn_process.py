@@ -3,6 +3,7 @@ logconfig_dict, --log-config, --capture-output; and what a new user meets in the
 
 from __future__ import annotations
 
+import ast
 import grp
 import json
 import os
@@ -297,6 +298,21 @@ def test_a_unix_double_slash_bind_is_relative_to_chdir(start_server, tmp_path):
     start_server("-b", "unix://tmp/nginx.socket", "--chdir", str(tmp_path), "--pythonpath", str(TESTS),
                  workers=1)  # fmt: skip
     assert _get_unix(tmp_path / "tmp" / "nginx.socket") == 200
+
+
+def test_server_address_in_a_hook_is_gunicorns(start_server, tmp_path):
+    """PostHog's banner formats `http://{host}:{port}` from server.address: (host, port) tuples and
+    unix paths, as gunicorn's util.parse_address makes them."""
+    from gunicorn.util import parse_address
+
+    seen = tmp_path / "address"
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text(f"def when_ready(server):\n    open({str(seen)!r}, 'w').write(repr(server.address))\n")
+    binds = [f":{free_port()}", "LOCALHOST:" + str(free_port()), f"unix:{tmp_path / 'app.sock'}"]
+    server = start_server("-c", str(conf), *(arg for bind in binds for arg in ("-b", bind)), workers=1)
+    address = ast.literal_eval(server.wait_for(seen.read_text, what="when_ready"))
+    assert address == [parse_address(bind) for bind in [f"127.0.0.1:{server.port}", *binds]]
+    assert address[1][0] == "" and isinstance(address[3], str)
 
 
 def test_what_a_config_file_and_a_hook_print_is_written_once(start_server, tmp_path):
