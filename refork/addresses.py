@@ -39,9 +39,13 @@ BindAddress = TcpAddress | UnixAddress | FdAddress
 
 
 def parse_bind(text: str) -> BindAddress:
-    """HOST:PORT, [V6]:PORT, :PORT, unix:PATH or fd://N -> its typed form; ValueError otherwise."""
-    if text.startswith("unix:") and len(text) > 5:
-        return UnixAddress(text[5:])
+    """HOST:PORT, [V6]:PORT, :PORT, unix:PATH or fd://N -> its typed form; ValueError otherwise.
+    ``unix://PATH`` is ``unix:PATH`` as gunicorn reads it: ``unix://tmp/a.sock`` is the relative
+    ``tmp/a.sock``, ``unix:///tmp/a.sock`` the absolute one."""
+    if text.startswith("unix:"):
+        path = text[7:] if text.startswith("unix://") else text[5:]
+        if path:
+            return UnixAddress(path)
     if text.startswith("fd://") and text[5:].isdecimal():
         return FdAddress(int(text[5:]))
     m = _HOST_PORT_RE.match(text)
@@ -51,6 +55,17 @@ def parse_bind(text: str) -> BindAddress:
             return TcpAddress(host[1:-1], port, ipv6=True)
         return TcpAddress(host or "0.0.0.0", port, ipv6=False)
     raise ValueError(f"{text!r} is not a valid address; use {BIND_SYNTAX}")
+
+
+def gunicorn_address(text: str) -> tuple[str, int] | str | int:
+    """A bind address as gunicorn's ``server.address`` lists it (its util.parse_address): (host,
+    port) for TCP (the host lower-cased, '' for :PORT), the path for unix, the number for fd://N."""
+    address = parse_bind(text)
+    if isinstance(address, UnixAddress):
+        return address.path
+    if isinstance(address, FdAddress):
+        return address.fd
+    return ("" if text.startswith(":") else address.host.lower(), address.port)
 
 
 STATSD_SYNTAX = "HOST:PORT, HOST (port 8125), [V6]:PORT or unix:PATH"
@@ -78,6 +93,6 @@ def parse_statsd(text: str) -> TcpAddress | UnixAddress:
 
 
 __all__ = [
-    "BIND_SYNTAX", "STATSD_SYNTAX", "BindAddress", "FdAddress", "TcpAddress", "UnixAddress", "parse_bind",
-    "parse_statsd",
+    "BIND_SYNTAX", "STATSD_SYNTAX", "BindAddress", "FdAddress", "TcpAddress", "UnixAddress",
+    "gunicorn_address", "parse_bind", "parse_statsd",
 ]  # fmt: skip

@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from refork.addresses import gunicorn_address
 from refork.config import Config, gunicorn_value
 
 log = logging.getLogger("refork")
@@ -84,8 +85,9 @@ class Server:
         return self.config.proc_name
 
     @property
-    def address(self) -> list[str]:
-        return list(self.config.bind)
+    def address(self) -> list[tuple[str, int] | str | int]:
+        """gunicorn's shape: (host, port) for TCP, the path for unix, the number for fd://N."""
+        return [gunicorn_address(text) for text in self.config.bind]
 
     @property
     def timeout(self) -> float:

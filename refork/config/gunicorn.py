@@ -112,7 +112,9 @@ ROWS: tuple[Row, ...] = (
         "--bind",
         action="append",
         note="gunicorn's default `0.0.0.0:$PORT` when `PORT` "
-        "is set, and a host alone is port 8000, as in gunicorn",
+        "is set, and a host alone is port 8000, as in gunicorn; `[::]:PORT` is dual-stack (it serves IPv4 "
+        "clients too), and `unix://tmp/a.sock` is the relative `tmp/a.sock` (under `--chdir`), "
+        "as in gunicorn",
     ),  # fmt: skip
     _same("backlog", "--backlog"),
     # Worker processes

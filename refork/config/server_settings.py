@@ -67,7 +67,10 @@ class ServerSettings:
         action="append",
         metavar="ADDR",
         help="HOST:PORT, [V6]:PORT, :PORT, unix:PATH, fd://N",
-        doc="`HOST:PORT`, `[V6]:PORT`, `:PORT`, `unix:PATH`, `fd://N` (a socket passed by the parent)",
+        doc="`HOST:PORT`, `[V6]:PORT`, `:PORT`, `unix:PATH` (`unix://PATH` too, as gunicorn reads it: "
+        "`unix://tmp/a.sock` is `tmp/a.sock` under `--chdir`, `unix:///tmp/a.sock` is absolute), `fd://N` (a "
+        "socket passed by the parent); `[::]:PORT` is dual-stack (IPv4 clients too), IPv6-only when an IPv4 "
+        "address is bound on its port as well",
         group="server",
         restart_only=True,
     )

@@ -13,9 +13,11 @@ the mold role; the mold that forked the worker turns it into an `Unwind`.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
+import sys
 from collections.abc import Callable
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -48,6 +50,18 @@ class Promoted(SystemExit):
     def __init__(self, generation: int) -> None:
         super().__init__(0)
         self.generation = generation
+
+
+def flush_stdio() -> None:
+    """Write out what print() left in sys.stdout/sys.stderr's buffers (a config file's or a hook's,
+    with stdout a pipe or a file). Run before every fork: a buffer copied into the child would be
+    written once by each process that exits, the same lines once per worker."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # closed, None, or a reader gone: nothing to keep
+            stream.flush()
+
+
+os.register_at_fork(before=flush_stdio)
 
 
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 30.0  # seconds
@@ -132,10 +146,7 @@ def run_child(start: Callable[[], int]) -> None:
             code = 1
             break
     try:
-        import sys
-
-        sys.stdout.flush()
-        sys.stderr.flush()
+        flush_stdio()
     finally:
         os._exit(code)
 

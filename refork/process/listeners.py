@@ -11,7 +11,7 @@ import stat
 import struct
 from typing import Any
 
-from refork.addresses import BIND_SYNTAX, FdAddress, TcpAddress, UnixAddress, parse_bind
+from refork.addresses import BIND_SYNTAX, BindAddress, FdAddress, TcpAddress, UnixAddress, parse_bind
 from refork.errors import ConfigError
 
 _SO_ATTACH_FILTER = 26  # <asm-generic/socket.h>; the socket module does not export it
@@ -27,11 +27,16 @@ Port = tuple[int, int]  # (address family, TCP port) of a listener
 
 def bind(addresses: list[str], backlog: int, reuse_port: bool = False) -> list[socket.socket]:
     """Bind and listen on every address, or raise ConfigError saying which one failed and why.
-    reuse_port: SO_REUSEPORT on TCP listeners (another server may bind the same port)."""
+    reuse_port: SO_REUSEPORT on TCP listeners (another server may bind the same port).
+
+    An IPv6 listener is dual-stack, as gunicorn's (``[::]:5000`` serves IPv4 clients too), unless
+    an IPv4 address is also bound on its port: then it is IPv6-only, or the two would collide."""
+    parsed = [_parsed(text) for text in addresses]
+    ipv4_ports = {a.port for a in parsed if isinstance(a, TcpAddress) and not a.ipv6 and a.port}
     listeners = []
     try:
         for text in addresses:
-            listeners.append(_bind_one(text, backlog, reuse_port))
+            listeners.append(_bind_one(text, backlog, reuse_port, ipv4_ports))
     except BaseException:
         for sock in listeners:
             sock.close()
@@ -75,8 +80,15 @@ def attach_filter(sock: socket.socket, program: bytes) -> None:
 
 
 def tcp_ports(listeners: list[socket.socket]) -> list[Port]:
-    inet = (socket.AF_INET, socket.AF_INET6)
-    return [(sock.family, sock.getsockname()[1]) for sock in listeners if sock.family in inet]
+    """Each TCP listener's (family, port); a dual-stack IPv6 listener's IPv4 handshakes are the
+    kernel's AF_INET request sockets: its port is listed under both families."""
+    ports: list[Port] = []
+    for sock in listeners:
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            ports.append((sock.family, sock.getsockname()[1]))
+        if sock.family == socket.AF_INET6 and not sock.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY):
+            ports.append((socket.AF_INET, sock.getsockname()[1]))
+    return ports
 
 
 def handshakes_in_flight(ports: list[Port]) -> int:
@@ -130,11 +142,15 @@ def activated(fds: list[tuple[int, str]], backlog: int) -> list[socket.socket]:
     return listeners
 
 
-def _bind_one(text: str, backlog: int, reuse_port: bool = False) -> socket.socket:
+def _parsed(text: str) -> BindAddress:
     try:
-        address = parse_bind(text)
+        return parse_bind(text)
     except ValueError:  # config validation parses the same way: only a Config built by hand gets here
         raise ConfigError(f"bind address {text!r} is not a valid address; use {BIND_SYNTAX}") from None
+
+
+def _bind_one(text: str, backlog: int, reuse_port: bool, ipv4_ports: set[int]) -> socket.socket:
+    address = _parsed(text)
     if isinstance(address, FdAddress):
         return _inherited(address.fd, text, backlog)
     family, sockaddr = _resolve(address, text)
@@ -146,7 +162,8 @@ def _bind_one(text: str, backlog: int, reuse_port: bool = False) -> socket.socke
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            v6only = isinstance(address, TcpAddress) and address.port in ipv4_ports
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(v6only))
         sock.bind(sockaddr)
         sock.listen(backlog)
     except OSError as e:

@@ -128,7 +128,7 @@ class RequestHooks:
     def before_wsgi(self, request: Request, environ: dict[str, Any]) -> None:
         """Make the request's ``req`` (kept in the environ) and run pre_request (its error raises)."""
         address = environ.get("REMOTE_ADDR")
-        client = (address, int(environ.get("REMOTE_PORT") or 0)) if address is not None else None
+        client = (address, int(environ.get("REMOTE_PORT") or 0)) if address else None
         req = environ[ENVIRON_KEY] = HookRequest(request, environ.get("wsgi.url_scheme", "http"), client,
                                                  environ.get("wsgi.input"))  # fmt: skip
         if self.pre is not None:

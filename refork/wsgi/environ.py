@@ -111,6 +111,7 @@ class EnvironBuilder:
             "wsgi.file_wrapper": file_wrapper if file_wrapper is not None else FileWrapper,
             "wsgi.input_terminated": True,
             "SERVER_SOFTWARE": "refork",
+            "REMOTE_ADDR": "",  # a unix-socket peer's, as gunicorn's: a TCP peer's replaces it
         }
 
     def _server(self, host: bytes | None, scheme: str) -> tuple[str, str]:

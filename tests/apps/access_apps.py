@@ -33,7 +33,7 @@ def _peer(address, port, scheme) -> tuple[list[tuple[str, str]], bytes]:
 def wsgi(environ, start_response):
     if environ["PATH_INFO"] == "/peer":
         scheme = environ["wsgi.url_scheme"]
-        headers, body = _peer(environ.get("REMOTE_ADDR"), environ.get("REMOTE_PORT"), scheme)
+        headers, body = _peer(environ["REMOTE_ADDR"], environ.get("REMOTE_PORT"), scheme)
         start_response("200 OK", headers)
         return [body]
     status, headers, parts = _answer(environ["PATH_INFO"])

@@ -3,6 +3,7 @@ logconfig_dict, --log-config, --capture-output; and what a new user meets in the
 
 from __future__ import annotations
 
+import ast
 import grp
 import json
 import os
@@ -276,6 +277,63 @@ def test_run_example_keeps_the_app_when_given_options():
     lines = printed.stdout.splitlines()
     assert any(line.startswith("app = 'hello:app'") for line in lines)
     assert any(line.startswith("workers = 4 ") for line in lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Binds, as gunicorn reads them
+
+
+def _get_unix(path: Path) -> int:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(10)
+        sock.connect(str(path))
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        return int(sock.recv(64).split()[1])
+
+
+def test_a_unix_double_slash_bind_is_relative_to_chdir(start_server, tmp_path):
+    """PostHog's `bind = 'unix://tmp/nginx.socket'`: gunicorn binds ./tmp/nginx.socket (under
+    --chdir), where nginx was pointed, not /tmp/nginx.socket."""
+    (tmp_path / "tmp").mkdir()
+    start_server("-b", "unix://tmp/nginx.socket", "--chdir", str(tmp_path), "--pythonpath", str(TESTS),
+                 workers=1)  # fmt: skip
+    assert _get_unix(tmp_path / "tmp" / "nginx.socket") == 200
+
+
+def test_server_address_in_a_hook_is_gunicorns(start_server, tmp_path):
+    """PostHog's banner formats `http://{host}:{port}` from server.address: (host, port) tuples and
+    unix paths, as gunicorn's util.parse_address makes them."""
+    from gunicorn.util import parse_address
+
+    seen = tmp_path / "address"
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text(f"def when_ready(server):\n    open({str(seen)!r}, 'w').write(repr(server.address))\n")
+    binds = [f":{free_port()}", "LOCALHOST:" + str(free_port()), f"unix:{tmp_path / 'app.sock'}"]
+    server = start_server("-c", str(conf), *(arg for bind in binds for arg in ("-b", bind)), workers=1)
+    address = ast.literal_eval(server.wait_for(seen.read_text, what="when_ready"))
+    assert address == [parse_address(bind) for bind in [f"127.0.0.1:{server.port}", *binds]]
+    assert address[1][0] == "" and isinstance(address[3], str)
+
+
+def test_what_a_config_file_and_a_hook_print_is_written_once(start_server, tmp_path):
+    """stdout to a file is block-buffered: a print left in the buffer at a fork would be written
+    again by every process that inherited it (each worker, each mold of a refork)."""
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text(
+        "import os\n"
+        "print('config file read')\n"
+        "def post_worker_init(worker):\n"
+        "    print('worker', os.getpid(), 'ready')\n"
+    )
+    server = start_server("-c", str(conf), env={"PYTHONUNBUFFERED": ""}, workers=4)
+    server.signal(signal.SIGUSR2)  # a refork: a worker forks the next mold
+    server.wait_for(lambda: "promoted to mold" in server.log(), what="the refork")
+    server.wait_ready(4)
+    server.stop()
+    lines = server.log_path.read_text().splitlines()
+    printed = [line for line in lines if line == "config file read" or line.startswith("worker ")]
+    assert printed.count("config file read") == 1, printed
+    assert len(printed) == len(set(printed)) >= 5, printed
 
 
 # ---------------------------------------------------------------------------------------------

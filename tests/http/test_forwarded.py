@@ -11,6 +11,8 @@ import json
 import socket
 
 import pytest
+from support.h2client import H2Client
+from support.request_paths import flags, http2, wsgi_paths
 
 from refork.config import load_config
 from refork.errors import ConfigError
@@ -166,8 +168,8 @@ def _ask(
         seen = json.loads(response.read())
     finally:
         conn.close()
-    if wsgi:
-        return seen["wsgi.url_scheme"], seen["REMOTE_ADDR"]
+    if wsgi:  # a unix peer's REMOTE_ADDR is '' (gunicorn's), its ASGI client None: no address either way
+        return seen["wsgi.url_scheme"], seen["REMOTE_ADDR"] or None
     return seen["scheme"], seen["client"][0] if seen["client"] else None
 
 
@@ -253,3 +255,29 @@ def test_a_secure_scheme_header_of_any_name_says_https(serve):
     assert _ask(server, None, "203.0.113.7", {"X-Scheme": "https"}) == ("https", "203.0.113.7")
     assert _ask(server, None, "203.0.113.7", {"X-Scheme": "http"})[0] == "http"
     assert _ask(server, None, "203.0.113.7", {"X-Forwarded-Proto": "https"})[0] == "http"  # not named
+
+
+@wsgi_paths
+def test_a_unix_peer_without_forwarded_for_has_an_empty_remote_addr(start_server, tmp_path, path):
+    """gunicorn's REMOTE_ADDR for a unix-socket peer is '' (no REMOTE_PORT): an app reading
+    environ["REMOTE_ADDR"] must not get a KeyError."""
+    unix = tmp_path / "app.sock"
+    chosen, app = flags(path, "apps.access_apps")
+    start_server("-b", f"unix:{unix}", *chosen, app=app, workers=1)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(10)
+    sock.connect(str(unix))
+    if http2(path):
+        client = H2Client(0, sock=sock)
+        try:
+            status, body = client.request("GET", "/peer")
+        finally:
+            client.close()
+    else:
+        with sock:
+            sock.sendall(b"GET /peer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            response = b""
+            while chunk := sock.recv(4096):
+                response += chunk
+        status, body = int(response.split()[1]), response.split(b"\r\n\r\n", 1)[1]
+    assert (status, body) == (200, b" None http")  # REMOTE_ADDR '', REMOTE_PORT absent

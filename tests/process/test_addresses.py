@@ -31,7 +31,17 @@ def test_parse_bind(text, expected):
 
 
 @pytest.mark.parametrize(
-    "text", ["localhost", "1.2.3.4:99999", "fd://x", "fd://", "unix:", "::1:80", "[::1]", "host:port"]
+    "text", ["unix:/run/a.sock", "unix:run/a.sock", "unix://tmp/a.sock", "unix:///tmp/a.sock"]
+)
+def test_a_unix_path_is_the_one_gunicorn_binds(text):
+    from gunicorn.util import parse_address
+
+    assert parse_bind(text) == UnixAddress(parse_address(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["localhost", "1.2.3.4:99999", "fd://x", "fd://", "unix:", "unix://", "::1:80", "[::1]", "host:port"],
 )
 def test_parse_bind_rejects(text):
     with pytest.raises(ValueError, match="use HOST:PORT, \\[V6\\]:PORT, :PORT, unix:PATH or fd://N"):
@@ -52,6 +62,21 @@ def test_listeners_bind_what_config_accepts(tmp_path):
         assert [s.family for s in socks] == [socket.AF_INET, socket.AF_UNIX, socket.AF_INET]
         assert listeners.describe(socks[1]) == f"unix:{path}"
         assert all(s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) for s in socks)
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_an_ipv6_wildcard_beside_ipv4_on_its_port_is_ipv6_only():
+    """[::]:P alone is dual-stack; with 0.0.0.0:P too it must be IPv6-only, or the binds collide."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    socks = listeners.bind([f"0.0.0.0:{port}", f"[::]:{port}", "[::]:0"], 16)
+    try:
+        v6only = [s.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) for s in socks[1:]]
+        assert v6only == [1, 0]
+        assert (socket.AF_INET, socks[2].getsockname()[1]) in listeners.tcp_ports(socks)
     finally:
         for s in socks:
             s.close()

@@ -190,6 +190,28 @@ def test_ipv6_bind(start_server):
     conn.close()
 
 
+def test_ipv6_wildcard_bind_is_dual_stack(start_server):
+    """`-b [::]:PORT` (gunicorn's container habit) serves IPv4 clients too, as gunicorn's does."""
+    import http.client
+    import socket
+
+    import pytest
+    from conftest import free_port
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    port = free_port()
+    start_server("-b", f"[::]:{port}", workers=1)
+    for host in ("127.0.0.1", "::1"):
+        conn = http.client.HTTPConnection(host, port, timeout=10)
+        conn.request("GET", "/")
+        assert conn.getresponse().status == 200, host
+        conn.close()
+
+
 def test_fd_bind_serves_an_inherited_socket(tmp_path):
     import http.client
     import socket

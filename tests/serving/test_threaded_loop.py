@@ -452,7 +452,7 @@ def test_unix_listener(tmp_path):
         client.connect(path)
         client.sendall(b"GET /environ HTTP/1.1\r\nHost: example.org\r\n\r\n")
         env = json.loads(Reader(client).response()[2])
-        assert env["REMOTE_ADDR"] is None and env["SERVER_NAME"] == "example.org"
+        assert env["REMOTE_ADDR"] == "" and env["SERVER_NAME"] == "example.org"
         client.close()
         control.wake(stopping=True)
         thread.join(10)
