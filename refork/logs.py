@@ -11,6 +11,7 @@ never a traceback per line; a reopen that fails keeps the file it had open and s
 from __future__ import annotations
 
 import errno
+import io
 import json
 import logging
 import os
@@ -126,6 +127,12 @@ class ErrorLogFile(_CountsLostLines, logging.FileHandler):
     def __init__(self, path: str) -> None:
         super().__init__(path, mode="a", encoding="utf-8")
         self.lost = LostLines(f"error log {path}", _to_stderr)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:
+            pass  # lines a full disk left in the buffer: counted when they failed
 
 
 class ErrorLogSyslog(_CountsLostLines, SysLogHandler):
@@ -280,6 +287,13 @@ def _reopen_handler(handler: logging.FileHandler) -> None:
             pass  # its buffered lines: counted as lost when they failed
 
 
+def _close(file: io.FileIO) -> None:
+    try:
+        file.close()
+    except OSError:
+        pass  # close(2) reporting an earlier write's failure: those lines were counted then
+
+
 class AccessLog:
     """One line per response, in a format of refork.log_format (gunicorn's atoms, or common,
     combined, json), written to a line-buffered file under a lock."""
@@ -290,11 +304,11 @@ class AccessLog:
         self.line = compile_format(fmt, asgi)
         self._lock = threading.RLock()
         self.lost = LostLines(f"access log {path}", log.warning)
-        self._fd = -1  # -1: not open (the path is "-": stdout; or the open failed)
-        self._open_error = OSError(0, "not open")  # why _fd is -1
+        self._file: io.FileIO | None = None  # None: the path is "-" (stdout), or the open failed
+        self._open_error = OSError(0, "not open")  # why _file is None
         if path != "-":
             try:
-                self._fd = self._open()
+                self._file = self._open()
             except OSError as e:  # a worker starting while the directory is gone: it serves all the same
                 self._open_error = e
                 log.warning("access log %s: cannot open (%s); its lines are lost until a USR1 "
@@ -309,8 +323,8 @@ class AccessLog:
             return None
         return cls(config.access_logfile, config.access_log_format, asgi)
 
-    def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    def _open(self) -> io.FileIO:
+        return io.FileIO(self.path, "a")  # unbuffered: a line is one write(2), nothing left to flush
 
     def reopen(self) -> None:
         """Open the file again (after logrotate moved it); stdout is left as is. A file that cannot
@@ -321,27 +335,21 @@ class AccessLog:
             new = self._open()
         except OSError as e:
             self._open_error = e
-            where = "writing on to the file it had open" if self._fd >= 0 else "its lines are lost"
+            where = "its lines are lost" if self._file is None else "writing on to the file it had open"
             log.warning("access log %s: cannot reopen (%s); %s; tried again at the next USR1",
                         self.path, _errno_text(e), where)  # fmt: skip
             return
         with self._lock:
-            old, self._fd = self._fd, new
-        if old >= 0:
-            try:
-                os.close(old)
-            except OSError:
-                pass
+            old, self._file = self._file, new
+        if old is not None:
+            _close(old)
 
     def close(self) -> None:
         _open_access_logs.discard(self)
         with self._lock:
-            if self._fd >= 0:
-                fd, self._fd = self._fd, -1
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            if self._file is not None:
+                _close(self._file)
+                self._file = None
 
     def write(
         self,
@@ -361,13 +369,13 @@ class AccessLog:
                 if self.path == "-":
                     sys.stdout.write(line)
                     sys.stdout.flush()
-                elif self._fd < 0:
+                elif self._file is None:
                     self.lost.failed(self._open_error)
                     return
                 else:
                     data = line.encode("utf-8", "backslashreplace")
                     while data:  # one write(2) but after a signal or on a nearly full disk
-                        data = data[os.write(self._fd, data) :]
+                        data = data[self._file.write(data) :]
             except OSError as e:
                 self.lost.failed(e)
                 return
