@@ -36,6 +36,14 @@ REPORT_EVERY = 10.0  # seconds: a failing log tells its lost lines at most this 
 
 log = logging.getLogger("refork")
 _open_access_logs: weakref.WeakSet[AccessLog] = weakref.WeakSet()
+_count_lost: Callable[[str], None] | None = None  # see count_lost_lines
+
+
+def count_lost_lines(count: Callable[[str], None]) -> None:
+    """Count this process's lost lines into `count(log)`, log "access" or "error" (the worker's
+    slot: the refork_log_write_errors_total metric)."""
+    global _count_lost
+    _count_lost = count
 
 
 def _errno_text(error: OSError) -> str:
@@ -58,8 +66,9 @@ class LostLines:
     """The lines one log could not write: counted, and told by `tell` at most every REPORT_EVERY
     seconds with the last error (the first at once), and once more when writing works again."""
 
-    def __init__(self, name: str, tell: Callable[[str], None]) -> None:
+    def __init__(self, name: str, log: str, tell: Callable[[str], None]) -> None:
         self.name = name  # "access log /var/log/app.log"
+        self.log = log  # "access" or "error", as count_lost_lines counts it
         self.tell = tell
         self.total = 0  # lines lost since the process started
         self.pending = 0  # lines lost since the last report
@@ -71,6 +80,8 @@ class LostLines:
         self.total += 1
         self.pending += 1
         self.error = error
+        if _count_lost is not None:
+            _count_lost(self.log)
         now = time.monotonic()
         if now >= self._next_report:
             self._report(now, f"{self.pending} line(s) lost ({_errno_text(error)}); "
@@ -118,7 +129,7 @@ class ErrorLogStream(_CountsLostLines, logging.StreamHandler):  # type: ignore[t
 
     def __init__(self, stream: TextIO) -> None:
         super().__init__(stream)
-        self.lost = LostLines("error log (stderr)", _to_stderr)
+        self.lost = LostLines("error log (stderr)", "error", _to_stderr)
 
 
 class ErrorLogFile(_CountsLostLines, logging.FileHandler):
@@ -126,7 +137,7 @@ class ErrorLogFile(_CountsLostLines, logging.FileHandler):
 
     def __init__(self, path: str) -> None:
         super().__init__(path, mode="a", encoding="utf-8")
-        self.lost = LostLines(f"error log {path}", _to_stderr)
+        self.lost = LostLines(f"error log {path}", "error", _to_stderr)
 
     def close(self) -> None:
         try:
@@ -141,7 +152,7 @@ class ErrorLogSyslog(_CountsLostLines, SysLogHandler):
     def __init__(self, address: str | tuple[str, int], facility: int, socktype: socket.SocketKind,
                  where: str) -> None:  # fmt: skip
         super().__init__(address, facility, socktype)
-        self.lost = LostLines(f"syslog {where}", _to_stderr)
+        self.lost = LostLines(f"syslog {where}", "error", _to_stderr)
 
 
 def check_log_files(config: Config) -> None:
@@ -303,7 +314,7 @@ class AccessLog:
         self.format = fmt
         self.line = compile_format(fmt, asgi)
         self._lock = threading.RLock()
-        self.lost = LostLines(f"access log {path}", log.warning)
+        self.lost = LostLines(f"access log {path}", "access", log.warning)
         self._file: io.FileIO | None = None  # None: the path is "-" (stdout), or the open failed
         self._open_error = OSError(0, "not open")  # why _file is None
         if path != "-":

@@ -5,16 +5,19 @@ then replaces with a real file; a deleted log directory is an rmtree under the l
 USR1: the monitor and the workers live on (same pids), every request is answered, the server's
 stderr holds a few lines (the lost lines counted, the failed reopen said once), not a traceback per
 line, and once the file can be written again (the directory back, another USR1) the lines resume.
+The lost lines are counted in the metric refork_log_write_errors_total, by log.
 """
 
 from __future__ import annotations
 
+import http.client
 import os
+import re
 import shutil
 import signal
 from contextlib import closing
 
-from conftest import read_to_end
+from conftest import free_port, read_to_end
 from support.h2client import H2Client
 from support.request_paths import connect, every_path, flags, http2, tls
 
@@ -39,6 +42,17 @@ def _warnings(server) -> list[str]:
     return [line for line in server.log().splitlines() if "[INFO]" not in line]
 
 
+def _lost(metrics_port: int) -> dict[str, int]:
+    """refork_log_write_errors_total by log, scraped."""
+    conn = http.client.HTTPConnection("127.0.0.1", metrics_port, timeout=10)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    return {log: int(n) for log, n in re.findall(r'refork_log_write_errors_total\{log="(\w+)"\} (\d+)', text)}
+
+
 def _has_lines(log) -> bool:
     return log.exists() and log.stat().st_size > 0
 
@@ -54,11 +68,14 @@ def test_full_disk_then_usr1(path, start_server, tmp_path):
     access, error = tmp_path / "access.log", tmp_path / "error.log"
     access.symlink_to("/dev/full")
     error.symlink_to("/dev/full")
+    metrics = free_port()
     server = start_server(*args, "--access-logfile", str(access), "--error-logfile", str(error),
-                          app=app, workers=1)  # fmt: skip
+                          "--metrics-bind", f"127.0.0.1:{metrics}", app=app, workers=1)  # fmt: skip
     workers = [w["pid"] for w in server.workers()]
     assert _get(path, server.port, REQUESTS) == [200] * REQUESTS
     server.wait_for(lambda: "line(s) lost (ENOSPC" in server.log(), what="the lost lines told")
+    lost = server.wait_for(lambda: (n := _lost(metrics))["access"] == REQUESTS and n, what="the count")
+    assert lost["error"] >= 1  # the worker's own report of its access lines, to a full error log
 
     access.unlink()  # the disk has room again: the next reopen opens real files
     error.unlink()
@@ -77,7 +94,9 @@ def test_deleted_log_directory_then_usr1(path, start_server, tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
     access = logs / "access.log"
-    server = start_server(*args, "--access-logfile", str(access), app=app, workers=1)
+    metrics = free_port()
+    server = start_server(*args, "--access-logfile", str(access), "--metrics-bind", f"127.0.0.1:{metrics}",
+                          app=app, workers=1)  # fmt: skip
     workers = [w["pid"] for w in server.workers()]
     assert _get(path, server.port) == [200]
     server.wait_for(lambda: _has_lines(access), what="the first access line")
@@ -92,6 +111,7 @@ def test_deleted_log_directory_then_usr1(path, start_server, tmp_path):
     server.wait_for(lambda: [w["pid"] for w in server.workers()] not in ([], workers), what="a new worker")
     assert _get(path, server.port, 3) == [200] * 3
     assert "cannot open (ENOENT" in server.log()
+    server.wait_for(lambda: _lost(metrics)["access"] == 3, what="the new worker's lines counted")
 
     logs.mkdir()
     server.signal(signal.SIGUSR1)
