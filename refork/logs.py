@@ -307,7 +307,7 @@ def _close(file: io.FileIO) -> None:
 
 class AccessLog:
     """One line per response, in a format of refork.log_format (gunicorn's atoms, or common,
-    combined, json), written to a line-buffered file under a lock."""
+    combined, json), each one write(2) to an unbuffered file under a lock."""
 
     def __init__(self, path: str, fmt: str = GUNICORN_DEFAULT, asgi: bool = False) -> None:
         self.path = path
