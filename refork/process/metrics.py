@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from refork.memory.accounting import ProcessMemory
-from refork.process.slots import STATUS_CLASSES, SlotCounters
+from refork.process.slots import LOST_LOGS, STATUS_CLASSES, SlotCounters
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 RESTART_CAUSES = ("crash", "timeout", "memory", "max_requests", "reload", "refork")  # always shown
@@ -33,6 +33,7 @@ class Totals:
     statuses: list[int] = field(default_factory=lambda: [0] * len(STATUS_CLASSES))
     histogram: list[int] = field(default_factory=list)
     http2: dict[str, int] = field(default_factory=dict)  # the counters of H2_WORDS (not the gauge)
+    lost_lines: list[int] = field(default_factory=lambda: [0] * len(LOST_LOGS))
 
     def __post_init__(self) -> None:
         if not self.histogram:
@@ -48,6 +49,8 @@ class Totals:
         for what, n in counters.http2.items():
             if what != "connections":
                 self.http2[what] = self.http2.get(what, 0) + n
+        for i, n in enumerate(counters.lost_lines):
+            self.lost_lines[i] += n
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,7 @@ def _server(out: _Text, snap: Snapshot, live: list[WorkerSample]) -> None:
     statuses = list(totals.statuses)
     histogram = list(totals.histogram)
     duration = totals.duration_sum
+    lost = list(totals.lost_lines)
     for w in live:
         c = w.counters
         assert c is not None
@@ -152,6 +156,7 @@ def _server(out: _Text, snap: Snapshot, live: list[WorkerSample]) -> None:
         duration += c.duration_sum
         statuses = [a + b for a, b in zip(statuses, c.statuses, strict=True)]
         histogram = [a + b for a, b in zip(histogram, c.buckets, strict=True)]
+        lost = [a + b for a, b in zip(lost, c.lost_lines, strict=True)]
 
     out.family(
         "refork_requests_total", "counter", "Requests answered by every worker since the server started."
@@ -172,6 +177,9 @@ def _server(out: _Text, snap: Snapshot, live: list[WorkerSample]) -> None:
     _http2(out, snap, live, requests)
     out.family("refork_websockets", "gauge", "Open WebSockets, every live worker.")
     out.sample("refork_websockets", sum(w.counters.websockets for w in live if w.counters is not None))
+    out.family("refork_log_write_errors_total", "counter", "Log lines workers could not write, by log.")
+    for log, n in zip(LOST_LOGS, lost, strict=True):
+        out.sample("refork_log_write_errors_total", n, (("log", log),))
     out.family("refork_workers", "gauge", "Worker processes by state.")
     for state in WORKER_STATES:
         out.sample("refork_workers", snap.worker_states.get(state, 0), (("state", state),))

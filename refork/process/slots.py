@@ -45,6 +45,8 @@ DURATION_SUM = 8  # seconds, float
 WEBSOCKETS = 9  # open WebSockets (upgraded requests not finished yet)
 LOGS = 10  # lines the worker logged, by LOG_LEVELS (4 words; recording)
 LOG_LEVELS = ("critical", "error", "warning", "exception")
+LOST_LINES = 14  # log lines the worker could not write (a full disk, EIO), by LOST_LOGS (2 words)
+LOST_LOGS = ("access", "error")
 H2 = 16  # HTTP/2, by H2_WORDS: a gauge, then counters (written on the worker's loop thread only)
 H2_WORDS = ("connections", "streams", "requests", "resets_received", "resets_sent", "goaways_sent")
 CELLS = 24  # counts by (status row, bucket): row 0 = no status, rows 1-5 = 1xx-5xx; bucket last = +Inf
@@ -72,6 +74,7 @@ class SlotCounters:
     http2: dict[str, int]  # by H2_WORDS
     statuses: tuple[int, ...]  # 1xx .. 5xx
     buckets: tuple[int, ...]  # per bucket (not cumulative), the last one +Inf
+    lost_lines: tuple[int, ...] = (0,) * len(LOST_LOGS)  # by LOST_LOGS
 
 
 class Slots:
@@ -146,6 +149,7 @@ class Slots:
             http2=dict(zip(H2_WORDS, ints[base + H2 : base + H2 + len(H2_WORDS)].tolist(), strict=True)),
             statuses=tuple(sum(row) for row in rows[1:]),
             buckets=tuple(sum(column) for column in zip(*rows, strict=True)),
+            lost_lines=tuple(ints[base + LOST_LINES : base + LOST_LINES + len(LOST_LOGS)].tolist()),
         )
 
     def recorded(self, index: int) -> tuple[int, int, list[int], list[int]]:
@@ -173,6 +177,10 @@ class Slots:
     def count_log(self, index: int, level: int) -> None:
         """One more line at LOG_LEVELS[level] (the worker's log handler; recording)."""
         self._ints[index * SLOT_WORDS + LOGS + level] += 1
+
+    def count_lost_line(self, index: int, log: str) -> None:
+        """One more line of `log` (LOST_LOGS) the worker could not write (refork.logs.LostLines)."""
+        self._ints[index * SLOT_WORDS + LOST_LINES + LOST_LOGS.index(log)] += 1
 
     def release(self, index: int) -> None:
         """The worker is gone: the slot is blank again (the monitor folded its counts first)."""

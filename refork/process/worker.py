@@ -22,6 +22,7 @@ from typing import Any
 from refork import deadlines, fork_safety, hooks, integrations, lifecycle
 from refork.config import hard_timeout
 from refork.errors import StartupError
+from refork.logs import count_lost_lines
 from refork.memory.heap import after_fork_in_child
 from refork.process import descriptors, messages, statsd
 from refork.process.context import ProcessContext, set_title
@@ -109,6 +110,7 @@ class Worker:
         if record:
             slots = ctx.slots
             statsd.count_logs(lambda level: slots.count_log(slot, level))
+        count_lost_lines(lambda log: ctx.slots.count_lost_line(slot, log))  # refork_log_write_errors_total
         # WorkerControl's per-request calls go straight to the clock: no wrapper on the hot path
         self.request_started: Callable[[str, bytes], object] = clock.started
         self.request_waiting: Callable[[object], None] = clock.waiting

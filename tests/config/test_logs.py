@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import shutil
 
 import pytest
 
@@ -121,3 +122,43 @@ def test_error_log_stderr(capsys, restore_refork_logger):
     setup_logging(Config(log_level="debug"))  # idempotent: still one handler
     logger.debug("hello")
     assert capsys.readouterr().err.count("[DEBUG] hello") == 1
+
+
+def test_access_log_on_a_full_disk_tells_once():
+    log = AccessLog("/dev/full")  # every write: ENOSPC
+    told = []
+    log.lost.tell = told.append
+    for _ in range(100):
+        log.write(*LINE)
+    assert log.lost.total == 100
+    (one,) = told
+    assert one == ("access log /dev/full: 1 line(s) lost (ENOSPC: No space left on device); "
+                   "told at most every 10 s")
+    log.reopen()
+    log.close()
+
+
+def test_reopen_keeps_the_file_when_its_directory_is_gone(tmp_path):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    log = AccessLog(str(folder / "a.log"), "common")
+    shutil.rmtree(folder)
+    log.reopen()  # one warning; writes go on to the deleted file
+    log.write(*LINE)
+    assert log.lost.total == 0
+    folder.mkdir()
+    log.reopen()
+    log.write(*LINE)
+    assert len(lines(folder / "a.log")) == 1
+    log.close()
+
+
+def test_error_log_on_a_full_disk_tells_stderr_once(capfd, restore_refork_logger):
+    logger = setup_logging(Config(error_logfile="/dev/full"))
+    for i in range(50):
+        logger.warning("line %d", i)
+    reopen_log_files()  # the old stream's unwritten lines are dropped, not raised
+    logger.warning("after the reopen")
+    (told,) = capfd.readouterr().err.splitlines()
+    assert told.endswith("[WARNING] error log /dev/full: 1 line(s) lost (ENOSPC: No space left on device); "
+                         "told at most every 10 s")  # fmt: skip
