@@ -85,10 +85,10 @@ class Stream:
             self._abort()
         finally:
             deadlines.current.reset(serving)
-            control.request_finished(token, self.status)
-            if loop.access_log is not None and environ is not None:
+            if loop.access_log is not None and environ is not None:  # (post_request: inside --timeout)
                 log_access(loop.access_log, request, environ.get("REMOTE_ADDR"), self.status, self.body_bytes,
                            time.perf_counter() - began, environ, self.headers)  # fmt: skip
+            control.request_finished(token, self.status)
             with session.lock:
                 session.finished.append(self)
             session.kick()
