@@ -60,9 +60,11 @@ class MonitorHooks:
         self._hung: list[_Runner] = []  # left behind past their deadline, still running
 
     def run_now(self, name: str, config: Config, num_workers: int) -> None:
-        """Run a hook in this thread (on_starting: before the loop, where TERM still just ends it)."""
+        """Run a hook in this thread (on_starting: before the loop, where TERM still just ends it,
+        and so does a sys.exit() in the hook)."""
         if name in config.hooks:
-            self._call(_Call(name, config, (), num_workers))
+            self._prepare(num_workers, config)
+            call_logged(config, name, self.server)
 
     def run(self, name: str, config: Config, extra: tuple[Any, ...], num_workers: int) -> None:
         """Queue a hook call for the hook thread; return at once."""
@@ -106,7 +108,13 @@ class MonitorHooks:
     def _start(self) -> None:
         """(lock held) A new thread for the queue."""
         runner = self._runner = _Runner()
-        threading.Thread(target=self._serve, args=(runner,), name="refork-hooks", daemon=True).start()
+        try:
+            threading.Thread(target=self._serve, args=(runner,), name="refork-hooks", daemon=True).start()
+        except RuntimeError as e:  # no thread to be had (a limit on threads): the calls are dropped
+            self._runner = None
+            for skipped in self._queue:
+                log.error("hook %s not run: %s", skipped.name, e)
+            self._queue.clear()
 
     def _leave_late(self, now: float, then: str) -> None:
         """(lock held) Leave the current thread to its late hook; the queue gets another."""
@@ -144,8 +152,14 @@ class MonitorHooks:
                 runner.since = time.monotonic()
             self._call(call)
 
-    def _call(self, call: _Call) -> None:
+    def _prepare(self, num_workers: int, config: Config) -> None:
         server = self.server
-        server.config, server.cfg = call.config, GunicornConfig(call.config)
-        server.num_workers = call.num_workers
-        call_logged(call.config, call.name, server, *call.extra)
+        server.config, server.cfg = config, GunicornConfig(config)
+        server.num_workers = num_workers
+
+    def _call(self, call: _Call) -> None:
+        self._prepare(call.num_workers, call.config)
+        try:
+            call_logged(call.config, call.name, self.server, *call.extra)
+        except BaseException as e:  # sys.exit() in a hook: it ends the hook, not the monitor
+            log.error("the %s hook raised %s; carrying on", call.name, type(e).__name__)
