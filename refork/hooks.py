@@ -185,6 +185,15 @@ def call_logged(config: Config, name: str, *args: Any) -> None:
         log.exception("the %s hook raised; carrying on", name)
 
 
+def call_warned(config: Config, name: str, *args: Any) -> None:
+    """Run a hook on the way out (worker_exit): its exception is a WARNING with its traceback, as
+    gunicorn's, and the process still exits as it was going to."""
+    try:
+        call(config, name, *args)
+    except Exception:
+        log.warning("the %s hook raised; exiting all the same", name, exc_info=True)
+
+
 def worker_for_exit(config: Config, pid: int, role: str, nr: int, generation: int, age: int,
                     status: int) -> Worker:  # fmt: skip
     """The `worker` object child_exit gets in the monitor for a reaped child."""

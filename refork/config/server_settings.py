@@ -175,7 +175,8 @@ class ServerSettings:
         coerce=c.non_negative_seconds,
         metavar="S",
         help="time to finish in-flight requests on stop",
-        doc="how long a stopping worker may finish in-flight requests",
+        doc="how long a stopping worker may finish in-flight requests; also how long a config-file "
+        "hook in the monitor runs before it is named and no longer waited for (at least 1 s)",
         group="server",
     )
     request_timeout: float | None = setting(

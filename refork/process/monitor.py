@@ -24,7 +24,7 @@ from functools import partial
 from typing import Any
 
 from refork.config import Config, ConfigError, idle_mold_linger
-from refork.hooks import GunicornConfig, Server, call_logged, worker_for_exit
+from refork.hooks import Server, worker_for_exit
 from refork.loading import change_directory
 from refork.memory.accounting import read_memory
 from refork.memory.allocator import fix_glibc_thresholds, loaded_allocator
@@ -53,6 +53,7 @@ from refork.process.listeners import (
 from refork.process.metrics import ListenerSample, Snapshot, Totals, WorkerSample, render
 from refork.process.metrics_server import MetricsServer
 from refork.process.monitor_heap import prepare_monitor_heap
+from refork.process.monitor_hooks import MonitorHooks
 from refork.process.pidfile import remove_pidfile, write_pidfile
 from refork.process.slots import Slots
 from refork.process.statsd import Statsd, WorkerView, count_logs
@@ -65,6 +66,7 @@ log = logging.getLogger("refork")
 TICK = 0.25  # the longest the loop sleeps, seconds
 HANDSHAKES_WAIT = 0.03  # at a graceful stop, the longest the loop waits at once for handshakes to land
 STATUS_FRESHNESS = 1.0  # `refork status` re-reads memory samples older than this
+FORK_WAIT = 1.0  # the longest a mold's fork waits for a running hook to finish, seconds
 
 SIGNAL_EVENTS: dict[int, ev.Event] = {
     signal.SIGTERM: ev.StopRequested("graceful"),
@@ -101,8 +103,8 @@ class Monitor:
         self.control = ControlServer.open(config, self)
         if config.pidfile:
             write_pidfile(config.pidfile)
-        self.server = Server(config, os.getpid())
-        self._run_hook("on_starting", config)
+        self.hooks = MonitorHooks(Server(config, os.getpid()))
+        self.hooks.run_now("on_starting", config, config.workers)
         subreaper = make_subreaper()
         if not subreaper:
             log.warning("child subreaper unavailable: workers are children of the mold; reforking is off")
@@ -190,6 +192,7 @@ class Monitor:
             if metrics is not None:
                 metrics.on_ready(ready, writable, time.monotonic())
             self._poll_watcher()
+            self.hooks.check(time.monotonic())
             self.feed(ev.Tick(self._read_slots()))
             self._count_free_threads()
             if self.statsd is not None:
@@ -381,6 +384,7 @@ class Monitor:
         if self.metrics is not None:
             private += self.metrics.sockets()
         ctx = replace(self.ctx, config=config) if config is not None else self.ctx
+        self.hooks.settle(FORK_WAIT)
         pid = os.fork()
         if pid == 0:
             for sock in private:
@@ -441,19 +445,13 @@ class Monitor:
         return out
 
     def _run_hook(self, name: str, config: Config, *extra: Any) -> None:
-        """A config-file hook in the monitor, with gunicorn's arguments: its exception is logged,
-        never the monitor's end."""
-        if name not in config.hooks:
-            return
-        server = self.server
-        server.config, server.cfg = config, GunicornConfig(config)
-        supervisor = getattr(self, "supervisor", None)
-        server.num_workers = supervisor.target_workers if supervisor is not None else config.workers
+        """A config-file hook in the monitor, with gunicorn's arguments, on the hook thread
+        (refork.process.monitor_hooks): it never stops the loop; its exception is logged."""
         if name == "child_exit":
             info = extra[0]
             extra = (worker_for_exit(config, info["pid"], info["role"], info["nr"], info["generation"],
                                      info["age"], info["status"]),)  # fmt: skip
-        call_logged(config, name, server, *extra)
+        self.hooks.run(name, config, extra, self.supervisor.target_workers)
 
     # -- control commands (refork.process.control.Commands) ---------------------------------------
     @property
@@ -559,6 +557,7 @@ class Monitor:
     # -- stopping --------------------------------------------------------------------------------
     def shutdown(self) -> None:
         self._run_hook("on_exit", self.config)
+        self.hooks.finish(self.config)
         if self.statsd is not None:
             self.statsd.flush(self._statsd_workers())
             self.statsd.close()

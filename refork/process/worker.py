@@ -192,7 +192,7 @@ class Worker:
             if self._ready:
                 raise
             return self.failed_to_start(e)
-        hooks.call(self.config, "worker_exit", self.server, self.hook_worker)
+        hooks.call_warned(self.config, "worker_exit", self.server, self.hook_worker)
         if self.memray is not None:
             from refork.memory.profiling import stop_memray
 

@@ -140,3 +140,29 @@ def test_only_post_request(start_server, tmp_path):
     assert server.get("/")[0] == 200
     (post,) = _notes(notes, 1)
     assert (post["hook"], post["path"], post["seen_at"], post["code"]) == ("post", "/", None, 200)
+
+
+HANGING_POST = """
+import time
+
+def post_request(worker, req, environ, resp):
+    if req.path == "/hang":
+        time.sleep(3600)
+"""
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_hanging_post_request_counts_as_its_request_time(path, start_server, tmp_path):
+    """--timeout kills a worker stuck in post_request, as one stuck in the app."""
+    args, app = flags(path, "apps.access_apps")
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text(HANGING_POST)
+    server = start_server("-c", str(conf), *args, "--timeout", "1", app=app, workers=1)
+    victim = server.workers()[0]["pid"]
+    with _client(path, server.port) as get:
+        try:
+            get("/hang")
+        except Exception:  # noqa: S110 - the native pool answers after post_request: the kill ends it
+            pass
+    server.wait_for(lambda: f"(pid {victim}): timeout: busy longer than 1s" in server.log(), what="the kill")
+    server.wait_for(lambda: [w for w in server.workers() if w["pid"] != victim], what="a replacement")

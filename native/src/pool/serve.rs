@@ -84,13 +84,16 @@ impl PoolEngine {
             let keep: bool = HandOver::finish(side.host.bind(py), conn, called, &input, standing)?.extract()?;
             return Ok((Answer::Sent { keep }, used));
         };
+        // the line first: gunicorn's post_request hook runs there, inside the request's --timeout
+        let logged = match &side.access_log {
+            Some(log) => AccessLog { log, log_access: &side.log_access, perf_counter: &side.perf_counter }.write(py, &called, &started, status, length),
+            None => Ok(()),
+        };
         tracking.finish(control, current, status)?;
         if !body.is_empty() {
             input.call_method0(pyo3::intern!(py, "close"))?;
         }
-        if let Some(log) = &side.access_log {
-            AccessLog { log, log_access: &side.log_access, perf_counter: &side.perf_counter }.write(py, &called, &started, status, length)?;
-        }
+        logged?;
         Ok((Answer::Send { bytes, keep }, used))
     }
 }

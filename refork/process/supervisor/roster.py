@@ -177,7 +177,8 @@ class Roster:
                 found.append((child, f"timeout: busy longer than {config.timeout:g}s"))
                 continue
             if not child.ready and now - child.started > config.spawn_timeout:
-                found.append((child, f"did not become ready within {config.spawn_timeout:g}s"))
+                doing = f" (still {child.phase})" if child.phase else ""
+                found.append((child, f"did not become ready within {config.spawn_timeout:g}s{doing}"))
             elif child.stopping and child.stop_deadline and now > child.stop_deadline:
                 found.append((child, f"still running {config.graceful_timeout:g}s after stop"))
         return found

@@ -142,11 +142,11 @@ class Stream:
                 close()
             except Exception:
                 log.exception("Error closing the response of %s", self.request.path.decode("latin-1"))
-        loop.control.request_finished(self.token, self.status)
-        if loop.access_log is not None and self.environ is not None:
+        if loop.access_log is not None and self.environ is not None:  # (post_request: inside --timeout)
             took = time.perf_counter() - self.began
             log_access(loop.access_log, self.request, self.environ.get("REMOTE_ADDR"), self.status,
                        self.body_bytes, took, self.environ, self.headers)  # fmt: skip
+        loop.control.request_finished(self.token, self.status)
         with session.lock:
             session.finished.append(self)
         session.kick()

@@ -471,15 +471,16 @@ class PythonLoop(Lifetime):
                 return None
         finally:
             deadlines.current.reset(serving)
-            if not writing:  # (the same as _finished, inline: this is the hot path)
-                control.request_finished(token, outcome[0] if type(outcome) is tuple else 0)
+            if not writing:  # (the same as finished(), inline: this is the hot path)
+                answered = type(outcome) is tuple
+                if answered and self.access_log is not None:
+                    status, length, _ = outcome  # type: ignore[misc]
+                    log_access(self.access_log, request, environ.get("REMOTE_ADDR"), status, length,
+                               time.perf_counter() - started, environ, out.exchange.headers)  # fmt: skip
+                control.request_finished(token, outcome[0] if answered else 0)  # type: ignore[index]
                 if stream is not EMPTY_INPUT:
                     stream.close()
-        status, length, keep = outcome  # type: ignore[misc]
-        if self.access_log is not None:
-            log_access(self.access_log, request, environ.get("REMOTE_ADDR"), status, length,
-                       time.perf_counter() - started, environ, out.exchange.headers)  # fmt: skip
-        return keep
+        return outcome[2]  # type: ignore[index]
 
     def _start_writing(self, conn: Conn, writing: Writing) -> None:
         """The response now waits for the client to read (threads == 1): see _on_writable."""
@@ -520,14 +521,15 @@ class PythonLoop(Lifetime):
 
     def finished(self, request: Request, environ: dict[str, Any], stream: InputStream, token: object,
                   started: float, outcome: Outcome, ex: _Exchange) -> bool:  # fmt: skip
-        """A response is done: account it and log it (`ex`: its state); True to keep the connection."""
-        self.control.request_finished(token, outcome[0])
-        if stream is not EMPTY_INPUT:
-            stream.close()
+        """A response is done: log it and account it (`ex`: its state); True to keep the connection.
+        The line first: gunicorn's post_request hook runs there, inside the request's --timeout."""
         status, length, keep = outcome
         if self.access_log is not None:
             log_access(self.access_log, request, environ.get("REMOTE_ADDR"), status, length,
                        time.perf_counter() - started, environ, ex.headers)  # fmt: skip
+        self.control.request_finished(token, status)
+        if stream is not EMPTY_INPUT:
+            stream.close()
         return keep
 
     def _on_writable(self, conn: Conn) -> None:
