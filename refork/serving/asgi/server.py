@@ -295,13 +295,14 @@ class Server:
         self.check_drained()
 
     def check_drained(self) -> None:
-        """Resolve the drain once nothing is left, confirmed one loop iteration later.
+        """Resolve the drain (the worker then exits) once stopping and nothing is left, confirmed
+        one loop iteration later; a connection going while the worker serves ends nothing.
 
         asyncio accepts in one iteration and makes the connection's protocol in the next (a task);
         a connection accepted just before the listeners closed is invisible until then, and ending
         the loop now would close it unanswered.
         """
-        if self._drain_confirming or not self._idle():
+        if not self.stopping or self._drain_confirming or not self._idle():
             return
         self._drain_confirming = True
         self.loop.call_soon(self._confirm_drained, 2)
