@@ -34,6 +34,7 @@ class Child:
     ready_at: float = 0.0
     stopping: bool = False
     stop_deadline: float = 0.0
+    websockets_until: float = 0.0  # retired with --ws-drain-timeout: it may serve open WebSockets until
     kill_reason: str | None = None
     retire_reason: str | None = None  # set when a replacement must come before it stops
     restart_cause: str | None = None  # why it is replaced: the metrics' cause (see restart_cause())
@@ -178,7 +179,9 @@ class Roster:
                 continue
             if not child.ready and now - child.started > config.spawn_timeout:
                 found.append((child, f"did not become ready within {config.spawn_timeout:g}s"))
-            elif child.stopping and child.stop_deadline and now > child.stop_deadline:
+            elif child.stopping and child.stop_deadline and now > child.stop_deadline and not (
+                now < child.websockets_until and reading is not None and reading.websockets
+            ):
                 found.append((child, f"still running {config.graceful_timeout:g}s after stop"))
         return found
 
