@@ -211,8 +211,13 @@ def test_a_worker_retired_by_a_refork_serves_its_websockets_on_without_holding_t
     retired = sim.sup.roster.get(stop.pid)
     assert retired is not None
     sim.slots[retired.slot] = SlotReading(stop.pid, 0.0, 0, websockets=1)
-    (order,) = sends(sim.tick(), messages.SpawnWorker)  # the next one is replaced meanwhile
-    assert order.message.nr == 1 - retired.nr
+    actions = sim.tick()
+    assert [s.message.nr for s in sends(actions, messages.SpawnWorker)] == [1 - retired.nr]  # meanwhile
+    sim.spawn_workers(actions)
+    (other,) = [s for s in sends(sim.tick(), messages.Stop) if s.pid in (w0, w1)]
+    assert other.message.websockets == 60.0
+    assert not sim.sup.roster.rollout_in_progress(1)  # the next refork may come
+    sim.exit(other.pid, CLEAN)  # (it had no WebSocket open)
     assert "killing" not in logged(sim.tick(after=30.0))  # past --graceful-timeout: WebSockets open
     assert f"(pid {stop.pid}): still running" in logged(sim.tick(after=40.0))  # past the drain limit
 
