@@ -62,6 +62,18 @@ class ProtocolSettings:
         help='close (1011) when a ping is not answered within S ("off": never)',
         group="websockets",
     )
+    ws_drain_timeout: float = setting(
+        300.0,
+        "--ws-drain-timeout",
+        coerce=c.non_negative_seconds,
+        metavar="S",
+        help="seconds a retiring worker keeps serving its open WebSockets (0: close at once)",
+        doc="how long a worker retired because a replacement serves (a refork, `--max-requests`, "
+        "`--max-worker-memory`) keeps serving its open WebSockets while it accepts nothing new; "
+        "those still open then get 1012 (service restart). A stop (TERM) closes them with 1001 "
+        "within `--graceful-timeout`, a reload (HUP) with 1012 at once",
+        group="websockets",
+    )
     ws_max_queue: int = setting(
         32,
         "--ws-max-queue",

@@ -125,6 +125,7 @@ class Promote:
 @dataclass
 class Stop:
     graceful: bool = True
+    websockets: float = 0.0  # seconds a retired worker may serve its open WebSockets on (0: close them)
 
 
 @dataclass

@@ -259,7 +259,8 @@ class Monitor:
         """The shared page, for the slots of known workers."""
         slots = self.ctx.slots
         return {
-            c.slot: ev.SlotReading(slots.owner(c.slot), slots.deadline(c.slot), slots.requests(c.slot))
+            c.slot: ev.SlotReading(slots.owner(c.slot), slots.deadline(c.slot), slots.requests(c.slot),
+                                   slots.websockets(c.slot))  # fmt: skip
             for c in self.supervisor.roster.workers()
             if c.slot >= 0
         }

@@ -120,6 +120,7 @@ class Worker:
         self._timed_out = False  # a request passed --request-timeout: retirement asked
         self._hung_shown = 0  # the OVERDUE count last written to the slot
         self._stopping = False
+        self.websocket_grace = 0.0  # a retirement's Stop: how long open WebSockets are served on
         self._exit_now = False
         self._orphaned = False  # the monitor is gone (_monitor_gone)
         self._ready = False  # the loop serves (ready_for_requests)
@@ -279,6 +280,7 @@ class Worker:
             if isinstance(message, messages.Stop):
                 if message.graceful:
                     self._stopping = True
+                    self.websocket_grace = message.websockets
                 else:
                     self._stop_now()
             elif isinstance(message, messages.Promote):

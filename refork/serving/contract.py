@@ -89,6 +89,11 @@ class WorkerControl(Protocol):
         reads it without the GIL (an 8-byte word of a shared page); 0 when there is none."""
 
     @property
+    def websocket_grace(self) -> float:
+        """Seconds this stopping worker may keep serving its open WebSockets (it is retired and its
+        replacement serves); 0: close them with the stop."""
+
+    @property
     def server_draining(self) -> bool:
         """The whole server is stopping (not just this worker): a stopping worker then takes every
         connection queued in the listen backlog before it stops accepting, so none is reset."""

@@ -60,6 +60,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "ws_per_message_deflate": ("false", False),
     "ws_ping_interval": ("off", None),
     "ws_ping_timeout": ("5", 5.0),
+    "ws_drain_timeout": ("600", 600.0),
     "ws_max_queue": ("8", 8),
     "ws_max_memory": ("128M", 128 << 20),
     "ws_write_limit": ("16K", 16384),

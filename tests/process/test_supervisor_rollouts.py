@@ -20,6 +20,7 @@ from refork.process.supervisor.events import (
     SendFailed,
     SetWorkerCount,
     Signal,
+    SlotReading,
     StopRequested,
 )
 
@@ -195,3 +196,40 @@ def test_usr1_reopens_log_files_everywhere():
     actions = sim.handle(ReopenLogsRequested())
     assert actions[0] == ReopenLogFiles()
     assert {s.pid for s in sends(actions, messages.ReopenLogs)} == {mold, w0}
+
+
+# -- open WebSockets of a retired worker (--ws-drain-timeout) -----------------------------------
+def test_a_worker_retired_by_a_refork_serves_its_websockets_on_without_holding_the_rollout():
+    sim = Sim(workers=2, refork_max_unavailable=1, graceful_timeout=5.0, ws_drain_timeout=60.0)
+    mold, (w0, w1) = sim.up()
+    assert sends(sim.handle(ReforkRequested(dict(sim.slots))), messages.Promote)
+    sim.handle(messages.Spawned("mold", 8000, 1))
+    sim.handle(messages.Ready(8000))
+    sim.spawn_workers(sim.tick())
+    (stop,) = [s for s in sends(sim.tick(), messages.Stop) if s.pid in (w0, w1)]
+    assert stop.message.graceful and stop.message.websockets == 60.0
+    retired = sim.sup.roster.get(stop.pid)
+    assert retired is not None
+    sim.slots[retired.slot] = SlotReading(stop.pid, 0.0, 0, websockets=1)
+    actions = sim.tick()
+    assert [s.message.nr for s in sends(actions, messages.SpawnWorker)] == [1 - retired.nr]  # meanwhile
+    sim.spawn_workers(actions)
+    (other,) = [s for s in sends(sim.tick(), messages.Stop) if s.pid in (w0, w1)]
+    assert other.message.websockets == 60.0
+    assert not sim.sup.roster.rollout_in_progress(1)  # the next refork may come
+    sim.exit(other.pid, CLEAN)  # (it had no WebSocket open)
+    assert "killing" not in logged(sim.tick(after=30.0))  # past --graceful-timeout: WebSockets open
+    assert f"(pid {stop.pid}): still running" in logged(sim.tick(after=40.0))  # past the drain limit
+
+
+def test_a_reload_or_a_stop_gives_no_websocket_grace():
+    sim = Sim(workers=1, ws_drain_timeout=60.0)
+    mold, (w0,) = sim.up()
+    sim.handle(ReloadRequested())
+    new_mold = sim.fork_mold(sim.handle(ConfigReread()))
+    sim.handle(messages.Ready(new_mold))
+    sim.spawn_workers(sim.tick())
+    (stop,) = sends(sim.tick(), messages.Stop, pid=w0)
+    assert stop.message.websockets == 0.0  # the new code takes over at once
+    stops = sends(sim.handle(StopRequested("graceful")), messages.Stop)
+    assert stops and all(s.message.websockets == 0.0 for s in stops)

@@ -303,6 +303,7 @@ class Control:
         self.exit_now = False
         self.safe_point_wanted = False
         self.server_draining = False
+        self.websocket_grace = 0.0
         self.free_threads_elsewhere = False  # the only loop
         self.ready_status = 200
         # the threads the loop started (a Python thread, and any OS thread: a native one too), by

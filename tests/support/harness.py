@@ -105,6 +105,8 @@ class HarnessControl:
     def server_draining(self) -> bool:
         return False
 
+    websocket_grace = 0.0
+
     def tick(self) -> None:
         pass
 

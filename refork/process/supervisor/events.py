@@ -33,6 +33,7 @@ class SlotReading:
     owner: int  # the pid that claimed it
     deadline: float  # monotonic seconds, 0 = none
     requests: int
+    websockets: int = 0  # open WebSockets
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from logging import INFO
 
 from refork.config import Config
 from refork.process import messages
+from refork.process.slots import SlotAllocator
 from refork.process.supervisor.events import (
     Action,
     Announce,
@@ -42,6 +43,7 @@ class Phases:
     started: bool
     generation: int
     target_workers: int
+    slot_allocator: SlotAllocator
     ready: bool
     reloading: bool
     stopping: StopMode | None
@@ -139,7 +141,20 @@ class Phases:
             return
         child.stopping = True
         child.stop_deadline = self.now + self.config.graceful_timeout
-        self._emit(Send(child.pid, messages.Stop(graceful)))
+        grace = self._websocket_grace(child) if graceful else 0.0
+        if grace:
+            child.websockets_until = child.stop_deadline + grace
+        self._emit(Send(child.pid, messages.Stop(graceful, grace)))
+
+    def _websocket_grace(self, child: Child) -> float:
+        """--ws-drain-timeout for a worker retired once its replacement serves (a reload's take the
+        new code at once), while the workers draining leave the slots of the workers and their
+        replacements free; 0 otherwise."""
+        if self.stopping is not None or child.retire_reason is None or child.restart_cause == "reload":
+            return 0.0
+        draining = sum(1 for c in self.roster.workers() if c.websockets_until)
+        room = min(self.target_workers, self.slot_allocator.capacity - 2 * self.target_workers)
+        return self.config.ws_drain_timeout if draining < room else 0.0
 
     def _stop_step(self) -> None:
         """While stopping: stop latecomers, kill what outlives the deadline, Exit once all are gone."""

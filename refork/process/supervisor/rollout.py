@@ -27,7 +27,8 @@ def rollout_limit(config: Config, target_workers: int) -> int:
 def to_retire(workers: list[Child], generation: int, limit: int) -> list[Child]:
     """Workers of older generations to retire now: at most `limit` in transition at a time."""
     outdated = [c for c in workers if c.generation < generation and not c.stopping]
-    in_transition = sum(1 for c in workers if c.generation < generation and c.stopping)
+    in_transition = sum(1 for c in workers if c.generation < generation and c.stopping
+                        and not c.websockets_until)  # (replaced, serving its WebSockets on)  # fmt: skip
     in_transition += sum(1 for c in outdated if c.retire_reason is not None)
     fresh = [c for c in outdated if c.retire_reason is None]
     return fresh[: max(0, limit - in_transition)]

@@ -34,6 +34,7 @@ class Child:
     ready_at: float = 0.0
     stopping: bool = False
     stop_deadline: float = 0.0
+    websockets_until: float = 0.0  # retired with --ws-drain-timeout: it may serve open WebSockets until
     kill_reason: str | None = None
     retire_reason: str | None = None  # set when a replacement must come before it stops
     restart_cause: str | None = None  # why it is replaced: the metrics' cause (see restart_cause())
@@ -161,7 +162,8 @@ class Roster:
         self, now: float, slots: Mapping[int, SlotReading], config: Config
     ) -> list[tuple[Child, str]]:
         """Workers past a deadline, with why: busy past --timeout (the slots page says so), not
-        ready within --spawn-timeout, or still running --graceful-timeout after Stop."""
+        ready within --spawn-timeout, or still running --graceful-timeout after Stop (or after
+        its last open WebSocket, within --ws-drain-timeout)."""
         found = []
         for child in self.workers():
             if child.kill_reason:
@@ -180,6 +182,9 @@ class Roster:
                 doing = f" (still {child.phase})" if child.phase else ""
                 found.append((child, f"did not become ready within {config.spawn_timeout:g}s{doing}"))
             elif child.stopping and child.stop_deadline and now > child.stop_deadline:
+                if now < child.websockets_until and reading is not None and reading.websockets:
+                    child.stop_deadline = now + config.graceful_timeout  # counted from their close
+                    continue
                 found.append((child, f"still running {config.graceful_timeout:g}s after stop"))
         return found
 
@@ -212,7 +217,8 @@ class Roster:
         return found
 
     def rollout_in_progress(self, generation: int) -> bool:
-        return any(c.generation < generation for c in self.workers())
+        """A worker of an older generation serves on (one retired serving its WebSockets does not count)."""
+        return any(c.generation < generation and not c.websockets_until for c in self.workers())
 
     def warmest_promotable(
         self, generation: int, slots: Mapping[int, SlotReading], now: float

@@ -7,7 +7,10 @@ header off the socket without taking a byte past it (refork.serving.proxied.read
 hands the socket to the loop (``connect_accepted_socket``, with the listener's TLS) with a
 protocol whose client is the one the header names. A connection still sending its header counts
 as arriving (Server.adopting: the drain waits for it) and is closed after --header-timeout (a
-408 first on a plain listener).
+408 first on a plain listener). A connection refused (a 400 or 403, a 408) closes lingering: its
+write side shut after the answer, what the client still sends read and dropped until it closes
+or LINGER passes, so that the client reads the answer instead of a reset. None of this is a
+request: a health check's connect-and-close or a refusal never ends the worker's drain.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from refork.http.proxy_protocol import INCOMPLETE, ProxyError, ProxyHeader, ProxyPolicy
 from refork.http.response import simple_response
 from refork.serving.asgi.http_protocol import HttpProtocol
+from refork.serving.http2 import LINGER
 from refork.serving.proxied import CLOSED, peer_host, read_preface, refuse
 
 if TYPE_CHECKING:
@@ -49,6 +53,7 @@ class ProxiedListener:
         self.policy = policy
         self.inet = sock.family in (socket.AF_INET, socket.AF_INET6)
         self.arriving: dict[int, _Arriving] = {}
+        self.lingering: dict[int, tuple[socket.socket, asyncio.TimerHandle]] = {}  # refused, closing
         self.open = True
         sock.setblocking(False)
         srv.loop.add_reader(sock.fileno(), self.accept)
@@ -84,7 +89,7 @@ class ProxiedListener:
             return
         except ProxyError as e:
             refuse(arriving.sock, peer, e, self.ctx is not None)
-            self._drop(fd)
+            self._drop(fd, linger=True)
             return
         except OSError:
             self._drop(fd)
@@ -113,7 +118,7 @@ class ProxiedListener:
                     arriving.sock.send(simple_response(408))
                 except OSError:
                     pass
-            self._drop(fd)
+            self._drop(fd, linger=True)
 
     def _forget(self, fd: int) -> None:
         arriving = self.arriving.pop(fd)
@@ -121,12 +126,44 @@ class ProxiedListener:
         if arriving.timer is not None:
             arriving.timer.cancel()
 
-    def _drop(self, fd: int) -> None:
+    def _drop(self, fd: int, linger: bool = False) -> None:
         arriving = self.arriving[fd]
         self._forget(fd)
-        arriving.sock.close()
+        if linger:
+            self._linger(fd, arriving.sock)
+        else:
+            arriving.sock.close()
         self.srv.adopting -= 1
         self.srv.check_drained()
+
+    def _linger(self, fd: int, sock: socket.socket) -> None:
+        """Close after the answer without a reset: closing a socket with unread input resets the
+        connection, and the client may lose the answer it had not read yet."""
+        try:
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            sock.close()
+            return
+        self.lingering[fd] = (sock, self.srv.loop.call_later(LINGER, self._lingered, fd))
+        self.srv.loop.add_reader(fd, self._discard, fd)
+
+    def _discard(self, fd: int) -> None:
+        sock = self.lingering[fd][0]
+        try:
+            while sock.recv(65536):
+                pass
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            pass
+        self._lingered(fd)  # the client closed (or reset)
+
+    def _lingered(self, fd: int) -> None:
+        lingering = self.lingering.pop(fd, None)
+        if lingering is not None:
+            self.srv.loop.remove_reader(fd)
+            lingering[1].cancel()
+            lingering[0].close()
 
     def close(self) -> None:
         """Accept no more (a graceful stop); the connections sending their header go on."""
@@ -135,5 +172,5 @@ class ProxiedListener:
             self.srv.loop.remove_reader(self.sock.fileno())
 
     def fds(self) -> list[int]:
-        """The sockets still sending their header (a forked child lets go of them)."""
-        return list(self.arriving)
+        """The sockets still sending their header or lingering (a forked child lets go of them)."""
+        return [*self.arriving, *self.lingering]

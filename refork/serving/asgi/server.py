@@ -115,6 +115,7 @@ class Server:
         self.stopping = False
         self.adopting = 0  # connections from the backlog on their way to a protocol
         self.drain_until = 0.0
+        self.websockets_until = 0.0  # a retirement's stop: open WebSockets are served on until then
         self.exiting = False
         self.connections_peak = 0  # the most connections at once since the last trim (see tick)
         self.safe_point_requested = False
@@ -193,6 +194,8 @@ class Server:
         if self.ws_memory.ebbed() | self.request_memory.ebbed() | self._connections_ebbed():
             malloc_trim()  # a flood of buffered bytes or of connections is over: give the freed heap back
         if self.stopping:
+            if self.websockets_until and self.control.server_draining:
+                self._close_websockets()  # the whole server stops now: 1001 within its grace
             self.check_drained()
 
     def _connections_ebbed(self) -> bool:
@@ -228,19 +231,37 @@ class Server:
             self.check_drained()
 
     def begin_stop(self) -> None:
+        """Stop accepting and finish: the HTTP connections within --graceful-timeout; the open
+        WebSockets with them, or, when this worker is retired while its replacement serves
+        (control.websocket_grace), served on until they close or the grace passes (1012 then)."""
         self.stopping = True
-        self.drain_until = self.timeouts.drain_until(self.loop.time())
+        now = self.loop.time()
+        self.drain_until = self.timeouts.drain_until(now)
         if self.control.server_draining and self.serving:
             self._take_backlog()
         for server in self.servers:
             server.close()
         for listener in self.proxied:
             listener.close()
+        grace = 0.0 if self.control.server_draining else self.control.websocket_grace
+        if grace:
+            self.websockets_until = now + grace
+            self.loop.call_at(self.websockets_until, self._close_websockets)
         for conn in list(self.connections):
-            conn.stop()
-        deadline = self.loop.time() + self.config.graceful_timeout
-        self.loop.call_at(deadline, self._graceful_timeout)
+            if not (grace and type(conn) is WebSocketProtocol):
+                conn.stop()
+        self.loop.call_at(now + self.config.graceful_timeout, self._graceful_timeout)
         self.check_drained()
+
+    def _close_websockets(self) -> None:
+        """The WebSockets' grace is over (1012), or the whole server stops (1001): they close now,
+        within --graceful-timeout."""
+        if self.websockets_until:
+            self.websockets_until = 0.0
+            for conn in list(self.connections):
+                if type(conn) is WebSocketProtocol:
+                    conn.stop()
+            self.loop.call_at(self.loop.time() + self.config.graceful_timeout, self._graceful_timeout)
 
     def _take_backlog(self) -> None:
         """The server stops: accept what waits in the listen backlog (before server.close() lets go
@@ -295,13 +316,14 @@ class Server:
         self.check_drained()
 
     def check_drained(self) -> None:
-        """Resolve the drain once nothing is left, confirmed one loop iteration later.
+        """Resolve the drain (the worker then exits) once stopping and nothing is left, confirmed
+        one loop iteration later; a connection going while the worker serves ends nothing.
 
         asyncio accepts in one iteration and makes the connection's protocol in the next (a task);
         a connection accepted just before the listeners closed is invisible until then, and ending
         the loop now would close it unanswered.
         """
-        if self._drain_confirming or not self._idle():
+        if not self.stopping or self._drain_confirming or not self._idle():
             return
         self._drain_confirming = True
         self.loop.call_soon(self._confirm_drained, 2)
@@ -336,10 +358,14 @@ class Server:
         return bool(self.handshaking) and self.loop.time() < self.drain_until
 
     def _graceful_timeout(self) -> None:
-        if self._drained is not None and not self._drained.done():
-            log.warning("graceful timeout: closing %d connection(s)", len(self.connections))
-            for conn in list(self.connections):
-                conn.transport.abort()
+        if self._drained is None or self._drained.done():
+            return
+        late = [c for c in self.connections if not (self.websockets_until and type(c) is WebSocketProtocol)]
+        if late:
+            log.warning("graceful timeout: closing %d connection(s)", len(late))
+        for conn in late:
+            conn.transport.abort()
+        if not self.websockets_until:
             self._drained.set_result(None)
 
 

@@ -460,7 +460,8 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def stop(self) -> None:
         """Graceful stop: 1001 (going away) when the whole server stops, 1012 (service restart)
-        when only this worker retires (reload, refork, max-requests, memory)."""
+        when only this worker retires (a reload; a refork or recycle once --ws-drain-timeout is
+        over: see Server.begin_stop)."""
         code = GOING_AWAY if self.srv.control.server_draining else SERVICE_RESTART
         if self.conn is None:
             self.stop_code = code  # the app is deciding: closed right after its accept
