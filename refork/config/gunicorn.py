@@ -214,8 +214,10 @@ ROWS: tuple[Row, ...] = (
     _same(
         "forwarded_allow_ips",
         "--forwarded-allow-ips",
-        note="`FORWARDED_ALLOW_IPS` is its default, "
-        "as in gunicorn; unix-socket peers are trusted by default too (`unix:`)",
+        note="`FORWARDED_ALLOW_IPS` is its default, as in gunicorn; given, a trusted proxy sets the "
+        "scheme only, as in gunicorn (with a uvicorn worker, the client too, as uvicorn): "
+        "`--forwarded-client on` takes the client from `X-Forwarded-For`; unix-socket peers are trusted "
+        "by default too (`unix:`)",
     ),  # fmt: skip
     # Logging
     _renamed("accesslog", "access_logfile", "--access-logfile"),

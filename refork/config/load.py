@@ -39,6 +39,14 @@ _HOOKS = {hook.name: hook for hook in HOOKS}
 _GUNICORN = "gunicorn:"
 DEFAULT_CONFIG_FILE = "gunicorn.conf.py"
 GREEN_THREADS, MOST_GREEN_THREADS = 32, 64
+SCHEME_ONLY = (
+    "as in gunicorn, a trusted proxy's X-Forwarded-Proto sets the scheme and REMOTE_ADDR stays the "
+    "proxy's address (--forwarded-client on takes the client from X-Forwarded-For)"
+)
+ANY_CLIENT = (
+    "'*' trusts every X-Forwarded-For hop, so a client chooses its own REMOTE_ADDR (the left-most "
+    "entry): name the proxies, or set --forwarded-client off"
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -370,6 +378,23 @@ def _worker_class(config: Config) -> None:
         ))  # fmt: skip
 
 
+def _forwarded_client(config: Config) -> None:
+    """--forwarded-client auto: what the server the settings were written for did with a trusted
+    proxy's X-Forwarded-For (gunicorn: the scheme only; its uvicorn workers: the client too); and
+    one line when every hop is trusted, since a client then chooses its own address."""
+    allow = config.forwarded_allow_ips
+    given = config.sources.get("forwarded_allow_ips")
+    if config.forwarded_client == "auto" and given is not None:  # (unset: refork's default trust, on)
+        uvicorn = config.worker_class.startswith("uvicorn")  # uvicorn.workers.*, uvicorn_worker.*
+        config.forwarded_client = "on" if uvicorn else "off"
+        config.sources["forwarded_client"] = f"auto: {given} with -k {config.worker_class}"
+        if config.forwarded_client == "off" and allow:
+            config.notes.append((INFO, f"{given}: {SCHEME_ONLY}"))
+    if config.forwarded_client != "off" and "*" in allow:
+        where = given or config.sources.get("forwarded_client", "forwarded_client")
+        config.notes.append((WARNING, f"{where}: {ANY_CLIENT}"))
+
+
 def load_config(argv: list[str], environ: Mapping[str, str] = os.environ, cwd: str | None = None) -> Config:
     """Build the Config: defaults < environment defaults < pyproject < config file <
     GUNICORN_CMD_ARGS < REFORK_* < CLI."""
@@ -400,6 +425,7 @@ def load_config(argv: list[str], environ: Mapping[str, str] = os.environ, cwd: s
     _apply(config, sources)
     config.hooks = hooks
     _worker_class(config)
+    _forwarded_client(config)
     if config.pidfile:  # paths the monitor uses are relative to where it started, not --chdir
         config.pidfile = os.path.join(cwd, config.pidfile)
     config.reload_dirs = [os.path.join(cwd, d) for d in config.reload_dirs]
