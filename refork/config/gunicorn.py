@@ -122,8 +122,8 @@ ROWS: tuple[Row, ...] = (
         "-k",
         "--worker-class",
         note="`sync`, `gthread`: WSGI on `--threads`; "
-        "uvicorn's workers and `asgi`: ASGI; `gevent`, `eventlet`, `tornado`: threads, no "
-        "monkey-patching (one WARNING); another class: one error line",
+        "uvicorn's workers and `asgi`: ASGI (uvicorn's: uvicorn's access line); `gevent`, `eventlet`, "
+        "`tornado`: threads, no monkey-patching (one WARNING); another class: one error line",
     ),  # fmt: skip
     _same("threads", "--threads"),
     _same(

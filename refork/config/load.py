@@ -38,10 +38,16 @@ _NAMES = {s.name for s in SETTINGS}
 _HOOKS = {hook.name: hook for hook in HOOKS}
 _GUNICORN = "gunicorn:"
 DEFAULT_CONFIG_FILE = "gunicorn.conf.py"
+_FILE_CHECKS: dict[str, Callable[[Any, str], Any]] = {"umask": pc.file_umask}
+"""A config file's values that gunicorn reads more strictly than its flags (its validator, not auto_int)."""
 GREEN_THREADS, MOST_GREEN_THREADS = 32, 64
 SCHEME_ONLY = (
     "as in gunicorn, a trusted proxy's X-Forwarded-Proto sets the scheme and REMOTE_ADDR stays the "
     "proxy's address (--forwarded-client on takes the client from X-Forwarded-For)"
+)
+UVICORN_ACCESS = (
+    "the access log is uvicorn's line (ADDRESS - \"GET / HTTP/1.1\" 200), without the client's port; "
+    "--access-logformat chooses another"
 )
 ANY_CLIENT = (
     "'*' trusts every X-Forwarded-For hop, so a client chooses its own REMOTE_ADDR (the left-most "
@@ -272,6 +278,8 @@ def _from_config_file(
             hooks[key] = _check_hook(key, value, where)
         elif key in gunicorn.BY_NAME and gunicorn.BY_NAME[key].how == "hook":
             notes.append((INFO, f"{where}: {gunicorn.BY_NAME[key].note}"))
+        elif key in _FILE_CHECKS:
+            values.append((key, _FILE_CHECKS[key](value, where), where))
         elif key in _NAMES:
             values.append((key, value, where))
         elif key in gunicorn.BY_NAME:
@@ -352,6 +360,11 @@ def _worker_class(config: Config) -> None:
     """What -k means for refork: the interface, or the threads of a gevent/eventlet worker."""
     kind = pc.WORKER_CLASSES[config.worker_class]
     where = config.sources.get("worker_class", "worker_class")
+    if config.worker_class.startswith("uvicorn") and "access_log_format" not in config.sources:
+        config.access_log_format = "uvicorn"  # what uvicorn's worker logs under gunicorn
+        config.sources["access_log_format"] = where
+        if config.access_logfile is not None:
+            config.notes.append((INFO, f"{where} {config.worker_class}: {UVICORN_ACCESS}"))
     if kind == pc.ASGI and "interface" not in config.sources:
         config.interface = "asgi"
         config.sources["interface"] = where
