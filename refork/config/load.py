@@ -50,8 +50,8 @@ UVICORN_ACCESS = (
     "--access-logformat chooses another"
 )
 ANY_CLIENT = (
-    "'*' trusts every X-Forwarded-For hop, so a client chooses its own REMOTE_ADDR (the left-most "
-    "entry): name the proxies, or set --forwarded-client off"
+    "every address is a trusted proxy, every X-Forwarded-For hop too, so a client chooses its own "
+    "REMOTE_ADDR (the left-most entry): name the proxies, or set --forwarded-client off"
 )
 
 
@@ -403,7 +403,7 @@ def _forwarded_client(config: Config) -> None:
         config.sources["forwarded_client"] = f"auto: {given} with -k {config.worker_class}"
         if config.forwarded_client == "off" and allow:
             config.notes.append((INFO, f"{given}: {SCHEME_ONLY}"))
-    if config.forwarded_client != "off" and "*" in allow:
+    if config.forwarded_client != "off" and any(entry == "*" or entry.endswith("/0") for entry in allow):
         where = given or config.sources.get("forwarded_client", "forwarded_client")
         config.notes.append((WARNING, f"{where}: {ANY_CLIENT}"))
 

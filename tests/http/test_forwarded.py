@@ -76,6 +76,8 @@ def test_trusting_every_hop_for_the_client_is_said_at_start():
     assert [line for level, line in config.notes if "chooses its own REMOTE_ADDR" in line] == [
         "--forwarded-allow-ips: " + ANY_CLIENT
     ]
+    everyone = ["--forwarded-allow-ips", "0.0.0.0/0", "--forwarded-client", "on", "m:app"]
+    assert any("chooses its own REMOTE_ADDR" in line for _, line in load_config(everyone, environ={}).notes)
     named = ["--forwarded-allow-ips", "10.0.0.0/8", "--forwarded-client", "on", "m:app"]
     quiet = load_config(named, environ={})
     assert quiet.notes == []
