@@ -7,7 +7,6 @@ from __future__ import annotations
 import http.client
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -45,11 +44,6 @@ class Gunicorn(LoggedProcess):
             return True
         except OSError:
             return False
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        super().stop()
 
 
 @pytest.fixture
