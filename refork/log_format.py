@@ -31,7 +31,7 @@ from urllib.parse import unquote_to_bytes
 
 LineFunction = Callable[[Any, "str | None", int, int, float, "dict[str, Any] | None", Any], str]
 
-BUILT_IN = ("common", "combined", "json")
+BUILT_IN = ("common", "combined", "json", "uvicorn")
 GUNICORN_DEFAULT = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"'
 """gunicorn's default access_log_format (Apache's combined format with the user)."""
 
@@ -354,7 +354,21 @@ def _json(req: Any, remote: str | None, status: int, length: int, duration: floa
     )
 
 
-_BUILT_IN: dict[str, LineFunction] = {"common": _common, "combined": _combined, "json": _json}
+def _uvicorn(req: Any, remote: str | None, status: int, length: int, duration: float,
+             environ: Any, rh: Any) -> str:  # fmt: skip
+    """uvicorn's access line as gunicorn's UvicornWorker writes it (its message, without uvicorn's
+    level prefix and reason phrase): ``127.0.0.1 - "GET /a?b=1 HTTP/1.1" 200``; the client
+    without its port, which refork's line functions do not get."""
+    target = req.path.decode("latin-1")
+    if req.query:
+        target += "?" + req.query.decode("latin-1")
+    version = "2" if req.http_version == "2.0" else req.http_version  # the ASGI scope's spelling
+    return f'{remote or ""} - "{req.method} {target.replace(chr(34), "%22")} HTTP/{version}" {status}'
+
+
+_BUILT_IN: dict[str, LineFunction] = {
+    "common": _common, "combined": _combined, "json": _json, "uvicorn": _uvicorn,
+}  # fmt: skip
 
 
 def check_format(fmt: str) -> str:

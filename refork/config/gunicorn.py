@@ -124,8 +124,8 @@ ROWS: tuple[Row, ...] = (
         "-k",
         "--worker-class",
         note="`sync`, `gthread`: WSGI on `--threads`; "
-        "uvicorn's workers and `asgi`: ASGI; `gevent`, `eventlet`, `tornado`: threads, no "
-        "monkey-patching (one WARNING); another class: one error line",
+        "uvicorn's workers and `asgi`: ASGI (uvicorn's: uvicorn's access line); `gevent`, `eventlet`, "
+        "`tornado`: threads, no monkey-patching (one WARNING); another class: one error line",
     ),  # fmt: skip
     _same("threads", "--threads"),
     _same(
@@ -216,8 +216,10 @@ ROWS: tuple[Row, ...] = (
     _same(
         "forwarded_allow_ips",
         "--forwarded-allow-ips",
-        note="`FORWARDED_ALLOW_IPS` is its default, "
-        "as in gunicorn; unix-socket peers are trusted by default too (`unix:`)",
+        note="`FORWARDED_ALLOW_IPS` is its default, as in gunicorn; given, a trusted proxy sets the "
+        "scheme only, as in gunicorn (with a uvicorn worker, the client too, as uvicorn): "
+        "`--forwarded-client on` takes the client from `X-Forwarded-For`; unix-socket peers are trusted "
+        "by default too (`unix:`)",
     ),  # fmt: skip
     # Logging
     _renamed("accesslog", "access_logfile", "--access-logfile"),

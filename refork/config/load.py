@@ -38,7 +38,21 @@ _NAMES = {s.name for s in SETTINGS}
 _HOOKS = {hook.name: hook for hook in HOOKS}
 _GUNICORN = "gunicorn:"
 DEFAULT_CONFIG_FILE = "gunicorn.conf.py"
+_FILE_CHECKS: dict[str, Callable[[Any, str], Any]] = {"umask": pc.file_umask}
+"""A config file's values that gunicorn reads more strictly than its flags (its validator, not auto_int)."""
 GREEN_THREADS, MOST_GREEN_THREADS = 32, 64
+SCHEME_ONLY = (
+    "as in gunicorn, a trusted proxy's X-Forwarded-Proto sets the scheme and REMOTE_ADDR stays the "
+    "proxy's address (--forwarded-client on takes the client from X-Forwarded-For)"
+)
+UVICORN_ACCESS = (
+    "the access log is uvicorn's line (ADDRESS - \"GET / HTTP/1.1\" 200), without the client's port; "
+    "--access-logformat chooses another"
+)
+ANY_CLIENT = (
+    "every address is a trusted proxy, every X-Forwarded-For hop too, so a client chooses its own "
+    "REMOTE_ADDR (the left-most entry): name the proxies, or set --forwarded-client off"
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,6 +278,8 @@ def _from_config_file(
             hooks[key] = _check_hook(key, value, where)
         elif key in gunicorn.BY_NAME and gunicorn.BY_NAME[key].how == "hook":
             notes.append((INFO, f"{where}: {gunicorn.BY_NAME[key].note}"))
+        elif key in _FILE_CHECKS:
+            values.append((key, _FILE_CHECKS[key](value, where), where))
         elif key in _NAMES:
             values.append((key, value, where))
         elif key in gunicorn.BY_NAME:
@@ -344,6 +360,11 @@ def _worker_class(config: Config) -> None:
     """What -k means for refork: the interface, or the threads of a gevent/eventlet worker."""
     kind = pc.WORKER_CLASSES[config.worker_class]
     where = config.sources.get("worker_class", "worker_class")
+    if config.worker_class.startswith("uvicorn") and "access_log_format" not in config.sources:
+        config.access_log_format = "uvicorn"  # what uvicorn's worker logs under gunicorn
+        config.sources["access_log_format"] = where
+        if config.access_logfile is not None:
+            config.notes.append((INFO, f"{where} {config.worker_class}: {UVICORN_ACCESS}"))
     if kind == pc.ASGI and "interface" not in config.sources:
         config.interface = "asgi"
         config.sources["interface"] = where
@@ -368,6 +389,23 @@ def _worker_class(config: Config) -> None:
             f"app, and a patched runtime would not survive that); the app runs on {how}, so a "
             "blocking call holds a thread, not the worker",
         ))  # fmt: skip
+
+
+def _forwarded_client(config: Config) -> None:
+    """--forwarded-client auto: what the server the settings were written for did with a trusted
+    proxy's X-Forwarded-For (gunicorn: the scheme only; its uvicorn workers: the client too); and
+    one line when every hop is trusted, since a client then chooses its own address."""
+    allow = config.forwarded_allow_ips
+    given = config.sources.get("forwarded_allow_ips")
+    if config.forwarded_client == "auto" and given is not None:  # (unset: refork's default trust, on)
+        uvicorn = config.worker_class.startswith("uvicorn")  # uvicorn.workers.*, uvicorn_worker.*
+        config.forwarded_client = "on" if uvicorn else "off"
+        config.sources["forwarded_client"] = f"auto: {given} with -k {config.worker_class}"
+        if config.forwarded_client == "off" and allow:
+            config.notes.append((INFO, f"{given}: {SCHEME_ONLY}"))
+    if config.forwarded_client != "off" and any(entry == "*" or entry.endswith("/0") for entry in allow):
+        where = given or config.sources.get("forwarded_client", "forwarded_client")
+        config.notes.append((WARNING, f"{where}: {ANY_CLIENT}"))
 
 
 def load_config(argv: list[str], environ: Mapping[str, str] = os.environ, cwd: str | None = None) -> Config:
@@ -400,6 +438,7 @@ def load_config(argv: list[str], environ: Mapping[str, str] = os.environ, cwd: s
     _apply(config, sources)
     config.hooks = hooks
     _worker_class(config)
+    _forwarded_client(config)
     if config.pidfile:  # paths the monitor uses are relative to where it started, not --chdir
         config.pidfile = os.path.join(cwd, config.pidfile)
     config.reload_dirs = [os.path.join(cwd, d) for d in config.reload_dirs]

@@ -103,6 +103,26 @@ def umask(value: Any, where: str) -> int | None:
     return value
 
 
+def file_umask(value: Any, where: str) -> int | None:
+    """umask in a config file, as gunicorn's validator reads it there: a string is int(text, 0),
+    so "007" (a leading 0, which Python does not read as octal) is refused as gunicorn refuses it,
+    rather than taken as octal as the command line's -m 007 is."""
+    if isinstance(value, str) and value.strip():
+        try:
+            int(value, 0)
+        except ValueError:
+            raise ConfigError(f"{where} must be a number Python reads, got {got(value)} (gunicorn refuses it "
+                              f"too: write 0o{value.strip()} for octal)") from None  # fmt: skip
+    return umask(value, where)
+
+
+def env_assignments(value: Any, where: str) -> list[str]:
+    """raw_env: KEY=VALUE entries; an empty entry is refused as gunicorn refuses it at start."""
+    if isinstance(value, (list, tuple)):
+        return [env_assignment(item, where) for item in value]
+    return [env_assignment(item, where) for item in string(value, where).split(",") if item.strip()]
+
+
 def env_assignment(value: Any, where: str) -> str:
     text = string(value, where).strip()
     if "=" not in text or not text.partition("=")[0]:

@@ -109,7 +109,7 @@ class ProcessSettings:
         [],
         "-e",
         "--env",
-        coerce=c.list_of(pc.env_assignment, split_items=False),
+        coerce=pc.env_assignments,
         action="append",
         metavar="KEY=VALUE",
         help="set an environment variable before the app is loaded",

@@ -13,6 +13,7 @@ from refork.config.settings import setting
 
 Interface = Literal["auto", "wsgi", "asgi"]
 Loop = Literal["auto", "asyncio", "uvloop"]
+ForwardedClient = Literal["auto", "on", "off"]
 WsgiLoop = Literal["auto", "native", "python"]
 ReadyWhen = Literal["warm", "started"]
 
@@ -92,6 +93,19 @@ class ServerSettings:
         help="comma-separated proxies trusted for X-Forwarded-*",
         doc="proxies (addresses or networks like `10.0.0.0/8`) whose `X-Forwarded-Proto/For` are trusted "
         "(`unix:` = unix-socket peers, `*` = all)",
+        group="server",
+    )
+    forwarded_client: ForwardedClient = setting(
+        "auto",
+        "--forwarded-client",
+        coerce=c.Choice(ForwardedClient),
+        help="whether a trusted proxy's X-Forwarded-For names the client (auto: see the docs)",
+        doc="`on`: a trusted proxy's `X-Forwarded-For` sets `REMOTE_ADDR` / `scope[\"client\"]` and the "
+        "access log's `h` (the right-most entry that is not itself a trusted proxy), as uvicorn's "
+        "`--proxy-headers`; `off`: they stay the peer and only the scheme is taken, as gunicorn does. "
+        "`auto`: `off` when `--forwarded-allow-ips` is given (gunicorn's meaning of that setting) "
+        "unless `-k` names a uvicorn worker (uvicorn's), else `on`; see "
+        "[from-gunicorn.md](from-gunicorn.md#client-addresses)",
         group="server",
     )
     proxy_protocol: str = setting(

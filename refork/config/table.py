@@ -64,9 +64,10 @@ class Config(ProcessSettings, ProtocolSettings, ServerSettings):
         "--access-log-format",
         coerce=c.access_log_format,
         metavar="FORMAT",
-        help="gunicorn's %(h)s-style atoms, or common, combined, json (default: gunicorn's)",
+        help="gunicorn's %(h)s-style atoms, or common, combined, json, uvicorn (default: gunicorn's)",
         doc="a gunicorn format string (atoms `h l u t r m U q H s B b f a T M D L p`, `%({header}i)s`, "
-        "`%({header}o)s`, `%({VAR}e)s`), or `common`, `combined`, `json`; see "
+        "`%({header}o)s`, `%({VAR}e)s`), or `common`, `combined`, `json`, `uvicorn` (the default under "
+        "`-k` uvicorn workers); see "
         "[configuration.md](configuration.md#access-log-formats)",
         shown_default="gunicorn's, `%(h)s %(l)s %(u)s %(t)s \"%(r)s\" %(s)s %(b)s \"%(f)s\" \"%(a)s\"`",
         group="logging",

@@ -1,7 +1,9 @@
 """Trust X-Forwarded-Proto / X-Forwarded-For only from configured proxies.
 
 One rule for both interfaces: :meth:`TrustedProxies.trusts` decides about the peer (an IP
-address, or ``None`` for a unix-socket peer) and about every hop of X-Forwarded-For.
+address, or ``None`` for a unix-socket peer) and about every hop of X-Forwarded-For. Whether
+X-Forwarded-For names the client at all is :attr:`TrustedProxies.client` (``--forwarded-client``):
+gunicorn takes only the scheme from a trusted proxy, uvicorn the client too.
 """
 
 from __future__ import annotations
@@ -72,12 +74,15 @@ class TrustedProxies:
     """Which peers may tell us the client's scheme and address.
 
     ``*`` trusts every peer, unix-socket peers included; ``unix:`` trusts unix-socket peers;
-    addresses and networks trust TCP peers (and X-Forwarded-For hops) inside them.
+    addresses and networks trust TCP peers (and X-Forwarded-For hops) inside them. `client`:
+    whether their X-Forwarded-For replaces the peer's address (False: the scheme only).
     """
 
     MEMO = 4096  # remembered verdicts per table (emptied when full): proxies are few, clients repeat
 
-    def __init__(self, allow: Iterable[str], secure_headers: Mapping[str, str] | None = None) -> None:
+    def __init__(self, allow: Iterable[str], secure_headers: Mapping[str, str] | None = None,
+                 client: bool = True) -> None:  # fmt: skip
+        self.client = client
         # gunicorn's secure_scheme_headers: a trusted proxy's header that says https (names
         # case-insensitive, values exact); X-Forwarded-Proto may also say http, ws or wss
         headers = SECURE_SCHEME_HEADERS if secure_headers is None else secure_headers
@@ -144,10 +149,10 @@ def resolve_forwarded(
 ) -> tuple[str, str | None]:
     """Return (scheme, client_host) after applying trusted X-Forwarded-* headers.
 
-    `peer_host` is None for a unix-socket peer. The client is the right-most X-Forwarded-For
-    entry that is not itself a trusted proxy (the left-most when all are). An entry that is not
-    an IP address breaks the chain: nobody trusted vouches for what lies left of it, so the peer
-    address is kept.
+    `peer_host` is None for a unix-socket peer. The client (when ``proxies.client``) is the
+    right-most X-Forwarded-For entry that is not itself a trusted proxy (the left-most when all
+    are). An entry that is not an IP address breaks the chain: nobody trusted vouches for what lies
+    left of it, so the peer address is kept.
     """
     if not proxies.trusts(peer_host):
         return scheme, peer_host
@@ -163,8 +168,9 @@ def forwarded_by_trusted(
     secure: bool | None = None  # what the other secure_scheme_headers say
     forwarded_for: list[str] = []  # repeated lines are one comma-separated list
     expected = proxies.secure_headers
+    for_client = proxies.client
     for name, value in headers:
-        if name == b"x-forwarded-for":
+        if name == b"x-forwarded-for" and for_client:
             forwarded_for.append(value.decode("latin-1"))
         elif name in expected:
             text = value.decode("latin-1").split(",")[-1].strip()

@@ -69,7 +69,9 @@ class ServingSettings:
             health=health_paths(config.health_path),
             tls=contexts_for(listeners, config),
             handshake_timeout=config.ssl_handshake_timeout,
-            forwarded=TrustedProxies(allow, config.secure_scheme_headers),
+            forwarded=TrustedProxies(
+                allow, config.secure_scheme_headers, client=config.forwarded_client != "off"
+            ),
             forwarded_allowed=bool(allow),
             proxy=policy(config.proxy_protocol, config.proxy_allow_ips),
             inline_body=config.body_spool_threshold,

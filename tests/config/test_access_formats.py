@@ -226,3 +226,30 @@ def test_atoms_without_a_server():
     assert line(request, None, 200, 0, 0.0, environ, None) == "- - (1, 0) z HTTP/1.0"
     asgi = compile_format("%({http_x_y}e)s %({remote_addr}e)s %({path_info}e)s", asgi=True)
     assert asgi(request, "10.0.0.1", 200, 0, 0.0, None, None) == "z 10.0.0.1 /a"
+
+
+@pytest.mark.parametrize(
+    ("args", "fmt"),
+    [
+        (["-k", "uvicorn.workers.UvicornWorker"], "uvicorn"),
+        (["-k", "uvicorn_worker.UvicornH11Worker"], "uvicorn"),
+        (["-k", "uvicorn.workers.UvicornWorker", "--access-logformat", "%(h)s %(s)s"], "%(h)s %(s)s"),
+        (["-k", "asgi"], GUNICORN_DEFAULT),
+        (["--access-logformat", "uvicorn"], "uvicorn"),
+    ],
+)
+def test_a_uvicorn_worker_logs_uvicorns_line_unless_a_format_is_given(args, fmt):
+    config = load_config([*args, "--access-logfile", "-", "app:app"], environ={})
+    assert config.access_log_format == fmt
+    said = [line for _, line in config.notes if "uvicorn's line" in line]
+    assert len(said) == (fmt == "uvicorn" and "-k" in args)
+
+
+def test_uvicorns_line_without_a_server():
+    """uvicorn's message: the query after "?", a quote as %22, HTTP/2 as its scope says "2", a
+    unix-socket client as nothing."""
+    line = compile_format("uvicorn")
+    request = Request("POST", b'/a"b?x=1', b'/a"b', b"x=1", "1.1", [])
+    assert line(request, "10.0.0.1", 201, 5, 0.1, None, None) == '10.0.0.1 - "POST /a%22b?x=1 HTTP/1.1" 201'
+    over_h2 = Request("GET", b"/", b"/", b"", "2.0", [])
+    assert line(over_h2, None, 200, 0, 0.0, None, None) == ' - "GET / HTTP/2" 200'

@@ -323,3 +323,20 @@ def test_reloaded_keeps_restart_only_settings_and_names_what_changed(tmp_path):
     assert set(config.hooks) == {"post_fork"}
     assert all(getattr(config, name) == getattr(current, name) for name in RESTART_ONLY)
     assert reloaded(current, current)[1:] == ([], [])
+
+
+def test_umask_007_is_octal_on_the_command_line_and_refused_in_a_file(tmp_path):
+    """gunicorn's two readings: its -m flag takes a leading 0 as octal (auto_int); its config file
+    validator does int(text, 0), which refuses "007"."""
+    assert load_config(["-m", "007", "a:app"], environ={}, cwd=str(tmp_path)).umask == 0o7
+    conf = write(tmp_path / "gunicorn.conf.py", "umask = '007'\n")
+    with pytest.raises(ConfigError, match="write 0o007 for octal"):
+        load_config(["-c", conf, "a:app"], environ={}, cwd=str(tmp_path))
+    conf = write(tmp_path / "gunicorn.conf.py", "umask = '0o007'\n")
+    assert load_config(["-c", conf, "a:app"], environ={}, cwd=str(tmp_path)).umask == 0o7
+
+
+@pytest.mark.parametrize("entries", [[""], ["A=1", " "], ["FOO"], ["=x"]])
+def test_raw_env_entries_that_are_not_assignments_are_refused(tmp_path, entries):
+    with pytest.raises(ConfigError, match="must be KEY=VALUE"):
+        load_config([*(f"--env={e}" for e in entries), "a:app"], environ={}, cwd=str(tmp_path))

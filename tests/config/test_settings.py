@@ -37,6 +37,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "statsd_prefix": ("web", "web"),
     "dogstatsd_tags": ("env:prod", "env:prod"),
     "forwarded_allow_ips": ("10.0.0.0/8", ["10.0.0.0/8"]),
+    "forwarded_client": ("ON", "on"),
     "workers": ("3", 3),
     "threads": ("4", 4),
     "switch_interval": ("0.02", 0.02),
@@ -189,7 +190,7 @@ def test_choices_come_from_the_literal_types():
     literal_fields = {name for name, hint in hints.items() if typing.get_origin(hint) is typing.Literal}
     assert literal_fields == {
         "interface", "loop", "log_level", "fork_safety", "memory_metric", "allocator",
-        "ready_when", "wsgi_loop", "ws",
+        "ready_when", "wsgi_loop", "ws", "forwarded_client",
     }  # fmt: skip
     for s in SETTINGS:
         if s.name in literal_fields:

@@ -15,6 +15,7 @@ from support.h2client import H2Client
 from support.request_paths import flags, http2, wsgi_paths
 
 from refork.config import load_config
+from refork.config.load import ANY_CLIENT
 from refork.errors import ConfigError
 from refork.http.forwarded import TrustedProxies, parse_address, parse_proxy, resolve_forwarded
 
@@ -49,6 +50,39 @@ def test_config_accepts_unix_and_star():
     config = load_config(["--forwarded-allow-ips", "unix:, 10.0.0.0/8", "m:app"], environ={})
     assert config.forwarded_allow_ips == ["unix:", "10.0.0.0/8"]
     assert TrustedProxies(config.forwarded_allow_ips).trusts(None)
+
+
+@pytest.mark.parametrize(
+    ("args", "client"),
+    [
+        ([], "auto"),  # refork's default trust (loopback, unix:): the client their X-Forwarded-For names
+        (["--forwarded-allow-ips", "*"], "off"),  # gunicorn's setting keeps gunicorn's meaning
+        (["-k", "uvicorn.workers.UvicornWorker", "--forwarded-allow-ips", "*"], "on"),  # uvicorn's worker's
+        (["-k", "uvicorn_worker.UvicornH11Worker", "--forwarded-allow-ips", "10.0.0.1"], "on"),
+        (["--forwarded-allow-ips", "*", "--forwarded-client", "on"], "on"),
+        (["--forwarded-client", "off"], "off"),
+    ],
+)
+def test_forwarded_client_auto_follows_the_server_the_settings_were_written_for(args, client):
+    assert load_config([*args, "m:app"], environ={}).forwarded_client == client
+
+
+def test_forwarded_allow_ips_from_the_environment_keeps_gunicorns_meaning():
+    config = load_config(["m:app"], environ={"FORWARDED_ALLOW_IPS": "*"})
+    assert config.forwarded_client == "off"
+    assert any("REMOTE_ADDR stays the proxy's address" in line for _, line in config.notes)
+
+
+def test_trusting_every_hop_for_the_client_is_said_at_start():
+    config = load_config(["--forwarded-allow-ips", "*", "--forwarded-client", "on", "m:app"], environ={})
+    assert [line for level, line in config.notes if "chooses its own REMOTE_ADDR" in line] == [
+        "--forwarded-allow-ips: " + ANY_CLIENT
+    ]
+    everyone = ["--forwarded-allow-ips", "0.0.0.0/0", "--forwarded-client", "on", "m:app"]
+    assert any("chooses its own REMOTE_ADDR" in line for _, line in load_config(everyone, environ={}).notes)
+    named = ["--forwarded-allow-ips", "10.0.0.0/8", "--forwarded-client", "on", "m:app"]
+    quiet = load_config(named, environ={})
+    assert quiet.notes == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,6 +147,29 @@ def test_resolve_forwarded_untrusted_peer_changes_nothing():
         "https",
         "203.0.113.7",
     )
+
+
+def test_without_client_a_trusted_proxy_sets_the_scheme_only():
+    """gunicorn's meaning of forwarded_allow_ips (--forwarded-client off): X-Forwarded-For is not read."""
+    scheme_only = TrustedProxies(["*"], client=False)
+    assert resolve_forwarded(_xff("198.51.100.1, 203.0.113.9"), "127.0.0.1", "http", scheme_only) == (
+        "https",
+        "127.0.0.1",
+    )
+    assert resolve_forwarded(_xff("203.0.113.7"), None, "http", scheme_only) == ("https", None)
+
+
+@pytest.mark.parametrize(
+    ("xff", "client"),
+    [
+        ("198.51.100.1, 203.0.113.9", "203.0.113.9"),  # what the client wrote is left of the proxy's entry
+        ("198.51.100.1, 203.0.113.9, 10.0.0.2", "203.0.113.9"),  # trusted hops skipped, right to left
+    ],
+)
+def test_a_spoofed_forwarded_for_names_the_right_most_untrusted_entry(xff, client):
+    assert resolve_forwarded(_xff(xff), "127.0.0.1", "http", LOOPBACK) == ("https", client)
+    every_hop = TrustedProxies(["*"])
+    assert resolve_forwarded(_xff(xff), "127.0.0.1", "http", every_hop) == ("https", "198.51.100.1")
 
 
 def test_repeated_forwarded_for_lines_are_one_list():
@@ -184,8 +241,8 @@ def serve(request, start_server, tmp_path):
     def start(*allow: str, extra: tuple[str, ...] = ()):
         unix = str(tmp_path / f"{request.param}-{len(allow)}.sock")
         args = ["-b", f"unix:{unix}", *threads, *extra]
-        if allow:
-            args += ["--forwarded-allow-ips", ",".join(allow)]
+        if allow:  # (these tests are about whom the client's address is taken from)
+            args += ["--forwarded-allow-ips", ",".join(allow), "--forwarded-client", "on"]
         server = start_server(*args, app=APPS[interface], workers=1)
         server.interface = interface
         return server, unix
