@@ -21,7 +21,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from logging.handlers import SysLogHandler
 from typing import Any, TextIO
 
 from refork.config import Config
@@ -146,15 +145,6 @@ class ErrorLogFile(_CountsLostLines, logging.FileHandler):
             pass  # lines a full disk left in the buffer: counted when they failed
 
 
-class ErrorLogSyslog(_CountsLostLines, SysLogHandler):
-    """The error log sent to syslog too (`--log-syslog`)."""
-
-    def __init__(self, address: str | tuple[str, int], facility: int, socktype: socket.SocketKind,
-                 where: str) -> None:  # fmt: skip
-        super().__init__(address, facility, socktype)
-        self.lost = LostLines(f"syslog {where}", "error", _to_stderr)
-
-
 def check_log_files(config: Config) -> None:
     """The log files open for appending, or one line naming the file and why (exit 2)."""
     files = (("--error-logfile", config.error_logfile), ("--access-logfile", config.access_logfile))
@@ -176,7 +166,7 @@ def setup_logging(config: Config) -> logging.Logger:
     logger = logging.getLogger("refork")
     for old in list(logger.handlers):
         logger.removeHandler(old)
-        if isinstance(old, (logging.FileHandler, SysLogHandler)):
+        if isinstance(old, (logging.FileHandler, *_syslog_handler_types())):
             try:
                 old.close()
             except OSError:
@@ -217,6 +207,16 @@ def syslog_handler(config: Config) -> logging.Handler:
         host, _, port = rest.rpartition(":")
         address = (host.strip("[]") or "localhost", int(port or 514))
         socktype = socket.SOCK_STREAM if scheme == "tcp" else socket.SOCK_DGRAM
+    from logging.handlers import SysLogHandler  # here: only --log-syslog needs it (pickle, queue)
+
+    class ErrorLogSyslog(_CountsLostLines, SysLogHandler):
+        """The error log sent to syslog too (`--log-syslog`)."""
+
+        def __init__(self, address: str | tuple[str, int], facility: int, socktype: socket.SocketKind,
+                     where: str) -> None:  # fmt: skip
+            super().__init__(address, facility, socktype)
+            self.lost = LostLines(f"syslog {where}", "error", _to_stderr)
+
     try:
         facility = SysLogHandler.facility_names[config.syslog_facility]
         handler = ErrorLogSyslog(address, facility, socktype, config.syslog_addr)
@@ -227,9 +227,18 @@ def syslog_handler(config: Config) -> logging.Handler:
     return handler
 
 
+def _syslog_handler_types() -> tuple[type[logging.Handler], ...]:
+    """SysLogHandler if logging.handlers was imported (by --log-syslog or the user's logging config):
+    a process that never imported it has none to close."""
+    handlers = sys.modules.get("logging.handlers")
+    return (handlers.SysLogHandler,) if handlers is not None else ()
+
+
 def _user_logging(config: Config, logger: logging.Logger) -> None:
     """logconfig_dict (first), else logconfig_json, else logconfig (fileConfig), as gunicorn."""
-    import logging.config
+    if not (config.logconfig_dict or config.logconfig_json or config.logconfig):
+        return
+    import logging.config  # here: without a logging config, no process needs it (its pickle, socketserver)
 
     try:
         if config.logconfig_dict:
@@ -241,8 +250,6 @@ def _user_logging(config: Config, logger: logging.Logger) -> None:
             if not os.path.exists(config.logconfig):
                 raise ConfigError(f"--log-config {config.logconfig}: no such file")
             logging.config.fileConfig(config.logconfig, disable_existing_loggers=False)
-        else:
-            return
     except ConfigError:
         raise
     except (OSError, ValueError, TypeError, AttributeError, ImportError, KeyError) as e:

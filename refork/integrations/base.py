@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 import sys
@@ -53,6 +52,8 @@ class Integration:
 
 def run_coroutine(make: Callable[[], Any]) -> bool:
     """Run an async close in a process with no running loop (the mold); False if one is running."""
+    import asyncio  # here: the config (and so the monitor) reads this package, never needs asyncio
+
     try:
         asyncio.get_running_loop()
         return False

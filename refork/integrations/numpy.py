@@ -10,7 +10,6 @@ the fork check does not count those threads as a hazard.
 
 from __future__ import annotations
 
-import ctypes
 import sys
 from typing import Any
 
@@ -33,6 +32,10 @@ def openblas_pool_threads() -> int:
             paths = {line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line}
     except OSError:
         return 0
+    if not paths:
+        return 0
+    import ctypes  # here: only a process with OpenBLAS mapped needs it
+
     for path in sorted(paths):
         try:
             library = ctypes.CDLL(path)  # already mapped: this loads nothing new

@@ -23,7 +23,6 @@ import re
 import socket
 import stat
 import struct
-import tempfile
 from typing import Any, Protocol
 
 from refork.config import Config
@@ -46,7 +45,11 @@ class ControlError(Exception):
 def default_dir() -> str:
     """`$XDG_RUNTIME_DIR` (private to the user by the XDG spec, checked by the server), else
     `refork-<uid>` under the temp directory, a directory the server creates with mode 0700."""
-    return os.environ.get("XDG_RUNTIME_DIR") or os.path.join(tempfile.gettempdir(), f"refork-{os.geteuid()}")
+    if runtime := os.environ.get("XDG_RUNTIME_DIR"):
+        return runtime
+    import tempfile  # here: the monitor needs it only without XDG_RUNTIME_DIR (and not its shutil, random)
+
+    return os.path.join(tempfile.gettempdir(), f"refork-{os.geteuid()}")
 
 
 def default_path(proc_name: str, bind: str | None = None) -> str:

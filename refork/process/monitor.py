@@ -27,7 +27,7 @@ from refork.config import Config, ConfigError, idle_mold_linger
 from refork.hooks import Server, worker_for_exit
 from refork.loading import change_directory
 from refork.memory.accounting import read_memory
-from refork.memory.allocator import fix_glibc_thresholds, loaded_allocator
+from refork.memory.allocator import fix_glibc_thresholds, loaded_allocator, malloc_trim
 from refork.process import messages, systemd
 from refork.process.context import ProcessContext, set_title
 from refork.process.control import ControlServer
@@ -60,7 +60,7 @@ from refork.process.statsd import Statsd, WorkerView, count_logs
 from refork.process.supervisor import events as ev
 from refork.process.supervisor.core import Supervisor
 from refork.process.watch import Watcher
-from refork.serving.tls_context import check as check_tls
+from refork.serving import check_tls
 
 log = logging.getLogger("refork")
 TICK = 0.25  # the longest the loop sleeps, seconds
@@ -351,6 +351,7 @@ class Monitor:
         readiness = self.ctx.readiness
         if milestone == "ready":
             readiness.set_ready()
+            malloc_trim()  # the start-up's freed pages, ours alone once the mold wrote its copies: ~1 MiB
         elif milestone == "stopping":
             readiness.set_draining()
         text = {"ready": "ready", "reloaded": "ready again after the reload", "stopping": "draining"}

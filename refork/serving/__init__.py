@@ -17,9 +17,8 @@ from typing import Any
 
 from refork.config import Config
 from refork.serving.contract import WorkerControl
-from refork.serving.settings import ServingSettings
 
-__all__ = ["WorkerControl", "check_wsgi_loop", "serve", "wsgi_loop"]
+__all__ = ["WorkerControl", "check_tls", "check_wsgi_loop", "serve", "wsgi_loop"]
 
 log = logging.getLogger("refork")
 PYTHON_SWITCH_INTERVAL = 0.005  # the interpreter's default
@@ -30,8 +29,11 @@ def serve(
 ) -> None:
     """Serve until control says stop; interface is "wsgi" or "asgi" (already resolved).
 
-    The loops are imported here, on demand: a WSGI worker never imports asyncio.
+    The loops are imported here, on demand: a WSGI worker never imports asyncio, and the monitor
+    (which imports this package for its start-up checks) none of the HTTP layer.
     """
+    from refork.serving.settings import ServingSettings
+
     if interface == "asgi":
         from refork.serving.asgi.server import serve_asgi
 
@@ -77,10 +79,27 @@ def wsgi_loop(config: Config) -> str:
 def check_wsgi_loop(config: Config) -> None:
     """At start-up: --wsgi-loop native without the extension is a config error (one line, exit 2).
 
-    The monitor imports the WSGI Python loop here too: every process forked from it finds the
-    loop and the standard-library modules it uses imported already, a mold that drops privileges
-    (--user) before it imports the app among them."""
-    import refork.serving.wsgi.python_loop  # noqa: F401
+    With --user/--group the monitor imports the WSGI Python loop and the standard library's
+    common heavy modules here too: a mold that drops privileges before it imports the app (as a
+    user who may not read the interpreter's prefix) then finds them imported already. Without
+    them it does not: that would be memory the monitor keeps alone (docs/memory.md)."""
     from refork.serving.wsgi.choice import check
 
+    if config.user is not None or config.group is not None:
+        import asyncio  # noqa: F401
+        import logging.handlers  # noqa: F401
+        import subprocess  # noqa: F401
+        import tempfile  # noqa: F401
+
+        import refork.serving.wsgi.python_loop  # noqa: F401
+
     check(str(config.wsgi_loop))
+
+
+def check_tls(config: Config) -> None:
+    """At start-up and on reload: the TLS files load (ConfigError, one line, if not). ssl is
+    imported only when a TLS setting is set: the monitor of a plain-HTTP server never loads it."""
+    if config.certfile or config.keyfile or config.ca_certs or config.ciphers:
+        from refork.serving.tls_context import check
+
+        check(config)
