@@ -374,6 +374,29 @@ def test_a_reset_stream_ends_its_wsgi_app_call(start_server, kind):
 
 
 @pytest.mark.parametrize("kind", WSGI)
+def test_a_response_sent_before_its_request_body_came_goes_out_whole(start_server, kind):
+    """An app that answers before reading the request's body, more than the client's window: the
+    response is queued past the end of the app call, and the stream is reset (the rest of the body
+    is not wanted) only once all of it went out."""
+    server = _h2c(start_server, SERVERS[kind])
+    client = RawClient(server.port)
+    try:
+        client.request(1, "/big?300000", end=False)  # a body announced, never sent
+        body = 0
+        for _ in range(400):
+            for event in client.events():
+                if isinstance(event, h2.events.DataReceived):
+                    body += len(event.data)
+                    client.conn.acknowledge_received_data(event.flow_controlled_length, 1)
+                    client.flush()
+            if body >= 300000:
+                break
+        assert body == 300000
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("kind", WSGI)
 def test_a_refork_ends_http2_connections_with_goaway_after_their_streams(start_server, kind, tmp_path):
     """A refork (USR2): the worker's app call in flight finishes (the safe point waits for it), and
     the generation it leaves sends its connections GOAWAY naming the streams it took."""

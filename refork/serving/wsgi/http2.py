@@ -269,7 +269,9 @@ class Session:
                 self._drop_body(stream)
                 loop.in_flight -= 1
                 if not stream.body_done and not stream.gone and not self.closed:
-                    self.h2.reset(stream.sid, 0)  # answered before its body came: the rest is not wanted
+                    stream.body_unwanted = True  # answered before its body came: the rest is not wanted
+                    if not stream.queued:  # (else once the response is out: _send_queued)
+                        self.h2.reset(stream.sid, 0)
             if self.released:  # (what the apps read meanwhile)
                 loop.memory.give_back(self.released)
                 self.released = 0
@@ -327,6 +329,8 @@ class Session:
             if not stream.queued:
                 self.queued.discard(stream)
                 stream.stalled_since = 0.0
+                if stream.body_unwanted and not (stream.body_done or stream.gone):
+                    self.h2.reset(stream.sid, 0)
 
     def pause(self, stream: Stream) -> None:
         """(With the lock.) A call whose client has not taken enough of its body lets go of its

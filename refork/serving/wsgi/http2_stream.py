@@ -45,6 +45,7 @@ class Stream:
         "session", "sid", "request", "pieces", "body_done", "gone", "head_out", "status", "headers",
         "body_bytes", "opened_at", "received", "started", "token", "body_begun", "began", "environ",
         "result", "items", "held", "queued", "queued_bytes", "queued_end", "stalled_since", "paused",
+        "body_unwanted",
     )  # fmt: skip
 
     def __init__(self, session: Session, sid: int, request: Request, body_done: bool) -> None:
@@ -73,6 +74,7 @@ class Stream:
         self.queued_end = False  # END_STREAM goes with the last queued byte
         self.stalled_since = 0.0  # the client's window took nothing of the queue since (0: empty)
         self.paused = False  # the call waits, without a thread, for the client to take the queue
+        self.body_unwanted = False  # answered before the request's body came: reset once sent
 
     def run(self) -> None:
         """The app call, or its continuation once the client took what was queued; when it ends,
