@@ -200,7 +200,7 @@ _JEMALLOC_PURGE_ALL = b"arena.4096.purge"  # MALLCTL_ARENAS_ALL: every arena's d
 def release_free_memory() -> str:
     """Return the C allocator's free memory to the OS, wherever it lies in the heap: what a mold
     does before it forks, so that no worker maps what the mold freed. Returns the call made, for
-    the log ("" if none: musl, or another malloc).
+    the log ("" if none: musl, another malloc).
 
     glibc's own trim releases only the free top of its heap, and jemalloc's decay runs only as a
     process allocates (refork starts no background thread): an idle mold would keep both. On glibc
@@ -212,7 +212,7 @@ def release_free_memory() -> str:
         mallctl(b"thread.tcache.flush", None, None, None, 0)  # fails harmlessly with tcache:false
         return "jemalloc purge" if mallctl(_JEMALLOC_PURGE_ALL, None, None, None, 0) == 0 else ""
     trim = _libc_malloc_trim()
-    if trim is None:
+    if trim is None or loaded_allocator() != "glibc":  # (tcmalloc, mimalloc: glibc's heap is unused)
         return ""
     trim(0)
     return "malloc_trim"

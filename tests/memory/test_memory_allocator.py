@@ -227,7 +227,8 @@ def test_release_free_memory_returns_what_lies_below_a_live_block(conf: str | No
     jemalloc also with a MALLOC_CONF of the user's that keeps thread caches and a long decay."""
     if conf is not None and JEMALLOC is None:
         pytest.skip("libjemalloc2 not installed")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD"))}
+    own = ("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(own)}
     if conf is not None:
         env.update(LD_PRELOAD=str(JEMALLOC), MALLOC_CONF=conf)
     out = subprocess.run([sys.executable, "-c", _RELEASE], env=env,
