@@ -45,7 +45,7 @@ class HeapReport:
     immortalize: str  # e.g. "on (412,345 objects)", "off (--no-immortalize)", "unsupported: ..."
     lazy_imports: int = 0  # pending lazy imports (PEP 810) resolved before the fork
     release: str = ""  # how the C allocator's free memory went back: "malloc_trim", "jemalloc purge"
-    released: int = 0  # bytes of RSS that gave back
+    released: int = 0  # bytes of RSS it gave back
 
     def describe(self) -> str:
         """The mold's log line: what the preparation did and how long it took."""
