@@ -17,6 +17,12 @@ dict/list/tuple, instance attributes, calls of Python functions and of builtins)
 stops writing to its inline caches. Use --out to keep both side by side:
 
     python benchmarks/cow/make_monolith.py --code specializable --out benchmarks/monolith_specializable
+
+--freed-at-import MIB makes data.py build about MIB MiB of rows before its dataset and drop them after
+it (a loader that keeps only what it built from a big export): memory the import freed, below live
+data in the heap.
+
+    python benchmarks/cow/make_monolith.py --freed-at-import 200 --out benchmarks/monolith_freed
 """
 
 from __future__ import annotations
@@ -149,7 +155,7 @@ _first = ["".join(_rng.choice(_syllables) for _ in range(3)) for _ in range(2000
 _cities = [f"city-{{i}}" for i in range(500)]
 _tags = [f"tag{{i}}" for i in range(64)]
 
-RECORDS: dict[int, tuple] = {{}}
+{raw}RECORDS: dict[int, tuple] = {{}}
 NAMES: list[str] = []
 for _i in range(N):
     _name = f"{{_rng.choice(_first).title()}} {{_rng.choice(_first).title()}} #{{_i}}"
@@ -157,6 +163,13 @@ for _i in range(N):
                    (_rng.choice(_tags), _rng.choice(_tags)), f"{{_i:08x}}")
     NAMES.append(_name)
 BY_NAME: dict[str, int] = {{name: i for i, name in enumerate(NAMES)}}
+{drop}'''
+
+# --freed-at-import: rows "parsed from an export" before the dataset and dropped after it, as a loader
+# that keeps only what it built from a big file does: freed memory below live data in the heap.
+RAW = '''_raw = [{{"id": _i, "text": f"{{_i:08d}}" * 256}} for _i in range({rows})]  # 2 KiB strings
+'''
+DROP = '''del _raw
 '''
 
 CACHES = '''"""Lazily filled caches: they grow as requests come in."""
@@ -223,6 +236,8 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=10, help="classes (4 methods each) per module")
     parser.add_argument("--records", type=int, default=300_000, help="dataset records")
     parser.add_argument("--seed", type=int, default=20240601)
+    parser.add_argument("--freed-at-import", type=int, default=0, metavar="MIB",
+                        help="MiB of rows data.py builds before its dataset and drops after it")
     parser.add_argument("--code", choices=("mixed", "specializable"), default="mixed",
                         help="function bodies: mixed int/float and unspecializable ops (default), or only "
                              "operations CPython 3.12 specializes")
@@ -238,14 +253,17 @@ def main() -> None:
     (out / "mods").mkdir(parents=True)
     (out / "__init__.py").write_text('"""Synthetic monolith from benchmarks/cow/make_monolith.py."""\n')
     (out / "mods" / "__init__.py").write_text("")
-    (out / "data.py").write_text(DATA.format(records=args.records, seed=args.seed))
+    rows = args.freed_at_import * 512  # rows of about 2 KiB
+    raw, drop = (RAW.format(rows=rows), DROP) if rows else ("", "")
+    (out / "data.py").write_text(DATA.format(records=args.records, seed=args.seed, raw=raw, drop=drop))
     (out / "caches.py").write_text(CACHES)
     (out / "app.py").write_text(APP.format(modules=args.modules))
     for i in range(args.modules):
         (out / "mods" / f"m{i:03d}.py").write_text(gen_module(rng, args.functions, args.classes, args.code))
     compileall.compile_dir(out, quiet=1)
+    freed = f", {args.freed_at_import} MiB freed at import" if rows else ""
     print(f"wrote {out} ({args.modules} modules x {args.functions} functions, {args.records} records, "
-          f"--code {args.code})")
+          f"--code {args.code}{freed})")
 
 
 if __name__ == "__main__":

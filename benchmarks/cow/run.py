@@ -39,6 +39,7 @@ from common import (  # noqa: E402
 
 DEFAULT_MONOLITH = "monolith_generated"
 FREEZE_CONF = Path(__file__).resolve().parent / "gunicorn_freeze.conf.py"
+TRIM_CONF = Path(__file__).resolve().parent / "gunicorn_trim.conf.py"
 BASELINE = "gunicorn-preload-freeze"
 
 
@@ -69,6 +70,8 @@ def servers(venv: Path, workers: int, port: int, warmup: list[str], monolith: st
         ("gunicorn", [*gunicorn, "-w", str(workers), app]),
         ("gunicorn-preload", [*gunicorn, "-w", str(workers), "--preload", app]),
         (BASELINE, [*gunicorn, "-w", str(workers), "--preload", "-c", str(FREEZE_CONF), app]),
+        ("gunicorn-preload-freeze-trim",
+         [*gunicorn, "-w", str(workers), "--preload", "-c", str(TRIM_CONF), app]),
         ("granian", [str(b / "granian"), "--interface", "wsgi", "--workers", str(workers), "--host", bind,
                      "--port", "{port}", "--no-ws", "--log-level", "warning", app]),
     ]

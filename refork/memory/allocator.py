@@ -1,5 +1,5 @@
 """Choose the C allocator (jemalloc by re-exec with LD_PRELOAD) and give memory back (malloc_trim,
-glibc's thresholds).
+jemalloc's purge, glibc's thresholds).
 
 jemalloc must be loaded before the interpreter starts, so ``--allocator jemalloc`` re-execs
 the same command with LD_PRELOAD set. It mostly affects allocations pymalloc does not serve
@@ -180,6 +180,42 @@ def malloc_trim() -> bool:
     """
     trim = _libc_malloc_trim()
     return trim is not None and bool(trim(0))
+
+
+@functools.cache
+def _jemalloc_mallctl() -> Callable[[bytes, object, object, object, int], int] | None:
+    """The preloaded jemalloc's mallctl, looked up once; None where malloc is not jemalloc."""
+    try:
+        fn = ctypes.CDLL(None).mallctl
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_JEMALLOC_PURGE_ALL = b"arena.4096.purge"  # MALLCTL_ARENAS_ALL: every arena's dirty and muzzy pages
+
+
+def release_free_memory() -> str:
+    """Return the C allocator's free memory to the OS, wherever it lies in the heap: what a mold
+    does before it forks, so that no worker maps what the mold freed. Returns the call made, for
+    the log ("" if none: musl, another malloc).
+
+    glibc's own trim releases only the free top of its heap, and jemalloc's decay runs only as a
+    process allocates (refork starts no background thread): an idle mold would keep both. On glibc
+    this is malloc_trim(0); on jemalloc, the calling thread's cache flushed (if the user's
+    MALLOC_CONF has one) and every arena purged.
+    """
+    mallctl = _jemalloc_mallctl()
+    if mallctl is not None:
+        mallctl(b"thread.tcache.flush", None, None, None, 0)  # fails harmlessly with tcache:false
+        return "jemalloc purge" if mallctl(_JEMALLOC_PURGE_ALL, None, None, None, 0) == 0 else ""
+    trim = _libc_malloc_trim()
+    if trim is None or loaded_allocator() != "glibc":  # (tcmalloc, mimalloc: glibc's heap is unused)
+        return ""
+    trim(0)
+    return "malloc_trim"
 
 
 class MallocTrimmer:

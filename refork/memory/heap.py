@@ -7,7 +7,9 @@ Order matters (see /work/shared/research/cpython-copy-on-write.md):
 2. Before fork: load what ``lazy import`` (PEP 810, 3.15+) left pending, ``gc.collect()``
    once (no cyclic garbage gets frozen), then make the heap immortal (3.12+: refcount
    writes are the main source of copy-on-write), then ``gc.freeze()`` (the GC never writes
-   to frozen objects' headers again).
+   to frozen objects' headers again), then return the C allocator's free memory to the OS
+   (malloc_trim, jemalloc's purge): what the import and the collection freed would otherwise be
+   mapped by every worker, and written into by its first allocations.
 3. ``gc.enable()`` in each worker.
 """
 
@@ -15,11 +17,14 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
 import sys
 import time
 import types
 from dataclasses import dataclass
 from types import FrameType
+
+from refork.memory.allocator import release_free_memory
 
 try:
     from refork.memory import _immortal
@@ -39,13 +44,17 @@ class HeapReport:
     seconds: float
     immortalize: str  # e.g. "on (412,345 objects)", "off (--no-immortalize)", "unsupported: ..."
     lazy_imports: int = 0  # pending lazy imports (PEP 810) resolved before the fork
+    release: str = ""  # how the C allocator's free memory went back: "malloc_trim", "jemalloc purge"
+    released: int = 0  # bytes of RSS it gave back
 
     def describe(self) -> str:
         """The mold's log line: what the preparation did and how long it took."""
         lazy = f", lazy imports resolved {self.lazy_imports}" if self.lazy_imports else ""
+        released = f"{self.released / (1 << 20):.1f} MiB ({self.release})"
+        freed = f", free heap returned {released}" if self.release else ""
         return (
             f"heap: collected {self.collected}, frozen {self.frozen}, immortalize {self.immortalize}"
-            f"{lazy} ({self.seconds * 1000:.0f} ms)"
+            f"{lazy}{freed} ({self.seconds * 1000:.0f} ms)"
         )
 
 
@@ -137,7 +146,8 @@ def resolve_lazy_imports() -> int:
 
 
 def prepare_heap_for_fork(*, immortalize: bool) -> HeapReport:
-    """Collect, optionally immortalize, and freeze: the last step in a mold before forking.
+    """Collect, optionally immortalize, freeze, and return the free heap to the OS: the last step
+    in a mold before forking.
 
     Safe to call again in a promoted mold: the collection only looks at objects created
     since the last freeze, the unfreeze is an O(1) list splice, already-immortal objects
@@ -165,6 +175,8 @@ def prepare_heap_for_fork(*, immortalize: bool) -> HeapReport:
         else:
             state = f"unsupported: {reason}"
     gc.freeze()
+    before = _rss()
+    release = release_free_memory()
     return HeapReport(
         collected=collected,
         immortalized=immortalized,
@@ -172,7 +184,18 @@ def prepare_heap_for_fork(*, immortalize: bool) -> HeapReport:
         seconds=time.perf_counter() - start,
         immortalize=state,
         lazy_imports=lazy,
+        release=release,
+        released=max(0, before - _rss()),
     )
+
+
+def _rss() -> int:
+    """This process's resident set in bytes (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def disable_gc_early() -> None:
