@@ -381,7 +381,11 @@ def test_a_response_sent_before_its_request_body_came_goes_out_whole(start_serve
     server = _h2c(start_server, SERVERS[kind])
     client = RawClient(server.port)
     try:
-        client.request(1, "/big?300000", end=False)  # a body announced, never sent
+        client.request(1, "/big?300000", end=False)  # a body begun (its window's worth), never ended
+        for _ in range(4):
+            client.conn.send_data(1, b"x" * 16383)
+        client.conn.send_data(1, b"xxx")
+        client.flush()
         body = 0
         for _ in range(400):
             for event in client.events():
