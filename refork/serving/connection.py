@@ -4,7 +4,8 @@ Both loops (:mod:`refork.serving.wsgi.python_loop` for WSGI, :mod:`refork.servin
 these rules instead of spelling them out themselves:
 
 - **Timeouts**, judged by :meth:`Timeouts.expiry` once a second (no timer per request):
-  an idle keep-alive connection is closed after ``keepalive``; a request head must arrive within
+  an idle keep-alive connection is closed after ``keepalive`` (0: each response closes its connection,
+  :meth:`Timeouts.keep_alive`); a request head must arrive within
   ``header_timeout`` of its first byte; a request body within ``body_timeout`` of the end of its
   head, extended by one second per ``body_min_rate`` bytes received (Apache mod_reqtimeout's
   design: a total, so a trickle does not re-arm it, yet a big honest upload is never cut); both
@@ -75,6 +76,12 @@ class Timeouts:
             keepalive=float(config.keepalive),
             body_min_rate=float(config.body_min_rate),
         )
+
+    def keep_alive(self, stopping: bool) -> bool:
+        """Whether a response may leave its connection open for another request (else it says
+        ``Connection: close`` and the connection closes once it is out): not once the worker stops
+        (`stopping`: drains), never with ``keepalive`` 0 (gunicorn's ``--keep-alive 0``)."""
+        return self.keepalive > 0 and not stopping
 
     def drain_until(self, now: float) -> float:
         """When a worker that starts draining now closes its idle connections."""

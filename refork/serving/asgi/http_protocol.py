@@ -198,7 +198,8 @@ class HttpProtocol(asyncio.Protocol):
                     self.upgrade(request)
                     return  # the parser stopped after it: the rest is the WebSocket's
                 memory = srv.request_memory
-                cycle = HttpCycle(self, self.loop, request, keep_alive=not srv.stopping, memory=memory)
+                cycle = HttpCycle(self, self.loop, request, keep_alive=srv.timeouts.keep_alive(srv.stopping),
+                                  memory=memory)
                 self.reading = cycle
                 if request.content_length or request.chunked:
                     self.since = self.loop.time()  # the body deadline runs from the end of the head
@@ -383,7 +384,7 @@ class HttpProtocol(asyncio.Protocol):
     def answer_health(self, cycle: HttpCycle) -> None:
         """A --health-path check: answered here, never by the app; not counted, not logged."""
         srv, request = self.srv, cycle.request
-        keep = request.keep_alive and not (srv.stopping or self.closing)
+        keep = request.keep_alive and srv.timeouts.keep_alive(srv.stopping or self.closing)
         kind = srv.health.check(request) if srv.health is not None else None
         self.transport.write(health_response(srv.control.health(kind or "live"), request.method, keep))
         if not keep:

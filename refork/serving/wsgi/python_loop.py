@@ -460,7 +460,7 @@ class PythonLoop(Lifetime):
         serving = deadlines.current.set(token)  # refork.extend_deadline() finds its request
         try:
             environ = conn.builder.build(request, stream, conn.client)
-            keep_alive = not (self.draining or control.stopping)
+            keep_alive = self.timeouts.keep_alive(self.draining or control.stopping)
             app = self.app
             if self.request_hooks is not None:
                 app = self.request_hooks.wrap_wsgi(app, request, environ)
@@ -511,7 +511,7 @@ class PythonLoop(Lifetime):
         True to keep the connection."""
         control = self.control
         kind = self.health.check(request) if self.health is not None else None
-        keep = request.keep_alive and not (self.draining or control.stopping)
+        keep = request.keep_alive and self.timeouts.keep_alive(self.draining or control.stopping)
         data = health_response(control.health(kind or "live"), request.method, keep)
         try:
             return conn.sock.send(data) == len(data) and keep
