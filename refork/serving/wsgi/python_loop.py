@@ -330,7 +330,7 @@ class PythonLoop(Lifetime):
                     conn.since = time.monotonic()
                     self.beside.take_back(conn)
                 elif keep is not None:  # None: the response waits for the client to read
-                    self._close(conn)
+                    self._close(conn, answered=True)
             elif not self._advance(conn, events):
                 self.beside.take_back(conn)
         except Exception:
@@ -417,7 +417,7 @@ class PythonLoop(Lifetime):
                 keep = self._respond(conn, request, stream, events[i:])
                 if not keep:
                     if keep is not None:
-                        self._close(conn)
+                        self._close(conn, answered=True)
                     return True  # closed, or writing: the rest waits until the response is out
         # everything parsed so far is handled: wait for more bytes
         request = conn.request
@@ -560,7 +560,7 @@ class PythonLoop(Lifetime):
                 self._tls_rewatch(conn)
             return
         if not self._settle(conn, writing, outcome) or conn.closed:
-            self._close(conn)
+            self._close(conn, answered=True)
             return
         conn.phase = _IDLE
         conn.since = time.monotonic()
