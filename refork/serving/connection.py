@@ -4,7 +4,8 @@ Both loops (:mod:`refork.serving.wsgi.python_loop` for WSGI, :mod:`refork.servin
 these rules instead of spelling them out themselves:
 
 - **Timeouts**, judged by :meth:`Timeouts.expiry` once a second (no timer per request):
-  an idle keep-alive connection is closed after ``keepalive``; a request head must arrive within
+  an idle keep-alive connection is closed after ``keepalive`` (0: each response closes its connection,
+  :meth:`Timeouts.keep_alive`); a request head must arrive within
   ``header_timeout`` of its first byte; a request body within ``body_timeout`` of the end of its
   head, extended by one second per ``body_min_rate`` bytes received (Apache mod_reqtimeout's
   design: a total, so a trickle does not re-arm it, yet a big honest upload is never cut); both
@@ -15,6 +16,8 @@ these rules instead of spelling them out themselves:
 - **The drain on stop**: a stopping worker stops accepting but keeps idle connections open for
   :data:`DRAIN_GRACE` (closing one at once races with a client sending on it right now, which
   would see a reset); every request that arrives meanwhile is served with ``Connection: close``.
+- **The close after a** ``Connection: close`` **response**: a FIN, never a reset
+  (:func:`close_after_response`).
 - **The access-log line**: :func:`log_access`.
 - **The clean-up after a fork** at a safe point: :func:`release_after_fork`.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -34,6 +38,7 @@ from refork.http.parser import Limits
 
 log = logging.getLogger("refork")
 
+LINGER_DROP = 1 << 18  # bytes a closing connection reads and drops at most (close_after_response)
 DRAIN_GRACE = 1.0  # seconds a stopping worker still serves requests on open connections
 TICK = 1.0  # seconds between two sweeps of the connections (a quarter of it while draining)
 
@@ -75,6 +80,12 @@ class Timeouts:
             keepalive=float(config.keepalive),
             body_min_rate=float(config.body_min_rate),
         )
+
+    def keep_alive(self, stopping: bool) -> bool:
+        """Whether a response may leave its connection open for another request (else it says
+        ``Connection: close`` and the connection closes once it is out): not once the worker stops
+        (`stopping`: drains), never with ``keepalive`` 0 (gunicorn's ``--keep-alive 0``)."""
+        return self.keepalive > 0 and not stopping
 
     def drain_until(self, now: float) -> float:
         """When a worker that starts draining now closes its idle connections."""
@@ -119,6 +130,23 @@ def _peer(client: object) -> str:
     if isinstance(client, tuple) and len(client) >= 2:
         return f"{client[0]}:{client[1]}"
     return "a unix-socket client"
+
+
+def close_after_response(sock: socket.socket) -> None:
+    """Before closing a connection whose last response is written: shut the write side (a FIN after
+    the response), then read and drop what the client sent meanwhile (a pipelined request), so that
+    the close sends no reset, which could destroy the response still unread in the client's buffer.
+    The caller closes the socket."""
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        dropped = 0
+        while dropped < LINGER_DROP:
+            data = sock.recv(1 << 16, socket.MSG_DONTWAIT)
+            if not data:
+                break
+            dropped += len(data)
+    except OSError:  # nothing more waiting (EAGAIN), or the client is gone
+        pass
 
 
 def request_limits(config: Config) -> Limits:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from conftest import read_to_end
+from support.request_paths import connect, flags, over_http11_only
 
 from refork.config import Config
 from refork.http.parser import Limits
@@ -77,6 +78,50 @@ def test_a_client_that_stops_reading_a_large_response_is_cut(start_server, tmp_p
     assert server.get("/") == (200, str(pid).encode())  # same worker: not killed
 
 
+def _response(sock: socket.socket) -> tuple[bytes, bytes]:
+    """(head, body) of one response with a Content-Length, read off `sock` and no further."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = sock.recv(1 << 16)
+        assert more, data
+        data += more
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    while len(body) < length:
+        more = sock.recv(1 << 20)
+        assert more, (head, len(body))
+        body += more
+    return head, body
+
+
+@over_http11_only("HTTP/2 closes a connection --keepalive after its last stream (test_promises_http2.py)")
+def test_keepalive_0_closes_each_connection_right_after_its_response(start_server, path):
+    """--keepalive 0 (gunicorn's --keep-alive 0): a keep-alive request's response says
+    ``Connection: close`` and its connection ends at once (EOF, never a reset), not at the next
+    once-a-second sweep; each of a few tries would land within 0.3 s of a sweep only by chance."""
+    chosen, app = flags(path, "apps.promises")
+    server = start_server(*chosen, "--keepalive", "0", app=app, workers=1)
+    for url in ("/", "/", "/", "/big?3000000"):  # the whole response in one send, and a written-on one
+        with connect(path, server.port) as sock:
+            sock.sendall(f"GET {url} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+            head, _ = _response(sock)
+            answered = time.monotonic()
+            end = sock.recv(1)  # a reset raises
+            waited = time.monotonic() - answered
+        assert b"\r\nconnection: close" in head.lower(), (url, head)
+        assert end == b"" and waited < 0.3, (url, end, waited)
+    # a request sent while the app has the one before it, or while its response is being written
+    # (bigger than the sockets' buffers: not all out yet): dropped unanswered, and the close is a FIN
+    # (closing with its bytes unread would be a reset, which destroys the response unread)
+    for url, length in (("/sleep?0.5", 5), ("/big?30000000", 30000000)):
+        with connect(path, server.port) as sock:
+            sock.sendall(f"GET {url} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+            time.sleep(0.2)  # (the input, not a wait) the next request arrives meanwhile
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            head, body = _response(sock)
+            assert len(body) == length and sock.recv(1) == b"", (url, head)
+
+
 # The contract's verdicts, without sockets ----------------------------------------------------
 
 T = Timeouts(header=2.0, body=5.0, write=3.0, keepalive=4.0)
@@ -90,6 +135,8 @@ def test_what_the_sweep_leaves_to_others() -> None:
     assert T.expiry(Phase.WRITING, 0.0, 1e9) is Expiry.NONE  # judged by write_stalled()
     assert not T.write_stalled(0.0, time.monotonic())  # (0: not blocked)
     assert T.drain_until(100.0) == 101.0  # DRAIN_GRACE, shorter than keepalive
+    assert T.keep_alive(False) and not T.keep_alive(True)  # True: the worker stops
+    assert not Timeouts(header=2.0, body=5.0, write=3.0, keepalive=0.0).keep_alive(False)
 
 
 def test_timeouts_from_config_are_their_own_not_the_workers() -> None:

@@ -343,6 +343,9 @@ impl Engine {
                 return Ok(());
             }
         }
+        if conn.close_after {
+            sys::end_answered(conn.fd);
+        }
         if conn.close_after || self.ep.modify(conn.fd, IN).is_err() {
             self.close(conn);
             return Ok(());
@@ -399,6 +402,7 @@ impl Engine {
                         conn.close_after = true;
                         break;
                     }
+                    sys::end_answered(conn.fd);
                     self.close(conn);
                     return Ok(());
                 }

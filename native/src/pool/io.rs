@@ -221,6 +221,7 @@ impl Io {
             Err(_) => return self.shared.close(conn),
         }
         if conn.close_after {
+            sys::end_answered(conn.fd);
             return self.shared.close(conn);
         }
         let buf = std::mem::take(&mut conn.buf);

@@ -114,7 +114,8 @@ pub(crate) struct Shared {
     full: AtomicBool,
     /// the shared word where the monitor counts the server's free app threads (0: no such word)
     free_elsewhere: usize,
-    /// False once the worker stops: every response says "Connection: close"
+    /// False once the worker stops (or from the start, with --keepalive 0): every response says
+    /// "Connection: close"
     keep_alive: AtomicBool,
     /// connections the engine owns, wherever they are (the drain waits for 0)
     open: AtomicUsize,
@@ -288,7 +289,8 @@ impl PoolEngine {
             threads: host.getattr("settings")?.getattr("threads")?.extract()?,
             full: AtomicBool::new(false),
             free_elsewhere: host.getattr("control")?.call_method0("free_threads_address")?.extract()?,
-            keep_alive: AtomicBool::new(true),
+            // refork.serving.connection.Timeouts.keep_alive: False with --keepalive 0
+            keep_alive: AtomicBool::new(host.getattr("settings")?.getattr("timeouts")?.call_method1("keep_alive", (false,))?.extract()?),
             open: AtomicUsize::new(0),
             intake,
         });

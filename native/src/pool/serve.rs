@@ -119,6 +119,7 @@ impl Shared {
             },
         };
         if !keep {
+            sys::end_answered(conn.fd);
             self.close(conn);
             return None;
         }

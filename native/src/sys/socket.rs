@@ -64,6 +64,25 @@ pub fn recv(fd: libc::c_int, buf: &mut Vec<u8>, max: usize) -> io::Result<usize>
     Ok(n as usize)
 }
 
+/// Bytes a closing connection reads and drops at most (refork.serving.connection.LINGER_DROP).
+const LINGER_DROP: usize = 1 << 18;
+
+/// Before closing a connection whose last response is written (a "Connection: close" one): shut the
+/// write side (a FIN after the response), then read and drop what the client sent meanwhile, so
+/// that the close sends no reset (refork.serving.connection.close_after_response).
+pub fn end_answered(fd: libc::c_int) {
+    unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+    let mut buf = [0u8; 1 << 14];
+    let mut dropped = 0;
+    while dropped < LINGER_DROP {
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
+        if n <= 0 {
+            break; // nothing more waiting, the client's FIN, or it is gone
+        }
+        dropped += n as usize;
+    }
+}
+
 /// send without SIGPIPE; WouldBlock counts as 0 bytes taken.
 pub fn send(fd: libc::c_int, data: &[u8]) -> io::Result<usize> {
     let n = unsafe { libc::send(fd, data.as_ptr() as *const libc::c_void, data.len(), libc::MSG_NOSIGNAL) };

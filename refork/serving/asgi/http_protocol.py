@@ -30,7 +30,7 @@ from refork.serving.asgi.tls_buffers import close_refused, hold_tls_reads
 from refork.serving.asgi.websocket_protocol import WebSocketProtocol
 from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
 from refork.serving.health import health_response
-from refork.serving.http2 import sniff_preface
+from refork.serving.http2 import LINGER, sniff_preface
 from refork.serving.parsers import request_parser
 
 if TYPE_CHECKING:
@@ -198,7 +198,8 @@ class HttpProtocol(asyncio.Protocol):
                     self.upgrade(request)
                     return  # the parser stopped after it: the rest is the WebSocket's
                 memory = srv.request_memory
-                cycle = HttpCycle(self, self.loop, request, keep_alive=not srv.stopping, memory=memory)
+                cycle = HttpCycle(self, self.loop, request, keep_alive=srv.timeouts.keep_alive(srv.stopping),
+                                  memory=memory)
                 self.reading = cycle
                 if request.content_length or request.chunked:
                     self.since = self.loop.time()  # the body deadline runs from the end of the head
@@ -297,7 +298,7 @@ class HttpProtocol(asyncio.Protocol):
         if self.cycle is cycle:
             self.cycle = None
         if not keep_alive or self.closing or srv.stopping or (self.eof and not self.queue):
-            self.close()
+            self.close(answered=True)
         else:
             self.since = self.loop.time()
             if self.reading is cycle and self.read_paused:
@@ -383,11 +384,11 @@ class HttpProtocol(asyncio.Protocol):
     def answer_health(self, cycle: HttpCycle) -> None:
         """A --health-path check: answered here, never by the app; not counted, not logged."""
         srv, request = self.srv, cycle.request
-        keep = request.keep_alive and not (srv.stopping or self.closing)
+        keep = request.keep_alive and srv.timeouts.keep_alive(srv.stopping or self.closing)
         kind = srv.health.check(request) if srv.health is not None else None
         self.transport.write(health_response(srv.control.health(kind or "live"), request.method, keep))
         if not keep:
-            self.close()
+            self.close(answered=True)
             return
         self.since = self.loop.time()
         if self.queue and not self.write_blocked_since:
@@ -458,14 +459,24 @@ class HttpProtocol(asyncio.Protocol):
         self.read_paused = False
         self.transport.resume_reading()
 
-    def close(self, refused: bool = False) -> None:
+    def close(self, refused: bool = False, answered: bool = False) -> None:
+        """`answered`: after a Connection: close response. Over cleartext, a FIN after it, then what
+        the client still sends is read and dropped (data_received) until its own FIN or LINGER:
+        a close with unread bytes would be a reset (refork.serving.connection.close_after_response)."""
         if not self.closing:
             self.closing = True
             self.queue.clear()
+            transport = self.transport
             if refused:
-                close_refused(self.transport, self.loop)
+                close_refused(transport, self.loop)
+            elif answered and self.tls is None and not self.eof and transport.can_write_eof():
+                transport.write_eof()
+                if self.read_paused:
+                    self.read_paused = False
+                    transport.resume_reading()
+                self.loop.call_later(LINGER, transport.close)
             else:
-                self.transport.close()
+                transport.close()
             self.let_go()
 
     def let_go(self) -> None:

@@ -65,7 +65,8 @@ class EngineHost(NativeHost):
         loop = self.loop
         while self.returning:
             self.engine.adopt(*self.returning.pop())
-        handed, ready = self.engine.run(timeout, not (loop.draining or self.control.stopping))
+        keep_alive = loop.timeouts.keep_alive(loop.draining or self.control.stopping)
+        handed, ready = self.engine.run(timeout, keep_alive)
         for item in handed:
             self._adopt(item)
         return loop.poller.poll(0) if ready else []

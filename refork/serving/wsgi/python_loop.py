@@ -330,7 +330,7 @@ class PythonLoop(Lifetime):
                     conn.since = time.monotonic()
                     self.beside.take_back(conn)
                 elif keep is not None:  # None: the response waits for the client to read
-                    self._close(conn)
+                    self._close(conn, answered=True)
             elif not self._advance(conn, events):
                 self.beside.take_back(conn)
         except Exception:
@@ -417,7 +417,7 @@ class PythonLoop(Lifetime):
                 keep = self._respond(conn, request, stream, events[i:])
                 if not keep:
                     if keep is not None:
-                        self._close(conn)
+                        self._close(conn, answered=True)
                     return True  # closed, or writing: the rest waits until the response is out
         # everything parsed so far is handled: wait for more bytes
         request = conn.request
@@ -460,7 +460,7 @@ class PythonLoop(Lifetime):
         serving = deadlines.current.set(token)  # refork.extend_deadline() finds its request
         try:
             environ = conn.builder.build(request, stream, conn.client)
-            keep_alive = not (self.draining or control.stopping)
+            keep_alive = self.timeouts.keep_alive(self.draining or control.stopping)
             app = self.app
             if self.request_hooks is not None:
                 app = self.request_hooks.wrap_wsgi(app, request, environ)
@@ -512,7 +512,7 @@ class PythonLoop(Lifetime):
         True to keep the connection."""
         control = self.control
         kind = self.health.check(request) if self.health is not None else None
-        keep = request.keep_alive and not (self.draining or control.stopping)
+        keep = request.keep_alive and self.timeouts.keep_alive(self.draining or control.stopping)
         data = health_response(control.health(kind or "live"), request.method, keep)
         try:
             return conn.sock.send(data) == len(data) and keep
@@ -562,7 +562,7 @@ class PythonLoop(Lifetime):
                 self._tls_rewatch(conn)
             return
         if not self._settle(conn, writing, outcome) or conn.closed:
-            self._close(conn)
+            self._close(conn, answered=True)
             return
         conn.phase = _IDLE
         conn.since = time.monotonic()

@@ -28,7 +28,14 @@ from refork.http.events import ParseError, Request
 from refork.http.parser import Limits
 from refork.http.proxy_protocol import ProxyPolicy
 from refork.http.response import simple_response
-from refork.serving.connection import Expiry, Phase, Timeouts, log_write_timeout, release_after_fork
+from refork.serving.connection import (
+    Expiry,
+    Phase,
+    Timeouts,
+    close_after_response,
+    log_write_timeout,
+    release_after_fork,
+)
 from refork.serving.contract import WorkerControl
 from refork.serving.outbox import Outbox
 from refork.serving.poller import Poller
@@ -353,7 +360,8 @@ class Lifetime:
             self.poller.register(conn.fd)
             conn.registered = True
 
-    def _close(self, conn: Conn) -> None:
+    def _close(self, conn: Conn, answered: bool = False) -> None:
+        """`answered`: its last response is written (a Connection: close one): close_after_response."""
         if conn.closed:
             return
         conn.closed = True
@@ -376,6 +384,8 @@ class Lifetime:
             conn.held = 0
         if conn.tls is not None:
             conn.tls.close_notify()
+        elif answered:
+            close_after_response(conn.sock)
         try:
             conn.sock.close()
         except OSError:
@@ -547,7 +557,7 @@ class Lifetime:
             self.in_flight -= 1
             conn.busy = False
             if not keep or conn.closed:
-                self._close(conn)
+                self._close(conn, answered=True)
                 continue
             try:
                 if self._advance(conn, rest):  # pipelined requests first; sets the deadline
