@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
+import socket
 import time
 
-from conftest import pids_alive, run_cli
+import pytest
+from conftest import free_port, pids_alive, run_cli
 from support.waits import wait_until
 
 
@@ -167,45 +170,19 @@ def test_without_subreaper_workers_are_children_of_the_mold(start_server):
     assert pids_alive(workers) == []
 
 
-def test_ipv6_bind(start_server):
-    import http.client
-    import socket
-
-    import pytest
-
-    if not socket.has_ipv6:
-        pytest.skip("no IPv6")
-    try:
-        with socket.socket(socket.AF_INET6) as probe:
-            probe.bind(("::1", 0))
-    except OSError:
-        pytest.skip("no IPv6 loopback")
-    from conftest import free_port
-
-    port = free_port()
-    start_server("-b", f"[::1]:{port}", workers=1)
-    conn = http.client.HTTPConnection("::1", port, timeout=10)
-    conn.request("GET", "/")
-    assert conn.getresponse().status == 200
-    conn.close()
-
-
-def test_ipv6_wildcard_bind_is_dual_stack(start_server):
-    """`-b [::]:PORT` (gunicorn's container habit) serves IPv4 clients too, as gunicorn's does."""
-    import http.client
-    import socket
-
-    import pytest
-    from conftest import free_port
-
+@pytest.mark.parametrize(("bind", "clients"), [
+    ("[::1]", ("::1",)),
+    ("[::]", ("127.0.0.1", "::1")),  # dual-stack, as gunicorn's (its users' container habit)
+])  # fmt: skip
+def test_ipv6_binds(start_server, bind, clients):
     try:
         with socket.socket(socket.AF_INET6) as probe:
             probe.bind(("::1", 0))
     except OSError:
         pytest.skip("no IPv6 loopback")
     port = free_port()
-    start_server("-b", f"[::]:{port}", workers=1)
-    for host in ("127.0.0.1", "::1"):
+    start_server("-b", f"{bind}:{port}", workers=1)
+    for host in clients:
         conn = http.client.HTTPConnection(host, port, timeout=10)
         conn.request("GET", "/")
         assert conn.getresponse().status == 200, host
