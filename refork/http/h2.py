@@ -52,7 +52,9 @@ __all__ = [
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 ANY_STREAM = (1 << 31) - 1  # the first GOAWAY's last stream id: every stream on the wire is still taken
-GOAWAY_WAIT = 1.0  # seconds the final GOAWAY waits for the ACK of the PING sent with the first, at most
+# seconds the final GOAWAY waits for the ACK of the PING sent with the first, at most; under the
+# loops' one-second sweep, so that the sweep after the first GOAWAY's sends it despite its jitter
+GOAWAY_WAIT = 0.9
 _GOAWAY_PING = b"goaway\x00\x00"  # that PING's opaque data
 
 
@@ -499,10 +501,7 @@ class Http2Connection:
         if self.draining_since is None and not self.ended:
             self.draining_since = self.clock()
             self._send_goaway(ANY_STREAM)
-            try:
-                self.h2.ping(_GOAWAY_PING)
-            except h2.exceptions.ProtocolError:
-                self._final_goaway()  # (h2 sends nothing more: no round trip to wait for)
+            self.h2.ping(_GOAWAY_PING)  # (h2 is open: a GOAWAY from the client or an error ends it)
 
     def tick(self) -> None:
         """The final GOAWAY, if GOAWAY_WAIT has passed since the first without the PING's ACK."""
