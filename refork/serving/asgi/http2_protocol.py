@@ -369,9 +369,7 @@ class Http2Protocol(asyncio.Protocol):
             return
         self.goaway_sent = True
         self.h2.goaway()
-        self.flush()
-        if self.h2.going_away and not self.streams:
-            self.close()
+        self.flush()  # (it closes after the final GOAWAY: data_received on the PING's ACK, or sweep)
 
     def sweep(self, now: float, timeouts: Timeouts, drain_until: float) -> None:
         """The connection contract's deadlines (once a second, from Server.tick)."""
