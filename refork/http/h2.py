@@ -20,6 +20,9 @@ What each known attack gets (docs/http2.md):
   send it again), from the resets budget.
 - A frame announcing a payload over SETTINGS_MAX_FRAME_SIZE is refused from its 9-byte header,
   before its payload is buffered.
+
+Those end the connection with one GOAWAY at once; a graceful end (:meth:`Http2Connection.goaway`)
+takes two, a round trip apart, so the streams already on the wire are served.
 """
 
 from __future__ import annotations
@@ -43,11 +46,16 @@ from hyperframe.frame import ContinuationFrame, Frame, GoAwayFrame, HeadersFrame
 from refork.http.events import Request
 
 __all__ = [
-    "PREFACE", "Budget", "ConnectionEnded", "ErrorCodes", "Http2Connection", "Http2Limits", "StreamBody",
-    "StreamEnded", "StreamOpened", "StreamReset", "WindowOpened",
+    "ANY_STREAM", "GOAWAY_WAIT", "PREFACE", "Budget", "ConnectionEnded", "ErrorCodes", "Http2Connection",
+    "Http2Limits", "StreamBody", "StreamEnded", "StreamOpened", "StreamReset", "WindowOpened",
 ]  # fmt: skip
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+ANY_STREAM = (1 << 31) - 1  # the first GOAWAY's last stream id: every stream on the wire is still taken
+# seconds the final GOAWAY waits for the ACK of the PING sent with the first, at most; under the
+# loops' one-second sweep, so that the sweep after the first GOAWAY's sends it despite its jitter
+GOAWAY_WAIT = 0.9
+_GOAWAY_PING = b"goaway\x00\x00"  # that PING's opaque data
 
 
 @dataclass(frozen=True)
@@ -210,9 +218,11 @@ class Http2Connection:
             for name in ("resets", "settings", "pings", "window_updates", "priorities", "empty_data")
         }
         self.received: dict[int, int] = {}  # stream -> body bytes so far (the body limit)
-        self.last_stream_id = 0  # the highest stream handed on (a graceful GOAWAY names it)
+        self.last_stream_id = 0  # the highest stream handed on (the final GOAWAY names it)
         self.ended = False
-        self.going_away = False  # a graceful GOAWAY was sent: no new streams
+        self.clock = clock
+        self.draining_since: float | None = None  # the first graceful GOAWAY went out (clock time)
+        self.going_away = False  # the final graceful GOAWAY went out: no new streams
 
     def start(self) -> None:
         """The server's preface (SETTINGS), and the connection's receive window opened wide."""
@@ -311,6 +321,10 @@ class Http2Connection:
         elif kind is h2.events.PingReceived:
             if not budgets["pings"].spend():
                 raise _TooMuch("too many PING frames")
+        elif kind is h2.events.PingAckReceived:
+            assert isinstance(event, h2.events.PingAckReceived)
+            if event.ping_data == _GOAWAY_PING and self.draining_since is not None:
+                self._final_goaway()  # the client has read the first GOAWAY: what it sent before is here
         elif kind is h2.events.PriorityUpdated:
             if not budgets["priorities"].spend():
                 raise _TooMuch("too many PRIORITY frames")
@@ -480,16 +494,34 @@ class Http2Connection:
         self.tally("resets_sent")
 
     def goaway(self) -> None:
-        """Graceful: GOAWAY NO_ERROR naming the last stream handed on; those still finish."""
+        """Graceful, in two steps (RFC 9113 6.8), so no stream on the wire is lost: a GOAWAY NO_ERROR
+        naming ANY_STREAM and a PING now; the final GOAWAY, naming the last stream handed on, once
+        the PING's ACK comes (:meth:`receive`) or GOAWAY_WAIT has passed (:meth:`tick`). Streams
+        the client opens between the two are served; those after the final one are refused."""
+        if self.draining_since is None and not self.ended:
+            self.draining_since = self.clock()
+            self._send_goaway(ANY_STREAM)
+            self.h2.ping(_GOAWAY_PING)  # (h2 is open: a GOAWAY from the client or an error ends it)
+
+    def tick(self) -> None:
+        """The final GOAWAY, if GOAWAY_WAIT has passed since the first without the PING's ACK."""
+        since = self.draining_since
+        if since is not None and not self.going_away and self.clock() - since >= GOAWAY_WAIT:
+            self._final_goaway()
+
+    def _final_goaway(self) -> None:
         if not self.going_away and not self.ended:
             self.going_away = True
-            # not h2's close_connection(): its state machine sends nothing more after a GOAWAY,
-            # and the streams named in this one are still to be answered
-            frame = GoAwayFrame(0)
-            frame.last_stream_id = self.last_stream_id
-            frame.error_code = ErrorCodes.NO_ERROR
-            self.h2._prepare_for_sending([frame])
-            self.tally("goaways_sent")
+            self._send_goaway(self.last_stream_id)
+
+    def _send_goaway(self, last_stream_id: int) -> None:
+        # not h2's close_connection(): its state machine sends nothing more after a GOAWAY, and
+        # the streams named in this one are still to be answered
+        frame = GoAwayFrame(0)
+        frame.last_stream_id = last_stream_id
+        frame.error_code = ErrorCodes.NO_ERROR
+        self.h2._prepare_for_sending([frame])
+        self.tally("goaways_sent")
 
     def _end(self, code: int, reason: str) -> ConnectionEnded:
         """GOAWAY with ``code``: nothing more is read."""

@@ -21,6 +21,8 @@ from hyperframe.frame import (
 )
 
 from refork.http.h2 import (
+    ANY_STREAM,
+    GOAWAY_WAIT,
     PREFACE,
     Budget,
     ConnectionEnded,
@@ -285,22 +287,102 @@ def test_opening_streams_past_the_limit_in_a_loop_ends_in_goaway():
     assert ended(raw(server, *frames)).code == ErrorCodes.ENHANCE_YOUR_CALM
 
 
-def test_graceful_goaway_names_the_last_stream_and_lets_it_finish():
+def _goaways_and_pings(server) -> list[tuple[str, int]]:
+    """What the server sent of a graceful end: ("GOAWAY", last stream id) and ("PING", 0) in order."""
+    out = []
+    for f in _frames(server.data_to_send()):
+        if isinstance(f, GoAwayFrame):
+            assert f.error_code == ErrorCodes.NO_ERROR
+            out.append(("GOAWAY", f.last_stream_id))
+        elif isinstance(f, PingFrame) and "ACK" not in f.flags:
+            out.append(("PING", 0))
+    return out
+
+
+def _ping_ack(server, data: bytes) -> list:
+    """The client acknowledges a PING whose opaque data was `data`."""
+    return raw(server, PingFrame(0, opaque_data=data, flags=["ACK"]))
+
+
+def _head(sid: int) -> HeadersFrame:
+    return HeadersFrame(sid, data=hpack.Encoder().encode(GET), flags=["END_HEADERS", "END_STREAM"])
+
+
+def _refused(server) -> set[int]:
+    return {f.stream_id for f in _frames(server.data_to_send())
+            if isinstance(f, RstStreamFrame) and f.error_code == ErrorCodes.REFUSED_STREAM}  # fmt: skip
+
+
+def _start_graceful_end(server) -> bytes:
+    """goaway(): its first GOAWAY (ANY_STREAM) and a PING; the PING's opaque data."""
+    server.goaway()
+    out = server.data_to_send()
+    frames = list(_frames(out))
+    assert [(type(f).__name__, getattr(f, "last_stream_id", 0)) for f in frames] == [
+        ("GoAwayFrame", ANY_STREAM), ("PingFrame", 0)]  # fmt: skip
+    assert frames[0].error_code == ErrorCodes.NO_ERROR and ANY_STREAM == 2**31 - 1
+    return frames[1].opaque_data
+
+
+def test_graceful_goaway_takes_every_stream_until_the_ping_ack_then_names_the_last():
     server, client = connect()
     client.send_headers(1, GET, end_stream=True)
     to_server(server, client)
-    server.goaway()
-    (term,) = [e for e in to_client(server, client) if isinstance(e, h2.events.ConnectionTerminated)]
-    assert (term.error_code, term.last_stream_id) == (ErrorCodes.NO_ERROR, 1)
-    # stream 1 is still answered; a stream opened after the GOAWAY is refused
-    server.respond(1, 204, [], end_stream=True)
-    raw(server, HeadersFrame(3, data=hpack.Encoder().encode(GET), flags=["END_HEADERS", "END_STREAM"]))
+    ping = _start_graceful_end(server)
+    # streams the client sent before it read the first GOAWAY are still taken
+    opened = [e for e in raw(server, _head(3), _head(5)) if isinstance(e, StreamOpened)]
+    assert [(e.stream_id, e.refused) for e in opened] == [(3, 0), (5, 0)]
+    assert _goaways_and_pings(server) == []
+    assert not [e for e in _ping_ack(server, b"other\0\0\0") if isinstance(e, ConnectionEnded)]
+    assert _goaways_and_pings(server) == []  # (the ACK of another PING: not this round trip)
+    # the ACK: the final GOAWAY names the last stream taken; one sent after it is refused
+    events = [*_ping_ack(server, ping), *raw(server, _head(7))]
+    assert not [e for e in events if isinstance(e, StreamOpened)]
     out = server.data_to_send()
-    peer = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    peer.initiate_connection()
     frames = list(_frames(out))
-    assert any(isinstance(f, HeadersFrame) and f.stream_id == 1 for f in frames)
-    assert any(isinstance(f, RstStreamFrame) and f.stream_id == 3 and f.error_code == 7 for f in frames)
+    goaway = [f for f in frames if isinstance(f, GoAwayFrame)]
+    assert [(f.error_code, f.last_stream_id) for f in goaway] == [(ErrorCodes.NO_ERROR, 5)]
+    assert [(f.stream_id, f.error_code) for f in frames if isinstance(f, RstStreamFrame)] == [
+        (7, ErrorCodes.REFUSED_STREAM)]  # fmt: skip
+    # the streams named are still answered, and nothing more goes out after the final GOAWAY
+    for sid in (1, 3, 5):
+        server.respond(sid, 204, [], end_stream=True)
+    answered = {f.stream_id for f in _frames(server.data_to_send()) if isinstance(f, HeadersFrame)}
+    assert answered == {1, 3, 5}
+    _ping_ack(server, ping)
+    server.tick()
+    assert _goaways_and_pings(server) == [] and not server.ended
+
+
+def test_graceful_goaway_without_the_ping_ack_ends_after_goaway_wait():
+    clock = Clock()
+    server, client = connect(clock)
+    _start_graceful_end(server)
+    clock.now += GOAWAY_WAIT / 2
+    server.tick()
+    assert [e.stream_id for e in raw(server, _head(1)) if isinstance(e, StreamOpened)] == [1]
+    assert _goaways_and_pings(server) == []
+    clock.now += GOAWAY_WAIT / 2
+    server.tick()
+    assert _goaways_and_pings(server) == [("GOAWAY", 1)]
+    raw(server, _head(3))
+    assert _refused(server) == {3}
+    server.goaway()  # (once only)
+    server.tick()
+    assert _goaways_and_pings(server) == []
+
+
+def test_a_connection_error_while_going_away_gets_one_goaway_at_once():
+    server, client = connect()
+    ping = _start_graceful_end(server)
+    raw(server, _head(1))
+    end = ended(raw(server, WindowUpdateFrame(0, window_increment=0)))  # a protocol error
+    assert end.code == ErrorCodes.PROTOCOL_ERROR
+    (goaway,) = [f for f in _frames(server.data_to_send()) if isinstance(f, GoAwayFrame)]
+    assert (goaway.error_code, goaway.last_stream_id) == (ErrorCodes.PROTOCOL_ERROR, 1)
+    server.tick()
+    _ping_ack(server, ping)
+    assert server.data_to_send() == b""  # (no graceful GOAWAY after it)
 
 
 def test_client_goaway_and_reset_are_events():

@@ -106,6 +106,8 @@ class Http2Protocol(asyncio.Protocol):
         if self.h2.ended:
             self.srv.request_memory.note(len(data))  # (its bytes went through, if only to be refused)
             self.close()
+        elif self.h2.going_away and not self.streams:  # (the final GOAWAY, on the PING's ACK)
+            self.close()
         elif self.srv.request_memory.full and not self.memory_paused and not self.h2.head_arriving:
             # (a head arriving reads on: the next of its bytes that does not fit ends it, see hold())
             self.memory_paused = True  # body bytes held for the apps fill the worker's budget:
@@ -287,7 +289,7 @@ class Http2Protocol(asyncio.Protocol):
                                          stream.body_bytes, stream.headers)  # fmt: skip
         if not self.streams:
             self.since = self.loop.time()
-            if self.goaway_sent or self.h2.ended:
+            if self.h2.going_away or self.h2.ended:
                 self.close()
         if srv.in_flight == 0:
             srv.idle()
@@ -361,14 +363,13 @@ class Http2Protocol(asyncio.Protocol):
                 self.transport.close()
 
     def stop(self) -> None:
-        """Graceful stop: GOAWAY naming the last stream; those finish, then the connection closes."""
-        if self.closing:
+        """Graceful stop: the two-step GOAWAY (Http2Connection.goaway); the streams taken until the
+        final one finish, then the connection closes."""
+        if self.closing or self.goaway_sent:
             return
         self.goaway_sent = True
         self.h2.goaway()
-        self.flush()
-        if not self.streams:
-            self.close()
+        self.flush()  # (it closes after the final GOAWAY: data_received on the PING's ACK, or sweep)
 
     def sweep(self, now: float, timeouts: Timeouts, drain_until: float) -> None:
         """The connection contract's deadlines (once a second, from Server.tick)."""
@@ -380,6 +381,12 @@ class Http2Protocol(asyncio.Protocol):
             if now - self.linger_since >= LINGER:
                 self.transport.close()
             return
+        if self.goaway_sent:
+            self.h2.tick()  # (the final GOAWAY, if the PING's ACK is overdue)
+            self.flush()
+            if self.h2.going_away and not self.streams:
+                self.close()
+                return
         if self.streams:
             for stream in list(self.streams.values()):
                 self.sweep_stream(stream, now, timeouts)

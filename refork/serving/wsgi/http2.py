@@ -227,8 +227,8 @@ class Session:
                     self.running = False
                 self._account()
                 self.flush()
-        if not self.closed and not self.streams and not self.queued and (self.goaway_sent or self.h2.ended):
-            self.linger()
+        if not self.closed and not self.streams and not self.queued and (self.h2.going_away or self.h2.ended):
+            self.linger()  # (after the final GOAWAY: streams on the wire until then are served)
 
     def _drop_body(self, stream: Stream) -> None:
         """The body bytes a stream held (taken by its app, or left unread) leave the worker's
@@ -385,7 +385,8 @@ class Session:
             self._account()
 
     def stop(self) -> None:
-        """Graceful: GOAWAY naming the last stream taken; those finish, then the connection closes."""
+        """Graceful: the two-step GOAWAY (Http2Connection.goaway); the streams taken until the final
+        one finish, then the connection closes."""
         if self.closed or self.goaway_sent:
             return
         with self.lock:
@@ -408,9 +409,10 @@ class Session:
             self.stop()
             return
         with self.lock:
+            self.h2.tick()  # (the final GOAWAY, if the PING's ACK is overdue)
             self._sweep_streams(now)
             idle = not self.streams and not self.ready and not self.queued
-        if idle:
+        if idle and not self.goaway_sent:
             phase = Phase.HEAD if self.fresh else Phase.IDLE
             if timeouts.expiry(phase, self.since, now, drain_until, 0, False) is not Expiry.NONE:
                 self.stop()
@@ -451,7 +453,8 @@ class Session:
             poll.register(fd, (IN | OUT) if (self.sending or self.out) else IN)
             if poll.poll(min(left, 1.0) * 1000):
                 self.on_ready()
-            self._sweep_streams(time.monotonic())  # (the loop's sweep waits for this app call)
+            self.h2.tick()  # (the loop's sweep waits for this app call)
+            self._sweep_streams(time.monotonic())
         return True
 
     def kick(self) -> None:
