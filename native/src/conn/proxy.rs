@@ -1,6 +1,6 @@
 //! The PROXY protocol header (HAProxy's v1 and v2) for the native loops: refork.http.proxy_protocol's
 //! rules in Rust, so that the pool's I/O thread, which never takes the GIL, reads it too. One table
-//! of vectors (tests/proxy_vectors.py) drives both parsers (`parse_proxy` below is its Python face).
+//! of vectors (tests/support/proxy_vectors.py) drives both parsers (`parse_proxy` below is its Python face).
 //!
 //! A fresh connection's first bytes (conn/intake.rs `Intake::preface`): no header (served as it came), part
 //! of one (wait), a header (taken out of the buffer, its client the connection's peer from then on),

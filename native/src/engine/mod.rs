@@ -1,8 +1,8 @@
 //! The connection loop of a single-thread WSGI worker, in Rust (`--wsgi-loop native`).
 //!
-//! The Python loop (refork.serving.wsgi.native_parts) stays the outer loop: it owns the worker's control
-//! socket, TLS listeners, ticks, the drain and the safe points, and calls `run()` in place of its
-//! own poll. `run()` waits on the engine's epoll, which also watches the Python loop's epoll fd
+//! The Python loop (refork.serving.wsgi.python_loop, with refork.serving.wsgi.native_parts) stays
+//! the outer loop: it owns the worker's control socket, TLS listeners, ticks, the drain and the safe
+//! points, and its host (refork.serving.wsgi.engine_host) calls `run()` in place of its own poll. `run()` waits on the engine's epoll, which also watches the Python loop's epoll fd
 //! (`outer`): it returns when that one is ready, after a signal, or when its timeout ends. In
 //! between, every request of the common shape (http/head.rs) is served here: accept, recv,
 //! httparse, the environ (wsgi/environ.rs), the app called with the native start_response
@@ -231,7 +231,7 @@ impl Engine {
     }
 
     /// A connection of `listener_fd` the Python loop gives back between two requests (see
-    /// refork.serving.wsgi.engine_host.NativeHost.take_back).
+    /// refork.serving.wsgi.native_host.NativeHost.take_back).
     fn adopt(&mut self, fd: i32, client: Bound<'_, PyAny>, listener_fd: i32, since: f64) -> PyResult<()> {
         let environ = self.listeners.place(listener_fd).ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a listener of the engine"))?;
         let conn = Conn::adopted(fd, &client, listener_fd, environ, since)?;

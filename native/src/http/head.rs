@@ -66,7 +66,7 @@ pub(crate) struct HeadLimits {
 }
 
 impl HeadLimits {
-    /// From a refork.http.parser.Limits.
+    /// From a refork.http.head.Limits.
     pub fn from_py(limits: &Bound<'_, PyAny>) -> PyResult<Self> {
         let get = |name: &str| -> PyResult<usize> {
             let v: usize = limits.getattr(name)?.extract()?;

@@ -350,7 +350,7 @@ impl PoolEngine {
     }
 
     /// A connection of `listener_fd` the Python loop gives back between two requests (see
-    /// refork.serving.wsgi.engine_host.NativeHost.take_back): the I/O thread's again.
+    /// refork.serving.wsgi.native_host.NativeHost.take_back): the I/O thread's again.
     fn adopt(&self, fd: i32, client: Bound<'_, PyAny>, listener_fd: i32, since: f64) -> PyResult<()> {
         let environ = self.side.listener_fds.iter().position(|&l| l == listener_fd).ok_or_else(|| pyo3::exceptions::PyValueError::new_err("not a listener of the engine"))?;
         let conn = Conn::adopted(fd, &client, listener_fd, environ, since)?;

@@ -41,7 +41,7 @@ pub(crate) struct Called<'py> {
     /// the Exception it raised, or None
     pub exc: Bound<'py, PyAny>,
     /// the common response, framed; None: the Python response path sends it
-    /// (refork.wsgi.continue_wsgi)
+    /// (refork.wsgi.response.continue_wsgi)
     pub framed: Option<Framed>,
 }
 

@@ -1,6 +1,6 @@
 //! `HandOver`: the one value an engine gives its host with a response it does not frame (a
 //! generator, a file, write(), an app error): `host.finish_response(hand_over)`, a public method
-//! typed in refork/_native.pyi and refork.serving.contract.EngineHost.
+//! typed in refork/_native.pyi and refork.serving.contract.HandOverHost.
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
