@@ -256,7 +256,8 @@ class Monitor:
         """The shared page, for the slots of known workers."""
         slots = self.ctx.slots
         return {
-            c.slot: ev.SlotReading(slots.owner(c.slot), slots.deadline(c.slot), slots.requests(c.slot))
+            c.slot: ev.SlotReading(slots.owner(c.slot), slots.deadline(c.slot), slots.requests(c.slot),
+                                   slots.busy(c.slot), slots.overdue(c.slot))  # fmt: skip
             for c in self.supervisor.roster.workers()
             if c.slot >= 0
         }

@@ -12,6 +12,7 @@ import time
 
 from conftest import ROOT, pids_alive
 from support.load import Load
+from support.request_paths import PATHS, every_path, flags, http2, tls
 
 
 def status_cli(server, *flags: str) -> subprocess.CompletedProcess:
@@ -225,3 +226,26 @@ def test_memray_writes_one_capture_per_worker(start_server, tmp_path):
     files = sorted(p.name for p in out.iterdir())
     assert files == sorted(f"refork-worker-{pid}.bin" for pid in pids)
     assert all((out / name).stat().st_size > 0 for name in files)
+
+
+@every_path
+def test_a_refork_under_a_steady_stream_of_short_requests_is_never_stuck(start_server, path):
+    """Requests overlap so that one is always in flight: the worker being promoted holds the new
+    ones until those in flight end and it forks, or declines within a few seconds (a loop that
+    cannot hold them: ASGI's HTTP/2 streams) and says so."""
+    chosen, app = flags(path, "apps.promises")
+    server = start_server(*chosen, "--refork-after", "off", app=app, workers=1)
+    loads = [Load(server.port, path=f"/sleep?{pause}", threads=4, http2=http2(path), tls=tls(path))
+             for pause in (0.3, 0.37)]  # fmt: skip  (two paces: their requests never all end at once)
+    with loads[0], loads[1]:
+        loads[0].wait_for_requests(12)
+        server.signal(signal.SIGUSR2)
+        outcome = server.wait_for(
+            lambda: re.search(r"(not )?promoted to mold of gen 1", server.log()),
+            timeout=10,
+            what="the promotion taken or declined",
+        )
+        held = PATHS[path][0] == "wsgi" or not http2(path)  # (ASGI's HTTP/2 streams are not held)
+        assert outcome.group(1) is None or not held, server.log()
+        loads[0].wait_for_requests(12)
+    assert loads[0].failures == loads[1].failures == []

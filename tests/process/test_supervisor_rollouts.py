@@ -79,22 +79,6 @@ def test_refork_after_is_ignored_during_a_rollout_or_a_pending_mold():
     assert sim.handle(messages.WantsPromotion(w1, 1000)) == []  # gen 0 is outdated now
 
 
-def test_a_declined_promotion_is_forgotten_and_its_worker_left_out_for_a_while():
-    """A worker that found no safe point (a request older than the ask still in flight) serves on:
-    the mold it was to fork is no longer expected, so another promotion may start, but not its."""
-    sim = Sim(workers=2)
-    mold, (w0, w1) = sim.up()
-    sim.served(w0, 99)
-    (promote,) = sends(sim.handle(ReforkRequested(dict(sim.slots))), messages.Promote)
-    assert promote.pid == w0
-    assert sim.sup.roster.pending_mold() is not None
-    actions = sim.handle(messages.PromotionDeclined(w0, 1, "a request older than the ask still in flight"))
-    assert f"worker 0 (pid {w0}) not promoted to mold of gen 1" in logged(actions)
-    assert sim.sup.roster.pending_mold() is None
-    (again,) = sends(sim.handle(ReforkRequested(dict(sim.slots))), messages.Promote)
-    assert again.pid == w1 and again.message.generation == 1  # the warmest that did not decline
-
-
 # -- recycling -----------------------------------------------------------------------------------
 def test_max_requests_retires_a_worker_after_its_replacement_is_ready():
     sim = Sim(workers=2)

@@ -98,6 +98,7 @@ class Supervisor(Phases, Starts, Promotions):
         self._actions: list[Action] = []
         self.restarts: dict[str, int] = {}  # workers replaced, by cause (the metrics)
         self._promoted: set[int] = set()  # generations whose mold is a promoted worker (reforks)
+        self.refork_tries = 0  # workers the refork under way may still ask, should one decline
         self.reload_queued = False  # a reload asked while a new mold was starting: it follows it
 
     # -- the entry point -------------------------------------------------------------------------
@@ -268,6 +269,7 @@ class Supervisor(Phases, Starts, Promotions):
         self._rollout()
         self._recycle(now)
         self._shed_idle_mold(now)
+        self._refork_again()
         self._start_queued_reload()
         self._schedule_memory_sample(now)
         self._milestones()
@@ -493,6 +495,7 @@ class Supervisor(Phases, Starts, Promotions):
         previous = self.roster.current_mold()
         self.roster.set_current_mold(mold)
         self.generation = mold.generation
+        self.refork_tries = 0
         self.mold_crashes.reset()
         self.mold_shed = False
         self.mold_busy_at = self.now

@@ -33,6 +33,8 @@ class SlotReading:
     owner: int  # the pid that claimed it
     deadline: float  # monotonic seconds, 0 = none
     requests: int
+    busy: int = 0  # requests in the app (in flight, not waiting on their client)
+    overdue: int = 0  # requests past --request-timeout
 
 
 @dataclass(frozen=True)

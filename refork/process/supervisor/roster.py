@@ -214,10 +214,11 @@ class Roster:
         return any(c.generation < generation for c in self.workers())
 
     def warmest_promotable(
-        self, generation: int, slots: Mapping[int, SlotReading], now: float
+        self, generation: int, slots: Mapping[int, SlotReading], now: float, timeout: float
     ) -> Child | None:
-        """The ready, fork-safe worker of `generation` that has served the most (as `slots` say),
-        leaving out one that just declined (a long request kept it from a safe point)."""
+        """The ready, fork-safe, healthy worker of `generation` that has served the most (as `slots`
+        say), leaving out one that just declined (a long request kept it from a safe point)."""
+        unread = SlotReading(0, 0.0, 0)
         candidates = [
             c
             for c in self.serving_workers()
@@ -225,8 +226,9 @@ class Roster:
             and c.generation == generation
             and not c.fork_unsafe
             and (not c.declined_at or now - c.declined_at >= DECLINED_PAUSE)
+            and not c.kill_reason
+            and healthy(slots.get(c.slot, unread), now, timeout)
         ]
-        unread = SlotReading(0, 0.0, 0)
         return max(candidates, key=lambda c: slots.get(c.slot, unread).requests, default=None)
 
     # expectations
@@ -298,6 +300,18 @@ class Roster:
         if self._pending_mold is not None and self._pending_mold.pid == pid:
             self._pending_mold = None
         return child
+
+
+def healthy(reading: SlotReading, now: float, timeout: float) -> bool:
+    """Could this worker reach a safe point soon? Not with a request past --request-timeout, nor with
+    one in the app for more than half of --timeout (`timeout`): it would be killed while promoted,
+    or hold the promotion until it declines. The slot deadline is the oldest in-app start (for an
+    event loop: its last heartbeat) plus `timeout`."""
+    if reading.overdue:
+        return False
+    if not reading.busy or not reading.deadline:
+        return True
+    return now - (reading.deadline - timeout) <= timeout / 2
 
 
 def kill_cause(reason: str) -> str | None:

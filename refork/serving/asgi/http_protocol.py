@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("refork")
 
 MAX_PIPELINE = 32  # queued pipelined requests before we stop reading the socket
+HOLD_POLL = 0.05  # seconds between two looks at a request held for a safe point (see start())
 _IDLE, _HEAD, _BODY = Phase.IDLE, Phase.HEAD, Phase.BODY
 
 
@@ -53,7 +54,7 @@ class HttpProtocol(asyncio.Protocol):
         "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
         "queue", "read_paused", "write_blocked_since", "closing", "since", "pending_error", "eof",
         "trusted", "body_bytes", "scheme", "tls", "fresh", "drain_waiter", "held", "proxied", "sniffed",
-        "hold_head", "__weakref__",
+        "hold_head", "hold_timer", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, srv: Server, proxied: tuple[str, int] | None = None) -> None:
@@ -83,6 +84,7 @@ class HttpProtocol(asyncio.Protocol):
         self.sniffed = b""  # h2c: the first bytes, while they may be the HTTP/2 preface
         # the Channel's hold_head is the server's own: no call in between
         self.hold_head: Callable[[HttpCycle], None] = srv.hold_head
+        self.hold_timer: asyncio.TimerHandle | None = None  # a request held for a safe point
 
     # asyncio.Protocol ------------------------------------------------------------------------
 
@@ -203,7 +205,7 @@ class HttpProtocol(asyncio.Protocol):
                 if request.content_length or request.chunked:
                     self.since = self.loop.time()  # the body deadline runs from the end of the head
                     self.body_bytes = 0
-                if self.cycle is None and not self.write_blocked_since:
+                if self.cycle is None and not self.queue and not self.write_blocked_since:
                     self.start(cycle)
                 else:
                     self.queue.append(cycle)
@@ -224,6 +226,9 @@ class HttpProtocol(asyncio.Protocol):
         self.queue.clear()
         self.reading = None
         self.write_blocked_since = 0.0
+        if self.hold_timer is not None:
+            self.hold_timer.cancel()
+            self.hold_timer = None
         self._wake_drain()
         if srv.stopping and not srv.connections:
             srv.check_drained()
@@ -348,6 +353,13 @@ class HttpProtocol(asyncio.Protocol):
         if srv.health is not None and srv.health.check(cycle.request):
             self.answer_health(cycle)
             return
+        if srv.control.safe_point_wanted and srv.serving and not srv.stopping:
+            # The worker is being promoted: a new request waits (a few seconds at most: the worker
+            # declines past its bound) so that the ones in flight end and the safe point comes.
+            self.queue.appendleft(cycle)
+            if self.hold_timer is None:
+                self.hold_timer = self.loop.call_later(HOLD_POLL, self.release_held)
+            return
         if srv.stopping:
             cycle.close_after()
         self.cycle = cycle
@@ -379,6 +391,17 @@ class HttpProtocol(asyncio.Protocol):
         serving = deadlines.current.set(cycle.token)  # the task copies it: refork.extend_deadline()
         cycle.task = self.loop.create_task(cycle.run(app, scope))
         deadlines.current.reset(serving)
+
+    def release_held(self) -> None:
+        """Start the request held for a safe point once it was taken or declined."""
+        self.hold_timer = None
+        if self.closing or self.cycle is not None or not self.queue or self.write_blocked_since:
+            return  # (a cycle's end, or resume_writing, starts it)
+        srv = self.srv
+        if srv.control.safe_point_wanted and srv.serving and not srv.stopping:
+            self.hold_timer = self.loop.call_later(HOLD_POLL, self.release_held)
+        else:
+            self.start_next()
 
     def answer_health(self, cycle: HttpCycle) -> None:
         """A --health-path check: answered here, never by the app; not counted, not logged."""
