@@ -30,7 +30,7 @@ from refork.serving.asgi.tls_buffers import close_refused, hold_tls_reads
 from refork.serving.asgi.websocket_protocol import WebSocketProtocol
 from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
 from refork.serving.health import health_response
-from refork.serving.http2 import sniff_preface
+from refork.serving.http2 import LINGER, sniff_preface
 from refork.serving.parsers import request_parser
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class HttpProtocol(asyncio.Protocol):
         "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
         "queue", "read_paused", "write_blocked_since", "closing", "since", "pending_error", "eof",
         "trusted", "body_bytes", "scheme", "tls", "fresh", "drain_waiter", "held", "proxied", "sniffed",
-        "hold_head", "hold_timer", "__weakref__",
+        "hold_head", "hold_timer", "linger_since", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, srv: Server, proxied: tuple[str, int] | None = None) -> None:
@@ -85,6 +85,7 @@ class HttpProtocol(asyncio.Protocol):
         # the Channel's hold_head is the server's own: no call in between
         self.hold_head: Callable[[HttpCycle], None] = srv.hold_head
         self.hold_timer: asyncio.TimerHandle | None = None  # a request held for a safe point
+        self.linger_since = 0.0  # the write side is shut: what the client still sends is dropped
 
     # asyncio.Protocol ------------------------------------------------------------------------
 
@@ -247,6 +248,8 @@ class HttpProtocol(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         # Half-close from the client: finish what is queued, then close (returning None closes).
         self.eof = True
+        if self.closing:
+            return None  # the lingering close is over
         if self.cycle is None and not self.queue:
             self.closing = True
             return None
@@ -482,13 +485,24 @@ class HttpProtocol(asyncio.Protocol):
         self.transport.resume_reading()
 
     def close(self, refused: bool = False) -> None:
+        """A lingering close (RFC 9112 9.6): what is written goes out, the write side shuts, and
+        what the client still sends (a request sent as the worker retires, a body the app did not
+        read) is read and dropped until it closes or LINGER passes (sweep()). Closing with its
+        bytes unread would reset the connection: the client could lose the response it has not
+        read yet, and a request it sent on a reused connection would meet ECONNRESET, not EOF."""
         if not self.closing:
             self.closing = True
             self.queue.clear()
             if refused:
                 close_refused(self.transport, self.loop)
-            else:
+            elif self.eof or not self.transport.can_write_eof():  # (TLS: close_notify, bounded)
                 self.transport.close()
+            else:
+                self.linger_since = self.loop.time()
+                if self.read_paused:
+                    self.read_paused = False
+                    self.transport.resume_reading()
+                self.transport.write_eof()
             self.let_go()
 
     def let_go(self) -> None:
@@ -517,6 +531,8 @@ class HttpProtocol(asyncio.Protocol):
             self.transport.abort()  # the client stopped reading: connection_lost follows
             return
         if self.closing:
+            if self.linger_since and now - self.linger_since >= LINGER:
+                self.transport.close()
             return
         reading = self.reading
         if reading is not None:
