@@ -257,7 +257,8 @@ class Monitor:
         slots = self.ctx.slots
         return {
             c.slot: ev.SlotReading(slots.owner(c.slot), slots.deadline(c.slot), slots.requests(c.slot),
-                                   slots.busy(c.slot), slots.overdue(c.slot))  # fmt: skip
+                                   slots.busy(c.slot), slots.overdue(c.slot),
+                                   slots.threads(c.slot))  # fmt: skip
             for c in self.supervisor.roster.workers()
             if c.slot >= 0
         }

@@ -123,6 +123,10 @@ class Slots:
         in_flight = max(0, ints[base + STARTS] - ints[base + REQUESTS])
         return max(0, in_flight - ints[base + WAITING])
 
+    def threads(self, index: int) -> int:
+        """App threads of the worker in this slot (0 for ASGI)."""
+        return self._ints[index * SLOT_WORDS + THREADS]
+
     def free_threads(self, index: int) -> int:
         """App threads of the worker in this slot with no request in the app (0 for ASGI)."""
         return max(0, self._ints[index * SLOT_WORDS + THREADS] - self.busy(index))

@@ -280,7 +280,10 @@ class Supervisor(Phases, Starts, Promotions):
             self._log(WARNING, "a worker asked of the mold did not report within %gs", timeout)
             self.slot_allocator.give_back(pending.slot)
         for child, reason in self.roster.overdue(now, self.slots, self.config):
-            self._kill(child, reason)
+            if self._drains_before_kill(child, reason):
+                self._drain_hung(child, reason)
+            else:
+                self._kill(child, reason)
         for child in self.roster.workers():
             if child.aborted_at and now > child.aborted_at + ABORT_GRACE:
                 child.aborted_at = 0.0
@@ -308,6 +311,29 @@ class Supervisor(Phases, Starts, Promotions):
             if mold is not None:
                 self._kill(mold, "mold spawn timeout")
             self.roster.clear_pending_mold()
+
+    def _drains_before_kill(self, child: Child, reason: str) -> bool:
+        """A worker past --timeout with app threads (--threads > 1): its loop thread is not the one
+        stuck, so it can drain; a single-threaded or ASGI worker's passed deadline is its loop stuck."""
+        reading = self.slots.get(child.slot)
+        return (
+            reason.startswith("timeout")
+            and not child.stopping
+            and reading is not None
+            and reading.threads > 1
+            and self.config.graceful_timeout > 0
+        )
+
+    def _drain_hung(self, child: Child, reason: str) -> None:
+        """The hung request costs only itself: the worker stops accepting (its replacement is asked
+        for at once: it no longer serves), its other requests finish within --graceful-timeout, and
+        then it is killed (roster.overdue)."""
+        self._log(WARNING, "%s (pid %d): %s; draining it: its other requests have --graceful-timeout "
+                  "(%gs), then it is killed", child.label, child.pid, reason,
+                  self.config.graceful_timeout)  # fmt: skip
+        child.hung_since = self.now
+        child.restart_cause = "timeout"
+        self._stop_child(child, graceful=True)
 
     def _kill(self, child: Child, reason: str) -> None:
         child.kill_reason = reason

@@ -35,6 +35,7 @@ class SlotReading:
     requests: int
     busy: int = 0  # requests in the app (in flight, not waiting on their client)
     overdue: int = 0  # requests past --request-timeout
+    threads: int = 0  # its app threads (WSGI --threads; 0 for ASGI)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ class Child:
     started: float = 0.0
     age: int = 0  # gunicorn's worker.age: the how-manieth worker asked for
     aborted_at: float = 0.0  # sent SIGABRT for --timeout (worker_abort hook); SIGKILL follows
+    hung_since: float = 0.0  # past --timeout with app threads beside: draining, killed after it
     ready: bool = False
     ready_at: float = 0.0
     stopping: bool = False
@@ -165,6 +166,11 @@ class Roster:
         found = []
         for child in self.workers():
             if child.kill_reason:
+                continue
+            if child.hung_since:  # draining (its other requests finish), then killed for its timeout
+                if now > child.stop_deadline:
+                    found.append((child, f"timeout: busy longer than {config.timeout:g}s, drained for "
+                                         f"--graceful-timeout {config.graceful_timeout:g}s"))  # fmt: skip
                 continue
             reading = slots.get(child.slot)
             if (
