@@ -120,3 +120,13 @@ def test_a_summoned_worker_that_declines_is_followed_by_another_at_the_next_tick
     assert sends(declined(sim, w1, generation=0), messages.Promote) == []  # no refork retry for it
     (promote,) = sends(sim.tick(), messages.Promote)
     assert (promote.pid, promote.message.generation) == (w2, 0)
+
+
+def test_a_declined_refork_after_promotion_is_not_retried_by_the_monitor():
+    """--refork-after: the worker asks again itself once it can; nothing is given up."""
+    sim = Sim(workers=2)
+    mold, (w0, w1) = sim.up()
+    (promote,) = sends(sim.handle(messages.WantsPromotion(w0, 1000)), messages.Promote)
+    actions = declined(sim, w0)
+    assert sends(actions, messages.Promote) == [] and "given up" not in logged(actions)
+    assert sends(sim.tick(after=DECLINED_PAUSE), messages.Promote) == []

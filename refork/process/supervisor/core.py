@@ -99,6 +99,7 @@ class Supervisor(Phases, Starts, Promotions):
         self.restarts: dict[str, int] = {}  # workers replaced, by cause (the metrics)
         self._promoted: set[int] = set()  # generations whose mold is a promoted worker (reforks)
         self.refork_tries = 0  # workers the refork under way may still ask, should one decline
+        self.reforking = False  # a refork asked by USR2 / `refork refork` is under way
         self.reload_queued = False  # a reload asked while a new mold was starting: it follows it
 
     # -- the entry point -------------------------------------------------------------------------
@@ -521,7 +522,7 @@ class Supervisor(Phases, Starts, Promotions):
         previous = self.roster.current_mold()
         self.roster.set_current_mold(mold)
         self.generation = mold.generation
-        self.refork_tries = 0
+        self.refork_tries, self.reforking = 0, False
         self.mold_crashes.reset()
         self.mold_shed = False
         self.mold_busy_at = self.now

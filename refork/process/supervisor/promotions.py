@@ -39,6 +39,7 @@ class Promotions:
     mold_busy_at: float
     mold_crashes: Backoff
     refork_tries: int  # workers the refork under way may still ask (after a decline)
+    reforking: bool  # a refork (USR2, `refork refork`) is under way: it says so if it gives up
     _promoted: set[int]
 
     if TYPE_CHECKING:  # the Supervisor's
@@ -70,6 +71,7 @@ class Promotions:
             self._log(WARNING, "refork: no fork-safe worker of gen %d is ready", self.generation)
             return False
         self.refork_tries = REFORK_TRIES - 1
+        self.reforking = True
         self._promote(chosen, self.generation + 1)
         return True
 
@@ -109,7 +111,8 @@ class Promotions:
         if self.refork_tries:
             self._log(INFO, "refork: asking another worker")
             self._refork_again()
-        else:
+        elif self.reforking:  # (--refork-after: the worker asks again itself)
+            self.reforking = False
             self._log(WARNING, "refork to gen %d given up: no worker reached a safe point in time",
                       declined.generation)  # fmt: skip
 
