@@ -260,7 +260,8 @@ class Monitor:
         slots = self.ctx.slots
         return {
             c.slot: ev.SlotReading(slots.owner(c.slot), slots.deadline(c.slot), slots.requests(c.slot),
-                                   slots.websockets(c.slot))  # fmt: skip
+                                   slots.websockets(c.slot), slots.busy(c.slot), slots.overdue(c.slot),
+                                   slots.threads(c.slot))  # fmt: skip
             for c in self.supervisor.roster.workers()
             if c.slot >= 0
         }

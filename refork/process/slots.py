@@ -120,12 +120,19 @@ class Slots:
         """Open WebSockets of the worker in this slot."""
         return self._ints[index * SLOT_WORDS + WEBSOCKETS]
 
-    def free_threads(self, index: int) -> int:
-        """App threads of the worker in this slot with no request in the app (0 for ASGI)."""
+    def busy(self, index: int) -> int:
+        """Requests of the worker in this slot in the app (in flight, not waiting on their client)."""
         ints, base = self._ints, index * SLOT_WORDS
         in_flight = max(0, ints[base + STARTS] - ints[base + REQUESTS])
-        busy = max(0, in_flight - ints[base + WAITING])
-        return max(0, ints[base + THREADS] - busy)
+        return max(0, in_flight - ints[base + WAITING])
+
+    def threads(self, index: int) -> int:
+        """App threads of the worker in this slot (0 for ASGI)."""
+        return self._ints[index * SLOT_WORDS + THREADS]
+
+    def free_threads(self, index: int) -> int:
+        """App threads of the worker in this slot with no request in the app (0 for ASGI)."""
+        return max(0, self._ints[index * SLOT_WORDS + THREADS] - self.busy(index))
 
     def counters(self, index: int) -> SlotCounters:
         """The metric words of one slot (the monitor's read)."""

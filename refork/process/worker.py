@@ -33,6 +33,7 @@ from refork.process.stacks import request_stack  # at import: never import in a 
 log = logging.getLogger("refork")
 PROMOTION_RETRY = 10.0  # seconds before asking to be promoted again
 SAFE_POINT_WAIT = 1.0  # seconds a request older than a Promote may keep the worker from its safe point
+SAFE_POINT_BOUND = 3.0  # seconds any requests may (new ones are held meanwhile): then it declines
 OVERDUE_SIGNAL = signal.SIGUSR2  # the monitor's "look at your overdue requests" (a blocked loop)
 MONITOR_GONE_SIGNAL = signal.SIGHUP  # the kernel's, when the monitor (the parent) dies
 
@@ -381,10 +382,15 @@ class Worker:
 
     def tick(self) -> None:
         self.clock.tick()
-        asked = self._promote_asked
-        waited = time.monotonic() > asked + SAFE_POINT_WAIT
-        if self._promote_to is not None and waited and self.clock.in_flight_since(asked):
-            self._decline_promotion()
+        if self._promote_to is not None:
+            asked = self._promote_asked
+            waited = time.monotonic() - asked
+            if waited > SAFE_POINT_BOUND:
+                self._decline_promotion(f"no safe point within {SAFE_POINT_BOUND:g}s; serving on")
+            elif waited > SAFE_POINT_WAIT and self.clock.in_flight_since(asked):
+                self._decline_promotion(
+                    f"a request older than the ask still in flight after {SAFE_POINT_WAIT:g}s; serving on"
+                )
         if not self._unsafe_reported and not fork_safety.is_fork_safe():  # (the engine's requests)
             self._report_unsafe()
         if self.request_timeout is not None:
@@ -442,13 +448,13 @@ class Worker:
         self._promotion_asked = now
         self.ctx.tell(messages.WantsPromotion(os.getpid(), requests))
 
-    def _decline_promotion(self) -> None:
-        """A request that was in flight when the Promote came is still there (a long or hung one):
-        rather than hold new requests behind it, serve on and let the monitor forget this mold; the
-        worker asks again later. (Newer requests only delay the safe point: they end.)"""
+    def _decline_promotion(self, reason: str) -> None:
+        """No safe point in time: a request that was in flight when the Promote came is still there
+        (a long or hung one), or requests kept coming (a loop that cannot hold them: HTTP/2 streams).
+        Rather than hold new requests any longer, serve on and let the monitor forget this mold (it
+        asks another worker); this worker asks again later."""
         generation, self._promote_to = self._promote_to, None
         assert generation is not None
-        reason = f"a request older than the ask still in flight after {SAFE_POINT_WAIT:g}s; serving on"
         log.info("worker %d (gen %d): not promoted to mold of gen %d: %s", self.nr, self.generation,
                  generation, reason)  # fmt: skip
         self._promotion_asked = time.monotonic()

@@ -8,10 +8,16 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
+import h2.config
+import h2.connection
+import h2.events
+import pytest
 from conftest import ROOT, pids_alive
 from support.load import Load
+from support.request_paths import PATHS, connect, every_path, flags, http2, tls
 
 
 def status_cli(server, *flags: str) -> subprocess.CompletedProcess:
@@ -225,3 +231,108 @@ def test_memray_writes_one_capture_per_worker(start_server, tmp_path):
     files = sorted(p.name for p in out.iterdir())
     assert files == sorted(f"refork-worker-{pid}.bin" for pid in pids)
     assert all((out / name).stat().st_size > 0 for name in files)
+
+
+@every_path
+def test_a_refork_under_a_steady_stream_of_short_requests_is_never_stuck(start_server, path):
+    """Requests overlap so that one is always in flight: the worker being promoted holds the new
+    ones until those in flight end and it forks, or declines within a few seconds (a loop that
+    cannot hold them: ASGI's HTTP/2 streams) and says so."""
+    chosen, app = flags(path, "apps.promises")
+    server = start_server(*chosen, "--refork-after", "off", app=app, workers=1)
+    loads = [Load(server.port, path=f"/sleep?{pause}", threads=4, http2=http2(path), tls=tls(path))
+             for pause in (0.3, 0.37)]  # fmt: skip  (two paces: their requests never all end at once)
+    with loads[0], loads[1]:
+        loads[0].wait_for_requests(12)
+        server.signal(signal.SIGUSR2)
+        outcome = server.wait_for(
+            lambda: re.search(r"(not )?promoted to mold of gen 1", server.log()),
+            timeout=10,
+            what="the promotion taken or declined",
+        )
+        held = PATHS[path][0] == "wsgi" or not http2(path)  # (ASGI's HTTP/2 streams are not held)
+        assert outcome.group(1) is None or not held, server.log()
+        loads[0].wait_for_requests(12)
+    assert loads[0].failures == loads[1].failures == []
+
+
+class Idle:
+    """A connection that has carried one response and stays open (an HTTP/2 one: its stream ended)."""
+
+    def __init__(self, server, path: str) -> None:
+        self.sock = connect(path, server.port, alpn="h2" if http2(path) else "http/1.1")
+        self.h2: h2.connection.H2Connection | None = None
+        if http2(path):
+            self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+            self.h2.initiate_connection()
+            self.sock.sendall(self.h2_get(1))
+            ended = False
+            while not ended:
+                data = self.sock.recv(65536)
+                assert data, "closed before its first response"
+                ended = any(isinstance(e, h2.events.StreamEnded) for e in self.h2.receive_data(data))
+            self.sock.sendall(self.h2.data_to_send())
+            return
+        self.sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        received = b""
+        while not re.search(rb"\r\n\r\n\d+ \d+$", received):  # ("PID PPID", the app's answer to /)
+            data = self.sock.recv(65536)
+            assert data, "closed before its first response"
+            received += data
+
+    def h2_get(self, sid: int) -> bytes:
+        assert self.h2 is not None
+        fields = [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "x")]
+        self.h2.send_headers(sid, fields, end_stream=True)
+        return self.h2.data_to_send()
+
+    def next_request(self, upload: int = 0) -> bytes | OSError:
+        """Send the next request (HTTP/1.1: with an `upload` the app does not read) and read until
+        the server closes: what came, or the error (a reset: a close with input of ours unread)."""
+        if self.h2 is not None:
+            request = self.h2_get(3)
+        elif upload:
+            request = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % upload + b"x" * upload
+        else:
+            request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+        received = b""
+        try:
+            self.sock.sendall(request)
+            while data := self.sock.recv(65536):
+                received += data
+        except OSError as e:
+            return e
+        finally:
+            self.sock.close()
+        return received
+
+
+@every_path
+@pytest.mark.parametrize("retirement", ["max-requests", "refork"])
+def test_a_keep_alive_client_idle_on_a_retiring_worker_meets_an_answer_or_a_clean_eof(
+    start_server, path, retirement
+):
+    """Clients idle on a worker that retires send their next request while it drains (an upload it
+    answers without reading) and after it is gone: each gets its response (with Connection: close)
+    or a clean EOF it may retry on, never a reset (a close with their bytes unread)."""
+    chosen, app = flags(path, "apps.promises")
+    extra = ["--max-requests", "7", "--max-requests-jitter", "0"] if retirement == "max-requests" else []
+    server = start_server(*chosen, "--refork-after", "off", *extra, app=app, workers=1)
+    (old,) = [w["pid"] for w in server.workers()]
+    idle = [Idle(server, path) for _ in range(6)]
+    if retirement == "refork":
+        server.signal(signal.SIGUSR2)
+    else:
+        Idle(server, path).sock.close()  # (the seventh request)
+    server.wait_for(lambda: [w for w in server.workers(state="stopping") if w["pid"] == old],
+                    what="the retiring worker draining")  # fmt: skip
+    draining: list[bytes | OSError] = []
+    uploads = [threading.Thread(target=lambda c=c: draining.append(c.next_request(1 << 20)))
+               for c in idle[:3]]  # fmt: skip
+    for t in uploads:
+        t.start()
+    for t in uploads:
+        t.join(30)
+    server.wait_for(lambda: not pids_alive([old]), what="the retired worker gone")
+    after = [c.next_request() for c in idle[3:]]
+    assert not [r for r in draining + after if isinstance(r, OSError)], (draining, after)

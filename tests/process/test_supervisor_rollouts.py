@@ -80,22 +80,6 @@ def test_refork_after_is_ignored_during_a_rollout_or_a_pending_mold():
     assert sim.handle(messages.WantsPromotion(w1, 1000)) == []  # gen 0 is outdated now
 
 
-def test_a_declined_promotion_is_forgotten_and_its_worker_left_out_for_a_while():
-    """A worker that found no safe point (a request older than the ask still in flight) serves on:
-    the mold it was to fork is no longer expected, so another promotion may start, but not its."""
-    sim = Sim(workers=2)
-    mold, (w0, w1) = sim.up()
-    sim.served(w0, 99)
-    (promote,) = sends(sim.handle(ReforkRequested(dict(sim.slots))), messages.Promote)
-    assert promote.pid == w0
-    assert sim.sup.roster.pending_mold() is not None
-    actions = sim.handle(messages.PromotionDeclined(w0, 1, "a request older than the ask still in flight"))
-    assert f"worker 0 (pid {w0}) not promoted to mold of gen 1" in logged(actions)
-    assert sim.sup.roster.pending_mold() is None
-    (again,) = sends(sim.handle(ReforkRequested(dict(sim.slots))), messages.Promote)
-    assert again.pid == w1 and again.message.generation == 1  # the warmest that did not decline
-
-
 # -- recycling -----------------------------------------------------------------------------------
 def test_max_requests_retires_a_worker_after_its_replacement_is_ready():
     sim = Sim(workers=2)
@@ -233,3 +217,49 @@ def test_a_reload_or_a_stop_gives_no_websocket_grace():
     assert stop.message.websockets == 0.0  # the new code takes over at once
     stops = sends(sim.handle(StopRequested("graceful")), messages.Stop)
     assert stops and all(s.message.websockets == 0.0 for s in stops)
+
+
+# -- a hung request under --threads ----------------------------------------------------------------
+def hung_threaded_worker(graceful: float = 5.0) -> tuple[Sim, int, list]:
+    """A worker with 4 app threads whose oldest request passed --timeout (30 s) just now."""
+    sim = Sim(workers=2, timeout=30.0, graceful_timeout=graceful)
+    mold, (w0, w1) = sim.up()
+    slot = sim.sup.roster.get(w0).slot
+    sim.slots[slot] = SlotReading(w0, sim.now + 30.0, 7, busy=2, threads=4)
+    assert of(sim.tick(after=29.0), Signal) == []
+    return sim, w0, sim.tick(after=2.0)
+
+
+def test_a_threaded_worker_past_its_timeout_drains_before_it_is_killed():
+    """Its loop is not the stuck thread: the hung request costs only itself. The worker stops
+    accepting and its replacement is asked for at once; its other requests get --graceful-timeout,
+    then it is killed for its timeout."""
+    sim, w0, actions = hung_threaded_worker()
+    assert f"worker 0 (pid {w0}): timeout: busy longer than 30s; draining it" in logged(actions)
+    assert of(actions, Signal) == []
+    (stop,) = sends(actions, messages.Stop)
+    assert stop.pid == w0 and stop.message.graceful
+    (order,) = sends(actions, messages.SpawnWorker)
+    assert order.message.nr == 0  # the replacement, in the same tick
+    assert of(sim.tick(after=4.0), Signal) == []
+    actions = sim.tick(after=1.5)
+    assert of(actions, Signal) == [Signal(w0, signal.SIGKILL)]
+    assert "timeout: busy longer than 30s, drained for --graceful-timeout 5s; killing it" in logged(actions)
+    sim.exit(w0, signal.SIGKILL)
+    assert sim.sup.restarts == {"timeout": 1}
+
+
+def test_a_draining_hung_worker_that_exits_on_its_own_is_not_killed():
+    sim, w0, _ = hung_threaded_worker()
+    sim.exit(w0, CLEAN, after=1.0)
+    assert of(sim.tick(after=10.0), Signal) == []
+    assert sim.sup.restarts == {"timeout": 1}
+
+
+def test_a_single_threaded_worker_past_its_timeout_is_killed_at_once():
+    """Its only thread (or its event loop) is the stuck one: nothing could drain."""
+    sim = Sim(workers=1, timeout=30.0)
+    mold, (w0,) = sim.up()
+    slot = sim.sup.roster.get(w0).slot
+    sim.slots[slot] = SlotReading(w0, sim.now + 30.0, 7, busy=1, threads=1)
+    assert of(sim.tick(after=31.0), Signal) == [Signal(w0, signal.SIGKILL)]

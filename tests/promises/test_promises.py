@@ -22,7 +22,7 @@ from contextlib import ExitStack, closing, contextmanager
 
 import h2.exceptions
 import pytest
-from conftest import Server, read_to_end
+from conftest import Server, pids_alive, read_to_end
 from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame
 from support import h2client
@@ -131,7 +131,8 @@ def test_a_flood_of_hung_requests_costs_only_those_requests(start_server, path):
         with load_for(server, path, threads=4) as load:
             load.wait_for_requests(300, timeout=30)
             if PATHS[path][0] == "wsgi":  # the load goes on across a --timeout kill and its replacement
-                server.wait_for(lambda: "killing it" in server.log(), what="a --timeout kill")
+                server.wait_for(lambda: re.search("(killing|draining) it", server.log()),
+                                what="a --timeout kill (under --threads: its drain)")
             load.wait_for_requests(300, timeout=30)
     served = load.ok / max(1, load.ok + len(load.failures))
     assert load.ok >= 300 and served >= 0.95, (load.ok, load.failures[:5], server.log()[-3000:])
@@ -197,7 +198,37 @@ def test_a_worker_blocked_in_the_app_past_timeout_is_killed_and_replaced(start_s
     blocking = "/block?30" if PATHS[path][0] == "asgi" else "/sleep?30"
     with hang(server, path, blocking):
         server.wait_for(lambda: (w := server.workers()) and w[0]["pid"] != before, what="a replacement")
-    assert "busy longer than 1s; killing it" in server.log()
+    drained = threads(path) > 1  # (its other threads' requests first: see the test below)
+    assert f"busy longer than 1s; {'draining' if drained else 'killing'} it" in server.log()
+    assert get(server, path)[0] == 200
+
+
+@pytest.mark.parametrize("path", [p for p in PATHS if threads(p) > 1])
+def test_a_request_hung_past_timeout_under_threads_costs_only_itself(start_server, path):
+    """The worker's loop is not the stuck thread: past --timeout it stops accepting (a replacement
+    serves at once), the requests in its other threads finish within --graceful-timeout, and then
+    it is killed."""
+    server = serve(start_server, path, "--timeout", "2", "--graceful-timeout", "5", workers=1)
+    before = server.workers()[0]["pid"]
+    answers: list[tuple[int, bytes] | Exception] = []
+
+    def sleep() -> None:
+        try:
+            answers.append(get(server, path, "/sleep?3", timeout=20))
+        except Exception as e:
+            answers.append(e)
+
+    with hang(server, path):
+        server.wait_for(lambda: server.workers()[0]["busy"] == 1, what="the hung request in the app")
+        sleepers = [threading.Thread(target=sleep) for _ in range(2)]
+        for t in sleepers:
+            t.start()
+        server.wait_for(lambda: "draining it" in server.log(), what="the hung worker draining")
+        for t in sleepers:
+            t.join(30)
+        assert answers == [(200, b"slept")] * 2, server.log()
+        server.wait_for(lambda: not pids_alive([before]), what="the drained worker killed")
+    assert "drained for --graceful-timeout 5s; killing it" in server.log()
     assert get(server, path)[0] == 200
 
 

@@ -98,6 +98,8 @@ class Supervisor(Phases, Starts, Promotions):
         self._actions: list[Action] = []
         self.restarts: dict[str, int] = {}  # workers replaced, by cause (the metrics)
         self._promoted: set[int] = set()  # generations whose mold is a promoted worker (reforks)
+        self.refork_tries = 0  # workers the refork under way may still ask, should one decline
+        self.reforking = False  # a refork asked by USR2 / `refork refork` is under way
         self.reload_queued = False  # a reload asked while a new mold was starting: it follows it
 
     # -- the entry point -------------------------------------------------------------------------
@@ -268,6 +270,7 @@ class Supervisor(Phases, Starts, Promotions):
         self._rollout()
         self._recycle(now)
         self._shed_idle_mold(now)
+        self._refork_again()
         self._start_queued_reload()
         self._schedule_memory_sample(now)
         self._milestones()
@@ -278,7 +281,10 @@ class Supervisor(Phases, Starts, Promotions):
             self._log(WARNING, "a worker asked of the mold did not report within %gs", timeout)
             self.slot_allocator.give_back(pending.slot)
         for child, reason in self.roster.overdue(now, self.slots, self.config):
-            self._kill(child, reason)
+            if self._drains_before_kill(child, reason):
+                self._drain_hung(child, reason)
+            else:
+                self._kill(child, reason)
         for child in self.roster.workers():
             if child.aborted_at and now > child.aborted_at + ABORT_GRACE:
                 child.aborted_at = 0.0
@@ -306,6 +312,29 @@ class Supervisor(Phases, Starts, Promotions):
             if mold is not None:
                 self._kill(mold, "mold spawn timeout")
             self.roster.clear_pending_mold()
+
+    def _drains_before_kill(self, child: Child, reason: str) -> bool:
+        """A worker past --timeout with app threads (--threads > 1): its loop thread is not the one
+        stuck, so it can drain; a single-threaded or ASGI worker's passed deadline is its loop stuck."""
+        reading = self.slots.get(child.slot)
+        return (
+            reason.startswith("timeout")
+            and not child.stopping
+            and reading is not None
+            and reading.threads > 1
+            and self.config.graceful_timeout > 0
+        )
+
+    def _drain_hung(self, child: Child, reason: str) -> None:
+        """The hung request costs only itself: the worker stops accepting (its replacement is asked
+        for at once: it no longer serves), its other requests finish within --graceful-timeout, and
+        then it is killed (roster.overdue)."""
+        self._log(WARNING, "%s (pid %d): %s; draining it: its other requests have --graceful-timeout "
+                  "(%gs), then it is killed", child.label, child.pid, reason,
+                  self.config.graceful_timeout)  # fmt: skip
+        child.hung_since = self.now
+        child.restart_cause = "timeout"
+        self._stop_child(child, graceful=True)
 
     def _kill(self, child: Child, reason: str) -> None:
         child.kill_reason = reason
@@ -493,6 +522,7 @@ class Supervisor(Phases, Starts, Promotions):
         previous = self.roster.current_mold()
         self.roster.set_current_mold(mold)
         self.generation = mold.generation
+        self.refork_tries, self.reforking = 0, False
         self.mold_crashes.reset()
         self.mold_shed = False
         self.mold_busy_at = self.now

@@ -34,6 +34,9 @@ class SlotReading:
     deadline: float  # monotonic seconds, 0 = none
     requests: int
     websockets: int = 0  # open WebSockets
+    busy: int = 0  # requests in the app (in flight, not waiting on their client)
+    overdue: int = 0  # requests past --request-timeout
+    threads: int = 0  # its app threads (WSGI --threads; 0 for ASGI)
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 
 A mixin of the Supervisor (pure, like the rest of the core). A promotion is a pending mold the
 roster expects from that worker; the worker forks it at its next safe point, or declines
-(PromotionDeclined: a request older than the ask still in flight), and then the pending mold is
-forgotten and that worker is left out of the next choice for a while.
+(PromotionDeclined: no safe point within a few seconds), and then the pending mold is forgotten
+and that worker is left out of the next choice for a while: a refork asks the next warmest worker
+(REFORK_TRIES in all). Only a healthy worker is chosen (roster.healthy: no request near --timeout).
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from collections.abc import Mapping
 from logging import INFO, WARNING
 from typing import TYPE_CHECKING
 
-from refork.config import Config, idle_mold_linger
+from refork.config import Config, hard_timeout, idle_mold_linger
 from refork.process import messages
 from refork.process.supervisor.backoff import Backoff
 from refork.process.supervisor.events import Action, Send, SlotReading
 from refork.process.supervisor.rollout import may_promote, rollout_limit
 from refork.process.supervisor.roster import Child, Roster
+
+REFORK_TRIES = 3  # workers a refork (USR2, `refork refork`) asks in turn while they decline
 
 
 class Promotions:
@@ -35,6 +38,8 @@ class Promotions:
     mold_shed: bool
     mold_busy_at: float
     mold_crashes: Backoff
+    refork_tries: int  # workers the refork under way may still ask (after a decline)
+    reforking: bool  # a refork (USR2, `refork refork`) is under way: it says so if it gives up
     _promoted: set[int]
 
     if TYPE_CHECKING:  # the Supervisor's
@@ -61,12 +66,29 @@ class Promotions:
         if self.roster.pending_mold() is not None:
             self._log(INFO, "refork ignored: a new mold is already starting")
             return False
-        chosen = self.roster.warmest_promotable(self.generation, self.slots, self.now)
+        chosen = self._promotable()
         if chosen is None:
             self._log(WARNING, "refork: no fork-safe worker of gen %d is ready", self.generation)
             return False
+        self.refork_tries = REFORK_TRIES - 1
+        self.reforking = True
         self._promote(chosen, self.generation + 1)
         return True
+
+    def _promotable(self) -> Child | None:
+        """The warmest worker of the current generation that could be promoted now."""
+        timeout = hard_timeout(self.config)
+        return self.roster.warmest_promotable(self.generation, self.slots, self.now, timeout)
+
+    def _refork_again(self) -> None:
+        """A refork's worker declined: ask the next warmest healthy one (the one that declined is
+        left out for a while); with none now, each tick looks again."""
+        if not self.refork_tries or not self.reload_possible:
+            return
+        chosen = self._promotable()
+        if chosen is not None:
+            self.refork_tries -= 1
+            self._promote(chosen, self.generation + 1)
 
     def _promotion_wanted(self, worker: Child) -> None:
         """--refork-after: the worker reached its threshold; promote it unless a refork would overlap."""
@@ -84,6 +106,15 @@ class Promotions:
         worker.declined_at = self.now
         self._log(INFO, "worker %d (pid %d) not promoted to mold of gen %d: %s", worker.nr, worker.pid,
                   declined.generation, declined.reason)  # fmt: skip
+        if declined.generation <= self.generation:
+            return  # a summoned mold (--mold-idle-exit): the next tick summons another
+        if self.refork_tries:
+            self._log(INFO, "refork: asking another worker")
+            self._refork_again()
+        elif self.reforking:  # (--refork-after: the worker asks again itself)
+            self.reforking = False
+            self._log(WARNING, "refork to gen %d given up: no worker reached a safe point in time",
+                      declined.generation)  # fmt: skip
 
     def _promote(self, worker: Child, generation: int) -> None:
         self._log(
@@ -130,8 +161,7 @@ class Promotions:
 
     def _summon_mold(self) -> None:
         """A worker is needed and the mold was shed: promote a warm worker, or import afresh."""
-        promotable = self.mold_crashes.failures < 2
-        chosen = self.roster.warmest_promotable(self.generation, self.slots, self.now) if promotable else None
+        chosen = self._promotable() if self.mold_crashes.failures < 2 else None
         if chosen is not None:
             self._log(INFO, "a worker is needed and the mold was stopped while idle")
             self._promote(chosen, self.generation)

@@ -30,6 +30,7 @@ class Child:
     started: float = 0.0
     age: int = 0  # gunicorn's worker.age: the how-manieth worker asked for
     aborted_at: float = 0.0  # sent SIGABRT for --timeout (worker_abort hook); SIGKILL follows
+    hung_since: float = 0.0  # past --timeout with app threads beside: draining, killed after it
     ready: bool = False
     ready_at: float = 0.0
     stopping: bool = False
@@ -168,6 +169,11 @@ class Roster:
         for child in self.workers():
             if child.kill_reason:
                 continue
+            if child.hung_since:  # draining (its other requests finish), then killed for its timeout
+                if now > child.stop_deadline:
+                    found.append((child, f"timeout: busy longer than {config.timeout:g}s, drained for "
+                                         f"--graceful-timeout {config.graceful_timeout:g}s"))  # fmt: skip
+                continue
             reading = slots.get(child.slot)
             if (
                 child.ready
@@ -221,10 +227,11 @@ class Roster:
         return any(c.generation < generation and not c.websockets_until for c in self.workers())
 
     def warmest_promotable(
-        self, generation: int, slots: Mapping[int, SlotReading], now: float
+        self, generation: int, slots: Mapping[int, SlotReading], now: float, timeout: float
     ) -> Child | None:
-        """The ready, fork-safe worker of `generation` that has served the most (as `slots` say),
-        leaving out one that just declined (a long request kept it from a safe point)."""
+        """The ready, fork-safe, healthy worker of `generation` that has served the most (as `slots`
+        say), leaving out one that just declined (a long request kept it from a safe point)."""
+        unread = SlotReading(0, 0.0, 0)
         candidates = [
             c
             for c in self.serving_workers()
@@ -232,8 +239,9 @@ class Roster:
             and c.generation == generation
             and not c.fork_unsafe
             and (not c.declined_at or now - c.declined_at >= DECLINED_PAUSE)
+            and not c.kill_reason
+            and healthy(slots.get(c.slot, unread), now, timeout)
         ]
-        unread = SlotReading(0, 0.0, 0)
         return max(candidates, key=lambda c: slots.get(c.slot, unread).requests, default=None)
 
     # expectations
@@ -305,6 +313,18 @@ class Roster:
         if self._pending_mold is not None and self._pending_mold.pid == pid:
             self._pending_mold = None
         return child
+
+
+def healthy(reading: SlotReading, now: float, timeout: float) -> bool:
+    """Could this worker reach a safe point soon? Not with a request past --request-timeout, nor with
+    one in the app for more than half of --timeout (`timeout`): it would be killed while promoted,
+    or hold the promotion until it declines. The slot deadline is the oldest in-app start (for an
+    event loop: its last heartbeat) plus `timeout`."""
+    if reading.overdue:
+        return False
+    if not reading.busy or not reading.deadline:
+        return True
+    return now - (reading.deadline - timeout) <= timeout / 2
 
 
 def kill_cause(reason: str) -> str | None:

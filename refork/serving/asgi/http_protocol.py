@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("refork")
 
 MAX_PIPELINE = 32  # queued pipelined requests before we stop reading the socket
+HOLD_POLL = 0.05  # seconds between two looks at a request held for a safe point (see start())
 _IDLE, _HEAD, _BODY = Phase.IDLE, Phase.HEAD, Phase.BODY
 
 
@@ -53,7 +54,7 @@ class HttpProtocol(asyncio.Protocol):
         "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
         "queue", "read_paused", "write_blocked_since", "closing", "since", "pending_error", "eof",
         "trusted", "body_bytes", "scheme", "tls", "fresh", "drain_waiter", "held", "proxied", "sniffed",
-        "hold_head", "__weakref__",
+        "hold_head", "hold_timer", "linger_since", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, srv: Server, proxied: tuple[str, int] | None = None) -> None:
@@ -83,6 +84,8 @@ class HttpProtocol(asyncio.Protocol):
         self.sniffed = b""  # h2c: the first bytes, while they may be the HTTP/2 preface
         # the Channel's hold_head is the server's own: no call in between
         self.hold_head: Callable[[HttpCycle], None] = srv.hold_head
+        self.hold_timer: asyncio.TimerHandle | None = None  # a request held for a safe point
+        self.linger_since = 0.0  # the write side is shut: what the client still sends is dropped
 
     # asyncio.Protocol ------------------------------------------------------------------------
 
@@ -204,7 +207,7 @@ class HttpProtocol(asyncio.Protocol):
                 if request.content_length or request.chunked:
                     self.since = self.loop.time()  # the body deadline runs from the end of the head
                     self.body_bytes = 0
-                if self.cycle is None and not self.write_blocked_since:
+                if self.cycle is None and not self.queue and not self.write_blocked_since:
                     self.start(cycle)
                 else:
                     self.queue.append(cycle)
@@ -225,6 +228,9 @@ class HttpProtocol(asyncio.Protocol):
         self.queue.clear()
         self.reading = None
         self.write_blocked_since = 0.0
+        if self.hold_timer is not None:
+            self.hold_timer.cancel()
+            self.hold_timer = None
         self._wake_drain()
         if srv.stopping and not srv.connections:
             srv.check_drained()
@@ -243,6 +249,8 @@ class HttpProtocol(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         # Half-close from the client: finish what is queued, then close (returning None closes).
         self.eof = True
+        if self.closing:
+            return None  # the lingering close is over
         if self.cycle is None and not self.queue:
             self.closing = True
             return None
@@ -298,7 +306,7 @@ class HttpProtocol(asyncio.Protocol):
         if self.cycle is cycle:
             self.cycle = None
         if not keep_alive or self.closing or srv.stopping or (self.eof and not self.queue):
-            self.close(answered=True)
+            self.close()
         else:
             self.since = self.loop.time()
             if self.reading is cycle and self.read_paused:
@@ -349,6 +357,13 @@ class HttpProtocol(asyncio.Protocol):
         if srv.health is not None and srv.health.check(cycle.request):
             self.answer_health(cycle)
             return
+        if srv.control.safe_point_wanted and srv.serving and not srv.stopping:
+            # The worker is being promoted: a new request waits (a few seconds at most: the worker
+            # declines past its bound) so that the ones in flight end and the safe point comes.
+            self.queue.appendleft(cycle)
+            if self.hold_timer is None:
+                self.hold_timer = self.loop.call_later(HOLD_POLL, self.release_held)
+            return
         if srv.stopping:
             cycle.close_after()
         self.cycle = cycle
@@ -381,6 +396,17 @@ class HttpProtocol(asyncio.Protocol):
         cycle.task = self.loop.create_task(cycle.run(app, scope))
         deadlines.current.reset(serving)
 
+    def release_held(self) -> None:
+        """Start the request held for a safe point once it was taken or declined."""
+        self.hold_timer = None
+        if self.closing or self.cycle is not None or not self.queue or self.write_blocked_since:
+            return  # (a cycle's end, or resume_writing, starts it)
+        srv = self.srv
+        if srv.control.safe_point_wanted and srv.serving and not srv.stopping:
+            self.hold_timer = self.loop.call_later(HOLD_POLL, self.release_held)
+        else:
+            self.start_next()
+
     def answer_health(self, cycle: HttpCycle) -> None:
         """A --health-path check: answered here, never by the app; not counted, not logged."""
         srv, request = self.srv, cycle.request
@@ -388,7 +414,7 @@ class HttpProtocol(asyncio.Protocol):
         kind = srv.health.check(request) if srv.health is not None else None
         self.transport.write(health_response(srv.control.health(kind or "live"), request.method, keep))
         if not keep:
-            self.close(answered=True)
+            self.close()
             return
         self.since = self.loop.time()
         if self.queue and not self.write_blocked_since:
@@ -459,24 +485,25 @@ class HttpProtocol(asyncio.Protocol):
         self.read_paused = False
         self.transport.resume_reading()
 
-    def close(self, refused: bool = False, answered: bool = False) -> None:
-        """`answered`: after a Connection: close response. Over cleartext, a FIN after it, then what
-        the client still sends is read and dropped (data_received) until its own FIN or LINGER:
-        a close with unread bytes would be a reset (refork.serving.connection.close_after_response)."""
+    def close(self, refused: bool = False) -> None:
+        """A lingering close (RFC 9112 9.6): what is written goes out, the write side shuts, and
+        what the client still sends (a request sent as the worker retires, a body the app did not
+        read) is read and dropped until it closes or LINGER passes (sweep()). Closing with its
+        bytes unread would reset the connection: the client could lose the response it has not
+        read yet, and a request it sent on a reused connection would meet ECONNRESET, not EOF."""
         if not self.closing:
             self.closing = True
             self.queue.clear()
-            transport = self.transport
             if refused:
-                close_refused(transport, self.loop)
-            elif answered and self.tls is None and not self.eof and transport.can_write_eof():
-                transport.write_eof()
+                close_refused(self.transport, self.loop)
+            elif self.eof or not self.transport.can_write_eof():  # (TLS: close_notify, bounded)
+                self.transport.close()
+            else:
+                self.linger_since = self.loop.time()
                 if self.read_paused:
                     self.read_paused = False
-                    transport.resume_reading()
-                self.loop.call_later(LINGER, transport.close)
-            else:
-                transport.close()
+                    self.transport.resume_reading()
+                self.transport.write_eof()
             self.let_go()
 
     def let_go(self) -> None:
@@ -505,6 +532,8 @@ class HttpProtocol(asyncio.Protocol):
             self.transport.abort()  # the client stopped reading: connection_lost follows
             return
         if self.closing:
+            if self.linger_since and now - self.linger_since >= LINGER:
+                self.transport.close()
             return
         reading = self.reading
         if reading is not None:
