@@ -1,0 +1,280 @@
+"""The gunicorn-behaviour suite, over the collection: each config file of tests/gunicorn_configs and
+a few real command lines, started as `gunicorn ARGS` and as `refork ARGS` (real processes, one at a
+time), the same requests sent, and what a user sees compared: the binds that answer (IPv4, IPv6,
+unix), the worker count, the access line, the environ keys, the hooks called and what they got, HUP
+and TERM. What differs on purpose is in docs/from-gunicorn.md and encoded here by name."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from conftest import TESTS, LoggedProcess, free_port
+from support.waits import wait_until
+
+CONFIGS = TESTS / "gunicorn_configs"
+WSGI, ASGI = "apps.compare_apps:wsgi", "apps.compare_apps:asgi"
+HOOKS = {"on_starting": "server", "on_reload": "server", "when_ready": "server",
+         "pre_fork": "server, worker", "post_fork": "server, worker", "post_worker_init": "worker",
+         "pre_request": "worker, req", "post_request": "worker, req, environ, resp",
+         "child_exit": "server, worker", "worker_exit": "server, worker",
+         "nworkers_changed": "server, new_value, old_value", "on_exit": "server"}  # fmt: skip
+# What a hook reads of its arguments (gunicorn's documented attributes, as the config files use them).
+ATTRIBUTES = {"server": ("log", "cfg", "pid", "address", "num_workers", "proc_name", "timeout"),
+              "worker": ("pid", "ppid", "age", "alive", "log", "cfg", "timeout", "max_requests"),
+              "req": ("method", "path", "query", "uri", "version", "headers"),
+              "resp": ("status", "status_code", "headers", "sent", "response_length")}  # fmt: skip
+
+RECORDER = """
+import os as _os
+_RECORD = _os.environ["HOOK_RECORD"]
+_CONFIG = {config!r}
+if _CONFIG:
+    exec(compile(open(_CONFIG).read(), _CONFIG, "exec"))
+
+
+def _seen(name, inner, **args):
+    kinds = []
+    for arg, value in args.items():
+        if arg in {attributes!r}:
+            kinds.append(arg + "(" + ",".join(a for a in {attributes!r}[arg] if hasattr(value, a)) + ")")
+        else:
+            kinds.append(arg + ":" + type(value).__name__)
+    with open(_RECORD, "a") as f:
+        f.write(name + " " + " ".join(kinds) + "\\n")
+    if inner is not None:
+        inner(**args)
+"""
+
+
+def recorder(config: Path | None) -> str:
+    """A config file that reads `config` and wraps each of its hooks (or adds one) to write one
+    line per call: the hook's name and, per argument, the attributes it has or its type."""
+    text = RECORDER.format(config=str(config) if config else None, attributes=ATTRIBUTES)
+    for hook, args in HOOKS.items():
+        keywords = ", ".join(f"{a}={a}" for a in args.split(", "))
+        text += (f"\n_{hook} = globals().get({hook!r})\n\n\ndef {hook}({args}):\n"
+                 f"    _seen({hook!r}, _{hook}, {keywords})\n")  # fmt: skip
+    return text
+
+
+@dataclass
+class Case:
+    """A config file (or none) and a command line, with what to send them."""
+
+    config: str | None
+    args: list[str]
+    app: str = WSGI
+    env: dict[str, str] = field(default_factory=dict)
+    workers: int = 1
+    probes: tuple[str, ...] = ("127.0.0.1",)  # where a client connects: an address family each
+
+
+class Running(LoggedProcess):
+    """`python -m gunicorn|refork ARGS` in its own directory, output to a log file."""
+
+    def __init__(self, program: str, case: Case, tmp: Path) -> None:
+        self.program, self.tmp, self.case = program, tmp, case
+        self.port, self.sock = free_port(), tmp / "app.sock"
+        self.record, self.access = tmp / "hooks", tmp / "access.log"
+        conf = tmp / "gunicorn.conf.py"
+        conf.write_text(recorder(CONFIGS / f"{case.config}.py" if case.config else None))
+        args = [a.format(port=self.port, sock=self.sock, tmp=tmp) for a in case.args]
+        own = ["--control-socket", str(tmp / "ctl"), "--refork-after", "off", "--mold-idle-exit", "off"]
+        self.log_path = tmp / "output.log"
+        self.log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "HOOK_RECORD": str(self.record), "LOG_DIR": str(tmp),
+               **{k: v.format(port=self.port, tmp=tmp) for k, v in case.env.items()}}  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", program, *(own if program == "refork" else []), "-c", str(conf),
+             "--access-logfile", str(self.access), "--chdir", str(TESTS), *args, case.app],
+            cwd=tmp, stdout=self.log_file, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+        wait_until(lambda: self._serving(), what=f"{program} serving")
+
+    def _serving(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"{self.program} exited ({self.proc.returncode}):\n{self.log()}")
+        return len(self.workers()) >= self.case.workers and self.get(self.case.probes[0])[0] == 200
+
+    def workers(self) -> list[int]:
+        """The pids of the worker processes (a refork mold is not one)."""
+        if self.program == "refork":
+            from refork.process.control import request
+
+            try:
+                status = request(str(self.tmp / "ctl"), "status")
+            except OSError:
+                return []
+            return [p["pid"] for p in status["processes"] if p["role"] == "worker" and p["state"] == "ready"]
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        return [int(pid) for pid in children]
+
+    def get(self, where: str, target: str = "/environ?x=1") -> tuple[int, str]:
+        """(status, body) of one GET from `where`: an address or `unix`; (0, error) if unreachable."""
+        try:
+            if where == "unix":
+                conn: http.client.HTTPConnection = _UnixConnection(str(self.sock))
+            else:
+                conn = http.client.HTTPConnection(where, self.port, timeout=10)
+            conn.request("GET", target, headers={"Referer": "http://example.com/", "User-Agent": "compare/1"})
+            response = conn.getresponse()
+            return response.status, response.read().decode()
+        except OSError as error:
+            return 0, type(error).__name__
+        finally:
+            conn.close()
+
+    def access_line(self) -> str | None:
+        """The access line of `GET /fixed`, from the access log file or stdout (`--access-logfile -`)."""
+        text = (self.access.read_text() if self.access.exists() else "") + self.log()
+        return next((line for line in text.splitlines() if "GET /fixed" in line), None)
+
+    def called(self, hook: str) -> bool:
+        return any(line.startswith(hook + " ") for line in self.hooks())
+
+    def hooks(self) -> list[str]:
+        return self.record.read_text().splitlines() if self.record.exists() else []
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=10)
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.settimeout(10)
+        self.sock.connect(self.path)
+
+
+ACCESS_FIELDS = re.compile(r'"[^"]*"|\[[^\]]*\]|\S+')
+
+
+def _access_fields(line: str) -> list[str]:
+    """An access line's fields, the time masked (it differs): gunicorn's default format,
+    `%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"`."""
+    return ["[time]" if part.startswith("[") else part for part in ACCESS_FIELDS.findall(line)]
+
+
+def observe(program: str, case: Case, tmp: Path) -> dict:
+    """What a user sees of one server: reached binds, workers, the environ, the access line, the
+    hooks (each once, by name and arguments), HUP's effect, TERM's exit code."""
+    tmp.mkdir(mode=0o777)
+    tmp.chmod(0o1777)  # a config that drops privileges writes here too
+    server = Running(program, case, tmp)
+    try:
+        seen: dict = {"workers": len(server.workers())}
+        seen["reached"] = {where: server.get(where)[0] for where in case.probes}
+        seen["environ"] = json.loads(server.get(case.probes[0])[1].replace(str(server.port), "PORT"))
+        server.get(case.probes[0], "/fixed?x=1")
+        seen["access"] = _access_fields(wait_until(server.access_line, what="the access line"))
+        before = set(server.workers())
+        server.proc.send_signal(signal.SIGHUP)
+        wait_until(
+            lambda: set(server.workers()) - before and server.called("on_reload"), what="HUP's workers"
+        )
+        served = lambda: server.get(case.probes[0])[0] == 200 and 200  # noqa: E731
+        seen["after HUP"] = wait_until(served, what="served after HUP")
+        server.proc.send_signal(signal.SIGTERM)
+        seen["TERM exit code"] = server.proc.wait(30)
+        seen["hooks"] = sorted(set(server.hooks()))
+        seen["log"] = server.log()
+        return seen
+    finally:
+        server.stop()
+
+
+BIND = ["-b", "127.0.0.1:{port}"]
+SINKS = {"SYSLOG_ADDR": "udp://127.0.0.1:9", "STATSD_HOST": "127.0.0.1:9"}  # the discard port
+UVICORN = ["-k", "uvicorn.workers.UvicornWorker"]
+CASES = {
+    "-w 2 -b 0.0.0.0:PORT": Case(None, ["-w", "2", "-b", "0.0.0.0:{port}"], workers=2),
+    "--preload --max-requests 100 -k gthread --threads 4": Case(
+        None, [*BIND, "--preload", "--max-requests", "100", "-k", "gthread", "--threads", "4"]),
+    "-b [::]:PORT": Case(None, ["-b", "[::]:{port}"], probes=("::1", "127.0.0.1")),
+    "-b unix:PATH --access-logfile -": Case(
+        None, ["-b", "unix:{sock}", "--access-logfile", "-"], probes=("unix",)),
+    "django_vm.py": Case("django_vm", BIND, workers=2),
+    "behind_proxy.py": Case("behind_proxy", BIND, workers=2),
+    "fastapi_docker.py": Case("fastapi_docker", [*UVICORN, *BIND], ASGI, {"WEB_CONCURRENCY": "2"}, workers=2),
+    "logging_syslog.py": Case("logging_syslog", BIND, env=SINKS, workers=2),
+}  # fmt: skip
+
+
+def _hooks(lines: list[str]) -> dict[str, list[dict[str, str]]]:
+    """Each hook's calls, as {argument: what it had}."""
+    calls: dict[str, list[dict[str, str]]] = {}
+    for line in lines:
+        name, *args = line.split(" ")
+        calls.setdefault(name, []).append(dict(re.match(r"(\w+)[:(](.*)", a).groups() for a in args))  # type: ignore[union-attr]
+    return calls
+
+
+def _covers(theirs: dict[str, str], ours: dict[str, str]) -> bool:
+    """refork's call has what gunicorn's had: the same types, at least the same attributes."""
+    return theirs.keys() == ours.keys() and all(
+        set(theirs[a].rstrip(")").split(",")) <= set(ours[a].rstrip(")").split(",")) for a in theirs
+    )
+
+
+def documented(case: Case, gunicorn: dict) -> dict:
+    """What refork shows where gunicorn shows `gunicorn`: gunicorn's observations with the
+    differences docs/from-gunicorn.md lists ("Seen side by side") applied."""
+    expected = json.loads(json.dumps(gunicorn))
+    environ, uvicorn = expected["environ"], case.app == ASGI
+    keys = set(environ["keys"])
+    if not uvicorn:  # refork's own request object for gunicorn's socket; the raw target as Apache names it
+        keys = keys - {"gunicorn.socket"} | {"REQUEST_URI", "refork.request"}
+        environ["values"]["wsgi.multiprocess"] = True  # a replacement worker may serve beside any worker
+        environ["values"]["SERVER_NAME"] = environ["values"]["HTTP_HOST"].rsplit(":", 1)[0].strip("[]")
+    else:
+        keys |= {"extensions"}
+    environ["keys"] = sorted(keys)
+    access = expected["access"]
+    if uvicorn:
+        access[0] = access[0].rsplit(":", 1)[0]  # uvicorn's line without the client's port
+    elif "unix" in case.probes:
+        access.insert(0, "-")  # a unix-socket peer is "-" (gunicorn: an empty field)
+    elif case.config == "logging_syslog":  # logconfig_dict's gunicorn.access is not refork's access log
+        access[:] = ["127.0.0.1", "-", "-", "[time]", '"GET /fixed?x=1 HTTP/1.1"', "200", "6",
+                     '"http://example.com/"', '"compare/1"']  # fmt: skip
+    if case.config == "django_vm":
+        access[-1] = "D"  # %(D)s, the duration
+    calls = _hooks(expected["hooks"])
+    at_start = [c for c in calls["nworkers_changed"] if c["old_value"] == "NoneType"]
+    calls["nworkers_changed"] = at_start  # refork's is not called on a HUP that keeps the count
+    if uvicorn:  # refork's request hooks run under any worker class
+        calls.update({h: [] for h in ("pre_request", "post_request", "worker_exit")})
+    expected["hooks"] = calls
+    return expected
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_a_gunicorn_config_behaves_under_refork_as_under_gunicorn(tmp_path, case):
+    gunicorn = observe("gunicorn", case, tmp_path / "gunicorn")
+    refork = observe("refork", case, tmp_path / "refork")
+    expected = documented(case, gunicorn)
+    assert refork["workers"] == expected["workers"] == case.workers
+    assert refork["reached"] == expected["reached"] == dict.fromkeys(case.probes, 200)
+    assert refork["environ"] == expected["environ"]
+    if case.config == "django_vm":
+        refork["access"][-1] = "D"
+    assert refork["access"] == expected["access"]
+    assert refork["after HUP"] == expected["after HUP"] == 200
+    assert refork["TERM exit code"] == expected["TERM exit code"] == 0
+    calls = _hooks(refork["hooks"])
+    for hook, theirs in expected["hooks"].items():
+        for call in theirs:
+            assert any(_covers(call, ours) for ours in calls.get(hook, [])), (hook, call, calls.get(hook))
+    assert calls.keys() >= expected["hooks"].keys()
+    assert {h: calls[h] for h in calls.keys() - expected["hooks"].keys()} == {}
