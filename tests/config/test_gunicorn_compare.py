@@ -278,3 +278,30 @@ def test_a_gunicorn_config_behaves_under_refork_as_under_gunicorn(tmp_path, case
             assert any(_covers(call, ours) for ours in calls.get(hook, [])), (hook, call, calls.get(hook))
     assert calls.keys() >= expected["hooks"].keys()
     assert {h: calls[h] for h in calls.keys() - expected["hooks"].keys()} == {}
+
+
+@pytest.mark.parametrize(
+    ("config", "app", "gunicorn_says", "refork_says"),
+    [
+        ("gevent_chat", WSGI, "gevent worker requires gevent", "refork does not monkey-patch"),
+        ("asgi_worker", ASGI, "TypeError: expected str, bytes or os.PathLike object, not NoneType", None),
+    ],
+)  # fmt: skip
+def test_a_config_gunicorn_27_cannot_run_is_served(tmp_path, config, app, gunicorn_says, refork_says):
+    """gevent_chat.py without gevent installed (gunicorn's worker needs it; refork's runs the app on
+    threads, with one WARNING), asgi_worker.py's `control_socket = None` (gunicorn 27's master stops)."""
+    gunicorn = subprocess.run(
+        [sys.executable, "-m", "gunicorn", "-c", str(CONFIGS / f"{config}.py"),
+         "-b", f"127.0.0.1:{free_port()}", "--chdir", str(TESTS), app],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert gunicorn.returncode != 0 and gunicorn_says in gunicorn.stderr, gunicorn.stderr
+    tmp_path.joinpath("refork").mkdir()
+    refork = Running("refork", Case(config, BIND, app, workers=1), tmp_path / "refork")
+    try:
+        assert refork.get("127.0.0.1")[0] == 200
+        assert refork_says is None or any(
+            "WARNING" in line and refork_says in line for line in refork.log().splitlines()
+        ), refork.log()
+    finally:
+        refork.stop()
