@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import TESTS, LoggedProcess, free_port
+from conftest import ROOT, TESTS, LoggedProcess, free_port
 from support.waits import wait_until
 
 CONFIGS = TESTS / "gunicorn_configs"
@@ -92,7 +92,8 @@ class Running(LoggedProcess):
         own = ["--control-socket", str(tmp / "ctl"), "--refork-after", "off", "--mold-idle-exit", "off"]
         self.log_path = tmp / "output.log"
         self.log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "HOOK_RECORD": str(self.record), "LOG_DIR": str(tmp),
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT),  # this checkout's refork
+               "HOOK_RECORD": str(self.record), "LOG_DIR": str(tmp),
                **{k: v.format(port=self.port, tmp=tmp) for k, v in case.env.items()}}  # fmt: skip
         self.proc = subprocess.Popen(
             [sys.executable, "-m", program, *(own if program == "refork" else []), "-c", str(conf),
@@ -243,8 +244,6 @@ def documented(case: Case, gunicorn: dict) -> dict:
     access = expected["access"]
     if uvicorn:
         access[0] = access[0].rsplit(":", 1)[0]  # uvicorn's line without the client's port
-    elif "unix" in case.probes:
-        access.insert(0, "-")  # a unix-socket peer is "-" (gunicorn: an empty field)
     elif case.config == "logging_syslog":  # logconfig_dict's gunicorn.access is not refork's access log
         access[:] = ["127.0.0.1", "-", "-", "[time]", '"GET /fixed?x=1 HTTP/1.1"', "200", "6",
                      '"http://example.com/"', '"compare/1"']  # fmt: skip
