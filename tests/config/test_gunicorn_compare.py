@@ -12,12 +12,14 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import trustme
 from conftest import ROOT, TESTS, LoggedProcess, free_port
 from support.waits import wait_until
 
@@ -77,6 +79,8 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     workers: int = 1
     probes: tuple[str, ...] = ("127.0.0.1",)  # where a client connects: an address family each
+    files: dict[str, str] = field(default_factory=dict)  # written in the server's directory first
+    tls: bool = False  # the client speaks HTTPS (to CERT_DIR's certificate, made first)
 
 
 class Running(LoggedProcess):
@@ -125,6 +129,9 @@ class Running(LoggedProcess):
         try:
             if where == "unix":
                 conn: http.client.HTTPConnection = _UnixConnection(str(self.sock))
+            elif self.case.tls:
+                context = ssl.create_default_context(cafile=str(self.tmp / "ca.pem"))
+                conn = http.client.HTTPSConnection(where, self.port, timeout=10, context=context)
             else:
                 conn = http.client.HTTPConnection(where, self.port, timeout=10)
             conn.request("GET", target, headers={"Referer": "http://example.com/", "User-Agent": "compare/1"})
@@ -172,6 +179,15 @@ def observe(program: str, case: Case, tmp: Path) -> dict:
     hooks (each once, by name and arguments), HUP's effect, TERM's exit code."""
     tmp.mkdir(mode=0o777)
     tmp.chmod(0o1777)  # a config that drops privileges writes here too
+    for name, text in case.files.items():
+        (tmp / name).parent.mkdir(exist_ok=True)
+        (tmp / name).write_text(text.format(tmp=tmp))
+    if case.tls:
+        ca = trustme.CA()
+        ca.cert_pem.write_to_path(str(tmp / "ca.pem"))
+        issued = ca.issue_cert("127.0.0.1")
+        issued.cert_chain_pems[0].write_to_path(str(tmp / "server.pem"))
+        issued.private_key_pem.write_to_path(str(tmp / "server.key"))
     server = Running(program, case, tmp)
     try:
         seen: dict = {"workers": len(server.workers())}
@@ -197,6 +213,13 @@ def observe(program: str, case: Case, tmp: Path) -> dict:
 
 BIND = ["-b", "127.0.0.1:{port}"]
 SINKS = {"SYSLOG_ADDR": "udp://127.0.0.1:9", "STATSD_HOST": "127.0.0.1:9"}  # the discard port
+INI = (
+    "[loggers]\nkeys=root,error\n[handlers]\nkeys=file\n[formatters]\nkeys=plain\n"
+    "[logger_root]\nlevel=WARNING\nhandlers=\n[logger_error]\nlevel=INFO\nhandlers=file\nqualname=gunicorn.error\n"
+    "[handler_file]\nclass=FileHandler\nformatter=plain\nargs=('{tmp}/error.log',)\n"
+    "[formatter_plain]\nformat=INI %(levelname)s %(message)s\n"
+)
+JSON = '{{"version": 1, "disable_existing_loggers": false}}'
 UVICORN = ["-k", "uvicorn.workers.UvicornWorker"]
 CASES = {
     "-w 2 -b 0.0.0.0:PORT": Case(None, ["-w", "2", "-b", "0.0.0.0:{port}"], workers=2),
@@ -209,6 +232,9 @@ CASES = {
     "behind_proxy.py": Case("behind_proxy", BIND, workers=2),
     "fastapi_docker.py": Case("fastapi_docker", [*UVICORN, *BIND], ASGI, {"WEB_CONCURRENCY": "2"}, workers=2),
     "logging_syslog.py": Case("logging_syslog", BIND, env=SINKS, workers=2),
+    "dev_reload.py": Case("dev_reload", BIND, files={"templates/page.html": "page"}),
+    "logging_files.py": Case("logging_files", BIND, files={"logging.ini": INI, "logging.json": JSON}),
+    "tls_h2.py": Case("tls_h2", BIND, env={"CERT_DIR": "{tmp}"}, tls=True),
 }  # fmt: skip
 
 
@@ -244,7 +270,7 @@ def documented(case: Case, gunicorn: dict) -> dict:
     access = expected["access"]
     if uvicorn:
         access[0] = access[0].rsplit(":", 1)[0]  # uvicorn's line without the client's port
-    elif case.config == "logging_syslog":  # logconfig_dict's gunicorn.access is not refork's access log
+    elif case.config in ("logging_syslog", "logging_files"):  # a dictConfig's gunicorn.access is not refork's
         access[:] = ["127.0.0.1", "-", "-", "[time]", '"GET /fixed?x=1 HTTP/1.1"', "200", "6",
                      '"http://example.com/"', '"compare/1"']  # fmt: skip
     if case.config == "django_vm":
