@@ -204,8 +204,9 @@ def observe(program: str, case: Case, tmp: Path) -> dict:
         seen["after HUP"] = wait_until(served, what="served after HUP")
         server.proc.send_signal(signal.SIGTERM)
         seen["TERM exit code"] = server.proc.wait(30)
+        error_log = tmp / "error.log"  # django_vm.py's errorlog
+        seen["error log"] = server.log() + (error_log.read_text() if error_log.exists() else "")
         seen["hooks"] = sorted(set(server.hooks()))
-        seen["log"] = server.log()
         return seen
     finally:
         server.stop()
@@ -297,6 +298,10 @@ def test_a_gunicorn_config_behaves_under_refork_as_under_gunicorn(tmp_path, case
     assert refork["access"] == expected["access"]
     assert refork["after HUP"] == expected["after HUP"] == 200
     assert refork["TERM exit code"] == expected["TERM exit code"] == 0
+    said = gunicorn["error log"]  # TERM's lines; refork's own words (docs/from-gunicorn.md):
+    assert "Handling signal: term" in said and "Shutting down: Master" in said, said
+    said = refork["error log"]
+    assert "graceful stop:" in said and re.search(r"monitor \d+: stopped", said), said
     calls = _hooks(refork["hooks"])
     for hook, theirs in expected["hooks"].items():
         for call in theirs:
