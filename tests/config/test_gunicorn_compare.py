@@ -81,6 +81,7 @@ class Case:
     probes: tuple[str, ...] = ("127.0.0.1",)  # where a client connects: an address family each
     files: dict[str, str] = field(default_factory=dict)  # written in the server's directory first
     tls: bool = False  # the client speaks HTTPS (to CERT_DIR's certificate, made first)
+    adapted: str = ""  # settings added after the config file's
 
 
 class Running(LoggedProcess):
@@ -91,7 +92,7 @@ class Running(LoggedProcess):
         self.port, self.sock = free_port(), tmp / "app.sock"
         self.record, self.access = tmp / "hooks", tmp / "access.log"
         conf = tmp / "gunicorn.conf.py"
-        conf.write_text(recorder(CONFIGS / f"{case.config}.py" if case.config else None))
+        conf.write_text(recorder(CONFIGS / f"{case.config}.py" if case.config else None) + case.adapted)
         args = [a.format(port=self.port, sock=self.sock, tmp=tmp) for a in case.args]
         own = ["--control-socket", str(tmp / "ctl"), "--refork-after", "off", "--mold-idle-exit", "off"]
         self.log_path = tmp / "output.log"
@@ -221,6 +222,7 @@ INI = (
     "[formatter_plain]\nformat=INI %(levelname)s %(message)s\n"
 )
 JSON = '{{"version": 1, "disable_existing_loggers": false}}'
+NOT_NONE = "gunicorn.ctl"  # gunicorn 27's master stops on `control_socket = None` (see the last test)
 UVICORN = ["-k", "uvicorn.workers.UvicornWorker"]
 CASES = {
     "-w 2 -b 0.0.0.0:PORT": Case(None, ["-w", "2", "-b", "0.0.0.0:{port}"], workers=2),
@@ -233,6 +235,7 @@ CASES = {
     "behind_proxy.py": Case("behind_proxy", BIND, workers=2),
     "fastapi_docker.py": Case("fastapi_docker", [*UVICORN, *BIND], ASGI, {"WEB_CONCURRENCY": "2"}, workers=2),
     "logging_syslog.py": Case("logging_syslog", BIND, env=SINKS, workers=2),
+    "asgi_worker.py": Case("asgi_worker", BIND, ASGI, workers=2, adapted=f"control_socket = {NOT_NONE!r}\n"),
     "dev_reload.py": Case("dev_reload", BIND, files={"templates/page.html": "page"}),
     "logging_files.py": Case("logging_files", BIND, files={"logging.ini": INI, "logging.json": JSON}),
     "tls_h2.py": Case("tls_h2", BIND, env={"CERT_DIR": "{tmp}"}, tls=True),
@@ -259,13 +262,15 @@ def documented(case: Case, gunicorn: dict) -> dict:
     """What refork shows where gunicorn shows `gunicorn`: gunicorn's observations with the
     differences docs/from-gunicorn.md lists ("Seen side by side") applied."""
     expected = json.loads(json.dumps(gunicorn))
-    environ, uvicorn = expected["environ"], case.app == ASGI
+    environ, uvicorn = expected["environ"], case.args[:2] == UVICORN
     keys = set(environ["keys"])
-    if not uvicorn:  # refork's own request object for gunicorn's socket; the raw target as Apache names it
+    if (
+        case.app == WSGI
+    ):  # refork's own request object for gunicorn's socket; the raw target as Apache names it
         keys = keys - {"gunicorn.socket"} | {"REQUEST_URI", "refork.request"}
         environ["values"]["wsgi.multiprocess"] = True  # a replacement worker may serve beside any worker
         environ["values"]["SERVER_NAME"] = environ["values"]["HTTP_HOST"].rsplit(":", 1)[0].strip("[]")
-    else:
+    else:  # the scope's extensions (http.response.early_hint...)
         keys |= {"extensions"}
     environ["keys"] = sorted(keys)
     access = expected["access"]
