@@ -141,7 +141,7 @@ def _path_info(request: Any, environ: dict[str, Any] | None) -> str:
 # `req`, `remote`, `status`, `length`, `duration`, `environ`, `rh` (response headers) in scope and
 # `us` (the duration in whole microseconds) when a time atom needs it.
 _ATOM_EXPRESSIONS = {
-    "h": "remote or '-'",
+    "h": "'-' if remote is None else remote",  # gunicorn's REMOTE_ADDR: '' for a unix-socket peer
     "l": "'-'",
     "t": "_clf_time(_time())",
     "r": "(req.method + ' ' + req.target.decode('latin-1') + ' HTTP/' + req.http_version)"
