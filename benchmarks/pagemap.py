@@ -41,6 +41,19 @@ def present_pages(maps: list[tuple[int, int, str]]) -> dict[int, int]:
     return frames
 
 
+def exclusive_pages(maps: list[tuple[int, int, str]]) -> set[int]:
+    """The present pages of maps that only this process maps (its USS there: bit 56 of pagemap)."""
+    pages = set()
+    with open("/proc/self/pagemap", "rb") as f:
+        for start, end, _ in maps:
+            f.seek(start // PAGE * 8)
+            data = f.read((end - start) // PAGE * 8)
+            for i, (entry,) in enumerate(struct.iter_unpack("<Q", data)):
+                if entry >> 63 & 1 and entry >> 56 & 1:
+                    pages.add(start + i * PAGE)
+    return pages
+
+
 def heap_objects() -> tuple[dict[int, list[str]], Counter[str]]:
     """Start page of every object reachable from the GC's lists and sys.modules -> their kinds;
     and the number of pages on which objects of each kind start."""
@@ -54,6 +67,9 @@ def heap_objects() -> tuple[dict[int, list[str]], Counter[str]]:
             continue
         seen.add(id(obj))
         kind = type(obj).__name__
+        if (kind == "code" and obj.co_name == "__annotate__") or (
+                kind == "function" and obj.__name__ == "__annotate__"):
+            kind += " (__annotate__)"  # 3.14+: each annotated def's lazy annotations
         kinds[id(obj) // PAGE * PAGE].append(kind)
         refs = gc.get_referents(obj)
         if kind == "code":
@@ -69,16 +85,17 @@ def heap_objects() -> tuple[dict[int, list[str]], Counter[str]]:
 
 
 def copied_report(copied: set[int], maps: list[tuple[int, int, str]], top: int,
-                  mappings: int | None = None) -> list[str]:
-    """Lines for the pages a child copied: MiB per mapping (the `mappings` largest), then per kind
-    of object starting on them (a page split evenly among its objects; the `top` kinds)."""
+                  mappings: int | None = None, what: str = "copied") -> list[str]:
+    """Lines for the pages a child copied (or owns: `what`): MiB per mapping (the `mappings`
+    largest), then per kind of object starting on them (a page split evenly among its objects; the
+    `top` kinds)."""
     by_map: Counter[str] = Counter()
     for page in copied:
         for lo, hi, name in maps:
             if lo <= page < hi:
                 by_map[name.rsplit("/", 1)[-1]] += PAGE
                 break
-    lines = ["", "mapping                                   copied MiB"]
+    lines = ["", f"mapping                                   {what:>6} MiB"]
     lines += [f"{name[:40]:<40} {size / 2**20:10.1f}" for name, size in by_map.most_common(mappings)]
     kinds, pages = heap_objects()
     by_kind: Counter[str] = Counter()
@@ -92,8 +109,8 @@ def copied_report(copied: set[int], maps: list[tuple[int, int, str]], top: int,
     copied_pages: Counter[str] = Counter()
     for page in copied:
         copied_pages.update(set(kinds.get(page, ())))
-    lines += ["", "objects starting on copied pages   copied MiB (page shared evenly)"
-              "   pages copied / with one"]
+    lines += ["", f"objects starting on {what} pages   {what} MiB (page shared evenly)"
+              f"   pages {what} / with one"]
     lines += [f"{kind[:40]:<40} {size / 2**20:10.1f}  {copied_pages[kind]:>9,} / {pages[kind]:,}"
               for kind, size in by_kind.most_common(top)]
     return lines

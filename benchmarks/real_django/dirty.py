@@ -12,7 +12,8 @@ the admin ones with a logged-in session; called on the WSGI app directly, no soc
 compares: a page present in both whose physical page changed was copied on write. The child then
 walks the heap and names the objects that start on each copied page (a page is split evenly among
 them; "no object starts here" is allocator state, the tail of a larger object, or memory that is
-no Python object: dict keys, list item arrays, string data).
+no Python object: dict keys, list item arrays, string data). --owned accounts instead for every
+page only the child maps (copied or new), as cow/dirty.py --owned does.
 """
 
 from __future__ import annotations
@@ -30,7 +31,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: pagemap
-from pagemap import PAGE, copied_report, present_pages, writable_private_mappings  # noqa: E402
+from pagemap import (  # noqa: E402
+    PAGE,
+    copied_report,
+    exclusive_pages,
+    present_pages,
+    writable_private_mappings,
+)
 
 
 def serve(app: Callable, paths: list[str], cookie: str) -> Counter[int]:
@@ -60,6 +67,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=600, help="requests the child serves")
     parser.add_argument("--no-immortalize", action="store_true")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--owned", action="store_true",
+                        help="report every page only the child maps (its USS in the writable private "
+                        "mappings, copied or new) instead of the copied ones")
     args = parser.parse_args()
 
     gc.disable()
@@ -100,6 +110,17 @@ def main() -> None:
     start = time.perf_counter()
     statuses = serve(app, load_sequence(site, args.requests, 7), cookie)
     seconds = time.perf_counter() - start
+    if args.owned:  # before the probe allocates its own page tables
+        rollup = {line.split(":")[0]: int(line.split()[1]) for line in
+                  Path("/proc/self/smaps_rollup").read_text().splitlines()[1:]}
+        maps = writable_private_mappings()
+        owned = exclusive_pages(maps)
+        lines = [f"child served {args.requests} requests {dict(statuses)} in {seconds:.1f} s; USS "
+                 f"{(rollup['Private_Clean'] + rollup['Private_Dirty']) / 1024:.1f} MiB, "
+                 f"{len(owned) * PAGE / 2**20:.1f} MiB of it in writable private pages"]
+        lines += copied_report(owned, maps, args.top, 12, what="owned")
+        os.write(w, ("\n".join(lines) + "\n").encode())
+        os._exit(0)
     after = present_pages(maps)
     copied = {page for page, frame in before.items() if after.get(page, frame) != frame}
     new = len(set(after) - set(before))

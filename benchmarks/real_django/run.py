@@ -53,13 +53,14 @@ from common import (  # noqa: E402
 
 APP = "bench_wsgi:application"
 FREEZE_CONF = HERE.parent / "cow" / "gunicorn_freeze.conf.py"
+TRIM_CONF = HERE.parent / "cow" / "gunicorn_trim.conf.py"
 USERNAME, PASSWORD = "admin", "bench-admin-password"  # prepare.py's
-PRELOAD, FREEZE = "gunicorn-preload", "gunicorn-preload-freeze"
+PRELOAD, FREEZE, TUNED = "gunicorn-preload", "gunicorn-preload-freeze", "gunicorn-preload-freeze-trim"
 LOAD_SEED = 7
 
 # name -> refork flags. "refork" is the defaults; every other setup names each policy flag it relies
 # on (--refork-after, --mold-idle-exit), so that it means the same whatever the defaults are.
-GUNICORN_SETUPS = ["gunicorn", PRELOAD, FREEZE]
+GUNICORN_SETUPS = ["gunicorn", PRELOAD, FREEZE, TUNED]
 ONE_GENERATION = ["--refork-after", "off", "--mold-idle-exit", "off"]
 REFORK_SETUPS: dict[str, list[str]] = {
     "refork": [],
@@ -122,10 +123,10 @@ def server(name: str, venv: Path, workers: int, paths: dict[str, list[str]],
     else:
         argv = [str(b / "gunicorn"), "-w", str(workers), "--chdir", str(HERE), "-b", bind,
                 "--timeout", "120", "--log-level", "info"]
-        if name in (PRELOAD, FREEZE):
+        if name in (PRELOAD, FREEZE, TUNED):
             argv.append("--preload")
-        if name == FREEZE:
-            argv += ["-c", str(FREEZE_CONF)]
+        if name in (FREEZE, TUNED):
+            argv += ["-c", str(FREEZE_CONF if name == FREEZE else TRIM_CONF)]
         argv.append(APP)
     return Server(name, "wsgi", argv, port, HERE, env=env)
 
@@ -385,21 +386,23 @@ def summarize(runs: list[dict]) -> dict:
 
 def print_summary(summary: dict[str, dict], python: str) -> None:
     pre, frz = summary.get(PRELOAD, {}).get("total_pss"), summary.get(FREEZE, {}).get("total_pss")
+    tuned = summary.get(TUNED, {}).get("total_pss")
     rows = []
     for name, s in summary.items():
         if "error" in s:
-            rows.append([name, "-", "-", "-", "-", "-", "-", "-", "-", s["error"][:60]])
+            rows.append([name, "-", "-", "-", "-", "-", "-", "-", "-", "-", s["error"][:60]])
             continue
         rows.append([
             name, mib(s["total_pss"]), "/".join(f"{v / 1024:.0f}" for v in s["runs"]),
             fmt(s["total_pss"] / pre if pre else None, ".2f", "x"),
             fmt(s["total_pss"] / frz if frz else None, ".2f", "x"),
+            fmt(s["total_pss"] / tuned if tuned else None, ".2f", "x"),
             mib(s["worker_uss"]), mib(s["main_uss"]), mib(s["mold_uss"]),
             "/".join(str(n) for n in s["reforks"]), str(s["errors"]),
         ])
     print(f"\nPython {python}: medians over {max(len(s.get('runs', [])) for s in summary.values())} runs")
-    print_table(["setup", "total PSS MiB", "runs", "vs preload", "vs preload+freeze", "worker USS",
-                 "main USS", "mold USS", "reforks", "errors"], rows)
+    print_table(["setup", "total PSS MiB", "runs", "vs preload", "vs preload+freeze", "vs tuned",
+                 "worker USS", "main USS", "mold USS", "reforks", "errors"], rows)
 
 
 def latest_results() -> dict[str, dict]:
@@ -446,7 +449,8 @@ def print_table_all() -> None:
     names: list[str] = []
     for col in cols.values():
         names += [n for n in col if n not in names]
-    print("total PSS MiB (x gunicorn --preload / x gunicorn --preload + freeze)\n")
+    print("total PSS MiB (x gunicorn --preload / x gunicorn --preload + freeze / x the tuned gunicorn: "
+          "--preload + freeze + malloc_trim)\n")
     print("| setup | " + " | ".join(cols) + " |")
     print("|---|" + "---|" * len(cols))
     for name in names:
@@ -458,8 +462,10 @@ def print_table_all() -> None:
                 continue
             pre = col.get(PRELOAD, {}).get("total_pss")
             frz = col.get(FREEZE, {}).get("total_pss")
+            tuned = col.get(TUNED, {}).get("total_pss")
             cells.append(f"{s['total_pss'] / 1024:.0f} ({fmt(pre and s['total_pss'] / pre, '.2f')} / "
-                         f"{fmt(frz and s['total_pss'] / frz, '.2f')})")
+                         f"{fmt(frz and s['total_pss'] / frz, '.2f')} / "
+                         f"{fmt(tuned and s['total_pss'] / tuned, '.2f')})")
         print(f"| {name} | " + " | ".join(cells) + " |")
     for python, col in cols.items():
         runs = {k: d for k, d in results.items() if k.partition(" @ ")[0] == python}
