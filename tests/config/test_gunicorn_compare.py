@@ -282,8 +282,6 @@ def documented(case: Case, gunicorn: dict) -> dict:
     if case.config == "django_vm":
         access[-1] = "D"  # %(D)s, the duration
     calls = _hooks(expected["hooks"])
-    at_start = [c for c in calls["nworkers_changed"] if c["old_value"] == "NoneType"]
-    calls["nworkers_changed"] = at_start  # refork's is not called on a HUP that keeps the count
     if uvicorn:  # refork's request hooks run under any worker class
         calls.update({h: [] for h in ("pre_request", "post_request", "worker_exit")})
     expected["hooks"] = calls

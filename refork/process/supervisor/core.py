@@ -414,13 +414,16 @@ class Supervisor(Phases, Starts, Promotions):
                 child.restart_cause = "memory"
 
     # -- worker count ----------------------------------------------------------------------------
-    def _set_worker_count(self, count: int) -> None:
+    def _set_worker_count(self, count: int, reloaded: bool = False) -> None:
+        """The worker count set (TTIN/TTOU, `refork ttin`, a reload): nworkers_changed is called
+        when it changed, and on every reload, as gunicorn sets it again then (old == new)."""
         most = self.slot_allocator.capacity // 2  # a replacement and the worker it replaces
         if count > most:
             self._log(WARNING, "at most %d workers for this monitor (restart with -w to go higher)", most)
         old, self.target_workers = self.target_workers, max(1, min(count, most))
-        self._log(INFO, "worker count is now %d", self.target_workers)
         if self.target_workers != old:
+            self._log(INFO, "worker count is now %d", self.target_workers)
+        if self.target_workers != old or reloaded:
             self._hook("nworkers_changed", self.config, self.target_workers, old)
 
     # -- molds: a fresh import (the start, HUP, a crash) -----------------------------------------
@@ -514,8 +517,8 @@ class Supervisor(Phases, Starts, Promotions):
         """The reloaded mold is ready: its config becomes the monitor's and every later child's."""
         previous, self.config = self.config, config
         self._emit(AdoptConfig(config))
-        if config.workers != previous.workers:
-            self._set_worker_count(config.workers)
+        self._set_worker_count(config.workers if config.workers != previous.workers else self.target_workers,
+                               reloaded=True)  # fmt: skip
 
     # -- what molds report -----------------------------------------------------------------------
     def _mold_ready(self, mold: Child) -> None:
