@@ -64,7 +64,7 @@ pub fn recv(fd: libc::c_int, buf: &mut Vec<u8>, max: usize) -> io::Result<usize>
     Ok(n as usize)
 }
 
-/// Bytes a closing connection reads and drops at most (refork.serving.connection.LINGER_DROP).
+/// Bytes a closing connection reads and drops at most (refork.serving.lingering.LINGER_DROP).
 const LINGER_DROP: usize = 1 << 18;
 
 /// Before closing a connection whose last response is written (a "Connection: close" one): shut the
