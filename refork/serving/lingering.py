@@ -77,9 +77,11 @@ class Lingering:
             self._end(fd)
 
     def end_all(self) -> None:
-        """Close every lingering socket (the loop shuts down)."""
-        for fd in list(self.socks):
-            self._end(fd)
+        """Close every lingering socket (the loop shuts down: no unregister, as the loop's own
+        shutdown, since a forked child shares the epoll)."""
+        for sock, _, _ in self.socks.values():
+            sock.close()
+        self.socks.clear()
 
     def forget(self) -> None:
         """In a forked child: the sockets are the parent's (refork.serving.connection.release_after_fork)."""
