@@ -16,8 +16,8 @@ these rules instead of spelling them out themselves:
 - **The drain on stop**: a stopping worker stops accepting but keeps idle connections open for
   :data:`DRAIN_GRACE` (closing one at once races with a client sending on it right now, which
   would see a reset); every request that arrives meanwhile is served with ``Connection: close``.
-- **The close after a** ``Connection: close`` **response**: a FIN, never a reset
-  (:func:`close_after_response`).
+- **The close after a** ``Connection: close`` **response** (or a refusal): a FIN, never a reset:
+  the loops close lingering (the WSGI loop: :mod:`refork.serving.lingering`).
 - **The access-log line**: :func:`log_access`.
 - **The clean-up after a fork** at a safe point: :func:`release_after_fork`.
 """
@@ -27,7 +27,6 @@ from __future__ import annotations
 import enum
 import logging
 import os
-import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -38,7 +37,6 @@ from refork.http.parser import Limits
 
 log = logging.getLogger("refork")
 
-LINGER_DROP = 1 << 18  # bytes a closing connection reads and drops at most (close_after_response)
 DRAIN_GRACE = 1.0  # seconds a stopping worker still serves requests on open connections
 TICK = 1.0  # seconds between two sweeps of the connections (a quarter of it while draining)
 
@@ -130,23 +128,6 @@ def _peer(client: object) -> str:
     if isinstance(client, tuple) and len(client) >= 2:
         return f"{client[0]}:{client[1]}"
     return "a unix-socket client"
-
-
-def close_after_response(sock: socket.socket) -> None:
-    """Before closing a connection whose last response is written: shut the write side (a FIN after
-    the response), then read and drop what the client sent meanwhile (a pipelined request), so that
-    the close sends no reset, which could destroy the response still unread in the client's buffer.
-    The caller closes the socket."""
-    try:
-        sock.shutdown(socket.SHUT_WR)
-        dropped = 0
-        while dropped < LINGER_DROP:
-            data = sock.recv(1 << 16, socket.MSG_DONTWAIT)
-            if not data:
-                break
-            dropped += len(data)
-    except OSError:  # nothing more waiting (EAGAIN), or the client is gone
-        pass
 
 
 def request_limits(config: Config) -> Limits:

@@ -286,15 +286,6 @@ def test_unix_socket_peers_may_send_a_header(start_server, tmp_path):
 
 HEADER = b"PROXY TCP4 198.51.100.9 127.0.0.1 4711 80\r\n"
 BAD = b"PROXY TCP4 198.51.100 127.0.0.1 4711 80\r\n"  # malformed: 400
-# The WSGI loops close a refused connection at once, not lingering: the Python loop with the
-# client's request unread (a reset, always), the native engine before a write that crosses the
-# close (a reset, sometimes).
-_at_once = pytest.mark.xfail(strict=True, reason="the Python WSGI loop resets a refused connection")
-_at_once_racing = pytest.mark.xfail(strict=False, reason="the native engine does not linger either")
-_every_path_lingering = pytest.mark.parametrize("path", [
-    pytest.param(p, marks=_at_once if "python" in PATHS[p][1] else _at_once_racing)
-    if PATHS[p][0] == "wsgi" else p for p in PATHS
-])  # fmt: skip
 
 
 def _to_end(sock: socket.socket) -> bytes:
@@ -371,7 +362,7 @@ def test_health_checks_and_refusals_never_end_a_worker(path, start_server):
     assert " exited with code " not in server.log(), server.log()
 
 
-@_every_path_lingering
+@every_path
 def test_a_refusal_closes_without_a_reset(path, start_server):
     """A refused client that wrote on (a request behind the header, or writes after the answer)
     reads the answer and the end of the connection, not a reset: the server lingers."""

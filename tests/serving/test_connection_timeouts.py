@@ -4,6 +4,7 @@ serving others (and is not killed by the monitor)."""
 
 from __future__ import annotations
 
+import select
 import socket
 import time
 
@@ -120,6 +121,24 @@ def test_keepalive_0_closes_each_connection_right_after_its_response(start_serve
             sock.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
             head, body = _response(sock)
             assert len(body) == length and sock.recv(1) == b"", (url, head)
+
+
+@over_http11_only("HTTP/2 ends a connection with GOAWAY, not Connection: close")
+def test_writes_after_a_connection_close_response_meet_its_end_not_a_reset(start_server, path):
+    """A client that writes on after it read a ``Connection: close`` response (a pipelined request
+    sent too late) reads EOF and may write again: the server lingers, dropping those bytes, rather
+    than answering them with a reset (which would fail that client's next write with EPIPE)."""
+    chosen, app = flags(path, "apps.promises")
+    server = start_server(*chosen, app=app, workers=1)
+    for _ in range(5):
+        with connect(path, server.port) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            head, _ = _response(sock)
+            assert b"\r\nconnection: close" in head.lower(), head
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            select.select([sock], [], [], 10)
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")  # a reset would fail this (EPIPE)
+            assert sock.recv(1) == b""  # a reset raises
 
 
 # The contract's verdicts, without sockets ----------------------------------------------------

@@ -17,6 +17,7 @@ use crate::sys::{self, Peer};
 pub(crate) mod budget;
 pub(crate) mod handed;
 pub(crate) mod intake;
+pub(crate) mod lingering;
 pub(crate) mod listen;
 pub(crate) mod proxy;
 pub(crate) mod scratch;

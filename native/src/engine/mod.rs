@@ -32,6 +32,7 @@ mod serve;
 
 use crate::conn::handed::Handed;
 use crate::conn::intake::{Intake, Next, Preface};
+use crate::conn::lingering::Lingering;
 use crate::conn::listen::Listeners;
 use crate::conn::scratch::Scratch;
 use crate::conn::sweep::{sweep, Expired, Timeouts};
@@ -58,6 +59,8 @@ pub struct Engine {
     /// the Environ of each listener, by its place in `listeners`
     environs: Vec<Py<Environ>>,
     conns: HashMap<i32, Conn>,
+    /// the connections closed lingering (conn/lingering.rs), still in `ep`
+    lingering: Lingering,
     intake: Intake,
     timeouts: Timeouts,
     drain_until: f64,
@@ -124,6 +127,7 @@ impl Engine {
             listeners: Listeners::new(listeners.iter().map(|(fd, _)| *fd).collect()),
             environs: listeners.into_iter().map(|(_, environ)| environ).collect(),
             conns: HashMap::new(),
+            lingering: Lingering::default(),
             intake,
             timeouts,
             drain_until: 0.0,
@@ -188,6 +192,9 @@ impl Engine {
                     } else {
                         self.conns.insert(fd, conn);
                     }
+                } else if self.lingering.on_readable(fd) == Some(true) {
+                    self.ep.delete(fd);
+                    sys::close(fd);
                 }
             }
             Ok(())
@@ -225,7 +232,15 @@ impl Engine {
                 }
                 Expired::Close => {}
             }
-            self.close(conn);
+            if why == Expired::WriteTimeout {
+                self.close(conn);
+            } else {
+                self.end(conn);
+            }
+        }
+        for fd in self.lingering.expired(now) {
+            self.ep.delete(fd);
+            sys::close(fd);
         }
         Ok(())
     }
@@ -252,13 +267,13 @@ impl Engine {
     /// No connection is left (a draining worker may stop).
     #[getter]
     fn idle(&self) -> bool {
-        self.conns.is_empty()
+        self.conns.is_empty() && self.lingering.is_empty()
     }
 
     /// In a child forked at a safe point: the client sockets are the parent's (see
     /// refork.serving.connection.release_after_fork); forget them and the listeners.
     fn release_after_fork(&mut self) {
-        sys::release(self.conns.keys().copied());
+        sys::release(self.conns.keys().copied().chain(self.lingering.take_all()));
         self.conns.clear();
         self.listeners.forget();
     }
@@ -267,6 +282,9 @@ impl Engine {
     fn close_all(&mut self) {
         for (_, conn) in self.conns.drain() {
             sys::close(conn.fd);
+        }
+        for fd in self.lingering.take_all() {
+            sys::close(fd);
         }
     }
 }
@@ -292,6 +310,14 @@ impl Engine {
     fn close(&mut self, conn: Conn) {
         self.ep.delete(conn.fd);
         sys::close(conn.fd);
+    }
+
+    /// Close a connection the engine is done with lingering (conn/lingering.rs): what its client
+    /// still sends is dropped, never answered with a reset.
+    fn end(&mut self, conn: Conn) {
+        if self.ep.modify(conn.fd, IN).is_err() || !self.lingering.begin(conn.fd, sys::monotonic()) {
+            self.close(conn);
+        }
     }
 
     /// Give a connection to the Python loop with `data`, its unconsumed bytes.
@@ -344,9 +370,10 @@ impl Engine {
             }
         }
         if conn.close_after {
-            sys::end_answered(conn.fd);
+            self.end(conn);
+            return Ok(());
         }
-        if conn.close_after || self.ep.modify(conn.fd, IN).is_err() {
+        if self.ep.modify(conn.fd, IN).is_err() {
             self.close(conn);
             return Ok(());
         }
@@ -367,7 +394,7 @@ impl Engine {
                 Preface::Refused(refusal) => {
                     let _ = sys::send(conn.fd, self.intake.refusal(refusal.forbidden));
                     self.scratch.recycle(buf);
-                    self.close(conn);
+                    self.end(conn);
                     self.log_warning.bind(py).call1((refusal.line,))?;
                     return Ok(());
                 }
@@ -402,8 +429,7 @@ impl Engine {
                         conn.close_after = true;
                         break;
                     }
-                    sys::end_answered(conn.fd);
-                    self.close(conn);
+                    self.end(conn);
                     return Ok(());
                 }
             }

@@ -85,6 +85,16 @@ impl Io {
             } else {
                 self.on_readable(conn);
             }
+        } else {
+            let lingering = super::locked(&self.shared.lingering).on_readable(fd);
+            match lingering {
+                Some(true) => self.shared.close_fd(fd),
+                Some(false) if self.shared.ep.modify(fd, IN).is_err() => {
+                    super::locked(&self.shared.lingering).forget(fd);
+                    self.shared.close_fd(fd);
+                }
+                _ => {}
+            }
         }
     }
 
@@ -205,7 +215,7 @@ impl Io {
             Preface::Refused(refusal) => {
                 let _ = sys::send(conn.fd, self.shared.intake.refusal(refusal.forbidden));
                 self.scratch.recycle(buf);
-                self.shared.close(conn);
+                self.shared.end(conn);
                 log_notice(&self.shared, false, refusal.line);
             }
         }
@@ -221,8 +231,7 @@ impl Io {
             Err(_) => return self.shared.close(conn),
         }
         if conn.close_after {
-            sys::end_answered(conn.fd);
-            return self.shared.close(conn);
+            return self.shared.end(conn);
         }
         let buf = std::mem::take(&mut conn.buf);
         if buf.is_empty() {
@@ -245,7 +254,15 @@ impl Io {
                 }
                 Expired::Close => {}
             }
-            self.shared.close(conn);
+            if why == Expired::WriteTimeout {
+                self.shared.close(conn);
+            } else {
+                self.shared.end(conn);
+            }
+        }
+        let lingered = super::locked(&self.shared.lingering).expired(now);
+        for fd in lingered {
+            self.shared.close_fd(fd);
         }
     }
 

@@ -37,6 +37,7 @@ mod serve;
 use crate::conn::handed::Handed;
 use crate::conn::intake::Intake;
 use crate::conn::sweep::Timeouts;
+use crate::conn::lingering::Lingering;
 use crate::conn::Conn;
 use crate::http::head::HeadLimits;
 use crate::sys;
@@ -105,6 +106,9 @@ pub(crate) struct Shared {
     /// connections app threads gave back (armed in `ep` after they are pushed here)
     returned: Mutex<Vec<Conn>>,
     to_python: Mutex<ToPython>,
+    /// connections closed lingering (conn/lingering.rs): in `ep` for reads, counted in `open`
+    /// until the I/O thread closes them
+    lingering: Mutex<Lingering>,
     pause: AtomicBool,
     holding: AtomicBool,
     /// the app threads' count (`busy` reaching it stops accepts)
@@ -215,8 +219,27 @@ impl Shared {
     }
 
     fn close(&self, conn: Conn) {
-        sys::close(conn.fd);
+        self.close_fd(conn.fd);
+    }
+
+    fn close_fd(&self, fd: i32) {
+        sys::close(fd);
         self.open.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Close a connection the engine is done with lingering (conn/lingering.rs): what its client
+    /// still sends is dropped by the I/O thread, never answered with a reset. Kept before it is
+    /// armed, so the I/O thread finds it.
+    fn end(&self, conn: Conn) {
+        let mut lingering = locked(&self.lingering);
+        if lingering.begin(conn.fd, sys::monotonic()) {
+            if self.ep.modify(conn.fd, IN).is_ok() {
+                return;
+            }
+            lingering.forget(conn.fd);
+        }
+        drop(lingering);
+        self.close(conn);
     }
 
     /// The connection is the Python loop's from `data` (its bytes not consumed) on. It counts as
@@ -284,6 +307,7 @@ impl PoolEngine {
             ready: Condvar::new(),
             returned: Mutex::new(Vec::new()),
             to_python: Mutex::new(ToPython::default()),
+            lingering: Mutex::new(Lingering::default()),
             pause: AtomicBool::new(false),
             holding: AtomicBool::new(false),
             threads: host.getattr("settings")?.getattr("threads")?.extract()?,
@@ -482,6 +506,7 @@ impl PoolEngine {
             fds.extend(io.forget());
         }
         fds.extend(locked(&self.shared.returned).drain(..).map(|c| c.fd));
+        fds.extend(locked(&self.shared.lingering).take_all());
         fds.extend(locked(&self.shared.to_python).handed.drain(..).map(|(c, _)| c.fd));
         let mut q = locked(&self.shared.queue);
         fds.extend(q.parked.drain(..).map(|c| c.fd));
@@ -523,6 +548,10 @@ impl PoolEngine {
         }
         for conn in conns {
             self.shared.close(conn);
+        }
+        let lingering = locked(&self.shared.lingering).take_all();
+        for fd in lingering {
+            self.shared.close_fd(fd);
         }
         Ok(())
     }

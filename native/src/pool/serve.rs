@@ -119,8 +119,7 @@ impl Shared {
             },
         };
         if !keep {
-            sys::end_answered(conn.fd);
-            self.close(conn);
+            self.end(conn);
             return None;
         }
         let rest = &buf[used..];

@@ -64,23 +64,33 @@ pub fn recv(fd: libc::c_int, buf: &mut Vec<u8>, max: usize) -> io::Result<usize>
     Ok(n as usize)
 }
 
-/// Bytes a closing connection reads and drops at most (refork.serving.connection.LINGER_DROP).
+/// Bytes a lingering connection reads and drops at most (refork.serving.lingering.LINGER_DROP).
 const LINGER_DROP: usize = 1 << 18;
 
-/// Before closing a connection whose last response is written (a "Connection: close" one): shut the
-/// write side (a FIN after the response), then read and drop what the client sent meanwhile, so
-/// that the close sends no reset (refork.serving.connection.close_after_response).
-pub fn end_answered(fd: libc::c_int) {
-    unsafe { libc::shutdown(fd, libc::SHUT_WR) };
-    let mut buf = [0u8; 1 << 14];
-    let mut dropped = 0;
-    while dropped < LINGER_DROP {
-        let n = unsafe { libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
-        if n <= 0 {
-            break; // nothing more waiting, the client's FIN, or it is gone
-        }
-        dropped += n as usize;
+/// Shut the write side: a FIN after what is written (conn/lingering.rs).
+pub fn shut_write(fd: libc::c_int) -> io::Result<()> {
+    if unsafe { libc::shutdown(fd, libc::SHUT_WR) } < 0 {
+        return Err(io::Error::last_os_error());
     }
+    Ok(())
+}
+
+/// Read and drop what waits, counted in `dropped`; true when the connection is over: the client's
+/// FIN, an error, or LINGER_DROP bytes dropped (conn/lingering.rs).
+pub fn drop_input(fd: libc::c_int, dropped: &mut usize) -> bool {
+    let mut buf = [0u8; 1 << 14];
+    while *dropped < LINGER_DROP {
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted);
+        }
+        if n == 0 {
+            return true;
+        }
+        *dropped += n as usize;
+    }
+    true
 }
 
 /// send without SIGPIPE; WouldBlock counts as 0 bytes taken.

@@ -2,27 +2,29 @@
 
 A Conn is one socket with its parser, the request being received and its place in the
 connection contract (refork.serving.connection: phase and since); a Writing is a response waiting
-for its client to read (threads == 1). Plain slotted records: the loop does the work.
+for its client to read (threads == 1). Plain slotted records: the loop does the work. LoopParts:
+the kind of Conn the loop makes, and what else it serves with (pure Python, or refork._native's).
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from refork.http.body import BodyBuffer, InputStream
+from refork.http.budget import MemoryBudget
 from refork.http.events import Event, ParseError, Request
 from refork.http.parser import Limits, RequestParser
 from refork.serving.connection import Phase
 from refork.serving.outbox import Outbox
 from refork.serving.tls_io import TlsConn
-from refork.wsgi import EnvironBuilder, Streaming
+from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
 
 if TYPE_CHECKING:
     from refork.serving.wsgi.http2 import Session
 
-__all__ = ["NO_EVENTS", "Conn", "Job", "Step", "Writing"]
+__all__ = ["NO_EVENTS", "PYTHON", "Conn", "Job", "LoopParts", "Step", "Writing"]
 
 # What a read gives the loop: parser events, and last, if the bytes turned bad, the ParseError to
 # answer once the requests before it are answered.
@@ -92,3 +94,16 @@ class Writing:
 
 
 Job = tuple[Conn, Request, InputStream, "Sequence[Step]"]  # a complete request for a pool thread
+
+
+class LoopParts(NamedTuple):
+    """What the Python loop parses, builds environs, frames and budgets memory with: pure Python
+    (:data:`PYTHON`), or refork._native's (refork.serving.wsgi.native_parts.NATIVE)."""
+
+    conn_type: type[Conn]
+    start_wsgi: Callable[..., Outcome | Streaming]
+    builder: Callable[[EnvironBuilder], EnvironBuilder]  # a listener's EnvironBuilder, as used
+    memory: Callable[[int], Any]  # the worker's budget of request bytes held (--max-request-memory)
+
+
+PYTHON = LoopParts(Conn, start_wsgi, lambda builder: builder, MemoryBudget)

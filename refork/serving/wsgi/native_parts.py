@@ -27,8 +27,7 @@ from refork.http.response import ResponseFramer
 from refork.serving.outbox import Outbox
 from refork.serving.parsers import native_parser
 from refork.serving.tls_io import TlsConn
-from refork.serving.wsgi.conn import Conn
-from refork.serving.wsgi.python_loop import LoopParts
+from refork.serving.wsgi.conn import Conn, LoopParts
 from refork.wsgi import EnvironBuilder, Outcome, Output, Streaming
 from refork.wsgi.response import _Exchange, start_wsgi
 
@@ -116,6 +115,6 @@ def native_memory(limit: int) -> Any:
     return _native.MemoryBudget(limit)
 
 
-# The Python loop's parts when an engine host owns it (refork.serving.wsgi.python_loop.LoopParts)
+# The Python loop's parts when an engine host owns it (refork.serving.wsgi.conn.LoopParts)
 NATIVE = LoopParts(NativeConn, start_wsgi_native, NativeEnvironBuilder.like, native_memory)
 

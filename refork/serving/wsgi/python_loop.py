@@ -22,12 +22,11 @@ import queue
 import socket
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from refork import deadlines
 from refork.config import Config
 from refork.http.body import EMPTY_INPUT, BodyBuffer, InputStream, Spool
-from refork.http.budget import MemoryBudget
 from refork.http.events import Body, EndOfMessage, ParseError, Request
 from refork.http.proxy_protocol import INCOMPLETE, ProxyError, ProxyHeader
 from refork.http.response import CONTINUE, simple_response
@@ -36,17 +35,18 @@ from refork.serving.connection import TICK, Phase, RequestEnd, log_access
 from refork.serving.contract import WorkerControl
 from refork.serving.health import health_response
 from refork.serving.http2 import alpn_protocols, http2_limits
+from refork.serving.lingering import Lingering
 from refork.serving.poller import IN as _IN
 from refork.serving.poller import Poller
 from refork.serving.proxied import CLOSED, peer_host, read_preface, refuse
 from refork.serving.settings import ServingSettings
 from refork.serving.tls_io import TlsConn, log_failure
 from refork.serving.wsgi.app_threads import AppThreads
-from refork.serving.wsgi.conn import NO_EVENTS, Conn, Job, Step, Writing
+from refork.serving.wsgi.conn import NO_EVENTS, PYTHON, Conn, Job, LoopParts, Step, Writing
 from refork.serving.wsgi.http2 import Session, sniff, take_over
 from refork.serving.wsgi.http2_stream import Stream
 from refork.serving.wsgi.python_loop_lifetime import Alone, Beside, Lifetime
-from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
+from refork.wsgi import EnvironBuilder, Outcome, Streaming
 from refork.wsgi.response import _Exchange
 
 log = logging.getLogger("refork")
@@ -59,19 +59,6 @@ _IDLE, _HEAD, _BODY, _WRITING = Phase.IDLE, Phase.HEAD, Phase.BODY, Phase.WRITIN
 _WEBSOCKET_REFUSED = (
     b"WebSocket upgrade refused: this server runs a WSGI app, which cannot accept WebSockets\n"
 )
-
-
-class LoopParts(NamedTuple):
-    """What the Python loop parses, builds environs, frames and budgets memory with: pure Python
-    (:data:`PYTHON`), or refork._native's (refork.serving.wsgi.native_parts.NATIVE)."""
-
-    conn_type: type[Conn]
-    start_wsgi: Callable[..., Outcome | Streaming]
-    builder: Callable[[EnvironBuilder], EnvironBuilder]  # a listener's EnvironBuilder, as used
-    memory: Callable[[int], Any]  # the worker's budget of request bytes held (--max-request-memory)
-
-
-PYTHON = LoopParts(Conn, start_wsgi, lambda builder: builder, MemoryBudget)
 
 
 class PythonLoop(Lifetime):
@@ -105,6 +92,7 @@ class PythonLoop(Lifetime):
         self._scratch = bytearray(settings.read_size)
         self._scratch_view = memoryview(self._scratch)
         self.conns: dict[int, Conn] = {}
+        self.lingering = Lingering(self.poller)
         self.listeners: dict[int, tuple[socket.socket, EnvironBuilder]] = {}
         self.threads = settings.threads
         self.draining = False
@@ -161,7 +149,7 @@ class PythonLoop(Lifetime):
     def run(self) -> None:
         control = self.control
         poller = self.poller
-        conns = self.conns
+        conns, lingering = self.conns, self.lingering
         listeners = self.listeners
         control_fd = control.fileno()
         wake_fd = self.wake_r.fileno() if self.wake_r is not None else -1
@@ -179,7 +167,8 @@ class PythonLoop(Lifetime):
                     return
                 if control.stopping and not self.draining:
                     self._begin_drain()
-                if self.draining and not conns and self.in_flight == 0 and self.beside.drained():
+                drained = not (conns or lingering) and self.in_flight == 0  # (lingering: LINGER at most)
+                if self.draining and drained and self.beside.drained():
                     return
                 if control.safe_point_wanted:
                     if self._app_idle():
@@ -194,6 +183,8 @@ class PythonLoop(Lifetime):
                             self._on_readable(conn)
                         else:
                             self._on_writable(conn)
+                    elif fd in lingering:
+                        lingering.on_readable(fd)
                     elif fd in listeners:
                         self._accept(listeners[fd])
                     elif fd == control_fd:
@@ -277,7 +268,7 @@ class PythonLoop(Lifetime):
             return False
         except ProxyError as e:
             refuse(conn.sock, peer, e, conn.tls is not None)
-            self._close(conn)
+            self._close(conn, answered=True)
             return False
         if verdict is INCOMPLETE:
             conn.fresh = False
@@ -359,7 +350,7 @@ class PythonLoop(Lifetime):
             conn.sock.send(simple_response(status))
         except OSError:
             pass
-        self._close(conn)
+        self._close(conn, answered=True)
 
     def _advance(self, conn: Conn, events: Sequence[Step]) -> bool:
         """Handle parsed events in order; True when the connection was dispatched or closed."""
@@ -410,7 +401,7 @@ class PythonLoop(Lifetime):
                     if self.health is not None and self.health.check(request):
                         if self._health(conn, request):
                             continue
-                        self._close(conn)
+                        self._close(conn, answered=True)
                         return True
                     self._dispatch(conn, request, stream, events[i:])
                     return True
@@ -504,7 +495,7 @@ class PythonLoop(Lifetime):
             remote = conn.client[0] if isinstance(conn.client, tuple) else None
             log_access(self.access_log, request, remote, 400, len(_WEBSOCKET_REFUSED), 0.0)
         if self.pool is not None:
-            self._close(conn)
+            self._close(conn, answered=True)
         return False
 
     def _health(self, conn: Conn, request: Request) -> bool:

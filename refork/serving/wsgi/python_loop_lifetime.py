@@ -32,11 +32,11 @@ from refork.serving.connection import (
     Expiry,
     Phase,
     Timeouts,
-    close_after_response,
     log_write_timeout,
     release_after_fork,
 )
 from refork.serving.contract import WorkerControl
+from refork.serving.lingering import Lingering
 from refork.serving.outbox import Outbox
 from refork.serving.poller import Poller
 from refork.serving.settings import ServingSettings
@@ -137,6 +137,7 @@ class Lifetime:
     limits: Limits
     poller: Poller
     conns: dict[int, Conn]
+    lingering: Lingering  # the connections closed lingering (refork.serving.lingering)
     listeners: dict[int, tuple[socket.socket, EnvironBuilder]]
     draining: bool
     drain_until: float
@@ -196,6 +197,7 @@ class Lifetime:
             except OSError:
                 pass
         self.conns.clear()
+        self.lingering.end_all()
         for sock in (self.wake_r, self.wake_w):
             if sock is not None:
                 sock.close()
@@ -230,8 +232,9 @@ class Lifetime:
         try:
             self.control.at_safe_point()
         except SystemExit:  # the forked child unwinding: the client connections are the parent's
-            release_after_fork(list(self.conns))
+            release_after_fork([*self.conns, *self.lingering.fds()])
             self.conns.clear()
+            self.lingering.forget()
             self.beside.forked()
             raise
         if self.pool is not None:
@@ -311,7 +314,8 @@ class Lifetime:
                     pass
             elif conn.has_input():
                 continue  # a request arrived while the loop was busy (threads == 1): serve it
-            self._close(conn)
+            self._close(conn, answered=True)  # (a request sent right now meets a FIN, not a reset)
+        self.lingering.sweep(now)
         self.beside.sweep(now)
 
     def _accept(self, entry: tuple[socket.socket, EnvironBuilder], batch: int = 0) -> None:
@@ -361,7 +365,8 @@ class Lifetime:
             conn.registered = True
 
     def _close(self, conn: Conn, answered: bool = False) -> None:
-        """`answered`: its last response is written (a Connection: close one): close_after_response."""
+        """`answered`: the connection is done with (its last response written, a refusal, an idle
+        one): it closes lingering (refork.serving.lingering), what its client still sends dropped."""
         if conn.closed:
             return
         conn.closed = True
@@ -384,8 +389,9 @@ class Lifetime:
             conn.held = 0
         if conn.tls is not None:
             conn.tls.close_notify()
-        elif answered:
-            close_after_response(conn.sock)
+        if answered:
+            self.lingering.close(conn.sock, time.monotonic())
+            return
         try:
             conn.sock.close()
         except OSError:
