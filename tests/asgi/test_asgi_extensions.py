@@ -347,7 +347,7 @@ def test_lifespan_state_reaches_each_request_as_a_copy(start_server, tmp_path):
 
 def test_failing_lifespan_startup_ends_the_start_with_one_line_and_no_traceback(start_server, tmp_path):
     server = start_server(app="apps.asgi_apps:failing_startup", workers=1, wait=False)
-    assert server.wait_exit(30) == 3
+    assert server.wait_exit(60) == 3  # (its crash-loop back-off: about 14 s on a quiet machine)
     log = server.log()
     failed = "worker 0 failed while running the ASGI lifespan startup: ASGI lifespan startup failed: "
     assert f"{failed}database unreachable" in log

@@ -79,5 +79,5 @@ def test_a_websocket_closed_by_its_client_lets_the_retired_worker_go(start_serve
     ws, old = _open(server)
     _refork(server, old)
     ws.close()
-    server.wait_for(lambda: not pids_alive([old]), what="the retired worker's exit")
+    server.wait_for(lambda: f"(pid {old}, gen 0) exited" in server.log(), what="the retired worker's exit")
     assert f"(pid {old}, gen 0) exited with code 0" in server.log()
