@@ -9,7 +9,7 @@ the app tests/apps/mixed_load.py; refork runs from this checkout with this inter
 One row per path: requests served, failed requests by kind, WebSocket closes by code, reforks (the
 molds promoted, from the log); then the examples of each failure and where each server's log is.
 
-    python benchmarks/mixed_load.py [--duration 60] [--only engine,uvloop] [--keep-logs DIR]
+    python benchmarks/mixed_load.py [--duration 60] [--only engine,uvloop] [--port 19900] [--keep-logs DIR]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -34,12 +35,6 @@ from support.request_paths import PATHS, flags, http2, tls  # noqa: E402
 WEBSOCKETS = 20
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def wait_ready(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -53,9 +48,8 @@ def wait_ready(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
     sys.exit("the server did not listen in time")
 
 
-def run_path(path: str, duration: float, logs: Path) -> tuple[MixedLoad, int, str]:
+def run_path(path: str, port: int, duration: float, logs: Path) -> tuple[MixedLoad, int, str]:
     """(the load, the molds promoted, the log's path) of one path's run."""
-    port = free_port()
     path_flags, app = flags(path, "apps.mixed_load")
     log_path = logs / f"{path}.log"
     cmd = [sys.executable, "-m", "refork", "-b", f"127.0.0.1:{port}", "-w", "2", "--chdir", str(TESTS),
@@ -71,9 +65,9 @@ def run_path(path: str, duration: float, logs: Path) -> tuple[MixedLoad, int, st
             with load:
                 time.sleep(duration)
         finally:
-            proc.send_signal(2)
+            proc.send_signal(signal.SIGTERM)
             try:
-                proc.wait(30)
+                proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
@@ -88,6 +82,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--duration", type=float, default=60, help="seconds of load per path")
     parser.add_argument("--only", help="comma-separated paths (default: every path)")
+    parser.add_argument("--port", type=int, default=19900, help="the first path's port (then one more each)")
     parser.add_argument("--keep-logs", type=Path, help="write the servers' logs here (default: a temp dir)")
     args = parser.parse_args()
     paths = args.only.split(",") if args.only else list(PATHS)
@@ -97,8 +92,8 @@ def main() -> None:
     print("| path | served (get/upload/stream) | retried | failed | WebSocket msgs | WS closes | reforks |")
     print("|---|---|---|---|---|---|---|")
     details = []
-    for path in paths:
-        load, promoted, log_path = run_path(path, args.duration, logs)
+    for i, path in enumerate(paths):
+        load, promoted, log_path = run_path(path, args.port + i, args.duration, logs)
         ok = "/".join(str(load.ok[k]) for k in ("get", "upload", "stream"))
         failed = ", ".join(f"{k} x{v}" for k, v in sorted(load.failures.items())) or "0"
         closes = ", ".join(f"{k} x{v}" for k, v in sorted(load.ws_closes.items())) or "0"
