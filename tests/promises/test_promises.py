@@ -192,6 +192,20 @@ def test_a_refork_asked_while_a_request_hangs_holds_nothing_behind_it(start_serv
 
 
 @every_path
+def test_a_refork_under_overlapping_requests_is_taken_not_declined(start_server, path):
+    """Requests that always overlap (4 clients of 0.3 s requests, one worker) leave no moment
+    without one in flight: a worker asked to become a mold holds the new ones (HTTP/2: new streams)
+    until those in flight end, and is promoted; nothing fails."""
+    server = serve(start_server, path, "--refork-after", "off", workers=1)
+    with Load(server.port, "/sleep?0.3", threads=4, http2=http2(path), tls=tls(path)) as load:
+        load.wait_for_requests(8)
+        server.signal(signal.SIGUSR2)
+        server.wait_for(lambda: "promoted to mold of gen 1" in server.log(), what="the promotion's outcome")
+    assert "not promoted" not in server.log(), server.log()
+    assert load.failures == []
+
+
+@every_path
 def test_a_worker_blocked_in_the_app_past_timeout_is_killed_and_replaced(start_server, path):
     server = serve(start_server, path, "--timeout", "1", workers=1)
     before = server.workers()[0]["pid"]

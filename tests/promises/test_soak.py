@@ -10,6 +10,8 @@ import time
 import pytest
 from conftest import pids_alive
 from support.load import Load
+from support.mixed_load import MixedLoad
+from support.request_paths import PATHS, flags, http2
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +35,27 @@ def test_soak_reforks_recycling_reloads_and_scaling_lose_no_request(start_server
     server.signal(signal.SIGTERM)
     assert server.wait_exit(60) == 0
     assert pids_alive(children) == []
+
+
+@pytest.mark.parametrize("path", ["engine", "uvloop", "python-4-h2c"])
+def test_mixed_load_through_default_reforks_fails_nothing(start_server, path):
+    """Keep-alive GETs, 1 MB uploads, slow streams and (ASGI) 20 echoing WebSockets while the
+    defaults refork (workers retire, molds are promoted): no request fails, no WebSocket closes.
+    The 60 s run on every path is benchmarks/mixed_load.py."""
+    path_flags, app = flags(path, "apps.mixed_load")
+    server = start_server(*path_flags, app=app, defaults=True)
+    websockets = 20 if PATHS[path][0] == "asgi" else 0
+    with MixedLoad(server.port, http2=http2(path), websockets=websockets) as load:
+        # the defaults' three reforks (50, 100, 1000 requests: generations 1 to 3), then as many
+        # requests again as carried them, 10 more slow streams and 10 s more of echoes: the retiring
+        # workers' last requests, their WebSockets kept open, their successors' first requests
+        server.wait_for(lambda: (s := server.status())["generation"] >= 3 and not s["refork_pending"],
+                        timeout=60, what="three reforks")  # fmt: skip
+        load.wait_for(sum(load.ok.values()), streams=10, messages=websockets * 10, timeout=60)
+    assert load.failures == {}, (load.summary(), load.examples)
+    assert load.ws_closes == {}, (load.summary(), load.examples)
+    assert min(load.ok[kind] for kind in ("get", "upload")) > 0 and load.ok["stream"] >= 10, load.summary()
+    assert load.ws_messages >= websockets * 10, load.summary()
 
 
 KILLS = 30

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from refork.serving.asgi.server import Server
 
 log = logging.getLogger("refork")
+HOLD_POLL = 0.05  # seconds between two looks at a request (a stream) held for a safe point
 
 
 __all__ = ["Http2Protocol", "hand_over", "wants_h2"]
@@ -84,6 +85,8 @@ class Http2Protocol(asyncio.Protocol):
         self.refused = False  # refork ended it for a connection error: closed without close_notify
         self.linger_since = 0.0
         self.held = 0  # bytes h2 holds (a header block arriving), charged to --max-request-memory
+        self.waiting: list[Stream] = []  # new streams held while the worker is being promoted
+        self.wait_timer: asyncio.TimerHandle | None = None
 
     def start(self, data: bytes) -> None:
         self.srv.control.http2_count("connections", 1)  # (connection_lost takes it back)
@@ -241,6 +244,29 @@ class Http2Protocol(asyncio.Protocol):
             return
         stream = Stream(self, event.stream_id, request, event.ended)
         self.streams[event.stream_id] = stream
+        if srv.control.safe_point_wanted and srv.serving and not srv.stopping:
+            # The worker is being promoted: a new stream waits (its body arrives meanwhile), as a new
+            # HTTP/1.1 request does, so that the ones in flight end and the safe point comes.
+            self.waiting.append(stream)
+            if self.wait_timer is None:
+                self.wait_timer = self.loop.call_later(HOLD_POLL, self.release_waiting)
+            return
+        self.begin(stream)
+
+    def release_waiting(self) -> None:
+        """Start the streams held for a safe point once it was taken or declined."""
+        srv = self.srv
+        if srv.control.safe_point_wanted and srv.serving and not srv.stopping:
+            self.wait_timer = self.loop.call_later(HOLD_POLL, self.release_waiting)
+            return
+        self.wait_timer = None
+        waiting, self.waiting = self.waiting, []
+        for stream in waiting:
+            self.begin(stream)  # (one the client reset meanwhile: its app hears the disconnect)
+
+    def begin(self, stream: Stream) -> None:
+        """The app's task for a stream (counted in flight)."""
+        srv, request = self.srv, stream.request
         srv.in_flight += 1
         stream.token = srv.control.request_started(request.method, request.path)
         scope = build_scope(

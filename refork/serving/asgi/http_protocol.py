@@ -24,7 +24,7 @@ from refork.asgi.tls import tls_extension
 from refork.asgi.waiting import wake
 from refork.http.events import Body, Event, ParseError, Request
 from refork.http.response import simple_response
-from refork.serving.asgi.http2_protocol import hand_over, wants_h2
+from refork.serving.asgi.http2_protocol import HOLD_POLL, hand_over, wants_h2
 from refork.serving.asgi.sendfile import send_file
 from refork.serving.asgi.tls_buffers import close_refused, hold_tls_reads
 from refork.serving.asgi.websocket_protocol import WebSocketProtocol
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("refork")
 
 MAX_PIPELINE = 32  # queued pipelined requests before we stop reading the socket
-HOLD_POLL = 0.05  # seconds between two looks at a request held for a safe point (see start())
 _IDLE, _HEAD, _BODY = Phase.IDLE, Phase.HEAD, Phase.BODY
 
 
