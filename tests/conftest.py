@@ -161,6 +161,14 @@ class Server(LoggedProcess):
             if p["role"] == "worker" and (state is None or p["state"] == state)
         ]
 
+    def one_generation(self, workers: int) -> int | None:
+        """The server's generation once `workers` serve and every worker process is of it (else None)."""
+        status = self.status()
+        procs = [p for p in status["processes"] if p["role"] == "worker"]
+        serving = [p for p in procs if p["state"] == "ready"]
+        same = {p["generation"] for p in procs} == {status["generation"]}
+        return status["generation"] if same and len(serving) == workers else None
+
     def mold(self) -> dict | None:
         molds = [p for p in self.status()["processes"] if p["role"] == "mold" and p["state"] == "ready"]
         return max(molds, key=lambda p: p["generation"]) if molds else None

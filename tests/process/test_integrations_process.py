@@ -129,11 +129,7 @@ def test_after_a_refork_each_worker_still_has_its_own_redis_connection(start_ser
     server = start_server(app=APP, workers=2, env={"REFORK_TEST_REDIS": str(fake_redis.port)})
     before = {answer["redis"] for answer in two_workers(server)}
     assert server.request("refork")["ok"] is True
-    server.wait_for(
-        lambda: {w["generation"] for w in server.workers(state=None)} == {1} and len(server.workers()) == 2,
-        timeout=30,
-        what="gen 1 everywhere",
-    )
+    server.wait_for(lambda: server.one_generation(2) == 1, timeout=30, what="gen 1 everywhere")
     after = {pid: answer["redis"] for pid, answer in two_workers_answers(server).items()}
     assert len(set(after.values())) == 2  # one connection per worker
     assert not set(after.values()) & before  # none inherited from the worker that became the mold

@@ -182,13 +182,7 @@ def test_a_refork_asked_while_a_request_hangs_holds_nothing_behind_it(start_serv
         assert get(server, path, timeout=10)[0] == 200
         server.wait_for(lambda: "not promoted to mold of gen 1" in server.log(), what="the decline")
         server.signal(signal.SIGHUP)
-        server.wait_for(
-            lambda: server.status()["generation"] == 1
-            and {w["generation"] for w in server.workers(state=None)} == {1}
-            and len(server.workers()) == 1,
-            timeout=30,
-            what="the reload",
-        )
+        server.wait_for(lambda: server.one_generation(1) == 1, timeout=30, what="the reload")
 
 
 @every_path
@@ -361,12 +355,7 @@ def test_a_refork_under_load_loses_nothing(start_server, path):
         load.wait_for_requests(50)
         before = server.status()["generation"]
         server.signal(signal.SIGUSR2)  # (or one the policy started meanwhile: a refork all the same)
-        server.wait_for(
-            lambda: (gen := server.status()["generation"]) > before
-            and {w["generation"] for w in server.workers(state=None)} == {gen}
-            and len(server.workers()) == 2,
-            what="a new generation everywhere",
-        )
+        server.wait_for(lambda: (server.one_generation(2) or 0) > before, what="a new generation everywhere")
         load.wait_for_requests(50)
     assert load.failures == []
 
@@ -377,13 +366,8 @@ def test_the_default_refork_policy_under_load_loses_nothing(start_server, path):
     while clients keep sending."""
     server = serve(start_server, path, workers=2)
     with load_for(server, path, threads=4) as load:
-        server.wait_for(
-            lambda: (gen := server.status()["generation"]) >= 2
-            and {w["generation"] for w in server.workers(state=None)} == {gen}
-            and len(server.workers()) == 2,
-            timeout=60,
-            what="two reforks by the default policy",
-        )
+        server.wait_for(lambda: (server.one_generation(2) or 0) >= 2, timeout=60,
+                        what="two reforks by the default policy")  # fmt: skip
         load.wait_for_requests(50)
     assert load.failures == []
     assert server.log().count("promoting worker") >= 2
@@ -396,13 +380,7 @@ def test_a_reload_under_load_loses_nothing(start_server, path):
     with load_for(server, path, threads=4) as load:
         load.wait_for_requests(50)
         server.signal(signal.SIGHUP)
-        server.wait_for(
-            lambda: server.status()["generation"] == 1
-            and {w["generation"] for w in server.workers(state=None)} == {1}
-            and len(server.workers()) == 2,
-            timeout=30,
-            what="generation 1 everywhere",
-        )
+        server.wait_for(lambda: server.one_generation(2) == 1, timeout=30, what="generation 1 everywhere")
         load.wait_for_requests(50)
     assert load.failures == []
     assert not old & {w["pid"] for w in server.workers()}

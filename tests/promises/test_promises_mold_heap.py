@@ -64,11 +64,5 @@ def test_nothing_a_mold_freed_reaches_a_worker(start_server, path, allocator):
             answers = pool.map(lambda _: get(server, path, "/litter", timeout=30), range(2))
             littered.update(int(body.split()[1]) for _, body in answers)
     server.signal(signal.SIGUSR2)
-    server.wait_for(
-        lambda: server.status()["generation"] == 1
-        and {w["generation"] for w in server.workers(state=None)} == {1}
-        and len(server.workers()) == 2,
-        timeout=30,
-        what="generation 1 everywhere",
-    )
+    server.wait_for(lambda: server.one_generation(2) == 1, timeout=30, what="generation 1 everywhere")
     near_baseline(server, path, "forked by a promoted mold")

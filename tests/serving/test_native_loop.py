@@ -400,12 +400,7 @@ def test_promote_under_load_then_serve_from_the_new_generation(start_server, thr
     try:
         server.wait_for(lambda: served[0] >= 20 or failures, what="the clients under way")
         server.signal(signal.SIGUSR2)
-        server.wait_for(
-            lambda: server.status()["generation"] == 1
-            and {w["generation"] for w in server.workers(state=None)} == {1}
-            and len(server.workers()) == 2,
-            what="a promoted generation",
-        )
+        server.wait_for(lambda: server.one_generation(2) == 1, what="a promoted generation")
         promoted = served[0]
         server.wait_for(lambda: served[0] >= promoted + 20 or failures, what="requests to the new generation")
     finally:
