@@ -67,10 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         if config.check_config:
             return check_config(config)
         from refork.loading import check_app_path
-        from refork.serving import check_wsgi_loop
+        from refork.serving import check_static, check_wsgi_loop
 
         check_wsgi_loop(config)  # --wsgi-loop native without the extension: exit 2, one line
         check_app_path(config.app, config.chdir, config.pythonpath)  # before binding: one line
+        check_static(config)  # a --static directory that does not exist: exit 2, one line
         from refork.process.monitor import run
 
         return run(config, partial(load_config, argv, os.environ, os.getcwd()))

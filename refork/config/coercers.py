@@ -305,6 +305,17 @@ def health_path(value: Any, where: str) -> str:
     return text
 
 
+def static_mount(value: Any, where: str) -> str:
+    """--static: ``PREFIX=DIR`` with PREFIX a URL path of its own (not ``/``: the app's root)."""
+    text = string(value, where).strip()
+    prefix, eq, directory = text.partition("=")
+    if not eq or not directory.strip() or not prefix.startswith("/") or not prefix.rstrip("/"):
+        raise ConfigError(f"{where} must be PREFIX=DIRECTORY like /static=staticfiles, got {got(text)}")
+    if any(ch in prefix for ch in "?#%\\ "):
+        raise ConfigError(f"{where}: the URL prefix must be a plain path, got {got(prefix)}")
+    return f"{prefix.rstrip('/')}={directory.strip()}"
+
+
 def root_path(value: Any, where: str) -> str:
     return url_path(value, where).rstrip("/")
 

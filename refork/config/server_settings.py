@@ -219,6 +219,33 @@ class ServerSettings:
         shown_default="off",
         group="server",
     )
+    # Static files (docs/static-files.md)
+    static: list[str] = setting(
+        [],
+        "--static",
+        coerce=c.list_of(c.static_mount, split_items=False),
+        action="append",
+        metavar="PREFIX=DIR",
+        help="serve the files under DIR at URL PREFIX before the app (repeatable)",
+        doc="`/static=staticfiles`: a `GET`/`HEAD` under PREFIX is answered from DIR (relative to `--chdir`) "
+        "by the worker, never the app: MIME type, ETag, Last-Modified, 304, one Range, precompressed "
+        "`.br`/`.gz` siblings, sendfile on plain connections; `..`, encoded separators, dotfiles and "
+        "symlinks leading out are refused (403), directories are never listed (404); a missing DIR is "
+        "exit 2 at start (see docs/static-files.md)",
+        shown_default="none",
+        group="server",
+    )
+    static_max_age: int = setting(
+        60,
+        "--static-max-age",
+        coerce=c.integer(0),
+        metavar="SECONDS",
+        help="Cache-Control max-age of static files whose names carry no content hash",
+        doc="`Cache-Control: public, max-age=SECONDS` of a `--static` file whose name carries no content "
+        "hash; a content-hashed name (`app.0123456789ab.css`, `index-Dx3k9_aZ.js`) gets "
+        "`public, max-age=31536000, immutable`",
+        group="server",
+    )
     ready_when: ReadyWhen = setting(
         "warm",
         "--ready-when",

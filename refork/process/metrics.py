@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from refork.memory.accounting import ProcessMemory
-from refork.process.slots import LOST_LOGS, STATUS_CLASSES, SlotCounters
+from refork.process.slots import LOST_LOGS, STATIC_CLASSES, STATUS_CLASSES, SlotCounters
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 RESTART_CAUSES = ("crash", "timeout", "memory", "max_requests", "reload", "refork")  # always shown
@@ -34,6 +34,7 @@ class Totals:
     histogram: list[int] = field(default_factory=list)
     http2: dict[str, int] = field(default_factory=dict)  # the counters of H2_WORDS (not the gauge)
     lost_lines: list[int] = field(default_factory=lambda: [0] * len(LOST_LOGS))
+    static: list[int] = field(default_factory=lambda: [0] * len(STATIC_CLASSES))
 
     def __post_init__(self) -> None:
         if not self.histogram:
@@ -51,6 +52,8 @@ class Totals:
                 self.http2[what] = self.http2.get(what, 0) + n
         for i, n in enumerate(counters.lost_lines):
             self.lost_lines[i] += n
+        for i, n in enumerate(counters.static):
+            self.static[i] += n
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,7 @@ def _server(out: _Text, snap: Snapshot, live: list[WorkerSample]) -> None:
     histogram = list(totals.histogram)
     duration = totals.duration_sum
     lost = list(totals.lost_lines)
+    static = list(totals.static)
     for w in live:
         c = w.counters
         assert c is not None
@@ -157,6 +161,7 @@ def _server(out: _Text, snap: Snapshot, live: list[WorkerSample]) -> None:
         statuses = [a + b for a, b in zip(statuses, c.statuses, strict=True)]
         histogram = [a + b for a, b in zip(histogram, c.buckets, strict=True)]
         lost = [a + b for a, b in zip(lost, c.lost_lines, strict=True)]
+        static = [a + b for a, b in zip(static, c.static, strict=True)]
 
     out.family(
         "refork_requests_total", "counter", "Requests answered by every worker since the server started."
@@ -174,6 +179,12 @@ def _server(out: _Text, snap: Snapshot, live: list[WorkerSample]) -> None:
     )
     out.histogram("refork_request_duration_seconds", snap.bounds, histogram, duration)
 
+    out.family(
+        "refork_static_requests_total", "counter", "Requests answered by a --static mount, by status class "
+        "(within refork_requests_total too)."
+    )
+    for cls, n in zip(STATIC_CLASSES, static, strict=True):
+        out.sample("refork_static_requests_total", n, (("code", cls),))
     _http2(out, snap, live, requests)
     out.family("refork_websockets", "gauge", "Open WebSockets, every live worker.")
     out.sample("refork_websockets", sum(w.counters.websockets for w in live if w.counters is not None))

@@ -5,8 +5,9 @@ same physical page. Each slot is SLOT_WORDS 8-byte words: deadline (monotonic se
 requests served, the pid that owns it (so a stale slot is never misread), and the worker's
 metrics: requests started, requests waiting on their client, its thread count, when it started,
 requests past --request-timeout, the duration sum, its open WebSockets, its HTTP/2 counts (open
-connections; streams, requests answered, resets received and sent, GOAWAYs sent), and a table of counts by
-(status class, histogram bucket), not cumulative, so that a request costs one increment there. In flight
+connections; streams, requests answered, resets received and sent, GOAWAYs sent), a table of counts by
+(status class, histogram bucket), not cumulative, so that a request costs one increment there, and
+its --static answers by status class. In flight
 (started - served), busy (in flight - waiting), responses by class and the histogram are derived
 from those words by the monitor. Only the worker writes its slot, under its AppClock's lock; the
 monitor reads it lock-free, so a reading may be one request apart between two words.
@@ -55,6 +56,8 @@ CODES = 268  # responses by status code 100-599, at CODES + code - 100 (500 word
 RING = 768  # durations in ms of the last RING_SIZE requests, the Nth served at (N - 1) % RING_SIZE
 RING_SIZE = 256
 MAX_BUCKETS = (CODES - CELLS) // ROWS - 1  # 39 finite buckets at most
+STATIC = CELLS + ROWS * (MAX_BUCKETS + 1)  # --static answers by STATIC_CLASSES (4 words, up to CODES)
+STATIC_CLASSES = ("2xx", "3xx", "4xx", "5xx")
 STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)  # Prometheus' defaults
 
@@ -75,6 +78,7 @@ class SlotCounters:
     statuses: tuple[int, ...]  # 1xx .. 5xx
     buckets: tuple[int, ...]  # per bucket (not cumulative), the last one +Inf
     lost_lines: tuple[int, ...] = (0,) * len(LOST_LOGS)  # by LOST_LOGS
+    static: tuple[int, ...] = (0,) * len(STATIC_CLASSES)  # --static answers by STATIC_CLASSES
 
 
 class Slots:
@@ -157,6 +161,7 @@ class Slots:
             statuses=tuple(sum(row) for row in rows[1:]),
             buckets=tuple(sum(column) for column in zip(*rows, strict=True)),
             lost_lines=tuple(ints[base + LOST_LINES : base + LOST_LINES + len(LOST_LOGS)].tolist()),
+            static=tuple(ints[base + STATIC : base + STATIC + len(STATIC_CLASSES)].tolist()),
         )
 
     def recorded(self, index: int) -> tuple[int, int, list[int], list[int]]:
@@ -180,6 +185,12 @@ class Slots:
     def count_http2(self, index: int, what: str, n: int = 1) -> None:
         """Add `n` to one of the slot's HTTP/2 words (H2_WORDS; connections: -1 when one closes)."""
         self._ints[index * SLOT_WORDS + H2 + H2_WORDS.index(what)] += n
+
+    def count_static(self, index: int, status: int) -> None:
+        """One more --static answer of this status (2xx-5xx; the worker's, under its lock)."""
+        row = status // 100 - 2
+        if 0 <= row < len(STATIC_CLASSES):
+            self._ints[index * SLOT_WORDS + STATIC + row] += 1
 
     def count_log(self, index: int, level: int) -> None:
         """One more line at LOG_LEVELS[level] (the worker's log handler; recording)."""

@@ -14,6 +14,7 @@ import os
 import random
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from types import FrameType
@@ -99,6 +100,7 @@ class Worker:
         self.generation = generation
         self.slot = slot
         self.slots = ctx.slots
+        self._static_lock = threading.Lock()
         self.timeout = hard_timeout(config)  # --timeout 0: a deadline that never comes
         self.memray: object = None
         self.hook_worker = hooks.Worker(config, pid=os.getpid(), ppid=ctx.monitor_pid, nr=nr,
@@ -368,6 +370,10 @@ class Worker:
 
     def http2_count(self, what: str, n: int = 1) -> None:
         self.slots.count_http2(self.slot, what, n)
+
+    def static_count(self, status: int) -> None:
+        with self._static_lock:  # app threads (--threads) answer static requests too
+            self.slots.count_static(self.slot, status)
 
     @property
     def free_threads_elsewhere(self) -> bool:

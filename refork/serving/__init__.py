@@ -16,9 +16,10 @@ import sys
 from typing import Any
 
 from refork.config import Config
+from refork.errors import ConfigError
 from refork.serving.contract import WorkerControl
 
-__all__ = ["WorkerControl", "check_tls", "check_wsgi_loop", "serve", "wsgi_loop"]
+__all__ = ["WorkerControl", "check_static", "check_tls", "check_wsgi_loop", "serve", "wsgi_loop"]
 
 log = logging.getLogger("refork")
 PYTHON_SWITCH_INTERVAL = 0.005  # the interpreter's default
@@ -37,9 +38,11 @@ def serve(
     if interface == "asgi":
         from refork.serving.asgi.server import serve_asgi
 
+        app = _with_static(app, interface, config, control)
         serve_asgi(listeners, app, config, control, ServingSettings.for_worker(config, listeners, asgi=True))
         return
     settings = ServingSettings.for_worker(config, listeners)
+    app = _with_static(app, interface, config, control)
     if config.switch_interval is not None:
         sys.setswitchinterval(config.switch_interval)  # this worker process only (forked from the mold)
     if wsgi_loop(config) == "native":
@@ -57,6 +60,29 @@ def serve(
 
         control.ready_for_requests()  # no start-up work in the loop (the app was loaded and warmed)
         serve_wsgi(listeners, app, config, control, settings)
+
+
+def _with_static(app: Any, interface: str, config: Config, control: WorkerControl) -> Any:
+    """The app behind the --static mounts, if any (refork.serving.static_apps)."""
+    if not config.static:
+        return app
+    from refork.serving.static_apps import static_files, wrap
+
+    files = static_files(config)
+    assert files is not None
+    return wrap(app, interface, files, control.static_count)
+
+
+def check_static(config: Config) -> None:
+    """At start-up, before binding: a --static directory that does not exist is one line, exit 2
+    (relative to --chdir, where the workers run)."""
+    from refork.serving.static import Mount
+
+    for spec in config.static:
+        try:
+            Mount.parse(spec, config.chdir or ".")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
 
 def wsgi_loop(config: Config) -> str:

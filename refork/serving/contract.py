@@ -66,6 +66,10 @@ class WorkerControl(Protocol):
         "connections" (+1, then -1 when it is lost), "streams" opened by clients, "requests"
         answered, "resets_received", "resets_sent", "goaways_sent". Loop thread."""
 
+    def static_count(self, status: int) -> None:
+        """A --static mount answered a request with `status` (counted apart: refork_static_requests_total).
+        Thread-safe."""
+
     def request_resumed(self, token: object) -> None:
         """That request is back in the app (after request_waiting). Thread-safe."""
 

@@ -21,6 +21,8 @@ ROOT = str(paths.ROOT)
 SAMPLES: dict[str, tuple[str, object]] = {
     "app": ("m:app", "m:app"),
     "health_path": ("/_refork/health", "/_refork/health"),
+    "static": ("/static/=staticfiles", ["/static=staticfiles"]),
+    "static_max_age": ("3600", 3600),
     "ready_when": ("started", "started"),
     "shutdown_delay": ("2.5", 2.5),
     "interface": ("ASGI", "asgi"),

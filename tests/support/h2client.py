@@ -61,6 +61,7 @@ class H2Client:
         self.closed = False
         self.answers: dict[int, tuple[int, bytearray, bool]] = {}  # sid -> (status, body, ended)
         self.resets: dict[int, int] = {}  # sid -> error code
+        self.heads: dict[int, dict[bytes, bytes]] = {}  # sid -> the final response's header fields
         self.unparsed = b""  # the start of a frame not whole yet
         self.flush()
 
@@ -134,6 +135,7 @@ class H2Client:
             status = int(dict(event.headers)[b":status"])
             if status >= 200:
                 self.answers[sid] = (status, self.answers[sid][1], False)
+                self.heads[sid] = dict(event.headers)
         elif isinstance(event, h2.events.DataReceived):
             self.answers[sid][1].extend(event.data)
             self.conn.acknowledge_received_data(event.flow_controlled_length, sid)

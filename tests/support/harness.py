@@ -86,6 +86,9 @@ class HarnessControl:
     def http2_count(self, what: str, n: int = 1) -> None:
         pass
 
+    def static_count(self, status: int) -> None:
+        pass
+
     def request_finished(self, token: object, status: int) -> None:
         with self._lock:
             self.in_flight -= 1

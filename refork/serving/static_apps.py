@@ -1,0 +1,144 @@
+"""The static mounts in front of the app: a request under a mount never reaches it.
+
+serve() wraps the app once per worker, so every loop answers static requests the same way (the
+native engine and the pool engine, the Python loop, asyncio and uvloop, HTTP/1.1 and HTTP/2, TLS
+or not): a WSGI answer is a ``wsgi.file_wrapper`` (sendfile on plain connections, the native
+engines' too), an ASGI answer an ``http.response.zerocopysend`` (loop.sendfile / os.sendfile
+beside the transport; read and write over TLS). A request under no mount costs one startswith.
+Static answers go to the access log like any response and are counted apart
+(``refork_static_requests_total`` by status class) besides the server's request counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, Any
+
+from refork.config import Config
+from refork.serving.static import Answer, Mount, StaticFiles
+from refork.wsgi import FileWrapper
+
+Count = Callable[[int], None]  # a static answer's status, for the metrics
+_REASONS = {200: "OK", 206: "Partial Content", 304: "Not Modified", 403: "Forbidden", 404: "Not Found",
+            405: "Method Not Allowed", 416: "Range Not Satisfiable"}  # fmt: skip
+
+
+def static_files(config: Config) -> StaticFiles | None:
+    """The worker's mounts (--static; the worker runs in --chdir already), None when there are
+    none. A directory gone since the start (checked then: refork.serving.check_static) answers 404s."""
+    if not config.static:
+        return None
+    return StaticFiles([Mount.parse(spec, check=False) for spec in config.static], config.static_max_age)
+
+
+def wrap(app: Any, interface: str, files: StaticFiles, count: Count) -> Any:
+    """The app with the mounts answered in front of it."""
+    return StaticAsgi(app, files, count) if interface == "asgi" else StaticWsgi(app, files, count)
+
+
+class StaticWsgi:
+    """A WSGI app: the mounts' requests answered here, the rest passed to the app."""
+
+    def __init__(self, app: Any, files: StaticFiles, count: Count) -> None:
+        self.app = app
+        self.files = files
+        self.count = count
+        self.prefixes = tuple(m.prefix.decode("latin-1") for m in files.mounts)
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        target = environ.get("RAW_URI") or environ.get("PATH_INFO", "")
+        if not target.startswith(self.prefixes):
+            return self.app(environ, start_response)  # type: ignore[no-any-return]
+        headers = {
+            "if-none-match": environ.get("HTTP_IF_NONE_MATCH"),
+            "if-modified-since": environ.get("HTTP_IF_MODIFIED_SINCE"),
+            "range": environ.get("HTTP_RANGE"),
+            "if-range": environ.get("HTTP_IF_RANGE"),
+            "accept-encoding": environ.get("HTTP_ACCEPT_ENCODING"),
+        }
+        answer = self.files.answer(environ["REQUEST_METHOD"], target.encode("latin-1"),
+                                   {k: v for k, v in headers.items() if v is not None})  # fmt: skip
+        if answer is None:
+            return self.app(environ, start_response)  # type: ignore[no-any-return]
+        self.count(answer.status)
+        start_response(_status_line(answer), _head(answer, str))
+        if answer.file is None:
+            return [answer.body] if answer.body else []
+        f = answer.file
+        if answer.status == 206:  # a part: read in blocks (a file_wrapper is sent to its end)
+            return _Span(f, answer.offset, answer.count)
+        wrapper = environ.get("wsgi.file_wrapper", FileWrapper)
+        return wrapper(f)  # type: ignore[no-any-return]
+
+
+class _Span:
+    """`count` bytes of a file from `offset`, in blocks: a range's body (WSGI)."""
+
+    def __init__(self, f: IO[bytes], offset: int, count: int) -> None:
+        self.file, self.left = f, count
+        f.seek(offset)
+
+    def __iter__(self) -> Iterator[bytes]:
+        while self.left > 0:
+            block = self.file.read(min(self.left, 1 << 16))
+            if not block:
+                return
+            self.left -= len(block)
+            yield block
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class StaticAsgi:
+    """An ASGI app: the mounts' http requests answered here, everything else passed to the app."""
+
+    def __init__(self, app: Any, files: StaticFiles, count: Count) -> None:
+        self.app = app
+        self.files = files
+        self.count = count
+        self.prefixes = tuple(m.prefix for m in files.mounts)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)  # type: ignore[no-any-return]
+        path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+        root = scope.get("root_path", "").encode("utf-8")
+        if root and path.startswith(root):
+            path = path[len(root) :]
+        if not path.startswith(self.prefixes):
+            return await self.app(scope, receive, send)  # type: ignore[no-any-return]
+        wanted = ("if-none-match", "if-modified-since", "range", "if-range", "accept-encoding")
+        headers = {}
+        for name, value in scope["headers"]:
+            key = name.decode("latin-1").lower()
+            if key in wanted:
+                headers[key] = value.decode("latin-1")
+        answer = self.files.answer(scope["method"], path, headers)
+        if answer is None:
+            return await self.app(scope, receive, send)  # type: ignore[no-any-return]
+        self.count(answer.status)
+        try:
+            head = _head(answer, bytes)
+            await send({"type": "http.response.start", "status": answer.status, "headers": head})
+            if answer.file is not None:
+                await send({"type": "http.response.zerocopysend", "file": answer.file,
+                            "offset": answer.offset, "count": answer.count})  # fmt: skip
+            else:
+                await send({"type": "http.response.body", "body": answer.body})
+        finally:
+            answer.close()
+
+
+def _status_line(answer: Answer) -> str:
+    return f"{answer.status} {_REASONS.get(answer.status, 'Unknown')}"
+
+
+def _head(answer: Answer, kind: type) -> list[Any]:
+    """The answer's header fields with its Content-Length, as `kind` (str for WSGI, bytes for ASGI)."""
+    fields = list(answer.headers)
+    if answer.status != 304:
+        fields.append((b"content-length", b"%d" % answer.length))
+    if kind is bytes:
+        return fields
+    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in fields]
