@@ -11,6 +11,8 @@ Static answers go to the access log like any response and are counted apart
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
@@ -18,6 +20,8 @@ from refork.config import Config
 from refork.serving.static import Answer, Mount, StaticFiles
 from refork.wsgi import FileWrapper
 
+log = logging.getLogger("refork")
+_ABSOLUTE = ("http://", "https://")
 Count = Callable[[int], None]  # a static answer's status, for the metrics
 _REASONS = {200: "OK", 206: "Partial Content", 304: "Not Modified", 403: "Forbidden", 404: "Not Found",
             405: "Method Not Allowed", 416: "Range Not Satisfiable"}  # fmt: skip
@@ -28,7 +32,11 @@ def static_files(config: Config) -> StaticFiles | None:
     none. A directory gone since the start (checked then: refork.serving.check_static) answers 404s."""
     if not config.static:
         return None
-    return StaticFiles([Mount.parse(spec, check=False) for spec in config.static], config.static_max_age)
+    mounts = [Mount.parse(spec, check=False) for spec in config.static]
+    for spec, mount in zip(config.static, mounts, strict=True):
+        if not os.path.isdir(mount.root):
+            log.warning("--static %s: not a directory (any more): its requests are answered 404", spec)
+    return StaticFiles(mounts, config.static_max_age)
 
 
 def wrap(app: Any, interface: str, files: StaticFiles, count: Count) -> Any:
@@ -47,6 +55,8 @@ class StaticWsgi:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         target = environ.get("RAW_URI") or environ.get("PATH_INFO", "")
+        if target.startswith(_ABSOLUTE):  # absolute-form (a proxy's request): the path after the host
+            target = "/" + target.split("/", 3)[-1] if target.count("/") >= 3 else "/"
         if not target.startswith(self.prefixes):
             return self.app(environ, start_response)  # type: ignore[no-any-return]
         headers = {

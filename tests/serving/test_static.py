@@ -284,3 +284,17 @@ def test_seeded_targets_never_serve_outside(site):
 def test_hypothesis_targets_never_serve_outside(site, parts):
     answer = files(site).answer("GET", b"/static/" + b"".join(parts), {})
     assert answer is not None and not _served_outside(site, answer)
+
+
+def test_the_wsgi_mount_reads_the_raw_target_in_origin_and_absolute_form(site):
+    from refork.serving.static_apps import StaticWsgi
+
+    counted: list[int] = []
+    app = StaticWsgi(lambda environ, start: [b"the app"], files(site), counted.append)
+    seen: list[str] = []
+    for target in ("/static/plain.txt?x=1", "http://example.com/static/plain.txt", "/plain.txt"):
+        environ = {"RAW_URI": target, "REQUEST_METHOD": "GET", "PATH_INFO": target}
+        result = app(environ, lambda status, headers: seen.append(status))
+        assert b"".join(result) in (b"hello\n", b"the app")
+        getattr(result, "close", lambda: None)()
+    assert seen == ["200 OK", "200 OK"] and counted == [200, 200]
