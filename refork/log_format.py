@@ -371,6 +371,22 @@ _BUILT_IN: dict[str, LineFunction] = {
 }  # fmt: skip
 
 
+def with_static_field(line: LineFunction, prefixes: tuple[bytes, ...]) -> LineFunction:
+    """The json format with ``"static"``: whether a --static mount (one of `prefixes`) answered,
+    which it does for every request under it but a WebSocket handshake."""
+    under = tuple(p + b"/" for p in prefixes)
+
+    def static_line(req: Any, remote: str | None, status: int, length: int, duration: float,
+                    environ: Any, rh: Any) -> str:  # fmt: skip
+        path = req.path
+        static = not req.websocket and (path in prefixes or path.startswith(under))
+        return line(req, remote, status, length, duration, environ, rh)[:-1] + (
+            ',"static":true}' if static else ',"static":false}'
+        )
+
+    return static_line
+
+
 def check_format(fmt: str) -> str:
     """`fmt` when it is usable: a built-in name, or a gunicorn format (FormatError says why not)."""
     if fmt in _BUILT_IN:

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 from refork.config import Config
 from refork.errors import ConfigError
 from refork.http.events import Request
-from refork.log_format import GUNICORN_DEFAULT, compile_format
+from refork.log_format import GUNICORN_DEFAULT, compile_format, with_static_field
 
 LOG_FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s"
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S %z"
@@ -339,7 +339,11 @@ class AccessLog:
         loop (see refork.log_format.compile_format)."""
         if config.access_logfile is None:
             return None
-        return cls(config.access_logfile, config.access_log_format, asgi)
+        access = cls(config.access_logfile, config.access_log_format, asgi)
+        if config.static and config.access_log_format == "json":
+            prefixes = tuple(spec.partition("=")[0].encode("latin-1") for spec in config.static)
+            access.line = with_static_field(access.line, prefixes)
+        return access
 
     def _open(self) -> io.FileIO:
         return io.FileIO(self.path, "a")  # unbuffered: a line is one write(2), nothing left to flush

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import http.client
+import json
 import re
 from contextlib import closing
 
@@ -60,7 +61,8 @@ def test_a_mount_answers_before_the_app_on_every_path(path, start_server, site, 
     args, app = flags(path, "apps.access_apps")
     access, metrics = tmp_path / "access.log", free_port()
     server = start_server(*args, "--static", f"/static={site}", "--access-logfile", str(access),
-                          "--metrics-bind", f"127.0.0.1:{metrics}", app=app, workers=1)  # fmt: skip
+                          "--access-log-format", "json", "--metrics-bind", f"127.0.0.1:{metrics}",
+                          app=app, workers=1)  # fmt: skip
     css = "/static/css/app.0123456789ab.css"
     first, gzipped, ranged, head, app_page, dotfile, post = _requests(path, server.port, [
         ("GET", css, {}), ("GET", css, {"accept-encoding": "gzip"}), ("GET", css, {"range": "bytes=10-19"}),
@@ -86,9 +88,16 @@ def test_a_mount_answers_before_the_app_on_every_path(path, start_server, site, 
     assert dotfile[0] == 403 and b".env" not in dotfile[2] and b"SECRET" not in dotfile[2]
     assert post[0] == 405 and post[1]["allow"] == "GET, HEAD"
 
-    server.wait_for(lambda: access.exists() and access.read_text().count(css) >= 5, what="the access lines")
+    lines = server.wait_for(lambda: len(n := _lines(access)) == 8 and n, what="the access lines")
+    statics = [(css, s, True) for s in (200, 200, 200, 206, 304, 405)]
+    logged = sorted((line["path"], line["status"], line["static"]) for line in lines)
+    assert logged == [("/hello", 200, False), ("/static/.env", 403, True), *statics]
     counted = server.wait_for(lambda: (n := _static_counts(metrics))["2xx"] == 4 and n, what="the counts")
     assert counted == {"2xx": 4, "3xx": 1, "4xx": 2, "5xx": 0}
+
+
+def _lines(access) -> list[dict]:
+    return [json.loads(line) for line in access.read_text().splitlines()] if access.exists() else []
 
 
 def _static_counts(port: int) -> dict[str, int]:
