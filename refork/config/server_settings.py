@@ -246,6 +246,16 @@ class ServerSettings:
         "`public, max-age=31536000, immutable`",
         group="server",
     )
+    static_follow_symlinks: bool = setting(
+        False,
+        "--static-follow-symlinks",
+        coerce=c.boolean,
+        action="boolean_optional",
+        help="serve --static files through symlinks that lead out of the mount's directory",
+        doc="serve a `--static` file whose real path is outside the mount's directory (a symlink "
+        "leading out, as `collectstatic --link` makes); off: such a file is 403, symlinks inside stay served",
+        group="server",
+    )
     ready_when: ReadyWhen = setting(
         "warm",
         "--ready-when",

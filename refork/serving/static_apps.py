@@ -36,7 +36,7 @@ def static_files(config: Config) -> StaticFiles | None:
     for spec, mount in zip(config.static, mounts, strict=True):
         if not os.path.isdir(mount.root):
             log.warning("--static %s: not a directory (any more): its requests are answered 404", spec)
-    return StaticFiles(mounts, config.static_max_age)
+    return StaticFiles(mounts, config.static_max_age, config.static_follow_symlinks)
 
 
 def wrap(app: Any, interface: str, files: StaticFiles, count: Count) -> Any:

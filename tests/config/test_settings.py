@@ -23,6 +23,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "health_path": ("/_refork/health", "/_refork/health"),
     "static": ("/static/=staticfiles", ["/static=staticfiles"]),
     "static_max_age": ("3600", 3600),
+    "static_follow_symlinks": ("true", True),
     "ready_when": ("started", "started"),
     "shutdown_delay": ("2.5", 2.5),
     "interface": ("ASGI", "asgi"),
