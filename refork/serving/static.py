@@ -27,6 +27,8 @@ from urllib.parse import unquote_to_bytes
 
 IMMUTABLE = b"public, max-age=31536000, immutable"
 CACHE_SIZE = 4096  # files whose metadata is kept; the cache starts over when full
+SMALL = 32 * 1024  # a file up to this size is kept in memory, sent from there (no open per request)
+HELD = 8 * 1024 * 1024  # the bytes of small files one worker keeps, at most
 ENCODINGS = (("br", b".br"), ("gzip", b".gz"))  # precompressed siblings, in order of preference
 ALLOW = b"GET, HEAD"
 _HEX_HASH = re.compile(r"[0-9a-f]{8,}")
@@ -86,6 +88,7 @@ class Variant:
     size: int
     key: tuple[int, int, int, int]  # (dev, ino, size, mtime_ns): what an open file must still be
     etag: bytes
+    data: bytes | None = None  # a small file's bytes, read once (no open per request)
 
 
 @dataclass(slots=True)
@@ -141,6 +144,7 @@ class StaticFiles:
         self.follow_symlinks = follow_symlinks
         self.cache_size = cache_size
         self.cache: dict[bytes, Entry] = {}
+        self.held = 0  # bytes of small files in the cache's entries
 
     def mount_of(self, path: bytes) -> Mount | None:
         """The mount a raw path (no query) falls under: PREFIX itself or PREFIX/..."""
@@ -219,12 +223,20 @@ class StaticFiles:
                 continue
             if stat.S_ISREG(sib.st_mode) and sib.st_mtime_ns >= st.st_mtime_ns:  # not stale
                 variants.append(Variant(file + suffix, encoding, sib.st_size, _key(sib), _etag(sib, suffix)))
+        old = self.cache.pop(file, None)
+        if old is not None:
+            self.held -= sum(len(v.data) for v in old.variants if v.data is not None)
+        if len(self.cache) >= self.cache_size:
+            self.cache.clear()
+            self.held = 0
+        for v in variants:
+            if v.size <= SMALL and self.held + v.size <= HELD:
+                v.data = _read(v)
+                self.held += len(v.data or b"")
         entry = Entry(
             key, ctype, formatdate(st.st_mtime, usegmt=True).encode("ascii"), int(st.st_mtime),
             IMMUTABLE if content_hashed(name) else self.cache_control, variants, len(variants) > 1,
         )  # fmt: skip
-        if len(self.cache) >= self.cache_size:
-            self.cache.clear()
         self.cache[file] = entry
         return entry
 
@@ -254,6 +266,14 @@ class StaticFiles:
             answer = Answer(status, common)
             answer.length = count
             return answer
+        if variant.data is not None:
+            if variant.encoding is not None:  # a sibling is not stat'ed with its file: now
+                try:
+                    if _key(os.stat(variant.path)) != variant.key:
+                        return None
+                except OSError:
+                    return None
+            return Answer(status, common, variant.data[offset : offset + count])
         try:
             f = open(variant.path, "rb", buffering=0)  # noqa: SIM115 - Answer.close()
         except OSError:
@@ -262,6 +282,18 @@ class StaticFiles:
             f.close()
             return None
         return Answer(status, common, file=f, offset=offset, count=count)
+
+
+def _read(variant: Variant) -> bytes | None:
+    """A small file's bytes, when the file read is still the one stat'ed."""
+    try:
+        with open(variant.path, "rb", buffering=0) as f:
+            if _key(os.fstat(f.fileno())) != variant.key:
+                return None
+            data = f.read(variant.size + 1)
+    except OSError:
+        return None
+    return data if len(data) == variant.size else None
 
 
 def _etag(st: os.stat_result, suffix: bytes) -> bytes:

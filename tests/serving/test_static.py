@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from refork.serving.static import IMMUTABLE, Answer, Mount, StaticFiles, byte_range, content_hashed
+from refork.serving.static import IMMUTABLE, SMALL, Answer, Mount, StaticFiles, byte_range, content_hashed
 
 CSS = b"body { color: red }\n" * 50
 SECRET = b"the secret outside the mount\n"
@@ -205,6 +205,29 @@ def test_a_changed_file_is_seen_at_once(site):
     path.write_bytes(b"changed, and longer\n")
     a = ask(f, b"/static/plain.txt")
     assert head(a)[b"etag"] != first and body(a) == b"changed, and longer\n"
+
+
+def test_small_files_are_sent_from_memory_and_big_ones_from_the_file(site):
+    big = os.urandom(SMALL + 1)
+    (site / "static" / "big.bin").write_bytes(big)
+    f = files(site)
+    small = ask(f, b"/static/plain.txt")
+    assert (small.file, small.body) == (None, b"hello\n") and f.held == 6
+    a = ask(f, b"/static/big.bin")
+    assert a.file is not None and (a.offset, a.count) == (0, len(big)) and body(a) == big
+    part = ask(f, b"/static/plain.txt", range="bytes=1-2")
+    assert (part.status, part.body) == (206, b"el")
+
+
+def test_a_changed_sibling_is_seen_at_once(site):
+    css = site / "static" / "css" / "app.css"
+    gz = site / "static" / "css" / "app.css.gz"
+    gz.write_bytes(gzip.compress(CSS))
+    os.utime(css, (1, 1))
+    f = files(site)
+    assert body(ask(f, b"/static/css/app.css", accept_encoding="gzip")) == gzip.compress(CSS)
+    gz.write_bytes(b"new gzip bytes, a different size")
+    assert body(ask(f, b"/static/css/app.css", accept_encoding="gzip")) == b"new gzip bytes, a different size"
 
 
 def test_the_metadata_cache_is_bounded(site):

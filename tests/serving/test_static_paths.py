@@ -18,7 +18,8 @@ from support.request_paths import connect, every_path, flags, http2, tls
 
 from refork.config import load_config
 
-CSS = b"body { color: red }\n" * 400  # 8 KB: past one small write
+CSS = b"body { color: red }\n" * 400  # 8 KB: sent from memory
+BIG = bytes(range(256)) * 400  # 100 KB: sent from the file (sendfile on plain HTTP/1.1)
 
 
 def _requests(path: str, port: int, asks: list[tuple[str, str, dict[str, str]]]
@@ -52,6 +53,7 @@ def site(tmp_path):
     (root / "css").mkdir(parents=True)
     (root / "css" / "app.0123456789ab.css").write_bytes(CSS)
     (root / "css" / "app.0123456789ab.css.gz").write_bytes(gzip.compress(CSS))
+    (root / "big.bin").write_bytes(BIG)
     (root / ".env").write_bytes(b"SECRET=1\n")
     return root
 
@@ -64,10 +66,13 @@ def test_a_mount_answers_before_the_app_on_every_path(path, start_server, site, 
                           "--access-log-format", "json", "--metrics-bind", f"127.0.0.1:{metrics}",
                           app=app, workers=1)  # fmt: skip
     css = "/static/css/app.0123456789ab.css"
-    first, gzipped, ranged, head, app_page, dotfile, post = _requests(path, server.port, [
+    first, gzipped, ranged, head, app_page, dotfile, post, big, big_part = _requests(path, server.port, [
         ("GET", css, {}), ("GET", css, {"accept-encoding": "gzip"}), ("GET", css, {"range": "bytes=10-19"}),
         ("HEAD", css, {}), ("GET", "/hello", {}), ("GET", "/static/.env", {}), ("POST", css, {}),
+        ("GET", "/static/big.bin", {}), ("GET", "/static/big.bin", {"range": "bytes=1000-70999"}),
     ])  # fmt: skip
+    assert big[0] == 200 and big[2] == BIG and big[1]["content-type"] == "application/octet-stream"
+    assert big_part[0] == 206 and big_part[2] == BIG[1000:71000]
     status, h, body = first
     assert (status, body) == (200, CSS)
     assert h["content-type"] == "text/css; charset=utf-8" and h["content-length"] == str(len(CSS))
@@ -88,12 +93,13 @@ def test_a_mount_answers_before_the_app_on_every_path(path, start_server, site, 
     assert dotfile[0] == 403 and b".env" not in dotfile[2] and b"SECRET" not in dotfile[2]
     assert post[0] == 405 and post[1]["allow"] == "GET, HEAD"
 
-    lines = server.wait_for(lambda: len(n := _lines(access)) == 8 and n, what="the access lines")
+    lines = server.wait_for(lambda: len(n := _lines(access)) == 10 and n, what="the access lines")
     statics = [(css, s, True) for s in (200, 200, 200, 206, 304, 405)]
     logged = sorted((line["path"], line["status"], line["static"]) for line in lines)
-    assert logged == [("/hello", 200, False), ("/static/.env", 403, True), *statics]
-    counted = server.wait_for(lambda: (n := _static_counts(metrics))["2xx"] == 4 and n, what="the counts")
-    assert counted == {"2xx": 4, "3xx": 1, "4xx": 2, "5xx": 0}
+    bigs = [("/static/big.bin", 200, True), ("/static/big.bin", 206, True)]
+    assert logged == [("/hello", 200, False), ("/static/.env", 403, True), *bigs, *statics]
+    counted = server.wait_for(lambda: (n := _static_counts(metrics))["2xx"] == 6 and n, what="the counts")
+    assert counted == {"2xx": 6, "3xx": 1, "4xx": 2, "5xx": 0}
 
 
 def _lines(access) -> list[dict]:
