@@ -26,11 +26,13 @@ def check_config(config: Config) -> int:
     from refork.loading import app_traceback, change_directory
     from refork.logs import check_log_files, log_notes, setup_logging
     from refork.process.mold import load_checked
+    from refork.serving import check_static
     from refork.serving.tls_context import check as check_tls
 
     check_log_files(config)
     setup_logging(replace(config, capture_output=False))  # its verdict goes to the terminal
     log_notes(config)
+    check_static(config)  # the --static directories exist (under --chdir: before going there)
     change_directory(config.chdir)
     check_tls(config)  # the certificate and key load (one line and exit 2 if not)
     try:

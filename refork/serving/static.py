@@ -1,11 +1,14 @@
 """Static mounts (--static PREFIX=DIR): which file a request names, and the whole answer to it.
 
 :meth:`StaticFiles.answer` takes a method, the raw request target and the request headers and
-returns an :class:`Answer` (status, headers, a small body or an open file span), or None when the
-target is under no mount (the app's). No I/O but stat and open. Safe by construction: the path is
-decoded once and refused (403) when it holds ``..``/``.`` segments, an encoded ``/`` or ``\\``, a
-backslash, a NUL, an empty segment or a dotfile, or when its real path leaves the mount (a symlink
-out); a directory or anything but a regular file is a 404. No refusal names the path.
+returns an :class:`Answer` (status, headers, a body or an open file span), or None when the
+target is under no mount (the app's). No I/O but stat, open and the read of a small file, which is
+then kept (SMALL, HELD) with the metadata, both checked against one stat per request.
+
+Safe by construction: the path is decoded once and refused (403) when it holds ``..``/``.``
+segments, an encoded ``/`` or ``\\``, a backslash, a NUL, an empty segment or a dotfile, or when
+its real path leaves the mount (a symlink out); a directory or anything but a regular file is a
+404. No refusal names the path.
 
 What a file's answer carries is what WhiteNoise and nginx send: MIME type, ETag, Last-Modified,
 304 for If-None-Match / If-Modified-Since, one byte range (206 / 416, If-Range), a precompressed

@@ -12,9 +12,9 @@ import re
 from contextlib import closing
 
 import pytest
-from conftest import free_port, run_cli
+from conftest import free_port, read_to_end, run_cli
 from support.h2client import H2Client
-from support.request_paths import connect, every_path, flags, http2, tls
+from support.request_paths import connect, every_path, flags, http2, over_http11_only, tls
 
 from refork.config import load_config
 
@@ -100,6 +100,32 @@ def test_a_mount_answers_before_the_app_on_every_path(path, start_server, site, 
     assert logged == [("/hello", 200, False), ("/static/.env", 403, True), *bigs, *statics]
     counted = server.wait_for(lambda: (n := _static_counts(metrics))["2xx"] == 6 and n, what="the counts")
     assert counted == {"2xx": 6, "3xx": 1, "4xx": 2, "5xx": 0}
+
+
+# raw request targets as a client may send them, past any client library's normalization
+NASTY = [
+    b"/static/../secret.txt", b"/static/%2e%2e/secret.txt", b"/static/%2E%2E/%2E%2E/secret.txt",
+    b"/static/..%2fsecret.txt", b"/static/..%5csecret.txt", b"/static/..\\secret.txt", b"/static/out.txt",
+    b"/static/outdir/secret.txt", b"/static/%252e%252e/secret.txt", b"/static/.%2e/secret.txt",
+    b"/static/%c0%ae%c0%ae/secret.txt", b"/static//../secret.txt", b"/static/./../secret.txt",
+    b"/static/css/../../secret.txt", b"/static/..;/secret.txt", b"/static/%00/../secret.txt",
+    b"http://x/static/../secret.txt", b"/static/.env", b"/static/%2eenv", b"/static/..",
+]  # fmt: skip
+
+
+@over_http11_only("an HTTP/2 client library refuses most of these :path values before they are sent")
+def test_no_raw_target_gets_a_byte_from_outside_the_mount(path, start_server, site, tmp_path):
+    (tmp_path / "secret.txt").write_bytes(b"OUTSIDE-THE-MOUNT\n")
+    (site / "out.txt").symlink_to(tmp_path / "secret.txt")
+    (site / "outdir").symlink_to(tmp_path)
+    args, app = flags(path, "apps.access_apps")
+    server = start_server(*args, "--static", f"/static={site}", app=app, workers=1)
+    for target in NASTY:
+        with connect(path, server.port) as sock:
+            sock.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answer = read_to_end(sock)
+        assert b"OUTSIDE-THE-MOUNT" not in answer and b"SECRET" not in answer, target
+        assert answer.split(b" ", 2)[1] in (b"400", b"403", b"404"), (target, answer[:200])
 
 
 def _lines(access) -> list[dict]:
