@@ -2,9 +2,10 @@
 
 serve() wraps the app once per worker, so every loop answers static requests the same way (the
 native engine and the pool engine, the Python loop, asyncio and uvloop, HTTP/1.1 and HTTP/2, TLS
-or not): a WSGI answer is a ``wsgi.file_wrapper`` (sendfile on plain connections, the native
-engines' too), an ASGI answer an ``http.response.zerocopysend`` (loop.sendfile / os.sendfile
-beside the transport; read and write over TLS). A request under no mount costs one startswith.
+or not). A small file's answer is its bytes (the native engines frame them without Python); a
+bigger one is a ``wsgi.file_wrapper`` (sendfile on plain connections, the native engines' too) or
+an ASGI ``http.response.zerocopysend`` (os.sendfile beside the transport; read and write over
+TLS). A request under no mount costs one startswith.
 Static answers go to the access log like any response and are counted apart
 (``refork_static_requests_total`` by status class) besides the server's request counts.
 """
