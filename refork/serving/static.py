@@ -148,7 +148,8 @@ class StaticFiles:
         self.cache_size = cache_size
         self.cache: dict[bytes, Entry] = {}
         self.held = 0  # bytes of small files in the cache's entries
-        mimetypes.init()  # the system's tables read now, not on the first request
+        if not mimetypes.inited:  # the system's tables read now, not on the first request (once:
+            mimetypes.init()  # init() again would drop the app's own add_type())
 
     def mount_of(self, path: bytes) -> Mount | None:
         """The mount a raw path (no query) falls under: PREFIX itself or PREFIX/..."""
