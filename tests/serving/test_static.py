@@ -321,3 +321,12 @@ def test_the_wsgi_mount_reads_the_raw_target_in_origin_and_absolute_form(site):
         assert b"".join(result) in (b"hello\n", b"the app")
         getattr(result, "close", lambda: None)()
     assert seen == ["200 OK", "200 OK"] and counted == [200, 200]
+
+
+def test_percent_encoded_names_are_decoded_once(site):
+    (site / "static" / "café menu.txt").write_bytes(b"menu\n")
+    (site / "static" / "100%.txt").write_bytes(b"full\n")
+    f = files(site)
+    assert body(ask(f, b"/static/caf%C3%A9%20menu.txt")) == b"menu\n"
+    assert body(ask(f, b"/static/100%25.txt")) == b"full\n"
+    assert ask(f, b"/static/100%2525.txt").status == 404  # not decoded twice
