@@ -183,7 +183,7 @@ class StaticFiles:
             answer = self._respond(method, entry, headers)
             if answer is not None:
                 return answer
-            self.cache.pop(file, None)
+            self._forget(file)
             try:
                 st = os.stat(file)
             except OSError:
@@ -228,9 +228,7 @@ class StaticFiles:
                 continue
             if stat.S_ISREG(sib.st_mode) and sib.st_mtime_ns >= st.st_mtime_ns:  # not stale
                 variants.append(Variant(file + suffix, encoding, sib.st_size, _key(sib), _etag(sib, suffix)))
-        old = self.cache.pop(file, None)
-        if old is not None:
-            self.held -= sum(len(v.data) for v in old.variants if v.data is not None)
+        self._forget(file)
         if len(self.cache) >= self.cache_size:
             self.cache.clear()
             self.held = 0
@@ -244,6 +242,12 @@ class StaticFiles:
         )  # fmt: skip
         self.cache[file] = entry
         return entry
+
+    def _forget(self, file: bytes) -> None:
+        """Drop a file's entry (it changed), and the bytes it held."""
+        old = self.cache.pop(file, None)
+        if old is not None:
+            self.held -= sum(len(v.data) for v in old.variants if v.data is not None)
 
     def _respond(self, method: str, entry: Entry, headers: Mapping[str, str]) -> Answer | None:
         """The answer from the entry; None when the file changed under it (the caller retries)."""
