@@ -10,11 +10,13 @@ ROOT="$(cd "$HERE/.." && pwd)"
 VER="$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
 VENV="$HERE/.venv-$VER"
 
-# System packages: bjoern needs libev headers, the load generators are wrk and (HTTP/2) h2load.
+# System packages: bjoern needs libev headers, the load generators are wrk and (HTTP/2) h2load;
+# nginx is a peer of benchmarks/static_files.py.
 missing=()
 dpkg -s libev-dev >/dev/null 2>&1 || missing+=(libev-dev)
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v h2load >/dev/null 2>&1 || missing+=(nghttp2-client)
+command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
 if ((${#missing[@]})); then
     if [[ "$(id -u)" == 0 ]]; then
         apt-get update -qq && apt-get install -y -qq "${missing[@]}"
@@ -34,6 +36,8 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "${PIP[@]}" fastapi
 # WebSocket peers (benchmarks/websocket.py): uvicorn --ws websockets and --ws wsproto.
 "${PIP[@]}" websockets wsproto
+# Static files (benchmarks/static_files.py): WhiteNoise (granian's mount and gunicorn are above).
+"${PIP[@]}" whitenoise
 # Plots (benchmarks/memory_creep.py draws docs/memory-creep.png); never a test dependency.
 "${PIP[@]}" matplotlib
 # bjoern builds a C extension against libev.
@@ -67,7 +71,7 @@ import sys
 
 print("python", sys.version.split()[0])
 for name in ("refork", "gunicorn", "uvicorn", "httptools", "uvloop", "granian", "bjoern", "psutil", "matplotlib",
-             "websockets", "wsproto", "django", "psycopg", "psycopg-pool", "py-spy"):
+             "websockets", "wsproto", "whitenoise", "django", "psycopg", "psycopg-pool", "py-spy"):
     try:
         print(f"{name} {md.version(name)}")
     except md.PackageNotFoundError:
