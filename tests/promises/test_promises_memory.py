@@ -545,6 +545,9 @@ class StreamFlood:
             t.start()
 
     def _run(self, i: int, port: int, streams: int, url: str, length: int, send: int) -> None:
+        # a TLS handshake waits for the worker's loop, which is its one app thread with --threads 1:
+        # meanwhile the connection holds nothing of the worker (as one not accepted yet)
+        self.stalled[i] = self.tls is not None
         with closing(H2Client(port, tls=self.tls)) as client:
             left = {client.send("POST", url, length=length): send for _ in range(streams)}
             while not self.stop.is_set() and not client.closed:

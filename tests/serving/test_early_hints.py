@@ -19,7 +19,16 @@ import pytest
 from apps.hint_apps import FONT, SCRIPT, STYLE
 from conftest import read_to_end
 from support.certs import Certs
-from support.request_paths import OVER_TLS, PATHS, flags, http2, over_cleartext_only, path_certs, wsgi_paths
+from support.request_paths import (
+    OVER_TLS,
+    PATHS,
+    connect,
+    flags,
+    http2,
+    over_cleartext_only,
+    path_certs,
+    wsgi_paths,
+)
 
 HINT = b"HTTP/1.1 103 Early Hints"
 TWO_HINTS = [
@@ -97,7 +106,7 @@ def test_hints_never_wait_for_a_client_that_does_not_read(start_server, path, tm
     done = tmp_path / "done"
     chosen, app = flags(path, "apps.hint_apps")
     server = start_server(*chosen, app=app, workers=1, env={"HINTS_DONE": str(done)})
-    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as s:
+    with connect(path, server.port, timeout=20) as s:  # (over TLS: HTTP/1.1 by ALPN)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
         s.sendall(b"GET /many?2000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         server.wait_for(done.exists, what="the app, past its hints, with nothing read")

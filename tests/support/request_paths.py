@@ -32,12 +32,15 @@ PATHS: dict[str, tuple[str, list[str]]] = {
     "python-4-h2c": ("wsgi", ["--wsgi-loop", "python", "--threads", "4", "--http-protocols", "h2c,h1"]),
     # the native engine hands h2c to the Python loop, whose one app thread is the loop's
     "engine-h2c": ("wsgi", ["--wsgi-loop", "native", "--threads", "1", "--http-protocols", "h2c,h1"]),
+    # ... and the pool engine to the Python loop, whose streams run on the engine's app threads
+    "pool-h2c": ("wsgi", ["--wsgi-loop", "native", "--threads", "4", "--http-protocols", "h2c,h1"]),
     "asyncio-h2c": ("asgi", ["--loop", "asyncio", "--http-protocols", "h2c,h1"]),
     "uvloop-h2c": ("asgi", ["--loop", "uvloop", "--http-protocols", "h2c,h1"]),
     # HTTP/2 over TLS, chosen by ALPN (h2 is offered on a TLS listener by default)
+    "engine-h2": ("wsgi", ["--wsgi-loop", "native", "--threads", "1"]),  # (TLS listeners: the Python loop)
     "uvloop-h2": ("asgi", ["--loop", "uvloop"]),
 }
-OVER_TLS = {"uvloop-h2"}  # served with the session's certificates (flags() adds them)
+OVER_TLS = {"uvloop-h2", "engine-h2"}  # served with the session's certificates (flags() adds them)
 WSGI = [path for path, (interface, _) in PATHS.items() if interface == "wsgi"]
 
 every_path = pytest.mark.parametrize("path", list(PATHS))

@@ -120,22 +120,24 @@ class Session:
         self.flush()
         if self.closed:
             return
-        if self.sending or self.out or self.conn.tls is not None:
-            self.loop._close(self.conn)  # (TLS: its close_notify; a full socket: nothing to save)
+        if self.sending or self.out:
+            self.loop._close(self.conn)  # (a full socket: nothing to save)
             return
         self.lingering_since = time.monotonic()
+        if self.conn.tls is not None:
+            self.conn.tls.close_notify()  # (TLS's goodbye first; what follows is read from the plain socket)
         try:
-            self.conn.sock.shutdown(socket.SHUT_WR)
+            socket.socket.shutdown(self.conn.sock, socket.SHUT_WR)
         except OSError:
             self.loop._close(self.conn)
 
     def _recv(self) -> bytes | None:
         conn = self.conn
         try:
-            if conn.tls is not None:
+            if conn.tls is not None and not self.lingering_since:
                 data = conn.tls.read(self.loop.read_size)
-            else:
-                data = conn.sock.recv(self.loop.read_size)
+            else:  # (lingering over TLS: the plain socket's bytes, dropped)
+                data = socket.socket.recv(conn.sock, self.loop.read_size)
         except _WOULD_BLOCK:
             return None
         except OSError:
