@@ -31,6 +31,14 @@ class _EngineRequest:
 
 ENGINE = _EngineRequest()
 
+
+class TimedOut(Exception):
+    """Raised into the app code of a request blocked past ``--timeout`` (the monitor's SIGABRT, on
+    that thread), as gunicorn's sync worker does: the request layer answers it with a 500 if the
+    response has not started, else closes the connection; then the worker exits. An Exception, so
+    that a framework's error handling (Django's, Flask's) may answer it as its own 500."""
+
+
 _extend: Callable[[object, float], bool] | None = None
 
 

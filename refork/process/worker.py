@@ -8,6 +8,7 @@ only when the loop hands control back, never in the middle of a request.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import math
 import os
@@ -178,7 +179,7 @@ class Worker:
         signal.signal(signal.SIGQUIT, self._on_quit)
         signal.signal(signal.SIGINT, self._on_quit)
         signal.signal(OVERDUE_SIGNAL, self._on_overdue_signal)  # even when off: a HUP may turn it on
-        if "worker_abort" in self.config.hooks:
+        if not faulthandler.is_enabled():  # (PYTHONFAULTHANDLER: its SIGABRT dumps every stack)
             signal.signal(signal.SIGABRT, self._on_abort)
         self._watch_the_monitor()
         deadlines.install(self.clock.extend)
@@ -215,13 +216,28 @@ class Worker:
             hooks.call_logged(self.config, "worker_int", self.hook_worker)
 
     def _on_abort(self, signum: int, frame: object) -> None:
-        """SIGABRT: the monitor found this worker past --timeout; gunicorn's worker_abort hook (a
-        stack dump, usually) runs, then the worker exits; SIGKILL follows if it cannot."""
+        """SIGABRT: the monitor found this worker past --timeout (SIGKILL follows a second later).
+        gunicorn's worker_abort hook (a stack dump, usually) runs; then, as in gunicorn's sync
+        worker, the request blocked in the app on this thread gets TimedOut raised into it (its
+        client gets a 500 if its response has not started) and the loop exits after it; with no
+        request in the app on this thread, the worker exits now."""
+        if self.hook_worker.aborted:
+            return  # the app caught TimedOut and is still here: SIGKILL is on its way
         self.hook_worker.aborted = True
         self._exit_now = True
         hooks.call_logged(self.config, "worker_abort", self.hook_worker)
+        if self._in_app_here():
+            raise deadlines.TimedOut(f"the request passed --timeout {self.config.timeout:g}s in the app")
         logging.shutdown()
         os._exit(1)
+
+    def _in_app_here(self) -> bool:
+        """A request is in the app on this thread (the signal handler's: the loop's)."""
+        token = deadlines.current.get()
+        if token is deadlines.ENGINE:
+            find = self.clock.engine_request
+            token = find(False) if find is not None else None
+        return token is not None
 
     def _watch_the_monitor(self) -> None:
         """With a subreaper the monitor is this worker's parent (once the middle process of the
