@@ -40,12 +40,26 @@ class TimedOut(Exception):
 
 
 _extend: Callable[[object, float], bool] | None = None
+_answer_timed_out: Callable[[], None] | None = None
 
 
 def install(extend: Callable[[object, float], bool] | None) -> None:
     """The worker's way to push a request's deadlines (None: not serving)."""
     global _extend
     _extend = extend
+
+
+def on_timeout(answer: Callable[[], None] | None) -> None:
+    """What answers the requests in the app of a worker aborted past --timeout from a thread that
+    is not theirs (a loop with app threads sets it: refork.serving.wsgi.timed_out)."""
+    global _answer_timed_out
+    _answer_timed_out = answer
+
+
+def answer_timed_out() -> None:
+    """Answer them (the worker's SIGABRT handler, on the loop's thread, right before it exits)."""
+    if _answer_timed_out is not None:
+        _answer_timed_out()
 
 
 def extend_deadline(seconds: float) -> bool:

@@ -219,8 +219,8 @@ class Worker:
         """SIGABRT: the monitor found this worker past --timeout (SIGKILL follows a second later).
         gunicorn's worker_abort hook (a stack dump, usually) runs; then, as in gunicorn's sync
         worker, the request blocked in the app on this thread gets TimedOut raised into it (its
-        client gets a 500 if its response has not started) and the loop exits after it; with no
-        request in the app on this thread, the worker exits now."""
+        client gets a 500 if its response has not started) and the loop exits after it; else (the
+        loop of app threads) the loop answers its requests in the app and the worker exits now."""
         if self.hook_worker.aborted:
             return  # the app caught TimedOut and is still here: SIGKILL is on its way
         self.hook_worker.aborted = True
@@ -228,6 +228,10 @@ class Worker:
         hooks.call_logged(self.config, "worker_abort", self.hook_worker)
         if self._in_app_here():
             raise deadlines.TimedOut(f"the request passed --timeout {self.config.timeout:g}s in the app")
+        try:
+            deadlines.answer_timed_out()
+        except Exception:
+            log.exception("worker %d: answering the requests in the app past --timeout failed", self.nr)
         logging.shutdown()
         os._exit(1)
 

@@ -219,8 +219,9 @@ def answer(client: socket.socket | H2Client) -> tuple[int, bytes]:
 @every_path
 def test_a_request_blocked_in_the_app_past_timeout_gets_a_500_and_its_worker_is_replaced(start_server, path):
     """As in gunicorn: past --timeout the worker is aborted (SIGABRT, SIGKILL a second later), the
-    request blocked in the app gets a 500 (its response had not started), a replacement serves."""
-    server = serve(start_server, path, "--timeout", "1", workers=1)
+    request blocked in the app gets a 500 (its response had not started), a replacement serves.
+    Under --threads the worker drains first (--graceful-timeout), then answers it as it exits."""
+    server = serve(start_server, path, "--timeout", "1", "--graceful-timeout", "1", workers=1)
     before = server.workers()[0]["pid"]
     blocking = "/block?30" if PATHS[path][0] == "asgi" else "/sleep?30"
     with hang(server, path, blocking) as client:
