@@ -200,7 +200,7 @@ class Worker:
             from refork.memory.profiling import stop_memray
 
             stop_memray(self.memray)
-        return 0
+        return 1 if self.hook_worker.aborted else 0  # (aborted past --timeout: gunicorn's exit 1)
 
     # Signals sent straight to a worker (gunicorn's conventions): TERM graceful, INT/QUIT now.
     def _on_term(self, signum: int, frame: object) -> None:
