@@ -113,7 +113,7 @@ class PoolHost(NativeHost):
     def answer_timed_out(self) -> None:
         for fd in self.engine.in_app:
             if not timed_out.started(self.responding.get(fd)):
-                timed_out.answer(fd)
+                timed_out.answer_fd(fd)
 
     def free_threads(self) -> int | None:
         return int(self.engine.free_threads)  # the engine counts the jobs of both loops

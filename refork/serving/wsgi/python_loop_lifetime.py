@@ -190,12 +190,12 @@ class Lifetime:
 
     def answer_timed_out(self) -> None:
         """The worker is aborted past --timeout (refork.deadlines.on_timeout): a 500 to each request
-        in an app thread whose response has not started (HTTP/1.1 in the clear, and HTTP/2)."""
+        in an app thread whose response has not started (HTTP/1.1, and HTTP/2 on its stream)."""
         for conn in list(self.conns.values()):
             if conn.h2 is not None:
                 conn.h2.answer_timed_out()
-            elif conn.busy and conn.tls is None and not conn.closed and not timed_out.started(conn.out):
-                timed_out.answer(conn.fd)
+            elif conn.busy and not conn.closed and not timed_out.started(conn.out):
+                timed_out.answer(conn.out)
         self.beside.answer_timed_out()
 
     def _shutdown(self) -> None:

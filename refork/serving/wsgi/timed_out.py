@@ -21,8 +21,17 @@ def started(out: Outbox | None) -> bool:
     return ex is not None and bool(ex.sent or ex.head_sent)
 
 
-def answer(fd: int) -> None:
-    """The 500, as far as the socket takes it now, then its end (the process exit closes it)."""
+def answer(out: Outbox) -> None:
+    """The 500 on the Python loop's connection (TLS too), as far as the socket takes it now: never
+    waited for, the worker exits next (an interim response's way of writing)."""
+    try:
+        out.hint(RESPONSE)
+    except OSError:
+        pass  # the client is gone
+
+
+def answer_fd(fd: int) -> None:
+    """The 500 on a native engine's socket, as far as it takes it now, then its end (FIN)."""
     sock = socket.socket(fileno=fd)
     try:
         sock.send(RESPONSE, socket.MSG_NOSIGNAL | socket.MSG_DONTWAIT)
