@@ -5,8 +5,8 @@ serves the same URLs.
 - `/sleep?S`: answers after S seconds in the app (WSGI: time.sleep; ASGI: an await)
 - `/hang`: never answers (WSGI: a thread asleep for an hour; ASGI: an await that never returns)
 - `/block?S`: holds the worker's only loop for S seconds (ASGI: time.sleep without await)
-- `/started?S`: sends its head and half of its body, then holds the worker's only loop for S
-  seconds (WSGI: a generator; ASGI: time.sleep without await)
+- `/started?S`: sends its head and half of its body, then holds the app thread (ASGI: the loop)
+  for S seconds
 - `/big?N`: N bytes
 - `/status?N`: status N (any, even one no final response may have)
 - `/upload`: the length of the request body, read whole
@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from apps import heavy
@@ -53,18 +53,12 @@ def _route(path: str, query: str) -> tuple[str, bytes | float]:
     return "body", f"{os.getpid()} {os.getppid()}".encode()
 
 
-def _started(seconds: float) -> Iterator[bytes]:
-    yield b"ha"
-    yield b"lf"  # (an HTTP/2 stream holds the last item back: the first is sent now)
-    time.sleep(seconds)
-    yield b"rest"
-
-
 def wsgi(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
     action, arg = _route(environ["PATH_INFO"], environ.get("QUERY_STRING", ""))
-    if action == "started":
-        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "8")])
-        return _started(arg)  # type: ignore[arg-type]
+    if action == "started":  # write(): sent at once on every path (a body's first items may be held)
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "8")])(b"half")
+        time.sleep(arg)  # type: ignore[arg-type]
+        return [b"rest"]
     if action == "upload":
         arg = str(len(environ["wsgi.input"].read())).encode()
     elif action == "status":

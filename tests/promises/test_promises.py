@@ -234,11 +234,11 @@ def test_a_request_blocked_in_the_app_past_timeout_gets_a_500_and_its_worker_is_
     assert get(server, path)[0] == 200
 
 
-@pytest.mark.parametrize("path", [p for p in PATHS if threads(p) <= 1])
+@every_path
 def test_a_request_past_timeout_whose_response_started_is_cut_with_no_500_after_it(start_server, path):
     """Its head and part of its body are out: the connection is closed (HTTP/2: the stream reset),
     nothing is appended to what the client already has."""
-    server = serve(start_server, path, "--timeout", "1", workers=1)
+    server = serve(start_server, path, "--timeout", "1", "--graceful-timeout", "1", workers=1)
     before = server.workers()[0]["pid"]
     with hang(server, path, "/started?30") as client:
         status, data = answer(client)
