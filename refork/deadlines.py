@@ -31,13 +31,35 @@ class _EngineRequest:
 
 ENGINE = _EngineRequest()
 
+
+class TimedOut(Exception):
+    """Raised into the app code of a request blocked past ``--timeout`` (the monitor's SIGABRT, on
+    that thread), as gunicorn's sync worker does: the request layer answers it with a 500 if the
+    response has not started, else closes the connection; then the worker exits. An Exception, so
+    that a framework's error handling (Django's, Flask's) may answer it as its own 500."""
+
+
 _extend: Callable[[object, float], bool] | None = None
+_answer_timed_out: Callable[[], None] | None = None
 
 
 def install(extend: Callable[[object, float], bool] | None) -> None:
     """The worker's way to push a request's deadlines (None: not serving)."""
     global _extend
     _extend = extend
+
+
+def on_timeout(answer: Callable[[], None] | None) -> None:
+    """What answers the requests in the app of a worker aborted past --timeout from a thread that
+    is not theirs (a loop with app threads sets it: refork.serving.wsgi.timed_out)."""
+    global _answer_timed_out
+    _answer_timed_out = answer
+
+
+def answer_timed_out() -> None:
+    """Answer them (the worker's SIGABRT handler, on the loop's thread, right before it exits)."""
+    if _answer_timed_out is not None:
+        _answer_timed_out()
 
 
 def extend_deadline(seconds: float) -> bool:

@@ -174,11 +174,12 @@ class ServerSettings:
         "--timeout",
         coerce=c.timeout_seconds,
         metavar="S",
-        help="kill a worker whose app holds a request (ASGI: blocks its loop) longer than this; 0: never",
-        doc="a WSGI worker whose app holds a request longer than this is killed and replaced (0 or `off`: "
-        "never, as in gunicorn); time "
+        help="replace a worker whose app holds a request (ASGI: blocks its loop) longer than this, "
+        "that request answered 500; 0: never",
+        doc="a WSGI worker whose app holds a request longer than this is aborted and replaced, that "
+        "request answered 500 if its response has not started, as in gunicorn (0 or `off`: never); time "
         "waiting on the client (a slow body, a slow reader) is not counted: the body and write "
-        "timeouts bound it per connection. An ASGI worker is killed when its event loop is blocked "
+        "timeouts bound it per connection. An ASGI worker is aborted so when its event loop is blocked "
         "in app code this long; a request that awaits (a long poll, a stream) holds nothing, as "
         "with gunicorn's async workers; --request-timeout reports it",
         group="server",

@@ -8,6 +8,7 @@ only when the loop hands control back, never in the middle of a request.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import math
 import os
@@ -180,7 +181,7 @@ class Worker:
         signal.signal(signal.SIGQUIT, self._on_quit)
         signal.signal(signal.SIGINT, self._on_quit)
         signal.signal(OVERDUE_SIGNAL, self._on_overdue_signal)  # even when off: a HUP may turn it on
-        if "worker_abort" in self.config.hooks:
+        if not faulthandler.is_enabled():  # (PYTHONFAULTHANDLER: its SIGABRT dumps every stack)
             signal.signal(signal.SIGABRT, self._on_abort)
         self._watch_the_monitor()
         deadlines.install(self.clock.extend)
@@ -201,7 +202,7 @@ class Worker:
             from refork.memory.profiling import stop_memray
 
             stop_memray(self.memray)
-        return 0
+        return 1 if self.hook_worker.aborted else 0  # (aborted past --timeout: gunicorn's exit 1)
 
     # Signals sent straight to a worker (gunicorn's conventions): TERM graceful, INT/QUIT now.
     def _on_term(self, signum: int, frame: object) -> None:
@@ -217,13 +218,32 @@ class Worker:
             hooks.call_logged(self.config, "worker_int", self.hook_worker)
 
     def _on_abort(self, signum: int, frame: object) -> None:
-        """SIGABRT: the monitor found this worker past --timeout; gunicorn's worker_abort hook (a
-        stack dump, usually) runs, then the worker exits; SIGKILL follows if it cannot."""
+        """SIGABRT: the monitor found this worker past --timeout (SIGKILL follows a second later).
+        gunicorn's worker_abort hook (a stack dump, usually) runs; then, as in gunicorn's sync
+        worker, the request blocked in the app on this thread gets TimedOut raised into it (its
+        client gets a 500 if its response has not started) and the loop exits after it; else (the
+        loop of app threads) the loop answers its requests in the app and the worker exits now."""
+        if self.hook_worker.aborted:
+            return  # the app caught TimedOut and is still here: SIGKILL is on its way
         self.hook_worker.aborted = True
         self._exit_now = True
         hooks.call_logged(self.config, "worker_abort", self.hook_worker)
+        if self._in_app_here():
+            raise deadlines.TimedOut(f"the request passed --timeout {self.config.timeout:g}s in the app")
+        try:
+            deadlines.answer_timed_out()
+        except Exception:
+            log.exception("worker %d: answering the requests in the app past --timeout failed", self.nr)
         logging.shutdown()
         os._exit(1)
+
+    def _in_app_here(self) -> bool:
+        """A request is in the app on this thread (the signal handler's: the loop's)."""
+        token = deadlines.current.get()
+        if token is deadlines.ENGINE:
+            find = self.clock.engine_request
+            token = find(False) if find is not None else None
+        return token is not None
 
     def _watch_the_monitor(self) -> None:
         """With a subreaper the monitor is this worker's parent (once the middle process of the

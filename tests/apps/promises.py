@@ -5,6 +5,8 @@ serves the same URLs.
 - `/sleep?S`: answers after S seconds in the app (WSGI: time.sleep; ASGI: an await)
 - `/hang`: never answers (WSGI: a thread asleep for an hour; ASGI: an await that never returns)
 - `/block?S`: holds the worker's only loop for S seconds (ASGI: time.sleep without await)
+- `/started?S`: sends its head and half of its body, then holds the app thread (ASGI: the loop)
+  for S seconds
 - `/big?N`: N bytes
 - `/status?N`: status N (any, even one no final response may have)
 - `/upload`: the length of the request body, read whole
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from apps import heavy
@@ -37,6 +40,8 @@ def _route(path: str, query: str) -> tuple[str, bytes | float]:
         return "sleep", 3600.0
     if path == "/block":
         return "block", float(query or "1")
+    if path == "/started":
+        return "started", float(query or "1")
     if path == "/big":
         return "body", b"x" * int(query or "1000000")
     if path == "/status":
@@ -48,8 +53,12 @@ def _route(path: str, query: str) -> tuple[str, bytes | float]:
     return "body", f"{os.getpid()} {os.getppid()}".encode()
 
 
-def wsgi(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+def wsgi(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
     action, arg = _route(environ["PATH_INFO"], environ.get("QUERY_STRING", ""))
+    if action == "started":  # write(): sent at once on every path (a body's first items may be held)
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "8")])(b"half")
+        time.sleep(arg)  # type: ignore[arg-type]
+        return [b"rest"]
     if action == "upload":
         arg = str(len(environ["wsgi.input"].read())).encode()
     elif action == "status":
@@ -97,6 +106,13 @@ async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
             size += len(message.get("body", b""))
             more = message.get("more_body", False) and message["type"] == "http.request"
         arg = str(size).encode()
+    elif action == "started":
+        headers = [(b"content-type", b"text/plain"), (b"content-length", b"8")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"half", "more_body": True})
+        time.sleep(arg)  # type: ignore[arg-type]
+        await send({"type": "http.response.body", "body": b"rest"})
+        return
     elif action == "status":
         headers = [(b"content-length", b"0")]
         await send({"type": "http.response.start", "status": int(arg), "headers": headers})

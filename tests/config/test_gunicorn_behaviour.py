@@ -162,3 +162,15 @@ def test_umask_spellings_gunicorn_takes_are_taken(tmp_path):
     refork = _refork_checks(config, tmp_path)
     assert refork.returncode == 0, refork.stderr
     assert "umask = 7 " in refork.stdout and "raw_env = ['A=1=2']" in refork.stdout
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])  # refork: the native engine, the pool engine
+def test_a_request_past_timeout_gets_a_500_as_under_gunicorns_sync_worker(both, threads):
+    """timeout = 1: gunicorn's arbiter aborts the worker (SIGABRT: SystemExit raised in the app), and
+    its sync worker answers 500; refork answers it too, with --threads above 1 as well (gthread
+    never times out a hung thread), once the worker's other requests had --graceful-timeout."""
+    text = "worker_class = 'sync'\ntimeout = 1\ngraceful_timeout = 1\n"
+    gunicorn, refork = both(text, "apps.promises:wsgi", "--threads", threads)
+    assert _seen(gunicorn.port, "/sleep?30")[0] == 500
+    assert _seen(refork.port, "/sleep?30")[0] == 500
+    assert "WORKER TIMEOUT" in gunicorn.log() and "busy longer than 1s" in refork.log()

@@ -100,22 +100,26 @@ def test_worker_killed_by_the_monitor_is_no_crash():
     mold, (w0, _) = sim.up()
     slot = sim.sup.roster.get(w0).slot
     sim.slots[slot] = SlotReading(w0, deadline=sim.now + 0.5, requests=3)
-    assert Signal(w0, signal.SIGKILL) in sim.tick(after=0.6)
+    assert Signal(w0, signal.SIGABRT) in sim.tick(after=0.6)
     actions = sim.exit(w0, KILLED)
     assert "crash loop" not in logged(actions)
     assert "(timeout: busy longer than 30s)" in logged(actions)
 
 
 # -- worker hangs --------------------------------------------------------------------------------
-def test_hung_worker_past_its_deadline_is_killed_and_replaced():
+def test_hung_worker_past_its_deadline_is_aborted_killed_and_replaced():
+    """gunicorn's way: SIGABRT (the worker answers its request blocked in the app with a 500),
+    SIGKILL a second later if it is still there."""
     sim = Sim(timeout=30.0)
     mold, (w0, w1) = sim.up()
     slot = sim.sup.roster.get(w0).slot
     sim.slots[slot] = SlotReading(w0, deadline=sim.now + 30.0, requests=7)
     assert of(sim.tick(after=29.0), Signal) == []
     actions = sim.tick(after=2.0)
-    assert of(actions, Signal) == [Signal(w0, signal.SIGKILL)]
-    assert f"worker 0 (pid {w0}): timeout: busy longer than 30s; killing it" in logged(actions)
+    assert of(actions, Signal) == [Signal(w0, signal.SIGABRT)]
+    assert f"worker 0 (pid {w0}): timeout: busy longer than 30s; aborting it (SIGABRT)" in logged(actions)
+    assert of(sim.tick(after=0.5), Signal) == []
+    assert of(sim.tick(after=0.6), Signal) == [Signal(w0, signal.SIGKILL)]
     assert of(sim.tick(), Signal) == []  # killed once
     sim.exit(w0, KILLED)
     (order,) = sends(sim.tick(), messages.SpawnWorker)

@@ -243,8 +243,8 @@ def test_a_threaded_worker_past_its_timeout_drains_before_it_is_killed():
     assert order.message.nr == 0  # the replacement, in the same tick
     assert of(sim.tick(after=4.0), Signal) == []
     actions = sim.tick(after=1.5)
-    assert of(actions, Signal) == [Signal(w0, signal.SIGKILL)]
-    assert "timeout: busy longer than 30s, drained for --graceful-timeout 5s; killing it" in logged(actions)
+    assert of(actions, Signal) == [Signal(w0, signal.SIGABRT)]
+    assert "timeout: busy longer than 30s, drained for --graceful-timeout 5s; aborting it" in logged(actions)
     sim.exit(w0, signal.SIGKILL)
     assert sim.sup.restarts == {"timeout": 1}
 
@@ -256,10 +256,10 @@ def test_a_draining_hung_worker_that_exits_on_its_own_is_not_killed():
     assert sim.sup.restarts == {"timeout": 1}
 
 
-def test_a_single_threaded_worker_past_its_timeout_is_killed_at_once():
+def test_a_single_threaded_worker_past_its_timeout_is_aborted_at_once():
     """Its only thread (or its event loop) is the stuck one: nothing could drain."""
     sim = Sim(workers=1, timeout=30.0)
     mold, (w0,) = sim.up()
     slot = sim.sup.roster.get(w0).slot
     sim.slots[slot] = SlotReading(w0, sim.now + 30.0, 7, busy=1, threads=1)
-    assert of(sim.tick(after=31.0), Signal) == [Signal(w0, signal.SIGKILL)]
+    assert of(sim.tick(after=31.0), Signal) == [Signal(w0, signal.SIGABRT)]

@@ -131,7 +131,7 @@ def test_a_flood_of_hung_requests_costs_only_those_requests(start_server, path):
         with load_for(server, path, threads=4) as load:
             load.wait_for_requests(300, timeout=30)
             if PATHS[path][0] == "wsgi":  # the load goes on across a --timeout kill and its replacement
-                server.wait_for(lambda: re.search("(killing|draining) it", server.log()),
+                server.wait_for(lambda: re.search("(aborting|draining) it", server.log()),
                                 what="a --timeout kill (under --threads: its drain)")
             load.wait_for_requests(300, timeout=30)
     served = load.ok / max(1, load.ok + len(load.failures))
@@ -139,7 +139,8 @@ def test_a_flood_of_hung_requests_costs_only_those_requests(start_server, path):
     # a request that was on a killed worker's other thread is among the failures counted above
     server.wait_for(lambda: get(server, path)[0] == 200, what="a request served once the flood ends")
     if PATHS[path][0] == "asgi":  # an awaiting request holds no thread: its worker is never killed for it
-        assert "killing it" not in server.log() and load.failures == []
+        log = server.log()
+        assert "busy longer than" not in log and load.failures == [], (load.failures[:5], log[-3000:])
 
 
 @wsgi_paths
@@ -199,15 +200,52 @@ def test_a_refork_under_overlapping_requests_is_taken_not_declined(start_server,
     assert load.failures == []
 
 
+def answer(client: socket.socket | H2Client) -> tuple[int, bytes]:
+    """(status, body) of the one request sent on `client` (hang()'s); (0, what came) if it was
+    closed without a whole answer."""
+    if isinstance(client, H2Client):
+        try:
+            return client.response(1)
+        except ConnectionError:
+            return 0, b""
+    client.settimeout(30)
+    data = read_to_end(client)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = CONTENT_LENGTH.search(head + b"\r\n")
+    if not head.startswith(b"HTTP/1.1 ") or length is None or len(body) != int(length.group(1)):
+        return 0, data
+    return int(head[9:12]), body
+
+
 @every_path
-def test_a_worker_blocked_in_the_app_past_timeout_is_killed_and_replaced(start_server, path):
-    server = serve(start_server, path, "--timeout", "1", workers=1)
+def test_a_request_blocked_in_the_app_past_timeout_gets_a_500_and_its_worker_is_replaced(start_server, path):
+    """As in gunicorn: past --timeout the worker is aborted (SIGABRT, SIGKILL a second later), the
+    request blocked in the app gets a 500 (its response had not started), a replacement serves.
+    Under --threads the worker drains first (--graceful-timeout), then answers it as it exits."""
+    server = serve(start_server, path, "--timeout", "1", "--graceful-timeout", "1", workers=1)
     before = server.workers()[0]["pid"]
     blocking = "/block?30" if PATHS[path][0] == "asgi" else "/sleep?30"
-    with hang(server, path, blocking):
+    with hang(server, path, blocking) as client:
+        status, body = answer(client)
         server.wait_for(lambda: (w := server.workers()) and w[0]["pid"] != before, what="a replacement")
     drained = threads(path) > 1  # (its other threads' requests first: see the test below)
-    assert f"busy longer than 1s; {'draining' if drained else 'killing'} it" in server.log()
+    assert f"busy longer than 1s; {'draining' if drained else 'aborting'} it" in server.log()
+    assert (status, bool(body)) == (500, True), (status, body, server.log()[-3000:])
+    assert get(server, path)[0] == 200
+
+
+@every_path
+def test_a_request_past_timeout_whose_response_started_is_cut_with_no_500_after_it(start_server, path):
+    """Its head and part of its body are out: the connection is closed (HTTP/2: the stream reset),
+    nothing is appended to what the client already has."""
+    server = serve(start_server, path, "--timeout", "1", "--graceful-timeout", "1", workers=1)
+    before = server.workers()[0]["pid"]
+    with hang(server, path, "/started?30") as client:
+        status, data = answer(client)
+        server.wait_for(lambda: (w := server.workers()) and w[0]["pid"] != before, what="a replacement")
+    assert status == 0 and b" 500 " not in data, data
+    if not http2(path):
+        assert data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"\r\n\r\nhalf"), data
     assert get(server, path)[0] == 200
 
 
@@ -236,7 +274,7 @@ def test_a_request_hung_past_timeout_under_threads_costs_only_itself(start_serve
             t.join(30)
         assert answers == [(200, b"slept")] * 2, server.log()
         server.wait_for(lambda: not pids_alive([before]), what="the drained worker killed")
-    assert "drained for --graceful-timeout 5s; killing it" in server.log()
+    assert "drained for --graceful-timeout 5s; aborting it" in server.log()
     assert get(server, path)[0] == 200
 
 

@@ -144,7 +144,7 @@ def test_timeout_still_kills_a_worker_whose_request_ignores_everything(start_ser
                           app=WSGI, workers=1)  # fmt: skip
     [old] = server.workers()
     send_and_forget(server.port, "/deaf")  # SIGUSR2 blocked: no stack can be taken
-    server.wait_for(lambda: "busy longer than 3s; killing it" in server.log(), what="the hard kill")
+    server.wait_for(lambda: "busy longer than 3s; aborting it" in server.log(), what="the hard kill")
     server.wait_for(lambda: fetch(server.port, "/")[1] != old["pid"], what="the replacement serving")
     assert "request timeout: GET /deaf" not in server.log()
 

@@ -469,3 +469,16 @@ def test_a_client_that_never_sends_its_close_notify_does_not_hold_the_stop(start
     server.signal(signal.SIGTERM)
     assert server.wait_exit(timeout=15) == 0, server.log()
     sock.close()
+
+
+@pytest.mark.parametrize("mode", ["wsgi-1", "wsgi-4"])  # (ASGI's /slow awaits: no --timeout for it)
+def test_a_request_past_timeout_gets_its_500_over_tls(start_server, certs, mode):
+    """--timeout on a TLS connection: the request blocked in the app is answered 500 (under
+    --threads by the loop's thread, once the worker drained), the worker replaced."""
+    server = _start(start_server, certs, mode, "--timeout", "1", "--graceful-timeout", "1")
+    with _tls_socket(certs, server.port) as sock:
+        sock.sendall(b"GET /slow?30 HTTP/1.1\r\nHost: x\r\n\r\n")
+        response = _read_response(sock, bytearray())
+    assert response.startswith(b"HTTP/1.1 500 "), response
+    wait_until(lambda: "busy longer than 1s" in server.log() and len(server.workers()) == 1,
+               what="the replacement")  # fmt: skip

@@ -123,6 +123,8 @@ pub(crate) struct Shared {
     keep_alive: AtomicBool,
     /// connections the engine owns, wherever they are (the drain waits for 0)
     open: AtomicUsize,
+    /// the sockets of the requests in the app (a worker aborted past --timeout answers them)
+    in_app: Mutex<Vec<i32>>,
     intake: Intake,
 }
 
@@ -316,6 +318,7 @@ impl PoolEngine {
             // refork.serving.connection.Timeouts.keep_alive: False with --keepalive 0
             keep_alive: AtomicBool::new(host.getattr("settings")?.getattr("timeouts")?.call_method1("keep_alive", (false,))?.extract()?),
             open: AtomicUsize::new(0),
+            in_app: Mutex::new(Vec::new()),
             intake,
         });
         let r = |name: &str| -> PyResult<Py<PyAny>> { Ok(refs.get_item(name)?.unbind()) };
@@ -452,6 +455,13 @@ impl PoolEngine {
     fn in_flight(&self) -> usize {
         let q = locked(&self.shared.queue);
         q.queued + q.serving
+    }
+
+    /// The sockets of the requests in the app now, for a worker aborted past --timeout: their
+    /// app threads cannot be interrupted, the worker answers them (500) before it exits.
+    #[getter]
+    fn in_app(&self) -> Vec<i32> {
+        locked(&self.shared.in_app).clone()
     }
 
     /// App threads free now, for the jobs of either loop (the Python loop accepts on its own

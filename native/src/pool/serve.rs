@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use pyo3::prelude::*;
 
-use super::{PoolEngine, Shared, IN, OUT};
+use super::{locked, PoolEngine, Shared, IN, OUT};
 use crate::conn::intake::Next;
 use crate::conn::{describe, Conn, Phase};
 use crate::http::head::fast_head;
@@ -46,8 +46,10 @@ impl PoolEngine {
         }
     }
 
-    /// Call the app for the request at the start of `buf`; also the bytes it took.
+    /// Call the app for the request at the start of `buf`; also the bytes it took. Its socket is
+    /// in `in_app` meanwhile (until its response is framed or sent: nothing of it went out).
     fn answer(&self, py: Python<'_>, conn: &mut Conn, buf: &[u8]) -> PyResult<(Answer, usize)> {
+        let _in_app = InApp::enter(&self.shared, conn.fd);
         let side = &self.side;
         let head = fast_head(&side.limits, buf).expect("a request the I/O thread found complete");
         let n = head.content_length.unwrap_or(0) as usize;
@@ -95,6 +97,28 @@ impl PoolEngine {
         }
         logged?;
         Ok((Answer::Send { bytes, keep }, used))
+    }
+}
+
+/// A request's socket in `Shared::in_app` while this lives.
+struct InApp<'a> {
+    shared: &'a Shared,
+    fd: i32,
+}
+
+impl<'a> InApp<'a> {
+    fn enter(shared: &'a Shared, fd: i32) -> Self {
+        locked(&shared.in_app).push(fd);
+        InApp { shared, fd }
+    }
+}
+
+impl Drop for InApp<'_> {
+    fn drop(&mut self) {
+        let mut fds = locked(&self.shared.in_app);
+        if let Some(i) = fds.iter().position(|&fd| fd == self.fd) {
+            fds.swap_remove(i);
+        }
     }
 }
 

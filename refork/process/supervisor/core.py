@@ -60,7 +60,7 @@ from refork.process.supervisor.roster import Child, Roster, exit_description, re
 from refork.process.supervisor.starts import Starts
 
 NUDGE_GRACE = 2.0  # a worker whose loop runs reports --request-timeout itself within a tick (1s)
-ABORT_GRACE = 1.0  # after a timeout's SIGABRT (the worker_abort hook), seconds before SIGKILL
+ABORT_GRACE = 1.0  # after a timeout's SIGABRT (the hook, the 500), seconds before SIGKILL
 REPORT_GRACE = 2.0  # seconds for a promoted mold to report once the worker that forked it died
 REFUSED_REFORK = "no promotable worker (see the log)"
 
@@ -338,8 +338,9 @@ class Supervisor(Phases, Starts, Promotions):
 
     def _kill(self, child: Child, reason: str) -> None:
         child.kill_reason = reason
-        if reason.startswith("timeout") and child.role == "worker" and "worker_abort" in self.config.hooks:
-            # gunicorn's way: SIGABRT runs the worker_abort hook (a stack dump); SIGKILL follows
+        if reason.startswith("timeout") and child.role == "worker":
+            # gunicorn's way: on SIGABRT the worker runs the worker_abort hook and answers the request
+            # blocked in the app with a 500 (refork.process.worker); SIGKILL follows a second later
             self._log(WARNING, "%s (pid %d): %s; aborting it (SIGABRT)", child.label, child.pid, reason)
             child.aborted_at = self.now
             self._emit(Signal(child.pid, signal.SIGABRT))

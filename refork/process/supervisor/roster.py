@@ -29,7 +29,7 @@ class Child:
     slot: int = -1
     started: float = 0.0
     age: int = 0  # gunicorn's worker.age: the how-manieth worker asked for
-    aborted_at: float = 0.0  # sent SIGABRT for --timeout (worker_abort hook); SIGKILL follows
+    aborted_at: float = 0.0  # sent SIGABRT for --timeout (the hook, the 500); SIGKILL follows
     hung_since: float = 0.0  # past --timeout with app threads beside: draining, killed after it
     ready: bool = False
     ready_at: float = 0.0

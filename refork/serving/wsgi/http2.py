@@ -459,6 +459,19 @@ class Session:
             self._sweep_streams(time.monotonic())
         return True
 
+    def answer_timed_out(self) -> None:
+        """The worker is aborted past --timeout (refork.serving.wsgi.timed_out): each stream in an
+        app call gets a 500 if its response has not started (else a reset), written now."""
+        if self.closed or not self.lock.acquire(timeout=0.5):  # (an app thread may hold it)
+            return
+        try:
+            for stream in list(self.streams.values()):
+                if stream.token is not None:
+                    stream._abort()
+            self.flush()
+        finally:
+            self.lock.release()
+
     def kick(self) -> None:
         """Bytes for the socket (or an app call over): the loop thread sends them."""
         if self.threaded:

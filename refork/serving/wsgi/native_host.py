@@ -183,6 +183,9 @@ class NativeHost:
     def after_safe_point(self) -> None:
         pass
 
+    def answer_timed_out(self) -> None:
+        pass
+
     def forked(self) -> None:
         self.engine.release_after_fork()  # the engine's connections are the parent's too
 

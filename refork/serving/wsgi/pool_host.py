@@ -34,6 +34,7 @@ from refork.http.response import ResponseFramer
 from refork.serving.contract import WorkerControl
 from refork.serving.outbox import Outbox
 from refork.serving.settings import ServingSettings
+from refork.serving.wsgi import timed_out
 from refork.serving.wsgi.app_threads import AppThreads
 from refork.serving.wsgi.native_host import NativeHost, refs
 from refork.wsgi import Streaming
@@ -81,6 +82,7 @@ class PoolHost(NativeHost):
         super().__init__(listeners, app, config, control, settings, threads)
         self.engine = _native.PoolEngine(self, self._native_listeners(), refs())
         self.engine_fd: int = self.engine.wake_fd
+        self.responding: dict[int, Outbox] = {}  # the engine's responses on the Python path, by fd
 
     def run(self) -> None:
         self.loop.poller.register(self.engine_fd)
@@ -108,6 +110,11 @@ class PoolHost(NativeHost):
     def app_idle(self) -> bool:
         return self.engine.in_flight == 0
 
+    def answer_timed_out(self) -> None:
+        for fd in self.engine.in_app:
+            if not timed_out.started(self.responding.get(fd)):
+                timed_out.answer_fd(fd)
+
     def free_threads(self) -> int | None:
         return int(self.engine.free_threads)  # the engine counts the jobs of both loops
 
@@ -131,6 +138,7 @@ class PoolHost(NativeHost):
         out = Outbox(sock, client, self.loop.timeouts.write, self.control, buffering=False)
         out.token = deadlines.current.get()
         out.request = request
+        self.responding[fd] = out
         return _Exchange(ResponseFramer(request, server_keep_alive=keep_alive), out)
 
     def finish_response(self, hand_over: _native.HandOver) -> bool:
@@ -150,6 +158,7 @@ class PoolHost(NativeHost):
             outcome = (ex.code, ex.framer.body_bytes, False)
         finally:
             deadlines.current.reset(serving)
+            self.responding.pop(out.fd, None)
             out.sock.detach()  # the engine's connection again
         assert not isinstance(outcome, Streaming)  # a blocking output never waits
         return self.loop.finished(request, environ, hand_over.stream, token, began, outcome, ex)

@@ -160,6 +160,7 @@ class PythonLoop(Lifetime):
             poller.register(wake_fd)
         if self.pool is not None:
             self.pool.start()
+            deadlines.on_timeout(self.answer_timed_out)  # (one thread: refork.deadlines.TimedOut)
         next_tick = 0.0
         try:
             while True:

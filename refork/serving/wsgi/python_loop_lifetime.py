@@ -41,6 +41,7 @@ from refork.serving.outbox import Outbox
 from refork.serving.poller import Poller
 from refork.serving.settings import ServingSettings
 from refork.serving.tls_io import TlsConn, TlsOutbox, log_failure, wrap
+from refork.serving.wsgi import timed_out
 from refork.serving.wsgi.app_threads import AppThreads
 from refork.serving.wsgi.conn import NO_EVENTS, Conn, Job, Step, Writing
 from refork.serving.wsgi.http2 import Session, sniff
@@ -88,6 +89,9 @@ class Beside(Protocol):
     def forked(self) -> None:
         """In the forked child: the engine's connections are the parent's."""
 
+    def answer_timed_out(self) -> None:
+        """The worker is aborted past --timeout: a 500 to the engine's requests in the app."""
+
     def shutdown(self) -> None:
         """The loop has shut down: release what the engine owns."""
 
@@ -123,6 +127,9 @@ class Alone:
         pass
 
     def forked(self) -> None:
+        pass
+
+    def answer_timed_out(self) -> None:
         pass
 
     def shutdown(self) -> None:
@@ -180,6 +187,16 @@ class Lifetime:
 
         def finished(self, request: Request, environ: dict[str, Any], stream: InputStream, token: object,
                      started: float, outcome: Outcome, ex: _Exchange) -> bool: ...  # fmt: skip
+
+    def answer_timed_out(self) -> None:
+        """The worker is aborted past --timeout (refork.deadlines.on_timeout): a 500 to each request
+        in an app thread whose response has not started (HTTP/1.1, and HTTP/2 on its stream)."""
+        for conn in list(self.conns.values()):
+            if conn.h2 is not None:
+                conn.h2.answer_timed_out()
+            elif conn.busy and not conn.closed and not timed_out.started(conn.out):
+                timed_out.answer(conn.out)
+        self.beside.answer_timed_out()
 
     def _shutdown(self) -> None:
         """Release what this loop owns. No epoll unregister: in a forked child it is shared."""
