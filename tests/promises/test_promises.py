@@ -123,7 +123,7 @@ def test_a_flood_of_hung_requests_costs_only_those_requests(start_server, path):
     per_worker = threads(path)
     workers = 4 if per_worker == 1 else 2
     hung = max(2, workers * per_worker * 5 // 8) if per_worker else 20
-    server = serve(start_server, path, "--timeout", "2", workers=workers)
+    server = serve(start_server, path, "--timeout", "2", "--graceful-timeout", "3", workers=workers)
     # On a thread path each hung stream holds a thread: one a connection, so that `hung` is what
     # hangs (four a connection would hang every thread of both workers on an HTTP/2 path).
     with Hung(server.port, path, hung, streams=1 if per_worker else 4) as flood:
