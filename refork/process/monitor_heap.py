@@ -24,6 +24,7 @@ import os
 import signal
 import time
 
+from refork.memory.allocator import fill_free_chunks
 from refork.memory.heap import immortalize_support, prepare_heap_for_fork
 
 CANARY_TIMEOUT = 5.0  # seconds for the canary's work (tens of milliseconds in practice)
@@ -31,16 +32,23 @@ CANARY_TIMEOUT = 5.0  # seconds for the canary's work (tens of milliseconds in p
 
 def prepare_monitor_heap(immortalize: bool) -> tuple[bool, str]:
     """(whether immortalization is safe here, a detail for the log). Call once, before the first
-    fork of a mold; `immortalize` is the config's (--no-immortalize: only collect and freeze)."""
+    fork of a mold; `immortalize` is the config's (--no-immortalize: only collect and freeze).
+    Last, the C heap's free chunks are filled, so that a mold allocates elsewhere."""
+    prepared = _prepare(immortalize)
+    fill_free_chunks()
+    return prepared
+
+
+def _prepare(immortalize: bool) -> tuple[bool, str]:
     supported, why = immortalize_support()
     if not immortalize or not supported:
-        report = prepare_heap_for_fork(immortalize=False)
+        report = prepare_heap_for_fork(immortalize=False, lazy_imports=False)
         return True, f"frozen {report.frozen} objects"
     survived, how = _canary()
     if not survived:
-        prepare_heap_for_fork(immortalize=False)
+        prepare_heap_for_fork(immortalize=False, lazy_imports=False)
         return False, how
-    report = prepare_heap_for_fork(immortalize=True)
+    report = prepare_heap_for_fork(immortalize=True, lazy_imports=False)
     return True, f"immortalize {report.immortalize}, frozen {report.frozen}"
 
 
@@ -50,7 +58,7 @@ def _canary() -> tuple[bool, str]:
     if pid == 0:
         code = 1
         try:
-            prepare_heap_for_fork(immortalize=True)
+            prepare_heap_for_fork(immortalize=True, lazy_imports=False)
             _work()
             code = 0
         finally:

@@ -283,3 +283,27 @@ def test_memray_capture_per_worker(tmp_path: Path) -> None:
     assert capture.stat().st_size > 0
     # A recycled pid does not overwrite an earlier capture.
     assert profiling._output_path(str(out_dir), pid).endswith(f"refork-worker-{pid}.1.bin")
+
+
+_FILL = """
+from refork.memory.allocator import fill_free_chunks
+rows = [b"%08d" % i * 1024 for i in range(2048)]  # 16 MiB of 8 KiB blocks
+kept = rows[::2]  # and every other one freed: 8 MiB of free chunks between live blocks
+del rows
+top = max(map(id, kept))
+taken = fill_free_chunks() >> 20
+fresh = [b"f" * 8000 for _ in range(100)]
+print(taken, sum(id(block) < top for block in fresh))
+"""
+
+
+@linux_only
+def test_filled_free_chunks_leave_new_blocks_no_room_among_the_old_ones() -> None:
+    """What the monitor does before it forks a mold: the glibc heap's free chunks are taken, so that
+    the mold's allocations land above the monitor's blocks, not on pages the two share."""
+    own = ("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(own)}
+    out = subprocess.run([sys.executable, "-c", _FILL], env=env,
+                         capture_output=True, text=True, timeout=30, check=True).stdout.split()  # fmt: skip
+    taken, among_old = int(out[0]), int(out[1])
+    assert taken >= 7 and among_old == 0, out
