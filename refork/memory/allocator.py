@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import re
 import sys
 import sysconfig
 from collections.abc import Callable
@@ -258,6 +259,44 @@ def fill_free_chunks() -> int:
             continue
         taken += size
     return taken
+
+
+_POOL_ROW = re.compile(rb"^ *\d+ +(\d+) +\d+ +\d+ +(\d+) *$", re.MULTILINE)
+
+
+def free_pymalloc_blocks() -> list[tuple[int, int]]:
+    """(block size, free blocks in the pools in use) of each pymalloc size class, as
+    sys._debugmallocstats prints them: read in a forked child whose stderr is a pipe, so that
+    this process's stderr is left alone. [] where pymalloc is not the allocator."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.dup2(write, 2)
+            sys._debugmallocstats()
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        printed = f.read()
+    os.waitpid(pid, 0)
+    return [(int(size), int(free)) for size, free in _POOL_ROW.findall(printed.split(b"# arenas")[0])]
+
+
+def fill_pymalloc_blocks() -> list[object]:
+    """Objects that take (nearly) every free block of pymalloc's pools in use: keep them. For the
+    monitor, before it forks: a mold's first small objects would otherwise land in those blocks,
+    on pages it shares with the monitor, as in fill_free_chunks."""
+    header = sys.getsizeof(b"")
+    padding: list[object] = []
+    for size, free in free_pymalloc_blocks():
+        if size == 16:
+            padding += [object() for _ in range(free)]
+        elif size == 32:
+            padding += [i + 0.5 for i in range(free)]  # a float: 24 bytes
+        elif size - header > 1:  # bytes of one byte are cached
+            padding += [bytes(size - header) for _ in range(free)]
+    return padding
 
 
 class MallocTrimmer:

@@ -24,16 +24,20 @@ import os
 import signal
 import time
 
-from refork.memory.allocator import fill_free_chunks
+from refork.memory.allocator import fill_free_chunks, fill_pymalloc_blocks
 from refork.memory.heap import immortalize_support, prepare_heap_for_fork
 
 CANARY_TIMEOUT = 5.0  # seconds for the canary's work (tens of milliseconds in practice)
+_PADDING: list[object] = []  # what fills pymalloc's free blocks: immortal with the rest
 
 
 def prepare_monitor_heap(immortalize: bool) -> tuple[bool, str]:
     """(whether immortalization is safe here, a detail for the log). Call once, before the first
     fork of a mold; `immortalize` is the config's (--no-immortalize: only collect and freeze).
-    Last, the C heap's free chunks are filled, so that a mold allocates elsewhere."""
+    The free blocks of pymalloc's pools and the C heap's free chunks are filled, so that a mold
+    allocates elsewhere than on the pages it shares with the monitor."""
+    gc.collect()  # (what it frees is a free block too)
+    _PADDING.extend(fill_pymalloc_blocks())
     prepared = _prepare(immortalize)
     fill_free_chunks()
     return prepared
