@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
@@ -127,6 +128,9 @@ def versions(venv: Path) -> dict[str, str]:
     )
     out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True)
     info = json.loads(out.stdout) if out.returncode == 0 else {}
+    if shutil.which("wrk") is None:  # the memory benchmarks send their load from Python
+        info["wrk"] = None
+        return info
     wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True)
     info["wrk"] = (wrk.stdout or wrk.stderr).splitlines()[0] if (wrk.stdout or wrk.stderr) else "?"
     return info

@@ -3,7 +3,9 @@
 Serves benchmarks/monolith_generated (make_monolith.py) with refork and its peers, 4 workers each,
 one after another; sends every server the same warm load; then measures the whole process tree
 from /proc: total PSS and per-worker USS. "One copy" is the RSS of the single worker of a
-1-worker gunicorn (no preload) after the same load.
+1-worker gunicorn (no preload) after the same load; "one copy, trimmed" is the total PSS of a
+1-worker tuned gunicorn (--preload, collect + freeze + malloc_trim(0)), the least one process
+serving the app takes.
 
     python benchmarks/cow/run.py --python 3.12 [--requests-per-worker 1000] [--only refork,gunicorn-preload]
 
@@ -41,6 +43,9 @@ DEFAULT_MONOLITH = "monolith_generated"
 FREEZE_CONF = Path(__file__).resolve().parent / "gunicorn_freeze.conf.py"
 TRIM_CONF = Path(__file__).resolve().parent / "gunicorn_trim.conf.py"
 BASELINE = "gunicorn-preload-freeze"
+TUNED = "gunicorn-preload-freeze-trim"
+ONE_COPY_TRIMMED = "one-copy-trimmed"
+REFERENCES = ("one-copy", ONE_COPY_TRIMMED)  # always run: the ratios are against them
 
 
 ONE_GENERATION = ["--refork-after", "off", "--mold-idle-exit", "off"]  # no refork, the mold kept
@@ -60,6 +65,7 @@ def servers(venv: Path, workers: int, port: int, warmup: list[str], monolith: st
     gunicorn = [str(b / "gunicorn"), "-b", f"{bind}:{{port}}", "--log-level", "warning", "--timeout", "120"]
     specs = [
         ("one-copy", [*gunicorn, "-w", "1", app]),
+        (ONE_COPY_TRIMMED, [*gunicorn, "-w", "1", "--preload", "-c", str(TRIM_CONF), app]),
         ("refork", [*refork, app]),  # the defaults: --refork-after 50,100,1000 --mold-idle-exit auto
         ("refork-one-generation", [*refork, *ONE_GENERATION, app]),
         ("refork-warmup", [*refork, *ONE_GENERATION, *warm, app]),
@@ -70,8 +76,7 @@ def servers(venv: Path, workers: int, port: int, warmup: list[str], monolith: st
         ("gunicorn", [*gunicorn, "-w", str(workers), app]),
         ("gunicorn-preload", [*gunicorn, "-w", str(workers), "--preload", app]),
         (BASELINE, [*gunicorn, "-w", str(workers), "--preload", "-c", str(FREEZE_CONF), app]),
-        ("gunicorn-preload-freeze-trim",
-         [*gunicorn, "-w", str(workers), "--preload", "-c", str(TRIM_CONF), app]),
+        (TUNED, [*gunicorn, "-w", str(workers), "--preload", "-c", str(TRIM_CONF), app]),
         ("granian", [str(b / "granian"), "--interface", "wsgi", "--workers", str(workers), "--host", bind,
                      "--port", "{port}", "--no-ws", "--log-level", "warning", app]),
     ]
@@ -146,7 +151,8 @@ def main() -> None:
     parser.add_argument("--requests-per-worker", type=int, default=1000)
     parser.add_argument("--warm-paths", type=int, default=20, help="/w/0.. paths, also refork's --warmup")
     parser.add_argument("--load-paths", type=int, default=300, help="extra /r/0.. paths only the load sends")
-    parser.add_argument("--only", help="comma-separated server names (one-copy is always run)")
+    parser.add_argument("--only", help="comma-separated server names (one-copy and one-copy-trimmed "
+                                       "are always run)")
     parser.add_argument("--port", type=int, default=19500)
     parser.add_argument("--monolith", "--app-dir", default=DEFAULT_MONOLITH, metavar="NAME",
                         help="generated package to serve, a directory under benchmarks/ "
@@ -166,7 +172,7 @@ def main() -> None:
     warmup = warm_paths(args.warm_paths)
     paths = warmup + [f"/r/{i}" for i in range(args.load_paths)]
     all_servers = servers(venv, args.workers, args.port, warmup, monolith)
-    wanted = {"one-copy", *(args.only.split(",") if args.only else [s.name for s in all_servers])}
+    wanted = {*REFERENCES, *(args.only.split(",") if args.only else [s.name for s in all_servers])}
     unknown = wanted - {s.name for s in all_servers}
     if unknown:
         sys.exit(f"unknown server(s): {', '.join(sorted(unknown))}")
@@ -178,7 +184,7 @@ def main() -> None:
             continue
         print(f"{server.name}: {' '.join(server.argv[1:])}", flush=True)
         t0 = time.monotonic()
-        n_workers = 1 if server.name == "one-copy" else args.workers
+        n_workers = 1 if server.name in REFERENCES else args.workers
         res = bench_one(server, n_workers, total_requests, paths)
         results[server.name] = res
         if "error" in res:
@@ -196,7 +202,9 @@ def main() -> None:
                   f"USS {mib['uss']:7.1f}  Private_Dirty {mib['private_dirty']:7.1f} MiB")
 
     one = results.get("one-copy", {}).get("worker_rss")
+    trimmed = results.get(ONE_COPY_TRIMMED, {}).get("total_pss")
     base = results.get(BASELINE, {}).get("total_pss")
+    tuned = results.get(TUNED, {}).get("total_pss")
     preload = results.get("gunicorn-preload", {}).get("total_pss")
 
     def ratio(a: float | None, b: float | None) -> str:
@@ -205,18 +213,19 @@ def main() -> None:
     print(f"\n{args.workers} workers, {total_requests} + {total_requests // 4} requests (a quarter more "
           "again after each refork), "
           f"Python {info.get('python')}; "
-          f"one copy = {fmt(one and one / 1024)} MiB (RSS of a 1-worker gunicorn worker)")
+          f"one copy = {fmt(one and one / 1024)} MiB (RSS of a 1-worker gunicorn worker), "
+          f"one copy, trimmed = {fmt(trimmed and trimmed / 1024)} MiB "
+          "(total PSS of a 1-worker tuned gunicorn)")
     rows = []
     for name, r in results.items():
         if "error" in r:
-            rows.append([name, "-", "-", "-", "-", "-", "-", r["error"]])
+            rows.append([name, "-", "-", "-", "-", "-", "-", "-", "-", r["error"]])
             continue
         rows.append([name, f"{r['total_pss'] / 1024:.1f}", fmt(r["worker_uss"] and r["worker_uss"] / 1024),
                      fmt(r["worker_private_dirty"] and r["worker_private_dirty"] / 1024),
-                     ratio(r["total_pss"], one), ratio(r["total_pss"], preload),
-                     ratio(r["total_pss"], base), ""])
+                     *(ratio(r["total_pss"], ref) for ref in (one, trimmed, preload, base, tuned)), ""])
     print_table(["server", "total PSS MiB", "worker USS MiB", "worker Priv_Dirty MiB", "x one copy",
-                 "vs preload", "vs preload+freeze", "note"], rows)
+                 "x one copy trimmed", "vs preload", "vs preload+freeze", "vs tuned", "note"], rows)
 
     checks: dict[str, dict] = {}
     py312 = tuple(int(x) for x in info.get("python", "0.0").split(".")[:2]) >= (3, 12)
@@ -225,10 +234,13 @@ def main() -> None:
         if not name.startswith("refork"):
             continue
         pss = r.get("total_pss")
-        targets = ([("one copy", one, 1.10), ("gunicorn --preload + freeze", base, 0.70)] if py312
+        targets = ([("one copy, trimmed", trimmed, 1.00), ("tuned gunicorn", tuned, 0.55)] if py312
                    else [("gunicorn --preload", preload, 0.80)])
         for label, ref, limit in targets:
-            value = pss / ref if pss and ref else None
+            if ref is None:  # that peer was not run (--only) or failed
+                print(f"[----] {name} total PSS <= {limit:.2f}x {label}: not measured")
+                continue
+            value = pss / ref if pss else None
             ok = value is not None and value <= limit
             checks[f"{name} vs {label}"] = {"ratio": value, "limit": limit, "pass": ok}
             verdict = "PASS" if ok else "FAIL"
@@ -239,7 +251,7 @@ def main() -> None:
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "versions": info, "monolith": monolith,
         "workers": args.workers,
         "requests": total_requests, "paths": len(paths), "results": results, "checks": checks,
-        "one_copy_kib": one,
+        "one_copy_kib": one, "one_copy_trimmed_kib": trimmed,
     })
     print(f"\nresults: {path}")
 

@@ -74,6 +74,29 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{message} (see refork --help)")
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, sized as shutil would size it but without importing shutil (and its
+    zlib, bz2 and lzma): argparse makes one for every flag it adds, in the monitor too."""
+
+    def __init__(self, prog: str, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("width", _terminal_columns() - 2)
+        super().__init__(prog, *args, **kwargs)
+
+
+def _terminal_columns() -> int:
+    """shutil.get_terminal_size().columns: $COLUMNS, else the terminal on stdout, else 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
+
+
 def _gunicorn_flags(parser: argparse.ArgumentParser) -> None:
     """gunicorn's flags that no refork setting has: read through the table, not shown in --help."""
     taken = set(parser._option_string_actions)
@@ -101,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         "flags and config files work as they are (docs/from-gunicorn.md).",
         argument_default=argparse.SUPPRESS,
         allow_abbrev=False,
+        formatter_class=_Formatter,
     )
     parser.add_argument("-v", "--version", action="version", version=f"refork {__version__}")
     parser.add_argument(

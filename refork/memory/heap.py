@@ -145,9 +145,10 @@ def resolve_lazy_imports() -> int:
     return resolved
 
 
-def prepare_heap_for_fork(*, immortalize: bool) -> HeapReport:
+def prepare_heap_for_fork(*, immortalize: bool, lazy_imports: bool = True) -> HeapReport:
     """Collect, optionally immortalize, freeze, and return the free heap to the OS: the last step
-    in a mold before forking.
+    in a mold before forking. lazy_imports=False leaves pending lazy imports pending (the monitor:
+    what it never runs, it should not import for its molds, which resolve their own).
 
     Safe to call again in a promoted mold: the collection only looks at objects created
     since the last freeze, the unfreeze is an O(1) list splice, already-immortal objects
@@ -155,7 +156,7 @@ def prepare_heap_for_fork(*, immortalize: bool) -> HeapReport:
     are reached because every GC object is a root of the walk.
     """
     start = time.perf_counter()
-    lazy = resolve_lazy_imports()
+    lazy = resolve_lazy_imports() if lazy_imports else 0
     # Collect before unfreezing: it then only scans the young objects and never writes
     # to the headers of objects frozen by an earlier mold (still shared with it).
     collected = gc.collect()

@@ -379,8 +379,6 @@ class Monitor:
 
     def _fork_mold(self, generation: int, config: Config | None) -> int:
         """Fork a fresh mold (it imports the app), with a reloaded config if given."""
-        from refork.process.mold import boot_mold
-
         private = [self.report_in, self.wake_r, self.wake_w, *self.control.sockets(), *self.channels.values()]
         if self.notifier is not None:
             private.append(self.notifier.sock)
@@ -393,6 +391,8 @@ class Monitor:
             for sock in private:
                 sock.close()
             reset_signals_in_child()
+            from refork.process.mold import boot_mold  # never in the monitor; still as its user
+
             drop_privileges(ctx.config)  # --user/--group: before the app is imported
             if config is not None:
                 from refork.logs import setup_logging

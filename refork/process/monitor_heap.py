@@ -24,23 +24,35 @@ import os
 import signal
 import time
 
+from refork.memory.allocator import fill_free_chunks, fill_pymalloc_blocks
 from refork.memory.heap import immortalize_support, prepare_heap_for_fork
 
 CANARY_TIMEOUT = 5.0  # seconds for the canary's work (tens of milliseconds in practice)
+_PADDING: list[object] = []  # what fills pymalloc's free blocks: immortal with the rest
 
 
 def prepare_monitor_heap(immortalize: bool) -> tuple[bool, str]:
     """(whether immortalization is safe here, a detail for the log). Call once, before the first
-    fork of a mold; `immortalize` is the config's (--no-immortalize: only collect and freeze)."""
+    fork of a mold; `immortalize` is the config's (--no-immortalize: only collect and freeze).
+    The free blocks of pymalloc's pools and the C heap's free chunks are filled, so that a mold
+    allocates elsewhere than on the pages it shares with the monitor."""
+    gc.collect()  # (what it frees is a free block too)
+    _PADDING.extend(fill_pymalloc_blocks())
+    prepared = _prepare(immortalize)
+    fill_free_chunks()
+    return prepared
+
+
+def _prepare(immortalize: bool) -> tuple[bool, str]:
     supported, why = immortalize_support()
     if not immortalize or not supported:
-        report = prepare_heap_for_fork(immortalize=False)
+        report = prepare_heap_for_fork(immortalize=False, lazy_imports=False)
         return True, f"frozen {report.frozen} objects"
     survived, how = _canary()
     if not survived:
-        prepare_heap_for_fork(immortalize=False)
+        prepare_heap_for_fork(immortalize=False, lazy_imports=False)
         return False, how
-    report = prepare_heap_for_fork(immortalize=True)
+    report = prepare_heap_for_fork(immortalize=True, lazy_imports=False)
     return True, f"immortalize {report.immortalize}, frozen {report.frozen}"
 
 
@@ -50,7 +62,7 @@ def _canary() -> tuple[bool, str]:
     if pid == 0:
         code = 1
         try:
-            prepare_heap_for_fork(immortalize=True)
+            prepare_heap_for_fork(immortalize=True, lazy_imports=False)
             _work()
             code = 0
         finally:

@@ -283,3 +283,48 @@ def test_memray_capture_per_worker(tmp_path: Path) -> None:
     assert capture.stat().st_size > 0
     # A recycled pid does not overwrite an earlier capture.
     assert profiling._output_path(str(out_dir), pid).endswith(f"refork-worker-{pid}.1.bin")
+
+
+_FILL = """
+from refork.memory.allocator import fill_free_chunks
+rows = [b"%08d" % i * 1024 for i in range(2048)]  # 16 MiB of 8 KiB blocks
+kept = rows[::2]  # and every other one freed: 8 MiB of free chunks between live blocks
+del rows
+top = max(map(id, kept))
+taken = fill_free_chunks() >> 20
+fresh = [b"f" * 8000 for _ in range(100)]
+print(taken, sum(id(block) < top for block in fresh))
+"""
+
+
+@linux_only
+def test_filled_free_chunks_leave_new_blocks_no_room_among_the_old_ones() -> None:
+    """What the monitor does before it forks a mold: the glibc heap's free chunks are taken, so that
+    the mold's allocations land above the monitor's blocks, not on pages the two share."""
+    own = ("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(own)}
+    out = subprocess.run([sys.executable, "-c", _FILL], env=env,
+                         capture_output=True, text=True, timeout=30, check=True).stdout.split()  # fmt: skip
+    taken, among_old = int(out[0]), int(out[1])
+    assert taken >= 7 and among_old == 0, out
+
+
+_PYMALLOC = """
+from refork.memory.allocator import fill_pymalloc_blocks, free_pymalloc_blocks
+def free():
+    return sum(size * count for size, count in free_pymalloc_blocks()) >> 10
+rows = [b"%06d" % i * 8 for i in range(40000)]  # 40,000 objects of 96 bytes
+del rows[::2]  # and every other one freed: ~1.8 MiB of free blocks in the pools in use
+before = free()
+padding = fill_pymalloc_blocks()
+print(before, free())
+"""
+
+
+def test_filled_pymalloc_blocks_leave_the_pools_in_use_full() -> None:
+    """What the monitor does before it forks a mold: the free blocks of pymalloc's pools in use are
+    taken, so that the mold's small objects go to fresh pools, not to pages the two share."""
+    out = subprocess.run([sys.executable, "-c", _PYMALLOC],
+                         capture_output=True, text=True, timeout=30, check=True).stdout.split()  # fmt: skip
+    before, after = int(out[0]), int(out[1])
+    assert before >= 1500 and after <= 200, out
