@@ -75,15 +75,19 @@ class _Settings(Protocol):
     @property
     def threads(self) -> int: ...
     @property
+    def h1(self) -> bool: ...
+    @property
+    def h2c(self) -> bool: ...
+    @property
     def accept_batch(self) -> int: ...
     @property
     def read_size(self) -> int: ...
 
 class _Host(HandOverHost, Protocol):
-    """What both engines read of their host (refork.serving.wsgi.native_host), which owns the Python loop.
-    The engines also call `control.request_started/request_finished`, the engine
-    `control.requests_served` and `control.clock` (an AppClock, when it has one), the pool engine
-    `control.free_threads_address()`."""
+    """What both engines read of their host (refork.serving.wsgi.native_host), which owns the Python
+    loop, once, when they are built (native/src/host.rs): a missing or mistyped field fails there.
+    They also bind `control.request_started/request_finished/free_threads_address`, and the engine
+    `control.clock` (an AppClock, when it has one) with `control.requests_served`."""
 
     @property
     def app(self) -> Any: ...
@@ -99,10 +103,10 @@ class _Host(HandOverHost, Protocol):
     def access_log(self) -> RequestEnd | None: ...
     @property
     def pre_request_hook(self) -> Callable[[Request, dict[str, Any]], object] | None: ...
-
-class _EngineHost(_Host, Protocol):
     @property
     def poller(self) -> _Poller: ...
+
+class _EngineHost(_Host, Protocol):
     def finish_response(self, hand_over: HandOver, /) -> None: ...
 
 class _PoolHost(_Host, Protocol):

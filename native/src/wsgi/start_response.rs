@@ -11,6 +11,7 @@ use pyo3::exceptions::{PyAssertionError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
+use crate::host::{Host, Refs};
 use crate::http::head::{fast_head, HeadLimits};
 use crate::http::parser::request_object;
 use crate::sys;
@@ -39,23 +40,22 @@ pub struct Hooks {
 }
 
 impl Hooks {
-    /// From the engine host (its `response_exchange`) and the engines' `refs` (see refork.serving.wsgi.native_host).
-    pub(crate) fn from_refs(host: &Bound<'_, PyAny>, refs: &Bound<'_, PyAny>, limits: HeadLimits) -> PyResult<Hooks> {
-        let r = |name: &str| -> PyResult<Py<PyAny>> { Ok(refs.get_item(name)?.unbind()) };
-        Ok(Hooks {
-            status_cache: refs.get_item("status_cache")?.cast_into()?.unbind(),
-            header_cache: refs.get_item("header_cache")?.cast_into()?.unbind(),
-            check_status: r("check_status")?,
-            check_header: r("check_header")?,
-            exchange: host.getattr("response_exchange")?.unbind(),
-            request_cls: r("request_cls")?,
-            limits,
-            prefetched: r("prefetched")?,
-            file_wrapper: r("file_wrapper")?,
-            closing_failed: r("closing_failed")?,
-            pre_request: Some(host.getattr("pre_request_hook")?).filter(|h| !h.is_none()).map(|h| h.unbind()),
-            hint_response: r("hint_response")?,
-        })
+    /// From the engine host (its `response_exchange`, `pre_request_hook`) and the engines' refs.
+    pub(crate) fn new(py: Python<'_>, host: &Host, refs: &Refs) -> Hooks {
+        Hooks {
+            status_cache: refs.status_cache.clone_ref(py),
+            header_cache: refs.header_cache.clone_ref(py),
+            check_status: refs.check_status.clone_ref(py),
+            check_header: refs.check_header.clone_ref(py),
+            exchange: host.response_exchange.clone_ref(py),
+            request_cls: refs.request_cls.clone_ref(py),
+            limits: host.settings.limits,
+            prefetched: refs.prefetched.clone_ref(py),
+            file_wrapper: refs.file_wrapper.clone_ref(py),
+            closing_failed: refs.closing_failed.clone_ref(py),
+            pre_request: host.pre_request_hook.as_ref().map(|h| h.clone_ref(py)),
+            hint_response: refs.hint_response.clone_ref(py),
+        }
     }
 }
 
