@@ -25,7 +25,7 @@ pub(crate) struct Host {
     pub proxy_responses: (Vec<u8>, Vec<u8>),
     /// gunicorn's pre_request(request, environ), None: not set
     pub pre_request_hook: Option<Py<PyAny>>,
-    /// response_exchange(fd, client, listener_fd, request, keep_alive) -> a Python _Exchange
+    /// response_exchange(start_response) -> a Python _Exchange
     #[pyo3(from_py_with = callable)]
     pub response_exchange: Py<PyAny>,
     /// finish_response(hand_over): sends a response the engine does not frame
