@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from support.harness import HarnessControl
 
+from refork import _native
 from refork.config import Config
+from refork.http.events import Request
 from refork.serving.settings import ServingSettings
 from refork.serving.wsgi.engine_host import EngineHost
 from refork.serving.wsgi.native_host import NativeHost
@@ -71,3 +73,14 @@ def test_a_renamed_or_mistyped_field_fails_when_the_engine_is_built(
         build(host_cls, listener, HarnessControl(), accept_batch="8")
     assert "Host.settings" in causes(mistyped.value)
     assert "Settings.accept_batch" in causes(mistyped.value)
+
+
+def test_a_mistyped_request_field_is_named() -> None:
+    """Each native reader of a refork.http.events.Request reads its fields in one typed extraction."""
+    request = Request("GET", b"/a", b"/a", b"", "1.1", [])
+    with pytest.raises(TypeError) as framer:
+        _native.ResponseFramer(dataclasses.replace(request, keep_alive="yes"))
+    assert "FramedRequest.keep_alive" in causes(framer.value)
+    with pytest.raises(TypeError) as scope:
+        _native.http_scope(dataclasses.replace(request, path="/a"), None, None, "http", "", None, None)
+    assert "RequestLine.path" in causes(scope.value)
