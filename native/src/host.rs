@@ -107,6 +107,17 @@ pub(crate) struct Control {
     pub requests_served: Option<Py<PyAny>>,
 }
 
+/// The worker's refork.process.slots.AppClock, as the single-thread engine uses it.
+#[derive(FromPyObject)]
+pub(crate) struct AppClock {
+    /// native_words() -> the words of the worker's slot (wsgi/accounting.rs: SlotClock)
+    #[pyo3(from_py_with = callable)]
+    pub native_words: Py<PyAny>,
+    /// adopt(began, method, path, blocking) -> a token for the engine's request in the app
+    #[pyo3(from_py_with = callable)]
+    pub adopt: Py<PyAny>,
+}
+
 /// A contextvars.ContextVar's set and reset, bound.
 #[derive(FromPyObject)]
 pub(crate) struct ContextVar {

@@ -36,7 +36,7 @@ use crate::conn::listen::Listeners;
 use crate::conn::scratch::Scratch;
 use crate::conn::sweep::{sweep, Expired, Timeouts};
 use crate::conn::{Conn, Phase};
-use crate::host::{Host, Refs};
+use crate::host::{AppClock, Host, Refs};
 use crate::sys;
 use crate::wsgi::accounting::{Current, SlotClock};
 use crate::wsgi::environ::Environ;
@@ -99,8 +99,9 @@ impl Engine {
             }
             Some(app_clock) => {
                 let app_clock = app_clock.bind(py);
-                let words = app_clock.call_method0(pyo3::intern!(py, "native_words"))?;
-                let current = Py::new(py, Current::new(app_clock.getattr(pyo3::intern!(py, "adopt"))?.unbind()))?;
+                let AppClock { native_words, adopt } = app_clock.extract()?;
+                let words = native_words.bind(py).call0()?;
+                let current = Py::new(py, Current::new(adopt))?;
                 app_clock.setattr(pyo3::intern!(py, "engine_request"), current.clone_ref(py))?;
                 (Some(SlotClock::new(words.cast::<pyo3::types::PyDict>()?)?), Some(current))
             }
