@@ -17,6 +17,8 @@
 //!   call (app_call.rs) and its body pulled for framing (body.rs), the request's accounting in the
 //!   worker's slot or by the Python clock (accounting.rs), the access-log line.
 //! - `asgi/`: what the ASGI loop (on asyncio) calls once a request: its http scope.
+//! - `host.rs`: what both engines read of their Python host, settings, control and refs, typed and
+//!   extracted once when they are built (a renamed field fails there, named).
 //! - `sys/`: the system calls (epoll, sockets, eventfd), as safe functions.
 //!
 //! Whatever is not the common shape is handed, from its first byte, to the Python loop
@@ -36,6 +38,7 @@ use pyo3::prelude::*;
 mod asgi;
 mod conn;
 mod engine;
+mod host;
 mod http;
 mod pool;
 mod sys;

@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from refork._native import HandOver
-    from refork.http.events import Request
+    from refork._native import HandOver, StartResponse
     from refork.wsgi.response import _Exchange
 
 
@@ -111,10 +110,9 @@ class HandOverHost(Protocol):
     app's response leaves the engine's path (write(), a generator, a file, an app error): two
     public entry points, typed here and in refork/_native.pyi, nothing else by name."""
 
-    def response_exchange(
-        self, fd: int, client: tuple[str, int] | None, listener_fd: int, request: Request, keep_alive: bool, /
-    ) -> _Exchange:
-        """The Python response state for that request (start_response called, or write() used)."""
+    def response_exchange(self, start: StartResponse, /) -> _Exchange:
+        """The Python response state for that request (start_response called, or write() used):
+        `start` says its connection, its request and what start_response set."""
 
     def finish_response(self, hand_over: HandOver, /) -> bool | None:
         """Send the response the engine did not frame and account the request. The single-thread

@@ -2,7 +2,9 @@
 //! refork.asgi.scope.build_scope builds for it, key for key (tests/asgi/test_native_scope.py).
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
+
+use crate::http::request::RequestLine;
 
 /// http_scope(request, server, client, scheme, root_path, state, proxies) -> dict | None
 ///
@@ -12,7 +14,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn http_scope<'py>(
     py: Python<'py>,
-    request: &Bound<'py, PyAny>,
+    request: RequestLine<'py>,
     server: &Bound<'py, PyAny>,
     client: &Bound<'py, PyAny>,
     scheme: &Bound<'py, PyString>,
@@ -20,17 +22,17 @@ pub(crate) fn http_scope<'py>(
     state: Option<&Bound<'py, PyDict>>,
     proxies: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, PyDict>>> {
-    let headers = request.getattr(pyo3::intern!(py, "headers"))?;
+    let headers = request.headers;
     if !proxies.is_none() {
-        for item in headers.cast::<PyList>()?.iter() {
+        for item in headers.iter() {
             let name = item.cast::<PyTuple>()?.get_item(0)?;
             if name.cast::<PyBytes>()?.as_bytes().starts_with(b"x-forwarded-") {
                 return Ok(None);
             }
         }
     }
-    let raw = request.getattr(pyo3::intern!(py, "path"))?;
-    let raw_bytes = raw.cast::<PyBytes>()?.as_bytes();
+    let raw = request.path;
+    let raw_bytes = raw.as_bytes();
     if !raw_bytes.iter().all(|&b| b.is_ascii() && b != b'%') {
         return Ok(None);
     }
@@ -42,9 +44,9 @@ pub(crate) fn http_scope<'py>(
         raw_path.extend_from_slice(raw_bytes);
         (PyString::new(py, &format!("{root}{path}")), PyBytes::new(py, &raw_path).into_any())
     } else {
-        (PyString::new(py, path), raw)
+        (PyString::new(py, path), raw.into_any())
     };
-    let version = request.getattr(pyo3::intern!(py, "http_version"))?;
+    let version = request.http_version;
     let asgi = PyDict::new(py);
     asgi.set_item(pyo3::intern!(py, "version"), pyo3::intern!(py, "3.0"))?;
     asgi.set_item(pyo3::intern!(py, "spec_version"), pyo3::intern!(py, "2.4"))?;
@@ -52,7 +54,7 @@ pub(crate) fn http_scope<'py>(
     extensions.set_item(pyo3::intern!(py, "http.response.pathsend"), PyDict::new(py))?;
     extensions.set_item(pyo3::intern!(py, "http.response.zerocopysend"), PyDict::new(py))?;
     extensions.set_item(pyo3::intern!(py, "http.response.trailers"), PyDict::new(py))?;
-    if version.cast::<PyString>()?.to_str()? != "1.0" {
+    if version.to_str()? != "1.0" {
         // no 1xx may go to an HTTP/1.0 client (RFC 9110 15.2)
         extensions.set_item(pyo3::intern!(py, "http.response.early_hint"), PyDict::new(py))?;
     }
@@ -63,11 +65,11 @@ pub(crate) fn http_scope<'py>(
     scope.set_item(pyo3::intern!(py, "server"), server)?;
     scope.set_item(pyo3::intern!(py, "client"), client)?;
     scope.set_item(pyo3::intern!(py, "scheme"), scheme)?;
-    scope.set_item(pyo3::intern!(py, "method"), request.getattr(pyo3::intern!(py, "method"))?)?;
+    scope.set_item(pyo3::intern!(py, "method"), request.method)?;
     scope.set_item(pyo3::intern!(py, "root_path"), root_path)?;
     scope.set_item(pyo3::intern!(py, "path"), path)?;
     scope.set_item(pyo3::intern!(py, "raw_path"), raw_path)?;
-    scope.set_item(pyo3::intern!(py, "query_string"), request.getattr(pyo3::intern!(py, "query"))?)?;
+    scope.set_item(pyo3::intern!(py, "query_string"), request.query)?;
     scope.set_item(pyo3::intern!(py, "headers"), headers)?;
     scope.set_item(pyo3::intern!(py, "extensions"), extensions)?;
     if let Some(state) = state {

@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 
-use super::budget::{Budget, MemoryBudget};
+use super::budget::Budget;
 use super::proxy::{Policy, Refusal, Verdict};
 use super::{Conn, Phase, HEAD_WAIT};
+use crate::host::Host;
 use crate::http::head::{parse_head, Head, HeadLimits, Parsed};
 use crate::sys::Peer;
 
@@ -58,29 +59,28 @@ pub(crate) struct Intake {
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 impl Intake {
-    /// From the engine host: its `settings` (refork.serving.settings.ServingSettings) and `memory`.
-    pub fn from_host(host: &Bound<'_, PyAny>) -> PyResult<Intake> {
-        let settings = host.getattr("settings")?;
+    /// From the engine host's settings, memory budget and PROXY answers.
+    pub fn new(host: &Host, py: Python<'_>) -> PyResult<Intake> {
+        let settings = &host.settings;
         let mut health = Vec::new();
-        let hp = settings.getattr("health")?;
-        if !hp.is_none() {
-            for p in hp.getattr("live")?.try_iter()? {
-                health.push(p?.extract::<Vec<u8>>()?);
-            }
-            health.push(hp.getattr("ready")?.extract::<Vec<u8>>()?);
+        if let Some(hp) = &settings.health {
+            health.extend(hp.live.iter().cloned());
+            health.push(hp.ready.clone());
         }
-        let memory = host.getattr("memory")?;
-        let memory = memory.cast::<MemoryBudget>()?.get().inner.clone();
+        let proxy = match &settings.proxy {
+            Some(p) => Some(Policy::new(p, host.proxy_responses.clone())?),
+            None => None,
+        };
         Ok(Intake {
-            proxy: Policy::from_host(host)?,
-            limits: HeadLimits::from_py(&settings.getattr("limits")?)?,
-            inline_body: settings.getattr("inline_body")?.extract()?,
+            proxy,
+            limits: settings.limits,
+            inline_body: settings.inline_body,
             health,
-            memory,
-            accept_batch: settings.getattr("accept_batch")?.extract()?,
-            read_size: settings.getattr("read_size")?.extract()?,
-            h2c: settings.getattr("h2c")?.extract()?,
-            h1: settings.getattr("h1")?.extract()?,
+            memory: host.memory.bind(py).get().inner.clone(),
+            accept_batch: settings.accept_batch,
+            read_size: settings.read_size,
+            h2c: settings.h2c,
+            h1: settings.h1,
         })
     }
 

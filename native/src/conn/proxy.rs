@@ -11,6 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use crate::host::ProxyPolicy;
 use crate::sys::Peer;
 
 const V1_PREFIX: &[u8] = b"PROXY ";
@@ -201,18 +202,11 @@ fn within(ip: IpAddr, net: IpAddr, prefix: u8) -> bool {
 }
 
 impl Policy {
-    /// From the engine host's `settings.proxy` (a ProxyPolicy, or None when off) and
-    /// `proxy_responses` (the 400 and 403 answers).
-    pub fn from_host(host: &Bound<'_, PyAny>) -> PyResult<Option<Policy>> {
-        let proxy = host.getattr("settings")?.getattr("proxy")?;
-        if proxy.is_none() {
-            return Ok(None);
-        }
-        let mode: String = proxy.getattr("mode")?.extract()?;
-        let mode = Mode::parse(&mode).ok_or_else(|| PyValueError::new_err(format!("proxy_protocol {mode:?}")))?;
-        let (bad_request, forbidden): (Vec<u8>, Vec<u8>) = host.getattr("proxy_responses")?.extract()?;
+    /// From the settings' ProxyPolicy and the host's `proxy_responses` (the 400 and 403 answers).
+    pub fn new(proxy: &ProxyPolicy, (bad_request, forbidden): (Vec<u8>, Vec<u8>)) -> PyResult<Policy> {
+        let mode = Mode::parse(&proxy.mode).ok_or_else(|| PyValueError::new_err(format!("proxy_protocol {:?}", proxy.mode)))?;
         let mut policy = Policy { mode, any: false, networks: Vec::new(), bad_request, forbidden };
-        for entry in proxy.getattr("allow")?.extract::<Vec<String>>()? {
+        for entry in &proxy.allow {
             let entry = entry.trim();
             if entry == "*" {
                 policy.any = true;
@@ -233,7 +227,7 @@ impl Policy {
                 policy.networks.push((ip, if prefix == full && ip.is_ipv4() { 32 } else { prefix }));
             }
         }
-        Ok(Some(policy))
+        Ok(policy)
     }
 
     pub fn allowed(&self, peer: &Peer) -> bool {

@@ -8,25 +8,13 @@ use super::{Conn, Phase};
 use crate::sys;
 
 /// The per-connection deadlines (refork.serving.connection.Timeouts), in seconds.
+#[derive(FromPyObject, Clone, Copy)]
 pub(crate) struct Timeouts {
     pub header: f64,
     pub body: f64,
     pub write: f64,
     pub keepalive: f64,
     pub body_min_rate: f64,
-}
-
-impl Timeouts {
-    pub fn from_py(t: &Bound<'_, PyAny>) -> PyResult<Timeouts> {
-        let f = |name: &str| -> PyResult<f64> { t.getattr(name)?.extract() };
-        Ok(Timeouts {
-            header: f("header")?,
-            body: f("body")?,
-            write: f("write")?,
-            keepalive: f("keepalive")?,
-            body_min_rate: f("body_min_rate")?,
-        })
-    }
 }
 
 /// What the sweep does with a connection past its deadline.

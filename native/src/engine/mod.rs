@@ -26,7 +26,6 @@ use std::collections::HashMap;
 use std::io;
 
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 
 mod serve;
 
@@ -37,6 +36,7 @@ use crate::conn::listen::Listeners;
 use crate::conn::scratch::Scratch;
 use crate::conn::sweep::{sweep, Expired, Timeouts};
 use crate::conn::{Conn, Phase};
+use crate::host::{AppClock, Host, Refs};
 use crate::sys;
 use crate::wsgi::accounting::{Current, SlotClock};
 use crate::wsgi::environ::Environ;
@@ -65,89 +65,65 @@ pub struct Engine {
     timeouts: Timeouts,
     drain_until: f64,
     keep_alive: bool,
-    host: Py<PyAny>,
-    app: Py<PyAny>,
-    control: Py<PyAny>,
-    current: Py<PyAny>,
-    make_input: Py<PyAny>,
-    empty_input: Py<PyAny>,
+    host: Host,
+    refs: Refs,
     hooks: Py<Hooks>,
     /// the worker's slot, when its control has an AppClock (else request_started/finished)
     clock: Option<SlotClock>,
     request: Option<Py<Current>>,
     next_check: i64,
-    access_log: Option<Py<PyAny>>,
-    log_access: Py<PyAny>,
-    log_warning: Py<PyAny>,
-    log_error: Py<PyAny>,
-    perf_counter: Py<PyAny>,
-    timeout_response: Py<PyBytes>,
     events: Vec<(i32, u32)>,
     handed: Vec<Py<Handed>>,
     /// the buffer a read goes into when its connection holds no partial request
     scratch: Scratch,
 }
 
-fn attr<'py>(o: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
-    o.getattr(name)
-}
-
 #[pymethods]
 impl Engine {
-    /// Engine(host, listeners, refs): `host` is the engine host that owns the Python loop (its
-    /// settings, app, control, memory, access_log, poller; response_exchange and finish_response
-    /// called), `listeners` [(fd, Environ)] its plain listening sockets, `refs` a dict of what the
-    /// engine calls in refork (see refork.serving.wsgi.native_host).
+    /// Engine(host, listeners, refs): `host` is the engine host that owns the Python loop (what
+    /// the engine reads of it: host.rs), `listeners` [(fd, Environ)] its plain listening sockets,
+    /// `refs` a dict of what the engine calls in refork (see refork.serving.wsgi.native_host).
     #[new]
-    fn new(py: Python<'_>, host: Bound<'_, PyAny>, listeners: Vec<(i32, Py<Environ>)>, refs: Bound<'_, PyAny>) -> PyResult<Self> {
+    fn new(py: Python<'_>, host: Host, listeners: Vec<(i32, Py<Environ>)>, refs: Refs) -> PyResult<Self> {
         let ep = sys::Epoll::new()?;
-        let outer: i32 = attr(&host, "poller")?.call_method0("fileno")?.extract()?;
-        ep.add(outer, IN)?;
+        ep.add(host.poller, IN)?;
         for (fd, _) in &listeners {
             ep.add(*fd, IN)?;
         }
-        let timeouts = Timeouts::from_py(&attr(&host, "settings")?.getattr("timeouts")?)?;
-        let intake = Intake::from_host(&host)?;
+        let intake = Intake::new(&host, py)?;
         let scratch = Scratch::new(intake.read_size);
-        let r = |name: &str| -> PyResult<Py<PyAny>> { Ok(refs.get_item(name)?.unbind()) };
-        let hooks = Hooks::from_refs(&host, &refs, intake.limits)?;
-        let (clock, request) = match attr(&host, "control")?.getattr("clock") {
-            Ok(app_clock) if app_clock.hasattr("native_words")? => {
-                let words = app_clock.call_method0("native_words")?;
-                let current = Py::new(py, Current::new(app_clock.getattr("adopt")?.unbind()))?;
-                app_clock.setattr("engine_request", current.clone_ref(py))?;
+        let hooks = Hooks::new(py, &host, &refs);
+        let (clock, request) = match &host.control.clock {
+            Some(_) if host.control.requests_served.is_none() => {
+                return Err(pyo3::exceptions::PyTypeError::new_err("a control with a clock has requests_served"));
+            }
+            Some(app_clock) => {
+                let app_clock = app_clock.bind(py);
+                let AppClock { native_words, adopt } = app_clock.extract()?;
+                let words = native_words.bind(py).call0()?;
+                let current = Py::new(py, Current::new(adopt))?;
+                app_clock.setattr(pyo3::intern!(py, "engine_request"), current.clone_ref(py))?;
                 (Some(SlotClock::new(words.cast::<pyo3::types::PyDict>()?)?), Some(current))
             }
-            _ => (None, None),
+            None => (None, None),
         };
-        let access_log = attr(&host, "access_log")?;
         Ok(Engine {
             ep,
-            outer,
+            outer: host.poller,
             listeners: Listeners::new(listeners.iter().map(|(fd, _)| *fd).collect()),
             environs: listeners.into_iter().map(|(_, environ)| environ).collect(),
             conns: HashMap::new(),
             lingering: Lingering::default(),
             intake,
-            timeouts,
+            timeouts: host.settings.timeouts,
             drain_until: 0.0,
             keep_alive: true,
-            app: attr(&host, "app")?.unbind(),
-            control: attr(&host, "control")?.unbind(),
-            host: host.unbind(),
-            current: r("current")?,
-            make_input: r("make_input")?,
-            empty_input: r("empty_input")?,
             hooks: Py::new(py, hooks)?,
             clock,
             request,
             next_check: 1,
-            access_log: if access_log.is_none() { None } else { Some(access_log.unbind()) },
-            log_access: r("log_access")?,
-            log_warning: r("log_warning")?,
-            log_error: r("log_error")?,
-            perf_counter: r("perf_counter")?,
-            timeout_response: refs.get_item("timeout_response")?.cast_into()?.unbind(),
+            host,
+            refs,
             events: Vec::with_capacity(256),
             handed: Vec::new(),
             scratch,
@@ -225,10 +201,10 @@ impl Engine {
         for (conn, why) in sweep(&mut self.conns, &self.timeouts, now, self.drain_until) {
             match why {
                 Expired::RequestTimeout => {
-                    let _ = sys::send(conn.fd, self.timeout_response.bind(py).as_bytes());
+                    let _ = sys::send(conn.fd, self.refs.timeout_response.bind(py).as_bytes());
                 }
                 Expired::WriteTimeout => {
-                    self.log_warning.bind(py).call1((conn.write_timeout_line(self.timeouts.write),))?;
+                    self.refs.log_warning.bind(py).call1((conn.write_timeout_line(self.timeouts.write),))?;
                 }
                 Expired::Close => {}
             }
@@ -302,7 +278,7 @@ impl Engine {
             Ok(())
         })?;
         if let Some(line) = failed {
-            self.log_error.bind(py).call1((line,))?;
+            self.refs.log_error.bind(py).call1((line,))?;
         }
         Ok(())
     }
@@ -395,7 +371,7 @@ impl Engine {
                     let _ = sys::send(conn.fd, self.intake.refusal(refusal.forbidden));
                     self.scratch.recycle(buf);
                     self.end(conn);
-                    self.log_warning.bind(py).call1((refusal.line,))?;
+                    self.refs.log_warning.bind(py).call1((refusal.line,))?;
                     return Ok(());
                 }
             }

@@ -24,7 +24,6 @@ impl Engine {
     pub(super) fn serve(&mut self, py: Python<'_>, conn: &mut Conn, head: &Head, raw_head: &[u8], body: &[u8], rest: &[u8]) -> PyResult<Served> {
         let method = method_str(py, head);
         let (path, _) = split_target(head);
-        let control = self.control.clone_ref(py).into_bound(py);
         let tracking = match (&self.clock, &self.request) {
             (Some(clock), Some(request)) => {
                 let now = sys::monotonic();
@@ -32,15 +31,15 @@ impl Engine {
                 request.borrow_mut(py).start(now, head.method, path);
                 Tracking::Native
             }
-            _ => Tracking::Python(PyTracking::start(py, &control, self.current.bind(py), &method, path)?),
+            _ => Tracking::Python(PyTracking::start(py, &self.host.control, &self.refs.current, &method, path)?),
         };
-        let started: Py<PyAny> = match self.access_log {
-            Some(_) => self.perf_counter.bind(py).call0()?.unbind(),
+        let started: Py<PyAny> = match self.host.access_log {
+            Some(_) => self.refs.perf_counter.bind(py).call0()?.unbind(),
             None => py.None(),
         };
-        let input = input_stream(py, body, &self.empty_input, &self.make_input)?;
+        let input = input_stream(py, body, &self.refs.empty_input, &self.refs.make_input)?;
         let call = AppCall {
-            app: self.app.bind(py),
+            app: self.host.app.bind(py),
             environ: self.environs[conn.environ].get(),
             hooks: &self.hooks,
             keep_alive: self.keep_alive,
@@ -71,8 +70,8 @@ impl Engine {
         if !body.is_empty() {
             input.call_method0(pyo3::intern!(py, "close"))?;
         }
-        if let Some(log) = &self.access_log {
-            AccessLog { log, log_access: &self.log_access, perf_counter: &self.perf_counter }.write(py, &called, &started, status, length)?;
+        if let Some(log) = &self.host.access_log {
+            AccessLog { log, log_access: &self.refs.log_access, perf_counter: &self.refs.perf_counter }.write(py, &called, &started, status, length)?;
         }
         Ok(if keep { Served::Keep } else { Served::Close })
     }
@@ -93,7 +92,7 @@ impl Engine {
         self.ep.delete(conn.fd);
         let token = match tracking {
             Tracking::Python(t) => {
-                t.leave(self.current.bind(py))?;
+                t.leave(&self.refs.current)?;
                 t.token
             }
             Tracking::Native => {
@@ -104,23 +103,23 @@ impl Engine {
             }
         };
         let standing = Standing { token, started, keep_alive: self.keep_alive, rest };
-        HandOver::finish(self.host.bind(py), conn, called, input, standing)?;
+        HandOver::finish(self.host.finish_response.bind(py), conn, called, input, standing)?;
         Ok(())
     }
 
     /// The request is answered (`status` 0: nothing was sent): account it.
     fn finish(&mut self, py: Python<'_>, tracking: Tracking<'_>, status: u32) -> PyResult<()> {
-        let control = self.control.bind(py);
+        let control = &self.host.control;
         match tracking {
-            Tracking::Python(t) => t.finish(control, self.current.bind(py), status)?,
+            Tracking::Python(t) => t.finish(control, &self.refs.current, status)?,
             Tracking::Native => {
                 let (token, began) = self.request.as_ref().expect("native tracking").borrow_mut(py).end();
                 if let Some(token) = token {
-                    control.call_method1(pyo3::intern!(py, "request_finished"), (token, status))?;
+                    control.request_finished.bind(py).call1((token, status))?;
                 } else if let Some(clock) = &self.clock {
                     let served = clock.finish(began, sys::monotonic(), status);
-                    if served >= self.next_check {
-                        self.next_check = control.call_method1(pyo3::intern!(py, "requests_served"), (served,))?.extract()?;
+                    if let Some(requests_served) = control.requests_served.as_ref().filter(|_| served >= self.next_check) {
+                        self.next_check = requests_served.bind(py).call1((served,))?.extract()?;
                         if self.next_check <= 0 {
                             self.next_check = i64::MAX;
                         }

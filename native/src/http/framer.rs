@@ -14,6 +14,7 @@ use pyo3::types::{PyBytes, PyInt, PyTuple};
 
 use super::date::cached_date;
 use super::fields::{copy_fields, Refused};
+use super::request::FramedRequest;
 
 /// refork.http.response.status_line, set once by `use_status_lines`.
 static STATUS_LINE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -97,17 +98,14 @@ pub struct ResponseFramer {
 impl ResponseFramer {
     #[new]
     #[pyo3(signature = (request, *, server_keep_alive = true))]
-    fn new(request: &Bound<'_, PyAny>, server_keep_alive: bool) -> PyResult<Self> {
-        let py = request.py();
-        let version = request.getattr(pyo3::intern!(py, "http_version"))?;
-        let version = version.cast::<pyo3::types::PyString>()?.to_str()?;
-        let method = request.getattr(pyo3::intern!(py, "method"))?;
+    fn new(request: FramedRequest<'_>, server_keep_alive: bool) -> PyResult<Self> {
+        let version = request.http_version.to_str()?;
         Ok(ResponseFramer {
-            keep_alive: server_keep_alive && request.getattr(pyo3::intern!(py, "keep_alive"))?.is_truthy()?,
+            keep_alive: server_keep_alive && request.keep_alive,
             chunked: false,
             content_length: None,
             body_bytes: 0,
-            no_body: method.cast::<pyo3::types::PyString>()?.to_str()? == "HEAD",
+            no_body: request.method.to_str()? == "HEAD",
             status: 0,
             http11: version == "1.1",
             http10: version == "1.0",

@@ -65,18 +65,25 @@ pub(crate) struct HeadLimits {
     pub max_body: u64,
 }
 
+/// refork.http.parser.Limits, as Python has it.
+#[derive(FromPyObject)]
+struct Limits {
+    max_request_line: usize,
+    max_header_count: usize,
+    max_header_size: usize,
+    max_body: usize,
+}
+
 impl HeadLimits {
-    /// From a refork.http.head.Limits.
+    /// From a refork.http.parser.Limits.
     pub fn from_py(limits: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let get = |name: &str| -> PyResult<usize> {
-            let v: usize = limits.getattr(name)?.extract()?;
-            Ok(if v == 0 { usize::MAX / 4 } else { v })
-        };
+        let l: Limits = limits.extract()?;
+        let get = |v: usize| if v == 0 { usize::MAX / 4 } else { v };
         Ok(HeadLimits {
-            max_line: get("max_request_line")?,
-            max_count: get("max_header_count")?.min(MAX_FAST_HEADERS),
-            max_field: get("max_header_size")?,
-            max_body: get("max_body")? as u64,
+            max_line: get(l.max_request_line),
+            max_count: get(l.max_header_count).min(MAX_FAST_HEADERS),
+            max_field: get(l.max_header_size),
+            max_body: get(l.max_body) as u64,
         })
     }
 }

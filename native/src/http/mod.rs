@@ -8,3 +8,4 @@ pub(crate) mod framer;
 pub(crate) mod head;
 pub(crate) mod host;
 pub(crate) mod parser;
+pub(crate) mod request;

@@ -29,15 +29,15 @@ use std::thread::JoinHandle;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyList, PyTuple};
 
 mod io;
 mod serve;
 
 use crate::conn::handed::Handed;
 use crate::conn::intake::Intake;
-use crate::conn::sweep::Timeouts;
 use crate::conn::lingering::Lingering;
+use crate::host::{Host, Refs};
 use crate::conn::Conn;
 use crate::http::head::HeadLimits;
 use crate::sys;
@@ -262,19 +262,12 @@ pub(crate) fn log_notice(shared: &Shared, error: bool, message: String) {
 
 /// What the app threads call in Python (the GIL held).
 pub(crate) struct AppSide {
-    app: Py<PyAny>,
-    control: Py<PyAny>,
-    host: Py<PyAny>,
+    host: Host,
+    refs: Refs,
     environs: Vec<Py<Environ>>,
     /// the listening fds, in the order of `environs`
     listener_fds: Vec<i32>,
     hooks: Py<Hooks>,
-    current: Py<PyAny>,
-    make_input: Py<PyAny>,
-    empty_input: Py<PyAny>,
-    access_log: Option<Py<PyAny>>,
-    log_access: Py<PyAny>,
-    perf_counter: Py<PyAny>,
     limits: HeadLimits,
 }
 
@@ -292,15 +285,15 @@ impl PoolEngine {
     /// PoolEngine(host, listeners, refs): as Engine's (engine/); `host` also has
     /// finish_response(...) -> keep, which sends a response this engine does not frame.
     #[new]
-    fn new(py: Python<'_>, host: Bound<'_, PyAny>, listeners: Vec<(i32, Py<Environ>)>, refs: Bound<'_, PyAny>) -> PyResult<Self> {
+    fn new(py: Python<'_>, host: Host, listeners: Vec<(i32, Py<Environ>)>, refs: Refs) -> PyResult<Self> {
         let ep = sys::Epoll::new()?;
         let io_wake = sys::EventFd::new()?;
         ep.add(io_wake.fd, libc::EPOLLIN as u32)?;
         for (fd, _) in &listeners {
             ep.add(*fd, libc::EPOLLIN as u32)?;
         }
-        let intake = Intake::from_host(&host)?;
-        let limits = intake.limits;
+        let intake = Intake::new(&host, py)?;
+        let settings = &host.settings;
         let shared = Arc::new(Shared {
             ep,
             io_wake,
@@ -312,39 +305,24 @@ impl PoolEngine {
             lingering: Mutex::new(Lingering::default()),
             pause: AtomicBool::new(false),
             holding: AtomicBool::new(false),
-            threads: host.getattr("settings")?.getattr("threads")?.extract()?,
+            threads: settings.threads,
             full: AtomicBool::new(false),
-            free_elsewhere: host.getattr("control")?.call_method0("free_threads_address")?.extract()?,
-            // refork.serving.connection.Timeouts.keep_alive: False with --keepalive 0
-            keep_alive: AtomicBool::new(host.getattr("settings")?.getattr("timeouts")?.call_method1("keep_alive", (false,))?.extract()?),
+            free_elsewhere: host.control.free_threads_address.bind(py).call0()?.extract()?,
+            keep_alive: AtomicBool::new(settings.keep_alive),
             open: AtomicUsize::new(0),
             in_app: Mutex::new(Vec::new()),
             intake,
         });
-        let r = |name: &str| -> PyResult<Py<PyAny>> { Ok(refs.get_item(name)?.unbind()) };
-        let hooks = Hooks::from_refs(&host, &refs, limits)?;
-        let access_log = host.getattr("access_log")?;
-        let timeout_response = refs.get_item("timeout_response")?.cast_into::<PyBytes>()?.as_bytes().to_vec();
-        let io = io::Io::new(
-            shared.clone(),
-            listeners.iter().map(|(fd, _)| *fd).collect(),
-            Timeouts::from_py(&host.getattr("settings")?.getattr("timeouts")?)?,
-            timeout_response,
-        );
+        let hooks = Hooks::new(py, &host, &refs);
+        let timeout_response = refs.timeout_response.bind(py).as_bytes().to_vec();
+        let io = io::Io::new(shared.clone(), listeners.iter().map(|(fd, _)| *fd).collect(), settings.timeouts, timeout_response);
         let side = AppSide {
-            app: host.getattr("app")?.unbind(),
-            control: host.getattr("control")?.unbind(),
             listener_fds: listeners.iter().map(|(fd, _)| *fd).collect(),
             environs: listeners.into_iter().map(|(_, environ)| environ).collect(),
             hooks: Py::new(py, hooks)?,
-            current: r("current")?,
-            make_input: r("make_input")?,
-            empty_input: r("empty_input")?,
-            access_log: if access_log.is_none() { None } else { Some(access_log.unbind()) },
-            log_access: r("log_access")?,
-            perf_counter: r("perf_counter")?,
-            limits,
-            host: host.unbind(),
+            limits: settings.limits,
+            host,
+            refs,
         };
         Ok(PoolEngine { shared, side, io: Mutex::new(Some(io)), thread: Mutex::new(None) })
     }

@@ -55,21 +55,20 @@ impl PoolEngine {
         let n = head.content_length.unwrap_or(0) as usize;
         let (raw_head, body) = (&buf[..head.len], &buf[head.len..head.len + n]);
         let method = method_str(py, &head);
-        let control = side.control.bind(py);
-        let current = side.current.bind(py);
+        let (control, current) = (&side.host.control, &side.refs.current);
         let tracking = PyTracking::start(py, control, current, &method, split_target(&head).0)?;
-        let started: Py<PyAny> = match side.access_log {
-            Some(_) => side.perf_counter.bind(py).call0()?.unbind(),
+        let started: Py<PyAny> = match side.host.access_log {
+            Some(_) => side.refs.perf_counter.bind(py).call0()?.unbind(),
             None => py.None(),
         };
         let keep_alive = self.shared.keep_alive.load(Ordering::Acquire);
         let call = AppCall {
-            app: side.app.bind(py),
+            app: side.host.app.bind(py),
             environ: side.environs[conn.environ].get(),
             hooks: &side.hooks,
             keep_alive,
         };
-        let called = input_stream(py, body, &side.empty_input, &side.make_input)
+        let called = input_stream(py, body, &side.refs.empty_input, &side.refs.make_input)
             .and_then(|input| Ok((call.call(py, conn, &head, raw_head, &method, &input)?, input)));
         let (mut called, input) = match called {
             Ok(done) => done,
@@ -83,12 +82,12 @@ impl PoolEngine {
             // the Python response path, on this thread: it writes, blocking, and accounts the request
             tracking.leave(current)?;
             let standing = Standing { token: tracking.token, started: &started, keep_alive, rest: b"" };
-            let keep: bool = HandOver::finish(side.host.bind(py), conn, called, &input, standing)?.extract()?;
+            let keep: bool = HandOver::finish(side.host.finish_response.bind(py), conn, called, &input, standing)?.extract()?;
             return Ok((Answer::Sent { keep }, used));
         };
         // the line first: gunicorn's post_request hook runs there, inside the request's --timeout
-        let logged = match &side.access_log {
-            Some(log) => AccessLog { log, log_access: &side.log_access, perf_counter: &side.perf_counter }.write(py, &called, &started, status, length),
+        let logged = match &side.host.access_log {
+            Some(log) => AccessLog { log, log_access: &side.refs.log_access, perf_counter: &side.refs.perf_counter }.write(py, &called, &started, status, length),
             None => Ok(()),
         };
         tracking.finish(control, current, status)?;

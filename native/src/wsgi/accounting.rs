@@ -19,6 +19,8 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
+use crate::host::{ContextVar, Control};
+
 pub struct SlotClock {
     words: *mut i64,
     deadline: usize,
@@ -206,22 +208,22 @@ pub(crate) struct PyTracking<'py> {
 }
 
 impl<'py> PyTracking<'py> {
-    pub fn start(py: Python<'py>, control: &Bound<'py, PyAny>, current: &Bound<'py, PyAny>, method: &Bound<'py, PyString>, path: &[u8]) -> PyResult<Self> {
-        let token = control.call_method1(pyo3::intern!(py, "request_started"), (method, PyBytes::new(py, path)))?;
-        let reset = current.call_method1(pyo3::intern!(py, "set"), (&token,))?;
+    pub fn start(py: Python<'py>, control: &Control, current: &ContextVar, method: &Bound<'py, PyString>, path: &[u8]) -> PyResult<Self> {
+        let token = control.request_started.bind(py).call1((method, PyBytes::new(py, path)))?;
+        let reset = current.set.bind(py).call1((&token,))?;
         Ok(PyTracking { token, reset })
     }
 
     /// The app is done with it (the context variable back as it was).
-    pub fn leave(&self, current: &Bound<'py, PyAny>) -> PyResult<()> {
-        current.call_method1(pyo3::intern!(self.token.py(), "reset"), (&self.reset,))?;
+    pub fn leave(&self, current: &ContextVar) -> PyResult<()> {
+        current.reset.bind(self.token.py()).call1((&self.reset,))?;
         Ok(())
     }
 
     /// The request is answered (`status` 0: nothing was sent).
-    pub fn finish(self, control: &Bound<'py, PyAny>, current: &Bound<'py, PyAny>, status: u32) -> PyResult<()> {
+    pub fn finish(self, control: &Control, current: &ContextVar, status: u32) -> PyResult<()> {
         self.leave(current)?;
-        control.call_method1(pyo3::intern!(self.token.py(), "request_finished"), (self.token, status))?;
+        control.request_finished.bind(self.token.py()).call1((self.token, status))?;
         Ok(())
     }
 }

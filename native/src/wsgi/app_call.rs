@@ -110,7 +110,7 @@ impl<'py> AppCall<'_, 'py> {
                 hint_rest: Vec::new(),
             },
         )?;
-        environ.set_item(pyo3::intern!(py, "wsgi.early_hints"), sr.getattr(pyo3::intern!(py, "early_hints"))?)?;
+        environ.set_item(pyo3::intern!(py, "wsgi.early_hints"), StartResponse::hints_callable(&sr)?)?;
         // gunicorn's pre_request first, if set (its error is answered as the app's would be)
         let returned = match &self.hooks.get().pre_request {
             Some(pre) => pre.bind(py).call1((StartResponse::request(&sr)?, &environ)).and_then(|_| self.app.call1((&environ, &sr))),

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::http::host::split_host;
+use crate::http::request::EnvironRequest;
 
 /// latin-1 bytes as a str (what `bytes.decode("latin-1")` gives).
 pub(crate) fn latin1<'py>(py: Python<'py>, b: &[u8]) -> Bound<'py, PyString> {
@@ -102,12 +103,11 @@ impl Environ {
     fn build<'py>(
         &self,
         py: Python<'py>,
-        request: &Bound<'py, PyAny>,
+        request: EnvironRequest<'py>,
         body: &Bound<'py, PyAny>,
         client: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let headers = request.getattr(pyo3::intern!(py, "headers"))?;
-        let headers = headers.cast::<PyList>()?;
+        let headers = request.headers;
         let mut pairs: Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> = Vec::with_capacity(headers.len());
         let mut forwarded = false;
         for item in headers.iter() {
@@ -116,28 +116,22 @@ impl Environ {
             forwarded |= name.as_bytes().starts_with(b"x-forwarded-");
             pairs.push((name, pair.get_item(1)?.cast_into::<PyBytes>()?));
         }
-        let length = if !request.getattr(pyo3::intern!(py, "content_length"))?.is_none()
-            || request.getattr(pyo3::intern!(py, "chunked"))?.is_truthy()?
-        {
+        let length = if request.content_length.is_some() || request.chunked {
             Some(body.getattr(pyo3::intern!(py, "length"))?.str()?)
         } else {
             None
         };
-        let path = request.getattr(pyo3::intern!(py, "path"))?;
-        let query = request.getattr(pyo3::intern!(py, "query"))?;
-        let target = request.getattr(pyo3::intern!(py, "target"))?;
-        let version = request.getattr(pyo3::intern!(py, "http_version"))?;
         let parts = Parts {
-            method: &request.getattr(pyo3::intern!(py, "method"))?,
-            target: target.cast::<PyBytes>()?.as_bytes(),
-            path: path.cast::<PyBytes>()?.as_bytes(),
-            query: query.cast::<PyBytes>()?.as_bytes(),
-            version: version.cast::<PyString>()?.to_str()?,
+            method: request.method.as_any(),
+            target: request.target.as_bytes(),
+            path: request.path.as_bytes(),
+            query: request.query.as_bytes(),
+            version: request.http_version.to_str()?,
         };
         let pairs = pairs.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes()));
         let env = self.make(py, &parts, pairs, length, body, client)?;
         if forwarded {
-            self.forwarded.bind(py).call1((&env, headers, client))?;
+            self.forwarded.bind(py).call1((&env, &headers, client))?;
         }
         Ok(env)
     }

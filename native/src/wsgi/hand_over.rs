@@ -54,13 +54,13 @@ impl HandOver {
     /// `finish_response` (both engines' one epilogue for a response they do not frame); what the
     /// host returns.
     pub(crate) fn finish<'py>(
-        host: &Bound<'py, PyAny>,
+        finish_response: &Bound<'py, PyAny>,
         conn: &Conn,
         called: Called<'py>,
         input: &Bound<'py, PyAny>,
         standing: Standing<'_, 'py>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let py = host.py();
+        let py = finish_response.py();
         let hand_over = HandOver {
             fd: conn.fd,
             listener_fd: conn.listener,
@@ -76,6 +76,6 @@ impl HandOver {
             keep_alive: standing.keep_alive,
             rest: PyBytes::new(py, standing.rest).unbind(),
         };
-        host.call_method1(pyo3::intern!(py, "finish_response"), (hand_over,))
+        finish_response.call1((hand_over,))
     }
 }

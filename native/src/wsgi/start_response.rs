@@ -11,6 +11,7 @@ use pyo3::exceptions::{PyAssertionError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
+use crate::host::{Host, Refs};
 use crate::http::head::{fast_head, HeadLimits};
 use crate::http::parser::request_object;
 use crate::sys;
@@ -22,7 +23,7 @@ pub struct Hooks {
     pub(crate) header_cache: Py<PyDict>,
     pub(crate) check_status: Py<PyAny>,
     pub(crate) check_header: Py<PyAny>,
-    /// host.response_exchange(fd, client, listener_fd, request, keep_alive) -> a Python _Exchange
+    /// host.response_exchange(start_response) -> a Python _Exchange
     pub(crate) exchange: Py<PyAny>,
     /// refork.http.events.Request and the limits its head was read with (see StartResponse::request)
     pub(crate) request_cls: Py<PyAny>,
@@ -39,23 +40,37 @@ pub struct Hooks {
 }
 
 impl Hooks {
-    /// From the engine host (its `response_exchange`) and the engines' `refs` (see refork.serving.wsgi.native_host).
-    pub(crate) fn from_refs(host: &Bound<'_, PyAny>, refs: &Bound<'_, PyAny>, limits: HeadLimits) -> PyResult<Hooks> {
-        let r = |name: &str| -> PyResult<Py<PyAny>> { Ok(refs.get_item(name)?.unbind()) };
-        Ok(Hooks {
-            status_cache: refs.get_item("status_cache")?.cast_into()?.unbind(),
-            header_cache: refs.get_item("header_cache")?.cast_into()?.unbind(),
-            check_status: r("check_status")?,
-            check_header: r("check_header")?,
-            exchange: host.getattr("response_exchange")?.unbind(),
-            request_cls: r("request_cls")?,
-            limits,
-            prefetched: r("prefetched")?,
-            file_wrapper: r("file_wrapper")?,
-            closing_failed: r("closing_failed")?,
-            pre_request: Some(host.getattr("pre_request_hook")?).filter(|h| !h.is_none()).map(|h| h.unbind()),
-            hint_response: r("hint_response")?,
-        })
+    /// From the engine host (its `response_exchange`, `pre_request_hook`) and the engines' refs.
+    pub(crate) fn new(py: Python<'_>, host: &Host, refs: &Refs) -> Hooks {
+        Hooks {
+            status_cache: refs.status_cache.clone_ref(py),
+            header_cache: refs.header_cache.clone_ref(py),
+            check_status: refs.check_status.clone_ref(py),
+            check_header: refs.check_header.clone_ref(py),
+            exchange: host.response_exchange.clone_ref(py),
+            request_cls: refs.request_cls.clone_ref(py),
+            limits: host.settings.limits,
+            prefetched: refs.prefetched.clone_ref(py),
+            file_wrapper: refs.file_wrapper.clone_ref(py),
+            closing_failed: refs.closing_failed.clone_ref(py),
+            pre_request: host.pre_request_hook.as_ref().map(|h| h.clone_ref(py)),
+            hint_response: refs.hint_response.clone_ref(py),
+        }
+    }
+}
+
+/// A method of a request's StartResponse as a callable of its own (write(), wsgi.early_hints),
+/// made without a lookup by name.
+#[pyclass(module = "refork._native", frozen)]
+pub struct BoundMethod {
+    start: Py<StartResponse>,
+    call: for<'py> fn(&Bound<'py, StartResponse>, &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>>,
+}
+
+#[pymethods]
+impl BoundMethod {
+    fn __call__<'py>(&self, py: Python<'py>, arg: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        (self.call)(self.start.bind(py), arg)
     }
 }
 
@@ -68,13 +83,18 @@ pub struct StartResponse {
     pub(crate) has_length: bool,
     /// the Python _Exchange once write() was called: from then on it answers
     pub(crate) exchange: Option<Py<PyAny>>,
+    #[pyo3(get)]
     pub(crate) fd: i32,
+    #[pyo3(get)]
     pub(crate) client: Py<PyAny>,
+    #[pyo3(get, name = "listener_fd")]
     pub(crate) listener: i32,
     /// the Request event, made on first use from `head` (most responses never need it)
     pub(crate) request: Option<Py<PyAny>>,
     /// the request's head as received
     pub(crate) head: Vec<u8>,
+    /// the server's keep-alive (False: the worker stops)
+    #[pyo3(get)]
     pub(crate) keep_alive: bool,
     /// an HTTP/1.1 request: early hints may go to it (never a 1xx to HTTP/1.0, RFC 9110 15.2)
     pub(crate) http11: bool,
@@ -144,7 +164,7 @@ impl StartResponse {
             this.headers = Some(out.unbind());
             this.has_length = has_length;
         }
-        slf.getattr(pyo3::intern!(py, "write"))
+        Ok(Bound::new(py, BoundMethod { start: slf.clone().unbind(), call: StartResponse::write })?.into_any())
     }
 
     /// The Python _Exchange of this request (made now if write() did not make it).
@@ -181,6 +201,27 @@ impl StartResponse {
         Ok(())
     }
 
+    /// The request's refork.http.events.Request.
+    #[getter(request)]
+    fn request_event(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        Self::request(slf)
+    }
+
+    /// What start_response set: (code, reason, headers checked, has Content-Length), or None.
+    #[getter]
+    #[allow(clippy::type_complexity)]
+    fn status(&self, py: Python<'_>) -> Option<(u32, Py<PyBytes>, Py<PyList>, bool)> {
+        match (&self.reason, &self.headers) {
+            (Some(reason), Some(headers)) if self.code != 0 => Some((self.code, reason.clone_ref(py), headers.clone_ref(py), self.has_length)),
+            _ => None,
+        }
+    }
+
+    /// The part of an early hint the socket did not take (it goes before anything else), once.
+    fn take_hint_rest<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &std::mem::take(&mut self.hint_rest))
+    }
+
     /// The legacy write() callable: the response goes the Python way from here (module docs).
     fn write<'py>(slf: &Bound<'py, Self>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
@@ -190,6 +231,15 @@ impl StartResponse {
 }
 
 impl StartResponse {
+    /// wsgi.early_hints of this request's environ.
+    pub fn hints_callable<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        fn call<'py>(slf: &Bound<'py, StartResponse>, headers: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+            StartResponse::early_hints(slf, headers)?;
+            Ok(slf.py().None().into_bound(slf.py()))
+        }
+        Ok(Bound::new(slf.py(), BoundMethod { start: slf.clone().unbind(), call })?.into_any())
+    }
+
     /// The request's refork.http.events.Request (made now from its head if not made yet).
     pub fn request(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
         let py = slf.py();
@@ -206,37 +256,15 @@ impl StartResponse {
         Ok(r)
     }
 
-    /// The Python _Exchange of this request, made (and told what start_response set) on first use.
+    /// The Python _Exchange of this request, made on first use by the host's response_exchange
+    /// (which reads what start_response set, and the early hint's rest, of this object).
     pub fn exchange(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         if let Some(ex) = slf.borrow().exchange.as_ref() {
             return Ok(ex.clone_ref(py));
         }
-        let request = Self::request(slf)?;
-        let ex = {
-            let this = slf.borrow();
-            let args = (this.fd, this.client.clone_ref(py), this.listener, request, this.keep_alive);
-            this.hooks.get().exchange.bind(py).call1(args)?
-        };
-        {
-            let this = slf.borrow();
-            if this.code != 0 {
-                ex.setattr(pyo3::intern!(py, "code"), this.code)?;
-                ex.setattr(pyo3::intern!(py, "reason"), this.reason.as_ref().map(|r| r.clone_ref(py)))?;
-                ex.setattr(pyo3::intern!(py, "headers"), this.headers.as_ref().map(|h| h.clone_ref(py)))?;
-                ex.setattr(pyo3::intern!(py, "has_length"), this.has_length)?;
-            }
-        }
-        let rest = std::mem::take(&mut slf.borrow_mut().hint_rest);
-        if !rest.is_empty() {
-            // the part of an early hint the socket did not take goes before anything else
-            let out = ex.getattr(pyo3::intern!(py, "out"))?;
-            if let Err(e) = out.call_method1(pyo3::intern!(py, "send"), (PyBytes::new(py, &rest),)) {
-                if !e.is_instance_of::<pyo3::exceptions::PyOSError>(py) {
-                    return Err(e);
-                } // (the client is gone: the response's own send finds out)
-            }
-        }
+        let exchange = slf.borrow().hooks.get().exchange.clone_ref(py);
+        let ex = exchange.bind(py).call1((slf,))?;
         let ex = ex.unbind();
         slf.borrow_mut().exchange = Some(ex.clone_ref(py));
         Ok(ex)

@@ -22,8 +22,6 @@ from typing import Any
 
 from refork import _native, deadlines
 from refork.config import Config
-from refork.http.events import Request
-from refork.http.response import ResponseFramer
 from refork.serving.contract import WorkerControl
 from refork.serving.settings import ServingSettings
 from refork.serving.wsgi.native_host import NativeHost, refs
@@ -80,16 +78,12 @@ class EngineHost(NativeHost):
 
     # ---------------------------------------------------------------- called by the engine
 
-    def response_exchange(
-        self, fd: int, client: Any, listener_fd: int, request: Request, keep_alive: bool
-    ) -> _Exchange:
+    def response_exchange(self, start: _native.StartResponse) -> _Exchange:
         """The app's response leaves the engine's path (write(), or anything but a list body): the
         Python response state for it, over the loop's output for the connection."""
-        conn = self.loop.connection(fd, client, self.engine_listeners[listener_fd][1])
-        out = conn.out
-        out.token = self._request_token()
-        out.request = request
-        return _Exchange(ResponseFramer(request, server_keep_alive=keep_alive), out)
+        conn = self.loop.connection(start.fd, start.client, self.engine_listeners[start.listener_fd][1])
+        conn.out.token = self._request_token()
+        return self._exchange(start, conn.out)
 
     def _request_token(self) -> object:
         """The token of the request in the app (the engine's, registered now if need be)."""

@@ -24,9 +24,10 @@ from refork import _native, deadlines
 from refork.config import Config
 from refork.http.body import EMPTY_INPUT, InputStream
 from refork.http.events import Request
-from refork.http.response import simple_response
+from refork.http.response import ResponseFramer, simple_response
 from refork.serving.connection import Phase, RequestEnd, log_access
 from refork.serving.contract import WorkerControl
+from refork.serving.outbox import Outbox
 from refork.serving.poller import Poller
 from refork.serving.settings import ServingSettings
 from refork.serving.wsgi.app_threads import AppThreads
@@ -36,6 +37,7 @@ from refork.serving.wsgi.python_loop import PythonLoop
 from refork.wsgi import EnvironBuilder
 from refork.wsgi import response as wsgi_response
 from refork.wsgi.files import FileWrapper
+from refork.wsgi.response import _Exchange
 
 if TYPE_CHECKING:
     from refork._native import _Refs
@@ -120,6 +122,23 @@ class NativeHost:
         post_request runs where the access-log line is written (self.access_log: a Finisher)."""
         hooks = self.loop.request_hooks
         return hooks.before_wsgi if hooks is not None else None
+
+    @staticmethod
+    def _exchange(start: _native.StartResponse, out: Outbox) -> _Exchange:
+        """The Python response state of an engine request over `out` (the host's output for its
+        connection), told what start_response set; the part of an early hint the socket did not
+        take goes first."""
+        request = start.request
+        out.request = request
+        ex = _Exchange(ResponseFramer(request, server_keep_alive=start.keep_alive), out)
+        if start.status is not None:
+            ex.code, ex.reason, ex.headers, ex.has_length = start.status
+        if rest := start.take_hint_rest():
+            try:
+                out.send(rest)
+            except OSError:
+                pass  # the client is gone: the response's own send finds out
+        return ex
 
     def _native_listeners(self) -> list[tuple[int, _native.Environ]]:
         """(fd, refork._native.Environ) of each listener the engine serves."""

@@ -29,8 +29,6 @@ from typing import Any, cast
 
 from refork import _native, deadlines
 from refork.config import Config
-from refork.http.events import Request
-from refork.http.response import ResponseFramer
 from refork.serving.contract import WorkerControl
 from refork.serving.outbox import Outbox
 from refork.serving.settings import ServingSettings
@@ -128,18 +126,15 @@ class PoolHost(NativeHost):
     # ---------------------------------------------------------------- called by the engine
     # (both on an app thread: responses the engine does not frame)
 
-    def response_exchange(
-        self, fd: int, client: Any, listener_fd: int, request: Request, keep_alive: bool
-    ) -> _Exchange:
+    def response_exchange(self, start: _native.StartResponse) -> _Exchange:
         """The Python response state of an engine request, over a blocking output of its socket
         (borrowed: finish_response gives the fd back to the engine)."""
-        sock = socket.socket(fileno=fd)
+        sock = socket.socket(fileno=start.fd)
         sock.setblocking(False)
-        out = Outbox(sock, client, self.loop.timeouts.write, self.control, buffering=False)
+        out = Outbox(sock, start.client, self.loop.timeouts.write, self.control, buffering=False)
         out.token = deadlines.current.get()
-        out.request = request
-        self.responding[fd] = out
-        return _Exchange(ResponseFramer(request, server_keep_alive=keep_alive), out)
+        self.responding[start.fd] = out
+        return self._exchange(start, out)
 
     def finish_response(self, hand_over: _native.HandOver) -> bool:
         """Send a response the engine did not frame (refork.wsgi.continue_wsgi, blocking) and

@@ -1,0 +1,86 @@
+"""The engines read their host, settings, control and refs once, typed (native/src/host.rs): a
+renamed or mistyped field fails when the engine is built, naming the field, not at a request."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support.harness import HarnessControl
+
+from refork import _native
+from refork.config import Config
+from refork.http.events import Request
+from refork.serving.settings import ServingSettings
+from refork.serving.wsgi.engine_host import EngineHost
+from refork.serving.wsgi.native_host import NativeHost
+from refork.serving.wsgi.pool_host import PoolHost
+
+
+def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    start_response("200 OK", [])
+    return [b""]
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        sock.setblocking(False)
+        yield sock
+
+
+# the control with request_started renamed, as a refactoring on the Python side would leave it
+Renamed = type(
+    "Renamed",
+    (),
+    {k: v for k, v in vars(HarnessControl).items() if k not in ("request_started", "__dict__", "__weakref__")}
+    | {"request_begun": HarnessControl.request_started},
+)
+
+
+def causes(e: BaseException) -> str:
+    """The messages of an error and its causes, one per line."""
+    lines = []
+    cause: BaseException | None = e
+    while cause is not None:
+        lines.append(f"{type(cause).__name__}: {cause}")
+        cause = cause.__cause__
+    return "\n".join(lines)
+
+
+def build(host_cls: type[NativeHost], sock: socket.socket, control: Any, **changed: Any) -> None:
+    threads = 2 if host_cls is PoolHost else 1
+    config = Config(app="tests:app", threads=threads, wsgi_loop="native")
+    settings = dataclasses.replace(ServingSettings.for_worker(config, [sock]), **changed)
+    host_cls([sock], app, config, control, settings)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("host_cls", [EngineHost, PoolHost], ids=["engine", "pool"])
+def test_a_renamed_or_mistyped_field_fails_when_the_engine_is_built(
+    host_cls: type[NativeHost], listener: socket.socket
+) -> None:
+    build(host_cls, listener, HarnessControl())  # the right ones pass
+    with pytest.raises(TypeError) as renamed:
+        build(host_cls, listener, Renamed())
+    assert "Host.control" in causes(renamed.value)
+    assert "has no attribute 'request_started'" in causes(renamed.value)
+    with pytest.raises(TypeError) as mistyped:
+        build(host_cls, listener, HarnessControl(), accept_batch="8")
+    assert "Host.settings" in causes(mistyped.value)
+    assert "Settings.accept_batch" in causes(mistyped.value)
+
+
+def test_a_mistyped_request_field_is_named() -> None:
+    """Each native reader of a refork.http.events.Request reads its fields in one typed extraction."""
+    request = Request("GET", b"/a", b"/a", b"", "1.1", [])
+    with pytest.raises(TypeError) as framer:
+        _native.ResponseFramer(dataclasses.replace(request, keep_alive="yes"))
+    assert "FramedRequest.keep_alive" in causes(framer.value)
+    with pytest.raises(TypeError) as scope:
+        _native.http_scope(dataclasses.replace(request, path="/a"), None, None, "http", "", None, None)
+    assert "RequestLine.path" in causes(scope.value)
