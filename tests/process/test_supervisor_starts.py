@@ -95,6 +95,22 @@ def test_workers_of_an_immortal_generation_crashing_at_start_roll_out_a_generati
     assert "immortal heap" not in logged(sim.exit(sim.spawn_workers(sim.tick(after=1), ready=False)[0], SEGV))
 
 
+def test_the_other_workers_of_an_abandoned_immortal_heap_crashing_neither_end_the_start_nor_fork_again():
+    sim = Sim(immortalize=True, workers=4)
+    mold = sim.fork_mold(sim.handle(Boot()))
+    sim.handle(messages.Ready(mold, immortalized=True))
+    first, *others = sim.spawn_workers(sim.tick(), ready=False)
+    actions = sim.exit(first, SEGV)
+    assert sends(actions, messages.Stop, mold)  # its workers would crash too: it forks no more
+    new = sim.fork_mold(actions)
+    for pid in others:  # forked before the first crash: they crash as well
+        actions = sim.exit(pid, SEGV, after=0.1)
+        assert of(actions, PrintError) == [] and "crash loop" not in logged(actions)
+    assert sends(sim.tick(after=1), messages.SpawnWorker) == []
+    sim.handle(messages.Ready(new, immortalized=False))
+    assert len(sim.spawn_workers(sim.tick())) == 4
+
+
 def test_workers_that_never_start_end_the_start_with_the_hook_and_its_error():
     sim = Sim()
     mold = sim.boot()

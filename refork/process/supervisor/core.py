@@ -245,7 +245,8 @@ class Supervisor(Phases, Starts, Promotions):
             self._log(
                 level, "worker %d (pid %d, gen %d) %s%s", child.nr, child.pid, child.generation, how, reason
             )
-            if not expected and child.kill_reason is None and (not child.ready or lived < 1.0):
+            early_crash = not expected and child.kill_reason is None and (not child.ready or lived < 1.0)
+            if early_crash and not self._of_abandoned_heap(child, status):
                 self._crash_backoff(f"worker {child.nr} {how} {lived:.1f}s after start")
                 self._crash_at_start(child, status, lived)
         cause = restart_cause(child, bool(self.stopping))

@@ -4,7 +4,9 @@ A mixin of the Supervisor (pure, like the rest of the core). Two rules:
 
 - A mold or worker killed by a crash signal (SIGSEGV, SIGBUS, SIGABRT...) while its heap is
   immortal may have met an interpreter whose object layout refork gets wrong: the next mold
-  starts without immortalization, once, with one warning naming the interpreter.
+  starts without immortalization, once, with one warning naming the interpreter. The immortal
+  mold forks no more workers, and the crashes of those it had forked count neither as a crash
+  loop nor as a failed start: they are that heap's, and the new mold's workers replace them.
 - A server that has never had a ready worker and cannot get one (its mold crashed before any
   worker was ready, or `BOOT_ATTEMPTS` workers in a row died before they were ready) exits 3
   with one line naming the cause and the phase, as gunicorn's "Worker failed to boot" does, so
@@ -35,7 +37,6 @@ CRASH_SIGNALS = frozenset(
 FORKING = "forking workers"  # a ready mold's phase
 
 
-
 def crashed(status: int) -> bool:
     """Killed by a signal the process raised itself (a fault, an abort), not one sent to it."""
     return os.WIFSIGNALED(status) and os.WTERMSIG(status) in CRASH_SIGNALS
@@ -60,6 +61,8 @@ class Starts:
         def _begin_stop(self, mode: StopMode, delayed: bool = False) -> None: ...
 
         def _spawn_mold(self, generation: int, config: Config | None = None) -> None: ...
+
+        def _stop_child(self, child: Child, graceful: bool) -> None: ...
 
     served = False  # a worker has been ready: from then on, failures back off instead of ending
     immortalize_fallback = False  # molds start without immortalization (a crash showed it unsafe)
@@ -99,6 +102,11 @@ class Starts:
             return True
         return False
 
+    def _of_abandoned_heap(self, child: Child, status: int) -> bool:
+        """A crash of a child of an immortal heap the fallback has already given up."""
+        abandoned = self.immortalize_fallback and child.generation in self._immortal_generations
+        return abandoned and crashed(status)
+
     def _immortal(self, child: Child) -> bool:
         """Was this child's heap made immortal (or being made so), with no fallback yet?"""
         if self.immortalize_fallback:
@@ -129,6 +137,9 @@ class Starts:
         if self.started:  # a new generation, rolled out like a reload: no worker keeps that heap
             if self.roster.pending_mold() is None:
                 self._spawn_mold(self.generation + 1)
+            mold = self.roster.current_mold()
+            if mold is not None and mold.generation in self._immortal_generations:
+                self._stop_child(mold, graceful=True)  # its workers would crash too
         else:
             self._spawn_mold(self.generation)
 
