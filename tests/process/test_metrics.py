@@ -8,6 +8,7 @@ import json
 import math
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -216,7 +217,7 @@ def test_restarts_are_counted_by_cause():
     (w0,) = sim.spawn_workers(sim.tick(after=2.0))
 
     sim.slots[sim.sup.roster.get(w1).slot] = SlotReading(w1, deadline=sim.now + 0.5, requests=1)
-    assert Signal(w1, 9) in sim.tick(after=1.0)
+    assert Signal(w1, signal.SIGABRT) in sim.tick(after=1.0)  # SIGKILL a second later
     sim.exit(w1, KILLED)
     assert sim.sup.restarts["timeout"] == 1
     (w1,) = sim.spawn_workers(sim.tick())
