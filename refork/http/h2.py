@@ -56,6 +56,7 @@ ANY_STREAM = (1 << 31) - 1  # the first GOAWAY's last stream id: every stream on
 # loops' one-second sweep, so that the sweep after the first GOAWAY's sends it despite its jitter
 GOAWAY_WAIT = 0.9
 _GOAWAY_PING = b"goaway\x00\x00"  # that PING's opaque data
+_BLOCK_FRAMES = (HeadersFrame.type, ContinuationFrame.type)  # the frames a header block is made of
 
 
 @dataclass(frozen=True)
@@ -544,8 +545,11 @@ class Http2Connection:
 
     @property
     def head_arriving(self) -> bool:
-        """A header block has begun and not ended (its CONTINUATIONs are awaited)."""
-        return bool(self.h2.incoming_buffer._headers_buffer)
+        """A header block has begun and not ended: its CONTINUATIONs are awaited, or its first
+        frame is arriving (however the client's bytes were cut, they are a head's)."""
+        buffer = self.h2.incoming_buffer
+        data = buffer._data
+        return bool(buffer._headers_buffer) or (len(data) >= 9 and data[3] in _BLOCK_FRAMES)
 
     def overloaded(self, reason: str) -> ConnectionEnded:
         """No room for what the client sends (the worker's budget): GOAWAY ENHANCE_YOUR_CALM."""

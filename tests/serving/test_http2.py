@@ -22,10 +22,11 @@ import h2.settings
 import httpx
 import pytest
 from conftest import free_port, read_to_end, run_cli
-from hyperframe.frame import DataFrame, GoAwayFrame
+from hyperframe.frame import ContinuationFrame, DataFrame, GoAwayFrame, HeadersFrame
 from support import paths
 from support.certs import Certs
 from support.h2client import PREFACE, frames
+from support.waits import unread
 
 from refork.http.h2 import ANY_STREAM
 
@@ -359,6 +360,32 @@ def test_bodies_held_for_apps_count_against_max_request_memory(start_server, loo
         client.close()
     assert [answers[sid] for sid in (1, 3, 5, 7)] == [b"slow done"] * 4
     assert answers[9].startswith(b"200000 ")
+
+
+def test_a_header_block_without_room_in_max_request_memory_is_refused_from_its_first_bytes(
+    start_server, loop
+):
+    """A header block counts against --max-request-memory from its first frame's first bytes: one
+    whose first frame has come only in part when the budget has no room for it ends its connection
+    at once (GOAWAY ENHANCE_YOUR_CALM), as one whose CONTINUATIONs do not fit does, however the
+    client's bytes are cut; the block held before it is kept."""
+    server = _h2c(start_server, loop, "--max-request-memory", "64K")
+    held, late = RawClient(server.port), RawClient(server.port)
+    try:
+        for client in (held, late):  # (the server's SETTINGS: both speak HTTP/2 now)
+            client.until(lambda seen: any(isinstance(e, h2.events.RemoteSettingsChanged) for e in seen))
+        block = HeadersFrame(1, b"x" * 16384).serialize()
+        block += b"".join(ContinuationFrame(1, b"x" * n).serialize() for n in (16384, 16384, 10000))
+        held.sock.sendall(block)  # 59,152 bytes of a block never ended
+        port = held.sock.getsockname()[1]
+        server.wait_for(lambda: unread(server.port, port) == 0, what="the held block read")
+        late.sock.sendall(HeadersFrame(1, b"x" * 16384).serialize()[:8009])  # 8,000 bytes: 6,384 fit
+        answer = list(frames(read_to_end(late.sock)))
+    finally:
+        held.close()
+        late.close()
+    assert [f.error_code for f in answer if isinstance(f, GoAwayFrame)] == [11]  # ENHANCE_YOUR_CALM
+    assert "no room for more request heads" in server.log()
 
 
 @pytest.mark.parametrize("kind", WSGI)

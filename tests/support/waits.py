@@ -103,6 +103,13 @@ def _tcp_rows() -> list[tuple[int, int, str, int, int, str, str]]:
     return rows
 
 
+def unread(port: int, client: int) -> int:
+    """Bytes the client at local port `client` sent to the server on `port` that the server has not
+    read yet: unacknowledged on the client's side, or in the server's receive queue."""
+    return sum(tx if local == client else rx for local, remote, _, tx, rx, *_ in _tcp_rows()
+               if (local, remote) in ((client, port), (port, client)))  # fmt: skip
+
+
 def accept_queue(port: int) -> int:
     """Connections the kernel completed on the listener(s) of `port` that no one accepted yet."""
     return sum(rx for local, _, state, _, rx, *_ in _tcp_rows() if local == port and state == _LISTEN)
