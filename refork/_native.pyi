@@ -39,6 +39,7 @@ class _Refs(TypedDict):
     check_header: Callable[[Any], tuple[tuple[bytes, bytes], bool]]
     prefetched: Callable[[list[Any], Iterator[Any] | None, Any, Exception | None], Prefetched]
     file_wrapper: type[FileWrapper]
+    file_span: Callable[[Any], tuple[int, int, int] | None]
     closing_failed: Callable[[dict[str, Any], Exception], None]
     hint_response: Callable[[Any], bytes]
     log_access: Callable[

@@ -149,6 +149,8 @@ pub(crate) struct Refs {
     #[pyo3(from_py_with = callable)]
     pub file_wrapper: Py<PyAny>,
     #[pyo3(from_py_with = callable)]
+    pub file_span: Py<PyAny>,
+    #[pyo3(from_py_with = callable)]
     pub closing_failed: Py<PyAny>,
     #[pyo3(from_py_with = callable)]
     pub hint_response: Py<PyAny>,

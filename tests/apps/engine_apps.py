@@ -30,6 +30,26 @@ class Body:
             raise RuntimeError("close failed")
 
 
+class ClosingFile:
+    """A binary file whose close() is recorded in CLOSED, as Body's is."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def fileno(self):
+        return self.f.fileno()
+
+    def tell(self):
+        return self.f.tell()
+
+    def read(self, n=-1):
+        return self.f.read(n)
+
+    def close(self):
+        CLOSED.append(sys._getframe(1).f_code.co_name)
+        self.f.close()
+
+
 def _sized(start_response, items, length=None, **kwargs):
     total = sum(len(i) for i in items if isinstance(i, bytes)) if length is None else length
     start_response("200 OK", [*HEADERS, ("Content-Length", str(total))])
@@ -59,6 +79,13 @@ def app(environ, start_response):
         f.seek(0)
         start_response("200 OK", HEADERS)
         return environ["wsgi.file_wrapper"](f)
+    if path == "/file-sized":  # n bytes ("n"), with Content-Length: the engine sends it itself
+        size = int(query or "100000")
+        f = tempfile.TemporaryFile()  # noqa: SIM115 - the server closes it (the wrapper's close)
+        f.write(b"s" * size)
+        f.seek(0)
+        start_response("200 OK", [*HEADERS, ("Content-Length", str(size))])
+        return environ["wsgi.file_wrapper"](ClosingFile(f))
     if path == "/iterable":  # Content-Length set, a body that is not a list (Django, Flask)
         return _sized(start_response, [b"it", b"er", b"able"])
     if path == "/iterable-short":  # fewer bytes than its Content-Length: closed after it

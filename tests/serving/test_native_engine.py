@@ -229,17 +229,54 @@ def test_a_client_that_does_not_read_costs_only_its_own_connection(engine) -> No
     assert got[100][:2] == (200, b"GET /last? -")
 
 
+def test_the_engine_sends_a_sized_file_itself_and_closes_it(start_server) -> None:
+    """A wsgi.file_wrapper with its Content-Length on a plain connection: the engine writes the head
+    and the file (sendfile) itself, pipelined requests go on behind it, and the wrapper's close()
+    is its call, not the Python response path's (_close)."""
+    server = native(start_server, 1)
+    with connect(server.port) as sock:
+        sock.sendall(get("/file-sized") + get("/file-sized?5") + get("/c"))
+        got = responses(sock, ["GET"] * 3)
+    assert [r[:2] for r in got] == [(200, b"s" * 100_000), (200, b"sssss"), (200, b"GET /c? -")]
+    assert b"_close" not in closed_by(server, 2)
+
+
+def test_a_slow_reader_of_a_big_file_holds_nobody_and_gets_all_of_it(engine) -> None:
+    """The file part waits with the connection (EPOLLOUT) when the socket is full; other clients
+    are served meanwhile, and the request pipelined behind it is answered once the file is out."""
+    size = 8 << 20
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect(("127.0.0.1", engine.port))
+    try:
+        slow.sendall(get(f"/file-sized?{size}") + get("/last"))
+        wait_until(lambda: sender_blocked(slow), what="the server blocked on the unread socket")
+        for _ in range(5):
+            assert engine.get("/other") == (200, b"GET /other? -")
+        slow.settimeout(10)
+        got = responses(slow, ["GET", "GET"])
+    finally:
+        slow.close()
+    assert got[0][:2] == (200, b"s" * size) and got[1][:2] == (200, b"GET /last? -")
+
+
 @ENGINES
-def test_the_write_timeout_cuts_a_client_that_stopped_reading(start_server, threads: int) -> None:
+@pytest.mark.parametrize(("wire", "what"), [
+    (get("/big?60000") * 200, "GET /big?60000"),  # more than the kernel buffers hold
+    (get(f"/file-sized?{50 << 20}"), f"GET /file-sized?{50 << 20}"),
+], ids=["list", "file"])  # fmt: skip
+def test_the_write_timeout_cuts_a_client_that_stopped_reading(
+    start_server, threads: int, wire: bytes, what: str
+) -> None:
     server = native(start_server, threads, "--write-timeout", "1")
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", server.port))
     try:
-        sock.sendall(get("/big?60000") * 200)  # more than the kernel buffers hold
+        sock.sendall(wire)
         server.wait_for(lambda: "write timeout" in server.log(), timeout=10, what="the write timeout")
         line = next(line for line in server.log().splitlines() if "write timeout" in line)
-        assert "WARNING" in line and "stopped reading GET /big?60000 for 1.0 s" in line
+        assert "WARNING" in line and f"stopped reading {what} for 1.0 s" in line
         sock.settimeout(10)
         total = 0
         while chunk := sock.recv(1 << 16):  # what was sent before the cut, then EOF

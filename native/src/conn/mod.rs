@@ -63,6 +63,9 @@ pub(crate) struct Conn {
     pub close_after: bool,
     /// "METHOD target" of the response waiting in `out` (for the write-timeout line)
     pub writing: Option<String>,
+    /// the file part of the response, sent after `out` (sendfile); its owner is closed by the
+    /// engine once it is out or the connection ends
+    pub file: Option<Box<FileBody>>,
     /// nothing read yet: a PROXY header may come first (see `Intake::preface`)
     pub preface: bool,
     /// the bytes of `buf` charged to the worker's budget (given back when the request is taken or
@@ -95,6 +98,7 @@ impl Conn {
             out_at: 0,
             close_after: false,
             writing: None,
+            file: None,
             preface: true,
             held: 0,
             budget: None,
@@ -186,22 +190,37 @@ impl Conn {
         self.writing = Some(what);
     }
 
-    /// Write what waits in `out`: Ok(true) once it is all out (the connection is then idle).
+    /// Write what waits in `out`, then the file part: Ok(true) once it is all out (the
+    /// connection is then idle; a `file` sent whole stays for its owner to be closed).
     pub fn write_on(&mut self) -> std::io::Result<bool> {
         loop {
-            let n = sys::send(self.fd, &self.out[self.out_at..])?;
-            self.since = sys::monotonic(); // (progress or not: the socket said it may take more)
-            if n == 0 {
-                return Ok(false);
+            // (progress or not, `since` moves: the socket said it may take more)
+            if self.out_at < self.out.len() {
+                let rest = &self.out[self.out_at..];
+                let more = self.file.as_ref().is_some_and(|f| f.remaining > 0);
+                let n = if more { sys::send_more(self.fd, rest)? } else { sys::send(self.fd, rest)? };
+                self.since = sys::monotonic();
+                if n == 0 {
+                    return Ok(false);
+                }
+                self.out_at += n;
+                continue;
             }
-            self.out_at += n;
-            if self.out_at == self.out.len() {
-                self.out = Vec::new();
-                self.out_at = 0;
-                self.writing = None;
-                self.idle();
-                return Ok(true);
+            if let Some(file) = self.file.as_mut().filter(|f| f.remaining > 0) {
+                let sent = sys::sendfile(self.fd, file.fd, &mut file.offset, file.remaining)?;
+                self.since = sys::monotonic();
+                match sent {
+                    None => return Ok(false),
+                    Some(0) => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the file ended before its Content-Length")),
+                    Some(n) => file.remaining -= n,
+                }
+                continue;
             }
+            self.out = Vec::new();
+            self.out_at = 0;
+            self.writing = None;
+            self.idle();
+            return Ok(true);
         }
     }
 
@@ -214,6 +233,15 @@ impl Conn {
         let what = self.writing.as_deref().unwrap_or("-");
         format!("write timeout: {peer} stopped reading {what} for {timeout:.1} s; connection cut")
     }
+}
+
+/// A file a response's body is sent from (sendfile): `remaining` bytes of `fd` from `offset`.
+pub(crate) struct FileBody {
+    pub fd: i32,
+    pub offset: i64,
+    pub remaining: usize,
+    /// what the app returned (its wsgi.file_wrapper): keeps the file open; closed when done
+    pub owner: Py<PyAny>,
 }
 
 /// "METHOD target" of a request (the target decoded as latin-1, as the Python loop logs it).

@@ -8,7 +8,8 @@
 //! httparse, the environ (wsgi/environ.rs), the app called with the native start_response
 //! (wsgi/start_response.rs), a list body framed (http/frame.rs) and written with one `send`. A
 //! response the socket does not take whole waits in the connection's buffer (EPOLLOUT) and
-//! pipelined requests behind it wait for it.
+//! pipelined requests behind it wait for it. A `wsgi.file_wrapper` with its Content-Length is
+//! sent here too: the framed head, then sendfile (conn/mod.rs `FileBody`), waiting the same way.
 //!
 //! Anything else is handed to the Python loop with the bytes not yet consumed, from the first
 //! byte of the message: a head that is not the common shape (the Python parser then gives the
@@ -16,8 +17,8 @@
 //! (spooled by Python), a health check, a head over HEAD_WAIT bytes still
 //! incomplete. `run()` returns those (conn/handed.rs: each with its unconsumed bytes and what of
 //! the worker's budget they are charged, given back once the Python loop read them). A
-//! response whose whole body the engine does not frame (a stream, a file, write(), an error) is
-//! finished by the Python loop too (`host.finish_response`), which takes the connection with it.
+//! response whose whole body the engine does not frame (a stream, write(), an error, a file
+//! without Content-Length) is finished by the Python loop too (`host.finish_response`), which takes the connection with it.
 //! Once it is between two requests again, the Python loop gives it back (`adopt`).
 //!
 //! The GIL is released only around epoll_wait. The engine starts no thread.
@@ -255,8 +256,9 @@ impl Engine {
     }
 
     /// The worker is done: close every connection (the listeners are the Python loop's).
-    fn close_all(&mut self) {
-        for (_, conn) in self.conns.drain() {
+    fn close_all(&mut self, py: Python<'_>) {
+        for (_, mut conn) in std::mem::take(&mut self.conns) {
+            self.close_file(py, &mut conn);
             sys::close(conn.fd);
         }
         for fd in self.lingering.take_all() {
@@ -283,14 +285,20 @@ impl Engine {
         Ok(())
     }
 
-    fn close(&mut self, conn: Conn) {
+    fn close(&mut self, mut conn: Conn) {
+        if conn.file.is_some() {
+            Python::attach(|py| self.close_file(py, &mut conn));
+        }
         self.ep.delete(conn.fd);
         sys::close(conn.fd);
     }
 
     /// Close a connection the engine is done with lingering (conn/lingering.rs): what its client
     /// still sends is dropped, never answered with a reset.
-    fn end(&mut self, conn: Conn) {
+    fn end(&mut self, mut conn: Conn) {
+        if conn.file.is_some() {
+            Python::attach(|py| self.close_file(py, &mut conn));
+        }
         if self.ep.modify(conn.fd, IN).is_err() || !self.lingering.begin(conn.fd, sys::monotonic()) {
             self.close(conn);
         }
@@ -335,7 +343,7 @@ impl Engine {
     /// was pipelined behind it.
     fn on_writable(&mut self, py: Python<'_>, mut conn: Conn) -> PyResult<()> {
         match conn.write_on() {
-            Ok(true) => {}
+            Ok(true) => self.close_file(py, &mut conn),
             Ok(false) => {
                 self.conns.insert(conn.fd, conn);
                 return Ok(());

@@ -4,7 +4,7 @@
 use pyo3::prelude::*;
 
 use super::{Engine, Served, OUT};
-use crate::conn::{describe, Conn, Phase};
+use crate::conn::{describe, Conn, FileBody, Phase};
 use crate::http::head::Head;
 use crate::sys;
 use crate::wsgi::access_log::AccessLog;
@@ -43,6 +43,7 @@ impl Engine {
             environ: self.environs[conn.environ].get(),
             hooks: &self.hooks,
             keep_alive: self.keep_alive,
+            sends_files: true,
         };
         let mut called = match call.call(py, conn, head, raw_head, &method, &input) {
             Ok(called) => called,
@@ -55,16 +56,20 @@ impl Engine {
             self.finish_slow(py, conn, called, tracking, &input, &started, rest)?;
             return Ok(Served::HandedOver);
         };
-        match sys::send(conn.fd, &bytes) {
-            Ok(n) if n == bytes.len() => {}
-            Ok(n) => {
-                conn.keep_output(bytes, n, describe(head));
-                if self.ep.modify(conn.fd, OUT).is_err() {
-                    keep = false;
-                    conn.phase = Phase::Idle;
+        if let Some(file) = called.file.take() {
+            keep &= self.send_file(py, conn, bytes, file, head);
+        } else {
+            match sys::send(conn.fd, &bytes) {
+                Ok(n) if n == bytes.len() => {}
+                Ok(n) => {
+                    conn.keep_output(bytes, n, describe(head));
+                    if self.ep.modify(conn.fd, OUT).is_err() {
+                        keep = false;
+                        conn.phase = Phase::Idle;
+                    }
                 }
+                Err(_) => keep = false, // the client is gone
             }
-            Err(_) => keep = false, // the client is gone
         }
         self.finish(py, tracking, status)?;
         if !body.is_empty() {
@@ -74,6 +79,46 @@ impl Engine {
             AccessLog { log, log_access: &self.refs.log_access, perf_counter: &self.refs.perf_counter }.write(py, &called, &started, status, length)?;
         }
         Ok(if keep { Served::Keep } else { Served::Close })
+    }
+
+    /// A file response: its head with MSG_MORE, then sendfile, as far as the socket takes them;
+    /// the rest waits in the connection (EPOLLOUT), the file with it. False: the connection
+    /// cannot go on (the client is gone, or the file ended before its length).
+    fn send_file(&mut self, py: Python<'_>, conn: &mut Conn, head_bytes: Vec<u8>, file: FileBody, head: &Head) -> bool {
+        conn.keep_output(head_bytes, 0, describe(head));
+        conn.file = Some(Box::new(file));
+        match conn.write_on() {
+            Ok(true) => {
+                self.close_file(py, conn);
+                true
+            }
+            Ok(false) => self.ep.modify(conn.fd, OUT).is_ok() || self.stop_writing(py, conn),
+            Err(_) => self.stop_writing(py, conn),
+        }
+    }
+
+    /// A response cannot be written on: nothing waits any more (the connection is to close).
+    fn stop_writing(&mut self, py: Python<'_>, conn: &mut Conn) -> bool {
+        conn.out = Vec::new();
+        conn.out_at = 0;
+        conn.writing = None;
+        conn.phase = Phase::Idle;
+        self.close_file(py, conn);
+        false
+    }
+
+    /// The file a response was sent from is done with (sent, or its connection ends): its
+    /// wrapper's close() (PEP 3333), an error in it logged.
+    pub(super) fn close_file(&mut self, py: Python<'_>, conn: &mut Conn) {
+        let Some(file) = conn.file.take() else { return };
+        let owner = file.owner.bind(py);
+        let closed = match owner.getattr(pyo3::intern!(py, "close")) {
+            Ok(close) => close.call0().map(drop),
+            Err(_) => Ok(()),
+        };
+        if let Err(e) = closed {
+            let _ = self.refs.log_error.bind(py).call1((format!("closing a file response failed: {e}"),));
+        }
     }
 
     /// A response the engine does not frame: the Python response path sends it

@@ -67,6 +67,7 @@ impl PoolEngine {
             environ: side.environs[conn.environ].get(),
             hooks: &side.hooks,
             keep_alive,
+            sends_files: false, // (the I/O thread never takes the GIL to close the file)
         };
         let called = input_stream(py, body, &side.refs.empty_input, &side.refs.make_input)
             .and_then(|input| Ok((call.call(py, conn, &head, raw_head, &method, &input)?, input)));

@@ -8,7 +8,7 @@ mod socket;
 
 pub use epoll::{epoll_wait, Epoll};
 pub use eventfd::EventFd;
-pub use socket::{accept, drop_input, has_input, recv, send, shut_write, Peer};
+pub use socket::{accept, drop_input, has_input, recv, send, send_more, sendfile, shut_write, Peer};
 
 fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
     if rc < 0 {

@@ -95,7 +95,16 @@ pub fn drop_input(fd: libc::c_int, dropped: &mut usize) -> bool {
 
 /// send without SIGPIPE; WouldBlock counts as 0 bytes taken.
 pub fn send(fd: libc::c_int, data: &[u8]) -> io::Result<usize> {
-    let n = unsafe { libc::send(fd, data.as_ptr() as *const libc::c_void, data.len(), libc::MSG_NOSIGNAL) };
+    send_flags(fd, data, 0)
+}
+
+/// send, more to follow (MSG_MORE: the kernel holds a partial segment for the bytes after it).
+pub fn send_more(fd: libc::c_int, data: &[u8]) -> io::Result<usize> {
+    send_flags(fd, data, libc::MSG_MORE)
+}
+
+fn send_flags(fd: libc::c_int, data: &[u8], flags: libc::c_int) -> io::Result<usize> {
+    let n = unsafe { libc::send(fd, data.as_ptr() as *const libc::c_void, data.len(), libc::MSG_NOSIGNAL | flags) };
     if n < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::WouldBlock {
@@ -111,4 +120,20 @@ pub fn has_input(fd: libc::c_int) -> bool {
     let mut b = [0u8; 1];
     let n = unsafe { libc::recv(fd, b.as_mut_ptr() as *mut libc::c_void, 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
     n > 0
+}
+
+/// sendfile(2) of up to `count` bytes of `file` from `*offset` (moved on) to the socket `fd`:
+/// Ok(None) when the socket would block, Ok(Some(0)) when the file has ended.
+pub fn sendfile(fd: libc::c_int, file: libc::c_int, offset: &mut i64, count: usize) -> io::Result<Option<usize>> {
+    let mut off: libc::off_t = *offset as libc::off_t;
+    let n = unsafe { libc::sendfile(fd, file, &mut off, count.min(1 << 30)) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            _ => Err(e),
+        };
+    }
+    *offset = off as i64;
+    Ok(Some(n as usize))
 }

@@ -10,7 +10,7 @@ use pyo3::types::{PyBytes, PyString};
 use super::body::Body;
 use super::environ::{Environ, Parts};
 use super::start_response::{Hooks, StartResponse};
-use crate::conn::Conn;
+use crate::conn::{Conn, FileBody};
 use crate::http::frame::frame_response;
 use crate::http::head::Head;
 use crate::http::parser::fast_method;
@@ -43,6 +43,8 @@ pub(crate) struct Called<'py> {
     /// the common response, framed; None: the Python response path sends it
     /// (refork.wsgi.response.continue_wsgi)
     pub framed: Option<Framed>,
+    /// the file `framed`'s head is followed by (a wsgi.file_wrapper the loop sends itself)
+    pub file: Option<FileBody>,
 }
 
 impl<'py> Called<'py> {
@@ -59,6 +61,8 @@ pub(crate) struct AppCall<'a, 'py> {
     pub hooks: &'a Py<Hooks>,
     /// the server's keep-alive (False: the worker stops, "Connection: close")
     pub keep_alive: bool,
+    /// the loop sends a wsgi.file_wrapper itself (sendfile after the framed head)
+    pub sends_files: bool,
 }
 
 impl<'py> AppCall<'_, 'py> {
@@ -125,8 +129,19 @@ impl<'py> AppCall<'_, 'py> {
             let s = sr.borrow();
             s.exchange.is_none() && s.code != 0 && exc.is_none()
         };
-        let body = if started { self.whole_body(py, &sr, &result)? } else { Body::Python(result.clone()) };
+        let body = if !started {
+            Body::Python(result.clone())
+        } else if let Some(file) = self.file_body(py, &sr, head, &result)? {
+            Body::File(file)
+        } else {
+            self.whole_body(py, &sr, &result)?
+        };
+        let mut file = None;
         let framed = match body {
+            Body::File((framed, body)) => {
+                file = Some(body);
+                Some(framed)
+            }
             Body::Items(items) => self.frame(py, &sr, head, &items)?,
             Body::Pulled(items, iterator) => match self.frame(py, &sr, head, items.as_any())? {
                 Some(framed) => Some(self.closed(py, framed, &result, &environ)?),
@@ -142,7 +157,7 @@ impl<'py> AppCall<'_, 'py> {
             }
         };
         let framed = framed.map(|f| Self::after_hints(&sr, f));
-        Ok(Called { environ, client, start_response: sr, result, exc, framed })
+        Ok(Called { environ, client, start_response: sr, result, exc, framed, file })
     }
 
     /// A framed response: from now on early hints are ignored, and the part of one the socket did

@@ -8,14 +8,45 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use super::app_call::{AppCall, Framed};
 use super::start_response::StartResponse;
-use crate::http::frame::JOIN_LIMIT;
+use crate::conn::FileBody;
+use crate::http::frame::{frame_response, JOIN_LIMIT};
+use crate::http::head::Head;
 
 impl<'py> AppCall<'_, 'py> {
+    /// A wsgi.file_wrapper over a regular file, with the app's Content-Length, to a request that
+    /// is not HEAD: its head framed, and the file range the loop sends after it (sendfile). None:
+    /// the Python response path's (a file without fileno(), no Content-Length, a length past
+    /// the file's end, a head the framing declines), nothing read or sent.
+    pub(super) fn file_body(&self, py: Python<'py>, sr: &Bound<'py, StartResponse>, head: &Head, result: &Bound<'py, PyAny>) -> PyResult<Option<(Framed, FileBody)>> {
+        let hooks = self.hooks.get();
+        if !self.sends_files || head.method == "HEAD" || !result.is_exact_instance(hooks.file_wrapper.bind(py)) {
+            return Ok(None);
+        }
+        let s = sr.borrow();
+        let Some(declared) = declared_length(&s, py) else { return Ok(None) };
+        let span = hooks.file_span.bind(py).call1((result.getattr(pyo3::intern!(py, "filelike"))?,))?;
+        let Some((fd, offset, remaining)) = span.extract::<Option<(i32, i64, usize)>>()? else { return Ok(None) };
+        if declared > remaining {
+            return Ok(None); // (the Python path's error: the file ends before its length)
+        }
+        let reason = s.reason.as_ref().expect("set with code").bind(py).as_bytes();
+        let headers = s.headers.as_ref().expect("set with code").bind(py);
+        let keep = head.keep_alive && self.keep_alive;
+        let empty = PyList::empty(py);
+        // framed as a HEAD response is: the head alone, with the app's Content-Length
+        let Some((bytes, _, keep)) = frame_response(py, s.code, reason, headers, true, empty.as_any(), true, head.http11, keep)? else {
+            return Ok(None);
+        };
+        let file = FileBody { fd, offset, remaining: declared, owner: result.clone().unbind() };
+        Ok(Some(((s.code, bytes, declared, keep), file)))
+    }
+
     /// The whole body of a response the app has started, when it is one: a list or tuple; or any
     /// other iterable (Django's HttpResponse, werkzeug's ClosingIterator) whose Content-Length, set
     /// by the app, is within the framing limit, pulled until it has that many bytes (no further:
     /// a stream is never waited on past its length). Anything else is the Python response
-    /// path's: a body without Content-Length (it may be a stream), a file (sendfile), items that
+    /// path's: a body without Content-Length (it may be a stream), a file (`file_body`'s, or the Python
+    /// path's sendfile), items that
     /// are not bytes or overrun the length (its error).
     pub(super) fn whole_body(&self, py: Python<'py>, sr: &Bound<'py, StartResponse>, result: &Bound<'py, PyAny>) -> PyResult<Body<'py>> {
         if result.is_exact_instance_of::<PyList>() || result.is_exact_instance_of::<PyTuple>() {
@@ -95,6 +126,8 @@ impl<'py> AppCall<'_, 'py> {
 
 /// What `whole_body` found.
 pub(super) enum Body<'py> {
+    /// a file the loop sends after its framed head
+    File((Framed, FileBody)),
     /// the app's list or tuple
     Items(Bound<'py, PyAny>),
     /// the whole body pulled from an iterable, and that iterable's iterator

@@ -1,5 +1,5 @@
 //! `HandOver`: the one value an engine gives its host with a response it does not frame (a
-//! generator, a file, write(), an app error): `host.finish_response(hand_over)`, a public method
+//! generator, a file the engine does not send, write(), an app error): `host.finish_response(hand_over)`, a public method
 //! typed in refork/_native.pyi and refork.serving.contract.HandOverHost.
 
 use pyo3::prelude::*;

@@ -32,6 +32,8 @@ pub struct Hooks {
     /// refork.wsgi.response.closing_failed (see wsgi/body.rs: a body that is not a list)
     pub(crate) prefetched: Py<PyAny>,
     pub(crate) file_wrapper: Py<PyAny>,
+    /// refork.wsgi.files.file_span: (fd, offset, bytes to the end) of a wrapped regular file
+    pub(crate) file_span: Py<PyAny>,
     pub(crate) closing_failed: Py<PyAny>,
     /// the host's `pre_request_hook(request, environ)`: gunicorn's pre_request (None: not set)
     pub(crate) pre_request: Option<Py<PyAny>>,
@@ -52,6 +54,7 @@ impl Hooks {
             limits: host.settings.limits,
             prefetched: refs.prefetched.clone_ref(py),
             file_wrapper: refs.file_wrapper.clone_ref(py),
+            file_span: refs.file_span.clone_ref(py),
             closing_failed: refs.closing_failed.clone_ref(py),
             pre_request: host.pre_request_hook.as_ref().map(|h| h.clone_ref(py)),
             hint_response: refs.hint_response.clone_ref(py),

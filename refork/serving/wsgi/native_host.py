@@ -36,7 +36,7 @@ from refork.serving.wsgi.native_parts import NATIVE, NativeEnvironBuilder
 from refork.serving.wsgi.python_loop import PythonLoop
 from refork.wsgi import EnvironBuilder
 from refork.wsgi import response as wsgi_response
-from refork.wsgi.files import FileWrapper
+from refork.wsgi.files import FileWrapper, file_span
 from refork.wsgi.response import _Exchange
 
 if TYPE_CHECKING:
@@ -62,6 +62,7 @@ def refs() -> _Refs:
         "check_header": wsgi_response.check_header,
         "prefetched": wsgi_response.Prefetched,
         "file_wrapper": FileWrapper,
+        "file_span": file_span,
         "closing_failed": wsgi_response.closing_failed,
         "hint_response": wsgi_response.hint_response,
         "log_access": log_access,
