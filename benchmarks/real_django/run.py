@@ -83,6 +83,7 @@ REFORK_SETUPS: dict[str, list[str]] = {
     "refork-warmup": [*ONE_GENERATION, "{warmup}"],
     # The static files from refork's mount of the collected directory, WhiteNoise left out of the app.
     "refork-static": ["{static}"],
+    "refork-static-one-generation": [*ONE_GENERATION, "{static}"],
     "refork-jemalloc": [*ONE_GENERATION, "--allocator", "jemalloc"],
 }
 DEFAULT_ONLY = [*GUNICORN_SETUPS, "refork", "refork-one-generation", "refork-after-50-100-1000-idle-exit-1",
