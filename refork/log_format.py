@@ -202,10 +202,14 @@ def _directives(fmt: str) -> list[Piece]:
     return out
 
 
-def _atom_code(key: str, headers: dict[bytes, str], joined: dict[bytes, str], asgi: bool) -> str:
-    """The expression of one atom; `headers`/`joined` collect the request header variables needed."""
+def _atom_code(key: str, headers: dict[bytes, str], joined: dict[bytes, str], asgi: bool,
+               static: bool) -> str:  # fmt: skip
+    """The expression of one atom; `headers`/`joined` collect the request header variables needed;
+    `static`: there are --static mounts."""
     if asgi and key == "U":
         return "_asgi_path(req)"
+    if key == "static":  # refork's own: a --static mount answered
+        return "'static' if _static(req) else '-'" if static else "'-'"
     if key in _ATOM_EXPRESSIONS:
         return _ATOM_EXPRESSIONS[key]
     if key in _FROM_HEADERS:
@@ -230,7 +234,7 @@ def _atom_code(key: str, headers: dict[bytes, str], joined: dict[bytes, str], as
     return "'-'"  # gunicorn: an unknown atom is "-"
 
 
-def _generate(fmt: str, asgi: bool) -> LineFunction:
+def _generate(fmt: str, asgi: bool, static: tuple[bytes, ...] = ()) -> LineFunction:
     """The line function's source: each atom computed into a local, then one f-string (``%s`` is
     str(), as an f-string's field; any other spec is applied with %)."""
     pieces = _directives(fmt)
@@ -248,7 +252,7 @@ def _generate(fmt: str, asgi: bool) -> LineFunction:
                 parts.append(repr(piece))
             continue
         key, spec = piece
-        code = _atom_code(key, headers, joined, asgi)
+        code = _atom_code(key, headers, joined, asgi, bool(static))
         if code == "'-'" and spec == "s":  # l, unknown atoms: constant
             parts.append("'-'")
             continue
@@ -281,6 +285,7 @@ def _generate(fmt: str, asgi: bool) -> LineFunction:
         "_header": _header,
         "_environ_value": _environ_value,
         "_asgi_environ": asgi_environ,
+        "_static": static_test(static),
     }
     exec("\n".join(body), scope)  # noqa: S102 - our own code, from a parsed format
     line: LineFunction = scope["line"]
@@ -371,17 +376,25 @@ _BUILT_IN: dict[str, LineFunction] = {
 }  # fmt: skip
 
 
-def with_static_field(line: LineFunction, prefixes: tuple[bytes, ...]) -> LineFunction:
-    """The json format with ``"static"``: whether a --static mount (one of `prefixes`) answered,
-    which it does for every request under it but a WebSocket handshake."""
+def static_test(prefixes: tuple[bytes, ...]) -> Callable[[Any], bool]:
+    """Whether a --static mount (one of `prefixes`) answered a request: it answers every request
+    under it but a WebSocket handshake."""
     under = tuple(p + b"/" for p in prefixes)
+
+    def answered(req: Any) -> bool:
+        path = req.path
+        return not req.websocket and (path in prefixes or path.startswith(under))
+
+    return answered
+
+
+def _with_static_field(line: LineFunction, static: Callable[[Any], bool]) -> LineFunction:
+    """The json format with ``"static"``: true when a --static mount answered."""
 
     def static_line(req: Any, remote: str | None, status: int, length: int, duration: float,
                     environ: Any, rh: Any) -> str:  # fmt: skip
-        path = req.path
-        static = not req.websocket and (path in prefixes or path.startswith(under))
         return line(req, remote, status, length, duration, environ, rh)[:-1] + (
-            ',"static":true}' if static else ',"static":false}'
+            ',"static":true}' if static(req) else ',"static":false}'
         )
 
     return static_line
@@ -402,12 +415,13 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
-def compile_format(fmt: str, asgi: bool = False) -> LineFunction:
+def compile_format(fmt: str, asgi: bool = False, static: tuple[bytes, ...] = ()) -> LineFunction:
     """The line function of a built-in format name or a gunicorn format string; `asgi`: as
-    gunicorn's ASGI worker logs (``U`` decoded as UTF-8, a repeated field's last value)."""
+    gunicorn's ASGI worker logs (``U`` decoded as UTF-8, a repeated field's last value); `static`:
+    the --static mounts' prefixes (json's ``"static"`` field, the ``static`` atom)."""
     built_in = _BUILT_IN.get(fmt)
     if built_in is not None:
-        return built_in
+        return _with_static_field(built_in, static_test(static)) if static and fmt == "json" else built_in
     check_format(fmt)
-    return _generate(fmt, asgi)
+    return _generate(fmt, asgi, static)
 

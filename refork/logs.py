@@ -26,7 +26,7 @@ from typing import Any, TextIO
 from refork.config import Config
 from refork.errors import ConfigError
 from refork.http.events import Request
-from refork.log_format import GUNICORN_DEFAULT, compile_format, with_static_field
+from refork.log_format import GUNICORN_DEFAULT, compile_format
 
 LOG_FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s"
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S %z"
@@ -316,10 +316,11 @@ class AccessLog:
     """One line per response, in a format of refork.log_format (gunicorn's atoms, or common,
     combined, json), each one write(2) to an unbuffered file under a lock."""
 
-    def __init__(self, path: str, fmt: str = GUNICORN_DEFAULT, asgi: bool = False) -> None:
+    def __init__(self, path: str, fmt: str = GUNICORN_DEFAULT, asgi: bool = False,
+                 static: tuple[bytes, ...] = ()) -> None:  # fmt: skip
         self.path = path
         self.format = fmt
-        self.line = compile_format(fmt, asgi)
+        self.line = compile_format(fmt, asgi, static)  # static: the --static mounts' prefixes
         self._lock = threading.RLock()
         self.lost = LostLines(f"access log {path}", "access", log.warning)
         self._file: io.FileIO | None = None  # None: the path is "-" (stdout), or the open failed
@@ -339,11 +340,8 @@ class AccessLog:
         loop (see refork.log_format.compile_format)."""
         if config.access_logfile is None:
             return None
-        access = cls(config.access_logfile, config.access_log_format, asgi)
-        if config.static and config.access_log_format == "json":
-            prefixes = tuple(spec.partition("=")[0].encode("latin-1") for spec in config.static)
-            access.line = with_static_field(access.line, prefixes)
-        return access
+        prefixes = tuple(spec.partition("=")[0].encode("latin-1") for spec in config.static)
+        return cls(config.access_logfile, config.access_log_format, asgi, prefixes)
 
     def _open(self) -> io.FileIO:
         return io.FileIO(self.path, "a")  # unbuffered: a line is one write(2), nothing left to flush

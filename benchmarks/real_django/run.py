@@ -3,12 +3,14 @@
 Every setup gets the same mixed load from a few client threads, each logged in to the Wagtail
 admin: the admin's dashboard, page explorer, edit forms, image listing and chooser, page chooser
 and search; the 30 public pages, the blog's tag filter and the site search; the static files those
-pages link to (WhiteNoise). --requests of it, then a quarter more until a quarter passes without a
-refork, then --settle more (so that workers forked by a late refork have served their share too).
-Then the whole process tree is measured from /proc: total PSS, USS and Private_Dirty of each
-process and of each kind of mapping, the requests each worker served since its fork (from the
-X-Worker-Pid header the site adds), and for refork the reforks the log reports. Setups alternate
-over rounds; the table gives medians.
+pages link to (WhiteNoise; in the refork-static setup, refork's --static mount of the collected
+directory, WhiteNoise out of the app). --requests of it, then a quarter more until a quarter passes
+without a refork, then --settle more (so that workers forked by a late refork have served their
+share too). Then the whole process tree is measured from /proc: total PSS, USS and Private_Dirty of
+each process and of each kind of mapping, the requests each worker served since its fork (from the
+X-Worker-Pid header the site adds), and for refork the reforks the log reports; and the pages (all
+but the static files) answered per second of load. Setups alternate over rounds; the table gives
+medians.
 
     benchmarks/real_django/setup.sh python3.12                  # once per interpreter
     python3 benchmarks/real_django/run.py --python 3.12 [--rounds 2] [--requests 1200] [--only A,B]
@@ -79,6 +81,9 @@ REFORK_SETUPS: dict[str, list[str]] = {
     "refork-after-50-100-1000-idle-exit-1": ["--refork-after", "50,100,1000", "--mold-idle-exit", "1"],
     "refork-after-50-100-1000-idle-exit-10": ["--refork-after", "50,100,1000", "--mold-idle-exit", "10"],
     "refork-warmup": [*ONE_GENERATION, "{warmup}"],
+    # The static files from refork's mount of the collected directory, WhiteNoise left out of the app.
+    "refork-static": ["{static}"],
+    "refork-static-one-generation": [*ONE_GENERATION, "{static}"],
     "refork-jemalloc": [*ONE_GENERATION, "--allocator", "jemalloc"],
 }
 DEFAULT_ONLY = [*GUNICORN_SETUPS, "refork", "refork-one-generation", "refork-after-50-100-1000-idle-exit-1",
@@ -103,20 +108,30 @@ def site_paths(venv: Path, python: str) -> dict[str, list[str]]:
     return json.loads(paths.read_text())
 
 
+STATIC_SETTINGS = "bench_settings_static"  # bench_settings without WhiteNoise's middleware
+
+
+def static_flags(python: str) -> list[str]:
+    """--static for the site's STATIC_ROOT (collected by prepare.py: hashed names, .gz and .br)."""
+    return ["--static", f"/static={HERE / f'.site-{python}' / 'static'}"]
+
+
 def warmup_flags(paths: dict[str, list[str]]) -> list[str]:
     """--warmup for every public page (no session: admin paths would only redirect to the login)."""
     return [arg for path in [*paths["public"], "/admin/login/"] for arg in ("--warmup", path)]
 
 
-def server(name: str, venv: Path, workers: int, paths: dict[str, list[str]],
+def server(name: str, venv: Path, workers: int, paths: dict[str, list[str]], python: str,
            refork_path: Path | None = None) -> Server:
     port = free_port()
     env = {}
     bind = f"127.0.0.1:{port}"
     b = venv / "bin"
     if name in REFORK_SETUPS:
-        flags = [f for flag in REFORK_SETUPS[name]
-                 for f in (warmup_flags(paths) if flag == "{warmup}" else [flag])]
+        expand = {"{warmup}": warmup_flags(paths), "{static}": static_flags(python)}
+        flags = [f for flag in REFORK_SETUPS[name] for f in expand.get(flag, [flag])]
+        if "{static}" in REFORK_SETUPS[name]:
+            env["DJANGO_SETTINGS_MODULE"] = STATIC_SETTINGS
         argv = [str(b / "refork"), "-w", str(workers), "--chdir", str(HERE), "-b", bind, *flags, APP]
         if refork_path is not None:  # refork from another checkout, ahead of the venv's
             env["PYTHONPATH"] = str(refork_path)
@@ -190,7 +205,7 @@ def run_load(port: int, sequence: list[str], clients: int, per_pid: Counter[int]
     """Send sequence from `clients` threads, each logged in first. Any answer that is not 2xx or
     3xx is an error. per_pid counts the answers of each worker (X-Worker-Pid)."""
     lock = threading.Lock()
-    state = {"next": 0, "ok": 0, "errors": 0}
+    state = {"next": 0, "ok": 0, "errors": 0, "static": 0}
     samples: list[str] = []
 
     def note(status: int | None, headers: dict[str, str], what: str) -> None:
@@ -215,6 +230,7 @@ def run_load(port: int, sequence: list[str], clients: int, per_pid: Counter[int]
                 if i >= len(sequence):
                     return
                 state["next"] += 1
+                state["static"] += sequence[i].startswith("/static/")
             try:
                 status, headers, _ = client.request("GET", sequence[i])
                 note(status, headers, sequence[i])
@@ -229,7 +245,7 @@ def run_load(port: int, sequence: list[str], clients: int, per_pid: Counter[int]
         t.join()
     seconds = time.monotonic() - start
     return {"requests": state["ok"] + state["errors"], "errors": state["errors"], "seconds": seconds,
-            "error_samples": samples}
+            "static": state["static"], "error_samples": samples}
 
 
 # --------------------------------------------------------------------------- measurement
@@ -316,7 +332,7 @@ def bench_one(srv: Server, workers: int, requests: int, settle: int, clients: in
 
         def more(count: int, extra_seed: int) -> None:
             extra = run_load(srv.port, load_sequence(paths, count, extra_seed), clients, per_pid)
-            for key in ("requests", "errors", "seconds"):
+            for key in ("requests", "errors", "seconds", "static"):
                 load[key] += extra[key]
             load["error_samples"] += extra["error_samples"]
 
@@ -360,8 +376,14 @@ def describe(res: dict) -> str:
     load = res["load"]
     extra = f", {res['reforks']} reforks" if res.get("reforks") else ""
     return (f"total PSS {res['total_pss'] / 1024:.1f} MiB, worker USS {mib(res['worker_uss'])} MiB, "
-            f"{load['requests']} requests ({load['requests'] / load['seconds']:.0f}/s), "
+            f"{load['requests']} requests ({load['requests'] / load['seconds']:.0f}/s; "
+            f"pages {pages_per_second(load):.1f}/s), "
             f"{load['errors']} errors{extra} ({res['seconds']:.0f}s)")
+
+
+def pages_per_second(load: dict) -> float:
+    """The pages (every request but the static files' and the logins') answered per second of load."""
+    return (load["requests"] - load.get("static", 0)) / load["seconds"]
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -377,6 +399,7 @@ def summarize(runs: list[dict]) -> dict:
         "reforks": [r.get("reforks", 0) for r in ok],
         "errors": sum(r["load"]["errors"] for r in ok),
         "requests": [r["load"]["requests"] for r in ok],
+        "pages_per_second": median([pages_per_second(r["load"]) for r in ok]),
         "worker_requests": [r["worker_requests"] for r in ok],
         "runs": [r["total_pss"] for r in ok],
         "after_reforks": {key: median([r["after_reforks"][key] for r in ok if "after_reforks" in r])
@@ -390,7 +413,7 @@ def print_summary(summary: dict[str, dict], python: str) -> None:
     rows = []
     for name, s in summary.items():
         if "error" in s:
-            rows.append([name, "-", "-", "-", "-", "-", "-", "-", "-", "-", s["error"][:60]])
+            rows.append([name, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", s["error"][:60]])
             continue
         rows.append([
             name, mib(s["total_pss"]), "/".join(f"{v / 1024:.0f}" for v in s["runs"]),
@@ -398,11 +421,11 @@ def print_summary(summary: dict[str, dict], python: str) -> None:
             fmt(s["total_pss"] / frz if frz else None, ".2f", "x"),
             fmt(s["total_pss"] / tuned if tuned else None, ".2f", "x"),
             mib(s["worker_uss"]), mib(s["main_uss"]), mib(s["mold_uss"]),
-            "/".join(str(n) for n in s["reforks"]), str(s["errors"]),
+            "/".join(str(n) for n in s["reforks"]), fmt(s.get("pages_per_second"), ".1f"), str(s["errors"]),
         ])
     print(f"\nPython {python}: medians over {max(len(s.get('runs', [])) for s in summary.values())} runs")
     print_table(["setup", "total PSS MiB", "runs", "vs preload", "vs preload+freeze", "vs tuned",
-                 "worker USS", "main USS", "mold USS", "reforks", "errors"], rows)
+                 "worker USS", "main USS", "mold USS", "reforks", "pages/s", "errors"], rows)
 
 
 def latest_results() -> dict[str, dict]:
@@ -532,7 +555,7 @@ def main() -> None:
 
     runs: dict[str, list[dict]] = {n: [] for n in names}
     for rnd in range(args.rounds):
-        lineup = [server(n, venv, args.workers, paths, args.refork_path) for n in names]
+        lineup = [server(n, venv, args.workers, paths, python, args.refork_path) for n in names]
         for srv in round_order(lineup, names, rnd):
             print(f"round {rnd + 1}/{args.rounds}: {srv.name} ...", end=" ", flush=True)
             res = bench_one(srv, args.workers, args.requests, args.settle, args.clients, paths, LOAD_SEED)

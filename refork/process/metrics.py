@@ -181,11 +181,11 @@ def _server(out: _Text, snap: Snapshot, live: list[WorkerSample]) -> None:
 
     out.family(
         "refork_static_requests_total", "counter", "Requests answered by a --static mount, by status class "
-        "(within refork_requests_total too)."
+        "(not in refork_requests_total: those are the app's)."
     )
     for cls, n in zip(STATIC_CLASSES, static, strict=True):
         out.sample("refork_static_requests_total", n, (("code", cls),))
-    _http2(out, snap, live, requests)
+    _http2(out, snap, live, requests + sum(static))
     out.family("refork_websockets", "gauge", "Open WebSockets, every live worker.")
     out.sample("refork_websockets", sum(w.counters.websockets for w in live if w.counters is not None))
     out.family("refork_log_write_errors_total", "counter", "Log lines workers could not write, by log.")
@@ -224,7 +224,8 @@ def _server(out: _Text, snap: Snapshot, live: list[WorkerSample]) -> None:
 
 
 def _http2(out: _Text, snap: Snapshot, live: list[WorkerSample], requests: int) -> None:
-    """Requests by protocol, and HTTP/2's own counts (ASGI workers; h2 over TLS or h2c)."""
+    """Requests by protocol (`requests`: the app's and the --static mounts'), and HTTP/2's own
+    counts (h2 over TLS or h2c)."""
     counts = dict(snap.totals.http2)
     for w in live:
         assert w.counters is not None

@@ -226,13 +226,14 @@ class SlotAllocator:
 class InFlight:
     """One request between request_started and request_finished (the token the loops hold)."""
 
-    __slots__ = ("began", "method", "path", "thread")
+    __slots__ = ("began", "method", "path", "static", "thread")
 
     def __init__(self, began: float, method: str, path: bytes, thread: int) -> None:
         self.began = began  # when it was first handed to the app
         self.method = method
         self.path = path
         self.thread = thread  # the thread that runs it (the event loop's for ASGI)
+        self.static = False  # a --static mount answered it (AppClock.static): not the app's request
 
 
 class AppClock:
@@ -375,8 +376,11 @@ class AppClock:
                 since = self._settle(token, since)
             deadline = (now if self._heartbeat else since) + self._timeout
             took = now - token.began  # type: ignore[attr-defined]  # an InFlight from started()
-            if self._words is not None:
-                served: int = self._words.finished(deadline, took, status)
+            served: int
+            if token.static:  # type: ignore[attr-defined]
+                served = self._write_static(deadline)
+            elif self._words is not None:
+                served = self._words.finished(deadline, took, status)
             else:
                 served = self._write_finished(deadline, took, status)
         finally:
@@ -400,6 +404,21 @@ class AppClock:
             row = self._row[0]
         self._ints[row + bisect_left(self._bounds, took)] += 1
         return served
+
+    def _write_static(self, deadline: float) -> int:
+        """A --static answer's finish: the deadline, and out of flight without being served (its
+        count is refork_static_requests_total's). Returns the requests served."""
+        self._floats[self._deadline_at] = deadline
+        self._ints[self._starts_at] -= 1
+        return int(self._ints[self._requests_at])
+
+    def static(self, token: object) -> None:
+        """A --static mount answers this request (the engine's: registered now): finished() takes
+        it out of flight without counting it among the app's requests, their statuses and times."""
+        if token is deadlines.ENGINE:
+            token = self.engine_request() if self.engine_request is not None else None
+        if isinstance(token, InFlight):
+            token.static = True
 
     @property
     def served(self) -> int:

@@ -394,6 +394,7 @@ class Worker:
     def static_count(self, status: int) -> None:
         with self._static_lock:  # app threads (--threads) answer static requests too
             self.slots.count_static(self.slot, status)
+        self.clock.static(deadlines.current.get())  # not among the app's requests
 
     @property
     def free_threads_elsewhere(self) -> bool:

@@ -66,8 +66,8 @@ class WorkerControl(Protocol):
         answered, "resets_received", "resets_sent", "goaways_sent". Loop thread."""
 
     def static_count(self, status: int) -> None:
-        """A --static mount answered a request with `status` (counted apart: refork_static_requests_total).
-        Thread-safe."""
+        """A --static mount answered the request this code serves with `status`: counted apart
+        (refork_static_requests_total), and left out of the app's requests. Thread-safe."""
 
     def request_resumed(self, token: object) -> None:
         """That request is back in the app (after request_waiting). Thread-safe."""

@@ -7,7 +7,8 @@ bigger one is a ``wsgi.file_wrapper`` (sendfile on plain connections, the native
 an ASGI ``http.response.zerocopysend`` (os.sendfile beside the transport; read and write over
 TLS). A request under no mount costs one startswith.
 Static answers go to the access log like any response and are counted apart
-(``refork_static_requests_total`` by status class) besides the server's request counts.
+(``refork_static_requests_total`` by status class), never among the app's requests: counting one
+marks its request (WorkerControl.static_count), which the worker's clock then leaves out.
 """
 
 from __future__ import annotations

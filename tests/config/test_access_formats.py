@@ -27,6 +27,7 @@ from support.request_paths import PATHS, connect, flags, http2, tls
 from refork.config import ConfigError, load_config
 from refork.http.events import Request
 from refork.log_format import GUNICORN_DEFAULT, compile_format
+from refork.logs import AccessLog
 
 # Every atom; the time and pid atoms last, after a "|[" that the comparison cuts at.
 FORMAT = (
@@ -226,6 +227,22 @@ def test_atoms_without_a_server():
     assert line(request, None, 200, 0, 0.0, environ, None) == "- - (1, 0) z HTTP/1.0"
     asgi = compile_format("%({http_x_y}e)s %({remote_addr}e)s %({path_info}e)s", asgi=True)
     assert asgi(request, "10.0.0.1", 200, 0, 0.0, None, None) == "z 10.0.0.1 /a"
+
+
+def test_the_static_atom_says_a_mount_answered(tmp_path):
+    """``%(static)s``: ``static`` for a request a --static mount answered (any under its prefix but
+    a WebSocket handshake), ``-`` for the app's; always ``-`` without mounts."""
+    fmt = "%(static)s %(s)s"
+    args = ["--access-logformat", fmt, "--access-logfile", str(tmp_path / "a.log"), "app:app"]
+    line = AccessLog.from_config(load_config(["--static", f"/assets={tmp_path}", *args], environ={})).line
+    no_mounts = AccessLog.from_config(load_config(args, environ={})).line
+    paths = (b"/assets/a.css", b"/assets", b"/assetsx", b"/")
+    requests = [Request("GET", p, p, b"", "1.1", []) for p in paths]
+    requests.append(Request("GET", b"/assets/ws", b"/assets/ws", b"", "1.1", [], websocket=True))
+    logged = [(line(r, None, 200, 0, 0.0, None, None), no_mounts(r, None, 200, 0, 0.0, None, None))
+              for r in requests]  # fmt: skip
+    assert [mounted for mounted, _ in logged] == ["static 200", "static 200", "- 200", "- 200", "- 200"]
+    assert {unmounted for _, unmounted in logged} == {"- 200"}
 
 
 @pytest.mark.parametrize(

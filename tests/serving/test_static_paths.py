@@ -98,8 +98,11 @@ def test_a_mount_answers_before_the_app_on_every_path(path, start_server, site, 
     logged = sorted((line["path"], line["status"], line["static"]) for line in lines)
     bigs = [("/static/big.bin", 200, True), ("/static/big.bin", 206, True)]
     assert logged == [("/hello", 200, False), ("/static/.env", 403, True), *bigs, *statics]
-    counted = server.wait_for(lambda: (n := _static_counts(metrics))["2xx"] == 6 and n, what="the counts")
-    assert counted == {"2xx": 6, "3xx": 1, "4xx": 2, "5xx": 0}
+    counted = server.wait_for(lambda: (n := _counts(metrics))[0]["2xx"] == 6 and n, what="the counts")
+    static, app_counts = counted
+    assert static == {"2xx": 6, "3xx": 1, "4xx": 2, "5xx": 0}
+    # the app's counts hold /hello alone (its request, status and time); by protocol, all ten
+    assert app_counts == {"requests": 1, "2xx": 1, "timed": 1, "by protocol": 10}
 
 
 # raw request targets as a client may send them, past any client library's normalization
@@ -132,14 +135,23 @@ def _lines(access) -> list[dict]:
     return [json.loads(line) for line in access.read_text().splitlines()] if access.exists() else []
 
 
-def _static_counts(port: int) -> dict[str, int]:
+def _counts(port: int) -> tuple[dict[str, int], dict[str, int]]:
+    """The static answers by class; the app's requests, 2xx responses and timed requests, and the
+    requests by protocol (all of them)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         conn.request("GET", "/metrics")
         text = conn.getresponse().read().decode()
     finally:
         conn.close()
-    return {c: int(n) for c, n in re.findall(r'refork_static_requests_total\{code="(\w+)"\} (\d+)', text)}
+    static = {c: int(n) for c, n in re.findall(r'refork_static_requests_total\{code="(\w+)"\} (\d+)', text)}
+    value = {name: int(float(n)) for name, n in re.findall(r"^(refork_\S+) (\S+)$", text, re.M)}
+    return static, {
+        "requests": value["refork_requests_total"],
+        "2xx": value['refork_responses_total{code="2xx"}'],
+        "timed": value["refork_request_duration_seconds_count"],
+        "by protocol": sum(v for k, v in value.items() if k.startswith("refork_protocol_requests_total")),
+    }
 
 
 def test_a_missing_mount_directory_is_one_line_and_exit_2(tmp_path):
