@@ -15,6 +15,7 @@ import re
 import sys
 import sysconfig
 from collections.abc import Callable
+from typing import cast
 
 from refork.errors import ConfigError
 
@@ -134,15 +135,23 @@ def reexec_with_jemalloc(argv: list[str], module: str = "refork") -> None:
 
 
 @functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """glibc, loaded once; None where there is none (musl)."""
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
+@functools.cache
 def _libc_malloc_trim() -> Callable[[int], int] | None:
     """glibc's malloc_trim, looked up once; None where there is none (musl, no libc.so.6)."""
-    try:
-        fn = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
+    fn = getattr(_glibc(), "malloc_trim", None)
+    if fn is None:
         return None
     fn.argtypes = [ctypes.c_size_t]
     fn.restype = ctypes.c_int
-    return fn
+    return cast("Callable[[int], int]", fn)
 
 
 # glibc raises its mmap threshold to the size of each mmapped block a process frees (up to 32 MiB
@@ -163,9 +172,8 @@ def fix_glibc_thresholds() -> bool:
     sets glibc's own tunables."""
     if loaded_allocator() != "glibc" or any(name in os.environ for name in _GLIBC_ENV):
         return False
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):
+    mallopt = getattr(_glibc(), "mallopt", None)
+    if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
@@ -236,11 +244,10 @@ def fill_free_chunks() -> int:
     """
     if loaded_allocator() != "glibc":
         return 0
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        mallinfo2, malloc, free = libc.mallinfo2, libc.malloc, libc.free
-    except (OSError, AttributeError):
+    libc = _glibc()
+    if libc is None or not hasattr(libc, "mallinfo2"):  # (glibc before 2.33)
         return 0
+    mallinfo2, malloc, free = libc.mallinfo2, libc.malloc, libc.free
     mallinfo2.restype = _Mallinfo2
     malloc.restype, malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
     free.argtypes = [ctypes.c_void_p]
