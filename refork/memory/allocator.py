@@ -158,7 +158,7 @@ def _libc_malloc_trim() -> Callable[[int], int] | None:
 # on 64-bit) and its trim threshold to twice that, so after a burst of big buffers (a flood of
 # WebSocket messages, say) up to 64 MiB it freed stay in its heap. Fixed here: a block of 4 MiB or
 # more is mmapped and goes back to the OS when freed, and the heap's free top goes back past 8 MiB.
-# Measured with tests/promises/test_promises_memory.py's WebSocket flood: worker RSS within 44-48 MiB of its
+# Measured with tests/promises/test_promises_memory_websocket.py's flood: worker RSS within 44-48 MiB of its
 # baseline at the peak, against 50-66 MiB with glibc's moving thresholds.
 GLIBC_MMAP_THRESHOLD = 4 << 20
 GLIBC_TRIM_THRESHOLD = 8 << 20
