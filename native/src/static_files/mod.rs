@@ -224,3 +224,44 @@ impl OpenFile {
         self.file = None;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get<'a>(target: &'a [u8], headers: Vec<(Vec<u8>, &'a [u8])>) -> Head<'a> {
+        Head { method: "GET", target, http11: true, headers, keep_alive: true, content_length: None, forwarded: false, len: 0 }
+    }
+
+    #[test]
+    fn a_recorded_answer_is_replayed_until_its_file_changes() {
+        let dir = std::env::temp_dir().join(format!("refork-static-cache-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.css");
+        std::fs::write(&path, b"body{}").unwrap();
+        let key = stat_key(&std::fs::metadata(&path).unwrap());
+        let name = path.to_str().unwrap().as_bytes().to_vec();
+        static_cache_reset(true);
+        let fields = vec![(b"content-type".to_vec(), b"text/css".to_vec()), (b"content-length".to_vec(), b"6".to_vec())];
+        assert!(static_cache_remember("GET", b"/s/a.css", None, fields, vec![(name, key)], None, Some(b"body{}".to_vec())));
+
+        let reply = replay(&get(b"/s/a.css", vec![]), true).expect("replayed");
+        let text = String::from_utf8(reply.bytes).unwrap();
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\ncontent-type: text/css\r\ncontent-length: 6\r\nDate: "), "{text}");
+        assert!(text.ends_with("Server: refork\r\n\r\nbody{}") && reply.file.is_none(), "{text}");
+        let closing = String::from_utf8(replay(&get(b"/s/a.css", vec![]), false).unwrap().bytes).unwrap();
+        assert!(closing.ends_with("Connection: close\r\n\r\nbody{}"));
+
+        assert!(replay(&get(b"/s/a.css?v=2", vec![]), true).is_none()); // another target
+        assert!(replay(&get(b"/s/a.css", vec![(b"accept-encoding".to_vec(), b"gzip")]), true).is_none());
+        assert!(replay(&get(b"/s/a.css", vec![(b"range".to_vec(), b"bytes=0-1")]), true).is_none());
+        assert!(replay(&get(b"/s/a.css", vec![(b"if-none-match".to_vec(), b"\"x\"")]), true).is_none());
+
+        std::fs::write(&path, b"body{x}").unwrap();
+        assert!(replay(&get(b"/s/a.css", vec![]), true).is_none()); // changed: forgotten
+        std::fs::write(&path, b"body{}").unwrap();
+        assert!(replay(&get(b"/s/a.css", vec![]), true).is_none());
+        static_cache_reset(false);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
