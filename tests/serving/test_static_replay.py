@@ -10,9 +10,10 @@ import gzip
 import http.client
 import os
 import re
+import socket
 from contextlib import closing
 
-from conftest import free_port
+from conftest import free_port, read_to_end
 from support.h2client import H2Client
 from support.request_paths import connect, every_path, flags, http2, tls
 
@@ -107,3 +108,21 @@ def test_the_engine_answers_again_without_python_deciding(start_server, tmp_path
     assert server.wait_for(lambda: _static_2xx(metrics) == 60, what="60 static answers counted")
     _ask("engine", server.port, [("GET", "/s/app.css", {"range": "bytes=0-9"})])
     assert probe.read_text().splitlines()[-1] == "GET /s/app.css"  # Python's again
+
+    # the closing framings, Python's answer then the cache's (no Accept-Encoding: not http.client's
+    # "identity", so app.css is decided once more)
+    (root / "other.css").write_bytes(SMALL)
+    decided = len(probe.read_text().splitlines())
+    http10 = b"GET /s/other.css HTTP/1.0\r\n\r\n"
+    for request in (http10, b"GET /s/app.css HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"):
+        first, again = _raw(server.port, request), _raw(server.port, request)
+        assert first == again and first.endswith(b"\r\n\r\n" + SMALL)
+        assert b"\r\nConnection: close\r\n" in first
+    assert probe.read_text().splitlines()[decided:] == ["GET /s/other.css", "GET /s/app.css"]
+
+
+def _raw(port: int, request: bytes) -> bytes:
+    """The whole answer to `request` on its own connection, without its Date field."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        return re.sub(rb"\r\nDate: [^\r]*", b"", read_to_end(sock))
