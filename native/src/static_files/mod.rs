@@ -15,7 +15,9 @@
 //! bounded (ENTRIES, HELD) and starts over when full; each worker empties it when it builds its
 //! mounts (static_cache_reset), so a reload's workers decide again.
 
+use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,6 +46,7 @@ enum Body {
 }
 
 struct Entry {
+    key: Key,
     /// the status line and the answer's fields, as framed
     head: Vec<u8>,
     has_date: bool,
@@ -54,7 +57,8 @@ struct Entry {
 
 #[derive(Default)]
 struct Cache {
-    entries: HashMap<Key, Entry>,
+    /// by key_hash(): a request's lookup allocates nothing (the entry's key is compared)
+    entries: HashMap<u64, Entry>,
     held: usize,
 }
 
@@ -120,13 +124,20 @@ pub(crate) fn static_cache_remember(
         cache.entries.clear();
         cache.held = 0;
     }
+    let hash = key_hash(method, target, accept_encoding);
     let key = (method, target.to_vec(), accept_encoding.map(<[u8]>::to_vec));
-    let entry = Entry { head, has_date, has_server, checks, body };
-    if let Some(old) = cache.entries.insert(key, entry) {
+    let entry = Entry { key, head, has_date, has_server, checks, body };
+    if let Some(old) = cache.entries.insert(hash, entry) {
         cache.held -= held(&old);
     }
     cache.held += size;
     true
+}
+
+fn key_hash(method: &str, target: &[u8], accept_encoding: Option<&[u8]>) -> u64 {
+    let mut h = DefaultHasher::new();
+    (method, target, accept_encoding).hash(&mut h);
+    h.finish()
 }
 
 fn held(entry: &Entry) -> usize {
@@ -162,14 +173,17 @@ pub(crate) fn replay(head: &Head, keep: bool) -> Option<Reply> {
         match name.as_slice() {
             b"range" | b"if-none-match" | b"if-modified-since" | b"if-range" => return None,
             b"accept-encoding" if accept_encoding.is_some() => return None,
-            b"accept-encoding" => accept_encoding = Some(value.to_vec()),
+            b"accept-encoding" => accept_encoding = Some(*value),
             _ => {}
         }
     }
-    let key = (head.method, head.target.to_vec(), accept_encoding);
+    let hash = key_hash(head.method, head.target, accept_encoding);
     let mut guard = cache();
     let cache = guard.as_mut()?;
-    let entry = cache.entries.get(&key)?;
+    let entry = cache.entries.get(&hash)?;
+    if entry.key.0 != head.method || entry.key.1 != head.target || entry.key.2.as_deref() != accept_encoding {
+        return None;
+    }
     let file = match &entry.body {
         _ if !entry.checks.iter().all(|(path, k)| unchanged(path, k)) => None,
         Body::File(path, k) => {
@@ -182,7 +196,7 @@ pub(crate) fn replay(head: &Head, keep: bool) -> Option<Reply> {
         _ => Some(None),
     };
     let Some(file) = file else {
-        if let Some(old) = cache.entries.remove(&key) {
+        if let Some(old) = cache.entries.remove(&hash) {
             cache.held -= held(&old);
         }
         return None;
