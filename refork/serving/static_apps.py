@@ -98,13 +98,14 @@ class StaticWsgi:
 
 
 def _cache(replay: bool) -> Callable[..., bool] | None:
-    """The engine's static cache, emptied (each worker decides again), or None when not replaying."""
-    if not replay:
+    """The engine's static cache, emptied (each worker decides again, a reload's too; off when
+    not replaying), or None when not replaying."""
+    try:
+        from refork import _native
+    except ImportError:  # not built: no engine to replay
         return None
-    from refork import _native
-
-    _native.static_cache_reset(True)
-    return _native.static_cache_remember
+    _native.static_cache_reset(replay)
+    return _native.static_cache_remember if replay else None
 
 
 class _Span:
