@@ -20,7 +20,7 @@ from refork.wsgi.response import Prefetched, _Exchange
 __all__ = [
     "Current", "Engine", "Environ", "HandOver", "Handed", "MemoryBudget", "Parser", "PoolEngine",
     "ResponseFramer", "SlotWords", "StartResponse", "frame_list", "http_scope", "parse_proxy",
-    "use_status_lines",
+    "static_cache_remember", "static_cache_reset", "use_status_lines",
 ]  # fmt: skip
 
 # a client as the environ has it: (host, port), or None (a unix-socket peer)
@@ -328,3 +328,9 @@ def frame_list(
 def parse_proxy(
     data: bytes, mode: str
 ) -> Literal["INCOMPLETE", "NOT_PROXY"] | tuple[str, int, _Client, _Client]: ...
+def static_cache_reset(on: bool) -> None: ...
+def static_cache_remember(
+    method: str, target: bytes, accept_encoding: bytes | None, headers: list[tuple[bytes, bytes]],
+    checks: list[tuple[bytes, tuple[int, int, int, int]]], path: bytes | None = None,
+    data: bytes | None = None,
+) -> bool: ...

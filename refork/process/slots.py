@@ -443,6 +443,7 @@ class AppClock:
             "deadline": DEADLINE, "starts": STARTS, "requests": REQUESTS, "duration": DURATION_SUM,
             "cells": CELLS, "timeout": self._timeout, "bounds": tuple(self._bounds),
             "codes": CODES if self._codes_at else 0, "ring": RING, "ring_size": RING_SIZE,
+            "static": STATIC,
         }  # fmt: skip
 
     def adopt(self, began: float, method: str, path: bytes, blocking: bool = True) -> InFlight | None:

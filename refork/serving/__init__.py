@@ -42,10 +42,14 @@ def serve(
         serve_asgi(listeners, app, config, control, ServingSettings.for_worker(config, listeners, asgi=True))
         return
     settings = ServingSettings.for_worker(config, listeners)
-    app = _with_static(app, interface, config, control)
     if config.switch_interval is not None:
         sys.setswitchinterval(config.switch_interval)  # this worker process only (forked from the mold)
-    if wsgi_loop(config) == "native":
+    loop = wsgi_loop(config)
+    # the engine replays static answers itself when nothing else must see their requests
+    replay = loop == "native" and int(config.threads) <= 1
+    replay &= settings.request_end is None and settings.request_hooks is None
+    app = _with_static(app, interface, config, control, replay)
+    if loop == "native":
         control.ready_for_requests()  # no start-up work in the loop (the app was loaded and warmed)
         if int(config.threads) <= 1:  # the engine: the whole request path native
             from refork.serving.wsgi.engine_host import serve_wsgi_engine
@@ -62,15 +66,18 @@ def serve(
         serve_wsgi(listeners, app, config, control, settings)
 
 
-def _with_static(app: Any, interface: str, config: Config, control: WorkerControl) -> Any:
-    """The app behind the --static mounts, if any (refork.serving.static_apps)."""
+def _with_static(
+    app: Any, interface: str, config: Config, control: WorkerControl, replay: bool = False
+) -> Any:
+    """The app behind the --static mounts, if any (refork.serving.static_apps); `replay`: the
+    native engine answers their plain requests again itself (native/src/static_files)."""
     if not config.static:
         return app
     from refork.serving.static_apps import static_files, wrap
 
     files = static_files(config)
     assert files is not None
-    return wrap(app, interface, files, control.static_count)
+    return wrap(app, interface, files, control.static_count, replay)
 
 
 def check_static(config: Config) -> None:

@@ -118,6 +118,10 @@ class Answer:
     offset: int = 0
     count: int = 0
     length: int = field(init=False)  # the Content-Length
+    # a whole file's 200: the files it stands on, [(path, stat key)] (the file, then the sibling
+    # sent), and the path its body is read from (refork.serving.static_apps records it)
+    source: list[tuple[bytes, tuple[int, int, int, int]]] = field(default_factory=list)
+    path: bytes = b""
 
     def __post_init__(self) -> None:
         self.length = self.count if self.file is not None else len(self.body)
@@ -274,23 +278,30 @@ class StaticFiles:
         if method == "HEAD":
             answer = Answer(status, common)
             answer.length = count
-            return answer
-        if variant.data is not None:
+        elif variant.data is not None:
             if variant.encoding is not None:  # a sibling is not stat'ed with its file: now
                 try:
                     if _key(os.stat(variant.path)) != variant.key:
                         return None
                 except OSError:
                     return None
-            return Answer(status, common, variant.data[offset : offset + count])
-        try:
-            f = open(variant.path, "rb", buffering=0)  # noqa: SIM115 - Answer.close()
-        except OSError:
-            return None
-        if _key(os.fstat(f.fileno())) != variant.key:
-            f.close()
-            return None
-        return Answer(status, common, file=f, offset=offset, count=count)
+            answer = Answer(status, common, variant.data[offset : offset + count])
+        else:
+            try:
+                f = open(variant.path, "rb", buffering=0)  # noqa: SIM115 - Answer.close()
+            except OSError:
+                return None
+            if _key(os.fstat(f.fileno())) != variant.key:
+                f.close()
+                return None
+            answer = Answer(status, common, file=f, offset=offset, count=count)
+        if status == 200:
+            main = entry.variants[0]
+            answer.source = [(main.path, main.key)]
+            if variant is not main:
+                answer.source.append((variant.path, variant.key))
+            answer.path = variant.path
+        return answer
 
 
 def _read(variant: Variant) -> bytes | None:

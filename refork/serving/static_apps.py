@@ -6,6 +6,9 @@ or not). A small file's answer is its bytes (the native engines frame them witho
 bigger one is a ``wsgi.file_wrapper`` (sendfile on plain connections, the native engines' too) or
 an ASGI ``http.response.zerocopysend`` (os.sendfile beside the transport; read and write over
 TLS). A request under no mount costs one startswith.
+On the native engine (one app thread, no access log, no request hooks) a plain 200 is also
+recorded in the engine's static cache (native/src/static_files), which answers the same request
+again itself, checking the files with one stat each, with no Python at all.
 Static answers go to the access log like any response and are counted apart
 (``refork_static_requests_total`` by status class), never among the app's requests: counting one
 marks its request (WorkerControl.static_count), which the worker's clock then leaves out.
@@ -41,19 +44,23 @@ def static_files(config: Config) -> StaticFiles | None:
     return StaticFiles(mounts, config.static_max_age, config.static_follow_symlinks)
 
 
-def wrap(app: Any, interface: str, files: StaticFiles, count: Count) -> Any:
-    """The app with the mounts answered in front of it."""
-    return StaticAsgi(app, files, count) if interface == "asgi" else StaticWsgi(app, files, count)
+def wrap(app: Any, interface: str, files: StaticFiles, count: Count, replay: bool = False) -> Any:
+    """The app with the mounts answered in front of it; `replay`: their plain 200s recorded for
+    the native engine (a WSGI app on it)."""
+    if interface == "asgi":
+        return StaticAsgi(app, files, count)
+    return StaticWsgi(app, files, count, replay)
 
 
 class StaticWsgi:
     """A WSGI app: the mounts' requests answered here, the rest passed to the app."""
 
-    def __init__(self, app: Any, files: StaticFiles, count: Count) -> None:
+    def __init__(self, app: Any, files: StaticFiles, count: Count, replay: bool = False) -> None:
         self.app = app
         self.files = files
         self.count = count
         self.prefixes = tuple(m.prefix.decode("latin-1") for m in files.mounts)
+        self.remember = _cache(replay)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         target = environ.get("RAW_URI") or environ.get("PATH_INFO", "")
@@ -73,7 +80,14 @@ class StaticWsgi:
         if answer is None:
             return self.app(environ, start_response)  # type: ignore[no-any-return]
         self.count(answer.status)
-        start_response(_status_line(answer), _head(answer, str))
+        head = _head(answer, bytes)
+        if answer.source and self.remember is not None and "RAW_URI" in environ:
+            coding = headers["accept-encoding"]
+            self.remember(environ["REQUEST_METHOD"], environ["RAW_URI"].encode("latin-1"),
+                          coding.encode("latin-1") if coding is not None else None, head, answer.source,
+                          answer.path if answer.file is not None else None,
+                          answer.body if answer.file is None and answer.body else None)  # fmt: skip
+        start_response(_status_line(answer), [(n.decode("latin-1"), v.decode("latin-1")) for n, v in head])
         if answer.file is None:
             return [answer.body] if answer.body else []
         f = answer.file
@@ -81,6 +95,17 @@ class StaticWsgi:
             return _Span(f, answer.offset, answer.count)
         wrapper = environ.get("wsgi.file_wrapper", FileWrapper)
         return wrapper(f)  # type: ignore[no-any-return]
+
+
+def _cache(replay: bool) -> Callable[..., bool] | None:
+    """The engine's static cache, emptied (each worker decides again, a reload's too; off when
+    not replaying), or None when not replaying."""
+    try:
+        from refork import _native
+    except ImportError:  # not built: no engine to replay
+        return None
+    _native.static_cache_reset(replay)
+    return _native.static_cache_remember if replay else None
 
 
 class _Span:

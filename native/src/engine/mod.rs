@@ -29,6 +29,7 @@ use std::io;
 use pyo3::prelude::*;
 
 mod serve;
+mod static_replay;
 
 use crate::conn::handed::Handed;
 use crate::conn::intake::{Intake, Next, Preface};

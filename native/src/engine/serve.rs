@@ -22,6 +22,9 @@ enum Tracking<'py> {
 impl Engine {
     /// One complete request: the app called, its response written (or queued in `conn.out`).
     pub(super) fn serve(&mut self, py: Python<'_>, conn: &mut Conn, head: &Head, raw_head: &[u8], body: &[u8], rest: &[u8]) -> PyResult<Served> {
+        if let Some(served) = self.replay_static(py, conn, head, body)? {
+            return Ok(served); // a --static answer recorded before (static_replay.rs)
+        }
         let method = method_str(py, head);
         let (path, _) = split_target(head);
         let tracking = match (&self.clock, &self.request) {
@@ -84,7 +87,7 @@ impl Engine {
     /// A file response: its head with MSG_MORE, then sendfile, as far as the socket takes them;
     /// the rest waits in the connection (EPOLLOUT), the file with it. False: the connection
     /// cannot go on (the client is gone, or the file ended before its length).
-    fn send_file(&mut self, py: Python<'_>, conn: &mut Conn, head_bytes: Vec<u8>, file: FileBody, head: &Head) -> bool {
+    pub(super) fn send_file(&mut self, py: Python<'_>, conn: &mut Conn, head_bytes: Vec<u8>, file: FileBody, head: &Head) -> bool {
         conn.keep_output(head_bytes, 0, describe(head));
         conn.file = Some(Box::new(file));
         match conn.write_on() {

@@ -35,6 +35,8 @@ pub struct SlotClock {
     codes: usize,
     ring: usize,
     ring_size: usize,
+    /// the --static answers' words, by status class (refork_static_requests_total)
+    statics: usize,
 }
 
 impl SlotClock {
@@ -56,6 +58,7 @@ impl SlotClock {
             codes: get("codes")?.extract()?,
             ring: get("ring")?.extract()?,
             ring_size: get("ring_size")?.extract()?,
+            statics: get("static")?.extract()?,
         })
     }
 
@@ -65,6 +68,13 @@ impl SlotClock {
 
     fn float(&self, i: usize) -> *mut f64 {
         unsafe { self.words.add(i) as *mut f64 }
+    }
+
+    /// Slots.count_static: one more --static answer of `status` (2xx-5xx), not one of the app's.
+    pub fn count_static(&self, status: u32) {
+        if (200..600).contains(&status) {
+            unsafe { *self.int(self.statics + (status / 100 - 2) as usize) += 1 }
+        }
     }
 
     /// AppClock.started for a request alone in the app.
