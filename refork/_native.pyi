@@ -18,9 +18,9 @@ from refork.wsgi.files import FileWrapper
 from refork.wsgi.response import Prefetched, _Exchange
 
 __all__ = [
-    "Current", "Engine", "Environ", "HandOver", "Handed", "MemoryBudget", "Parser", "PoolEngine",
-    "ResponseFramer", "SlotWords", "StartResponse", "frame_list", "http_scope", "parse_proxy",
-    "use_status_lines",
+    "Current", "Engine", "Environ", "HandOver", "Handed", "MemoryBudget", "Parser", "ParserRefs",
+    "PoolEngine", "ResponseFramer", "SlotWords", "StartResponse", "frame_list", "http_scope",
+    "parse_proxy", "use_status_lines",
 ]  # fmt: skip
 
 # a client as the environ has it: (host, port), or None (a unix-socket peer)
@@ -50,9 +50,6 @@ class _Refs(TypedDict):
     log_error: Callable[[str], None]
     perf_counter: Callable[[], float]
     timeout_response: bytes
-
-class _Poller(Protocol):
-    def fileno(self) -> int: ...
 
 class _HealthPaths(Protocol):
     @property
@@ -105,7 +102,9 @@ class _Host(HandOverHost, Protocol):
     @property
     def pre_request_hook(self) -> Callable[[Request, dict[str, Any]], object] | None: ...
     @property
-    def poller(self) -> _Poller: ...
+    def poller_fd(self) -> int: ...
+    @property
+    def keep_alive(self) -> bool: ...
 
 class _EngineHost(_Host, Protocol):
     def finish_response(self, hand_over: HandOver, /) -> None: ...
@@ -167,13 +166,19 @@ class HandOver:
     def rest(self) -> bytes: ...
 
 @final
+class ParserRefs:
+    """What every Parser makes its events with (refork.serving.parsers builds them once)."""
+
+    def __new__(
+        cls, *, python_parser: Callable[[Limits], RequestParser], request: type[Request], body: type[Body],
+        end_of_message: EndOfMessage, parse_error: type[ParseError],
+    ) -> ParserRefs: ...  # fmt: skip
+
+@final
 class Parser:
     """refork.http.parser.RequestParser's contract, httparse on the common shape."""
 
-    def __new__(
-        cls, limits: Limits, slow_factory: Callable[[Limits], RequestParser], request_cls: type[Request],
-        body_cls: type[Body], eom: EndOfMessage, parse_error: type[ParseError],
-    ) -> Parser: ...  # fmt: skip
+    def __new__(cls, limits: Limits, refs: ParserRefs) -> Parser: ...
     def feed(self, data: bytes) -> list[Event]: ...
     def release(self) -> None: ...
     @property

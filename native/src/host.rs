@@ -32,21 +32,19 @@ pub(crate) struct Host {
     #[pyo3(from_py_with = callable)]
     pub finish_response: Py<PyAny>,
     /// the Python loop's epoll fd (the single-thread engine waits on it too)
-    #[pyo3(from_py_with = fileno)]
+    #[pyo3(attribute("poller_fd"))]
     pub poller: i32,
+    /// a response may leave its connection open (False with --keep-alive 0)
+    pub keep_alive: bool,
 }
 
 /// A callable (a method, bound once), else a TypeError.
-fn callable(o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+pub(crate) fn callable(o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
     if o.is_callable() {
         Ok(o.clone().unbind())
     } else {
         Err(pyo3::exceptions::PyTypeError::new_err(format!("{} is not callable", o.get_type().name()?)))
     }
-}
-
-fn fileno(poller: &Bound<'_, PyAny>) -> PyResult<i32> {
-    poller.call_method0(pyo3::intern!(poller.py(), "fileno"))?.extract()
 }
 
 /// refork.serving.settings.ServingSettings: what the engines serve with.
@@ -55,9 +53,6 @@ pub(crate) struct Settings {
     #[pyo3(from_py_with = HeadLimits::from_py)]
     pub limits: HeadLimits,
     pub timeouts: Timeouts,
-    /// refork.serving.connection.Timeouts.keep_alive(False): False with --keep-alive 0
-    #[pyo3(attribute("timeouts"), from_py_with = keeps_alive)]
-    pub keep_alive: bool,
     pub health: Option<HealthPaths>,
     pub proxy: Option<ProxyPolicy>,
     pub inline_body: usize,
@@ -66,10 +61,6 @@ pub(crate) struct Settings {
     pub h2c: bool,
     pub accept_batch: usize,
     pub read_size: usize,
-}
-
-fn keeps_alive(timeouts: &Bound<'_, PyAny>) -> PyResult<bool> {
-    timeouts.call_method1(pyo3::intern!(timeouts.py(), "keep_alive"), (false,))?.extract()
 }
 
 /// refork.serving.health.HealthPaths (--health-path).

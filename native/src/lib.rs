@@ -50,6 +50,7 @@ mod vectors;
 #[pymodule(gil_used = true)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<http::parser::Parser>()?;
+    m.add_class::<http::parser::ParserRefs>()?;
     m.add_class::<wsgi::environ::Environ>()?;
     m.add_class::<engine::Engine>()?;
     m.add_class::<pool::PoolEngine>()?;

@@ -13,7 +13,10 @@ from support.harness import HarnessControl
 
 from refork import _native
 from refork.config import Config
-from refork.http.events import Request
+from refork.http.events import Body, ParseError, Request
+from refork.http.parser import Limits, RequestParser
+from refork.http.rare import EOM
+from refork.serving.parsers import native_parser
 from refork.serving.settings import ServingSettings
 from refork.serving.wsgi.engine_host import EngineHost
 from refork.serving.wsgi.native_host import NativeHost
@@ -84,3 +87,30 @@ def test_a_mistyped_request_field_is_named() -> None:
     with pytest.raises(TypeError) as scope:
         _native.http_scope(dataclasses.replace(request, path="/a"), None, None, "http", "", None, None)
     assert "RequestLine.path" in causes(scope.value)
+
+
+class MistypedParser(RequestParser):
+    """A Python parser whose `buffered` says a str: the native parser reads its state typed."""
+
+    __slots__ = ()
+
+    @property
+    def buffered(self) -> Any:
+        return str(super().buffered)
+
+
+def test_the_python_parser_behind_the_native_one_is_read_typed() -> None:
+    """The native parser hands an unusual message to the Python parser and reads that parser's
+    state once a feed, typed: a mistyped field fails at that feed, named; its refs are
+    keyword-only, so no two can be swapped."""
+    refs = _native.ParserRefs(python_parser=MistypedParser, request=Request, body=Body, end_of_message=EOM,
+                              parse_error=ParseError)  # fmt: skip
+    chunked = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with pytest.raises(TypeError) as mistyped:
+        _native.Parser(Limits(), refs).feed(chunked)
+    assert "PythonParserState.buffered" in causes(mistyped.value)
+    with pytest.raises(TypeError):
+        _native.ParserRefs(RequestParser, Request, Body, EOM, ParseError)  # type: ignore[misc]
+    parser = native_parser(Limits())
+    assert parser.feed(chunked)[0].method == "POST"  # type: ignore[union-attr]
+    assert (parser.in_message, parser.buffered, parser.head_held, parser.upgraded) == (True, 0, 0, None)

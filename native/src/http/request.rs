@@ -37,3 +37,10 @@ pub(crate) struct FramedRequest<'py> {
     /// what the client asked for (version and Connection field)
     pub keep_alive: bool,
 }
+
+/// What the Python loop's Parser reads of a request the Python parser made (http/parser.rs).
+#[derive(FromPyObject)]
+pub(crate) struct KeepAlive {
+    /// what the client asked for (version and Connection field)
+    pub keep_alive: bool,
+}

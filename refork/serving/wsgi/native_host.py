@@ -28,7 +28,6 @@ from refork.http.response import ResponseFramer, simple_response
 from refork.serving.connection import Phase, RequestEnd, log_access
 from refork.serving.contract import WorkerControl
 from refork.serving.outbox import Outbox
-from refork.serving.poller import Poller
 from refork.serving.settings import ServingSettings
 from refork.serving.wsgi.app_threads import AppThreads
 from refork.serving.wsgi.conn import Conn
@@ -111,8 +110,14 @@ class NativeHost:
         return self.loop.access_log
 
     @property
-    def poller(self) -> Poller:
-        return self.loop.poller
+    def poller_fd(self) -> int:
+        """The Python loop's epoll fd: the single-thread engine waits on it too."""
+        return self.loop.poller.fileno()
+
+    @property
+    def keep_alive(self) -> bool:
+        """A response may leave its connection open (not with --keep-alive 0)."""
+        return self.settings.timeouts.keep_alive(False)
 
     # what the engines answer a refused PROXY header with (native/src/conn/proxy.rs; settings.proxy)
     proxy_responses = (simple_response(400), simple_response(403))
