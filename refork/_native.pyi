@@ -10,17 +10,19 @@ from typing import Any, Literal, Protocol, TypedDict, final
 
 from refork.http.body import InputStream
 from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
+from refork.http.forwarded import TrustedProxies
 from refork.http.parser import Limits, RequestParser
 from refork.http.proxy_protocol import ProxyPolicy
+from refork.http.response import ResponseFramer as PyResponseFramer
 from refork.serving.connection import RequestEnd, Timeouts
 from refork.serving.contract import HandOverHost, WorkerControl
 from refork.wsgi.files import FileWrapper
 from refork.wsgi.response import Prefetched, _Exchange
 
 __all__ = [
-    "Current", "Engine", "Environ", "HandOver", "Handed", "MemoryBudget", "Parser", "ParserRefs",
-    "PoolEngine", "ResponseFramer", "SlotWords", "StartResponse", "frame_list", "http_scope",
-    "parse_proxy", "use_status_lines",
+    "AccessLine", "Current", "Engine", "Environ", "HandOver", "Handed", "MemoryBudget", "Parser",
+    "ParserRefs", "PoolEngine", "ResponseFramer", "SlotWords", "StartResponse", "frame_list",
+    "http_scope", "parse_proxy", "use_status_lines",
 ]  # fmt: skip
 
 # a client as the environ has it: (host, port), or None (a unix-socket peer)
@@ -39,13 +41,10 @@ class _Refs(TypedDict):
     check_header: Callable[[Any], tuple[tuple[bytes, bytes], bool]]
     prefetched: Callable[[list[Any], Iterator[Any] | None, Any, Exception | None], Prefetched]
     file_wrapper: type[FileWrapper]
-    file_span: Callable[[Any], tuple[int, int, int] | None]
+    file_span: Callable[[FileWrapper], tuple[int, int, int] | None]
     closing_failed: Callable[[dict[str, Any], Exception], None]
     hint_response: Callable[[Any], bytes]
-    log_access: Callable[
-        [RequestEnd, Request, str | None, int, int, float, dict[str, Any], list[tuple[bytes, bytes]] | None],
-        None,
-    ]
+    log_access: Callable[[RequestEnd, AccessLine], None]
     log_warning: Callable[[str], None]
     log_error: Callable[[str], None]
     perf_counter: Callable[[], float]
@@ -133,6 +132,26 @@ class Handed:
     @property
     def held(self) -> int:
         """Bytes of the worker's memory budget charged for `data` (given back once read)."""
+
+@final
+class AccessLine:
+    """What the access-log line of an engine's request says (refork.serving.connection.log_access's
+    arguments, by name; made by the engines only)."""
+
+    @property
+    def request(self) -> Request: ...
+    @property
+    def remote(self) -> str | None: ...
+    @property
+    def status(self) -> int: ...
+    @property
+    def length(self) -> int: ...
+    @property
+    def duration(self) -> float: ...
+    @property
+    def environ(self) -> dict[str, Any]: ...
+    @property
+    def response_headers(self) -> list[tuple[bytes, bytes]] | None: ...
 
 @final
 class HandOver:
@@ -322,14 +341,13 @@ class ResponseFramer:
     def end(self) -> bytes: ...
 
 def http_scope(
-    request: Request, server: tuple[str, int | None] | None, client: _Client, scheme: str, root_path: str,
-    state: dict[str, Any] | None, proxies: object,
+    request: Request, *, server: tuple[str, int | None] | None, client: _Client, scheme: str, root_path: str,
+    state: dict[str, Any] | None, proxies: TrustedProxies | None,
 ) -> dict[str, Any] | None: ...  # fmt: skip
 def use_status_lines(status_line: Callable[[int, bytes | None], bytes]) -> None: ...
 def frame_list(
-    code: int, reason: bytes, headers: list[tuple[bytes, bytes]], has_length: bool, result: object,
-    no_body: bool, http11: bool, keep_alive: bool,
-) -> tuple[bytes, int, bool] | None: ...  # fmt: skip
+    exchange: _Exchange, framer: PyResponseFramer, result: object
+) -> tuple[bytes, int, bool] | None: ...
 def parse_proxy(
     data: bytes, mode: str
 ) -> Literal["INCOMPLETE", "NOT_PROXY"] | tuple[str, int, _Client, _Client]: ...

@@ -61,6 +61,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<wsgi::accounting::SlotWords>()?;
     m.add_class::<conn::budget::MemoryBudget>()?;
     m.add_class::<http::framer::ResponseFramer>()?;
+    m.add_class::<wsgi::access_log::AccessLine>()?;
     m.add_function(wrap_pyfunction!(http::frame::frame_list, m)?)?;
     m.add_function(wrap_pyfunction!(conn::proxy::parse_proxy, m)?)?;
     m.add_function(wrap_pyfunction!(http::framer::use_status_lines, m)?)?;

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,11 +17,13 @@ from refork.config import Config
 from refork.http.events import Body, ParseError, Request
 from refork.http.parser import Limits, RequestParser
 from refork.http.rare import EOM
+from refork.http.response import ResponseFramer
 from refork.serving.parsers import native_parser
 from refork.serving.settings import ServingSettings
 from refork.serving.wsgi.engine_host import EngineHost
 from refork.serving.wsgi.native_host import NativeHost
 from refork.serving.wsgi.pool_host import PoolHost
+from refork.wsgi.response import _Exchange
 
 
 def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
@@ -85,7 +88,8 @@ def test_a_mistyped_request_field_is_named() -> None:
         _native.ResponseFramer(dataclasses.replace(request, keep_alive="yes"))
     assert "FramedRequest.keep_alive" in causes(framer.value)
     with pytest.raises(TypeError) as scope:
-        _native.http_scope(dataclasses.replace(request, path="/a"), None, None, "http", "", None, None)
+        _native.http_scope(dataclasses.replace(request, path="/a"), server=None, client=None, scheme="http",
+                           root_path="", state=None, proxies=None)  # fmt: skip
     assert "RequestLine.path" in causes(scope.value)
 
 
@@ -110,7 +114,26 @@ def test_the_python_parser_behind_the_native_one_is_read_typed() -> None:
         _native.Parser(Limits(), refs).feed(chunked)
     assert "PythonParserState.buffered" in causes(mistyped.value)
     with pytest.raises(TypeError):
-        _native.ParserRefs(RequestParser, Request, Body, EOM, ParseError)  # type: ignore[misc]
+        _native.ParserRefs(RequestParser, Request, Body, EOM, ParseError)  # type: ignore[call-arg]
     parser = native_parser(Limits())
     assert parser.feed(chunked)[0].method == "POST"  # type: ignore[union-attr]
     assert (parser.in_message, parser.buffered, parser.head_held, parser.upgraded) == (True, 0, 0, None)
+
+
+def test_the_calls_with_many_arguments_take_typed_values() -> None:
+    """frame_list reads the exchange and the framer typed (swapped, or a field mistyped, fails
+    naming it); http_scope takes all but the request by name."""
+    request = Request("GET", b"/a", b"/a", b"", "1.1", [])
+    framer = ResponseFramer(request)
+    ex = _Exchange(framer, SimpleNamespace())  # type: ignore[arg-type]
+    ex.start_response("200 OK", [])
+    assert _native.frame_list(ex, framer, [b"ok"]) is not None
+    with pytest.raises(AttributeError) as swapped:
+        _native.frame_list(framer, ex, [b"ok"])  # type: ignore[arg-type]
+    assert "'ResponseFramer' object has no attribute 'code'" in causes(swapped.value)
+    ex.reason = "OK"  # type: ignore[assignment]
+    with pytest.raises(TypeError) as mistyped:
+        _native.frame_list(ex, framer, [b"ok"])
+    assert "ExchangeStatus.reason" in causes(mistyped.value)
+    with pytest.raises(TypeError):
+        _native.http_scope(request, None, None, "http", "", None, None)  # type: ignore[misc]

@@ -48,6 +48,16 @@ def _memory_input(data: bytes) -> InputStream:
     return InputStream(io.BytesIO(data), len(data))
 
 
+def _log_access(access_log: RequestEnd, line: _native.AccessLine) -> None:
+    log_access(access_log, request=line.request, remote=line.remote, status=line.status,
+               length=line.length, duration=line.duration, environ=line.environ,
+               response_headers=line.response_headers)  # fmt: skip
+
+
+def _wrapper_span(wrapper: FileWrapper) -> tuple[int, int, int] | None:
+    return file_span(wrapper.filelike)
+
+
 def refs() -> _Refs:
     """What the engine calls in refork (its own copy of nothing: the same caches and checks)."""
     return {
@@ -61,10 +71,10 @@ def refs() -> _Refs:
         "check_header": wsgi_response.check_header,
         "prefetched": wsgi_response.Prefetched,
         "file_wrapper": FileWrapper,
-        "file_span": file_span,
+        "file_span": _wrapper_span,
         "closing_failed": wsgi_response.closing_failed,
         "hint_response": wsgi_response.hint_response,
-        "log_access": log_access,
+        "log_access": _log_access,
         "log_warning": log.warning,
         "log_error": log.error,
         "perf_counter": time.perf_counter,

@@ -73,8 +73,7 @@ def _frame_natively(ex: _Exchange, framer: ResponseFramer, result: Any, request:
     kind = type(result)
     if not ((kind is list or kind is tuple) and ex.code and not ex.head_sent):
         return False
-    framed = _native.frame_list(ex.code, ex.reason, ex.headers, ex.has_length, result, framer.no_body,
-                                request.http_version != "1.0", framer.keep_alive)  # fmt: skip
+    framed = _native.frame_list(ex, framer, result)
     if framed is None:
         return False
     data, framer.body_bytes, framer.keep_alive = framed
