@@ -29,11 +29,12 @@ __all__ = [
 _Client = tuple[str, int] | None
 
 class _Refs(TypedDict):
-    """What the engines call in refork (refork.serving.wsgi.engine_host.refs)."""
+    """What the engines call in refork (refork.serving.wsgi.native_host.refs)."""
 
     current: ContextVar[object | None]
     request_cls: type[Request]
     make_input: Callable[[bytes], InputStream]
+    close_input: Callable[[InputStream], None]
     empty_input: InputStream
     status_cache: dict[str, tuple[int, bytes]]
     header_cache: dict[tuple[str, str], tuple[tuple[bytes, bytes], bool]]
@@ -80,16 +81,34 @@ class _Settings(Protocol):
     @property
     def read_size(self) -> int: ...
 
+class _AppClock(Protocol):
+    """What the single-thread engine reads of refork.process.slots.AppClock (and sets: its
+    `engine_request`, the engine's Current)."""
+
+    def native_words(self) -> dict[str, Any]: ...
+    def adopt(self, began: float, method: str, path: bytes, blocking: bool = True) -> object: ...
+    @property
+    def engine_request(self) -> Callable[..., object] | None: ...
+
+class _ClockedControl(WorkerControl, Protocol):
+    """A worker's control with a clock (refork.process.worker.Worker): the single-thread engine then
+    accounts its requests in the worker's slot itself, and calls requests_served(n) when the count
+    reaches what it last returned. A control without `clock` (a test's) has the Python clock."""
+
+    @property
+    def clock(self) -> _AppClock: ...
+    def requests_served(self, requests: int) -> int: ...
+
 class _Host(HandOverHost, Protocol):
     """What both engines read of their host (refork.serving.wsgi.native_host), which owns the Python
     loop, once, when they are built (native/src/host.rs): a missing or mistyped field fails there.
-    They also bind `control.request_started/request_finished/free_threads_address`, and the engine
-    `control.clock` (an AppClock, when it has one) with `control.requests_served`."""
+    They bind `control.request_started/request_finished/free_threads_address`, and the engine
+    `control.clock` with `control.requests_served` when it has them (_ClockedControl)."""
 
     @property
     def app(self) -> Any: ...
     @property
-    def control(self) -> WorkerControl: ...
+    def control(self) -> WorkerControl | _ClockedControl: ...
     @property
     def settings(self) -> _Settings: ...
     @property

@@ -128,6 +128,9 @@ pub(crate) struct Refs {
     pub request_cls: Py<PyAny>,
     #[pyo3(from_py_with = callable)]
     pub make_input: Py<PyAny>,
+    /// close_input(stream): a stream of make_input's, once its request is answered
+    #[pyo3(from_py_with = callable)]
+    pub close_input: Py<PyAny>,
     pub empty_input: Py<PyAny>,
     pub status_cache: Py<PyDict>,
     pub header_cache: Py<PyDict>,

@@ -48,6 +48,10 @@ def _memory_input(data: bytes) -> InputStream:
     return InputStream(io.BytesIO(data), len(data))
 
 
+def _close_input(stream: InputStream) -> None:
+    stream.close()
+
+
 def _log_access(access_log: RequestEnd, line: _native.AccessLine) -> None:
     log_access(access_log, request=line.request, remote=line.remote, status=line.status,
                length=line.length, duration=line.duration, environ=line.environ,
@@ -64,6 +68,7 @@ def refs() -> _Refs:
         "current": deadlines.current,
         "request_cls": Request,
         "make_input": _memory_input,
+        "close_input": _close_input,
         "empty_input": EMPTY_INPUT,
         "status_cache": wsgi_response._STATUS_CACHE,
         "header_cache": wsgi_response._HEADER_CACHE,
