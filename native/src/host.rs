@@ -107,6 +107,9 @@ pub(crate) struct AppClock {
     /// adopt(began, method, path, blocking) -> a token for the engine's request in the app
     #[pyo3(from_py_with = callable)]
     pub adopt: Py<PyAny>,
+    /// use_engine_request(current): the engine's Current, how the clock finds that request
+    #[pyo3(from_py_with = callable)]
+    pub use_engine_request: Py<PyAny>,
 }
 
 /// A contextvars.ContextVar's set and reset, bound.

@@ -137,3 +137,30 @@ def test_the_calls_with_many_arguments_take_typed_values() -> None:
     assert "ExchangeStatus.reason" in causes(mistyped.value)
     with pytest.raises(TypeError):
         _native.http_scope(request, None, None, "http", "", None, None)  # type: ignore[misc]
+
+
+class OldClock:
+    """A worker's AppClock as it was before `use_engine_request`: the engine set `engine_request`."""
+
+    engine_request = None
+
+    def native_words(self) -> dict[str, Any]:
+        return {}
+
+    def adopt(self, began: float, method: str, path: bytes, blocking: bool = True) -> object:
+        return None
+
+
+class Clocked(HarnessControl):
+    clock = OldClock()
+
+    def requests_served(self, requests: int) -> int:
+        return requests + 1
+
+
+def test_the_engine_binds_what_it_calls_on_the_clock(listener: socket.socket) -> None:
+    """The single-thread engine binds the clock's methods when it is built: a renamed one fails
+    there, named, instead of the engine setting an attribute nothing reads."""
+    with pytest.raises(AttributeError) as renamed:
+        build(EngineHost, listener, Clocked())
+    assert "has no attribute 'use_engine_request'" in causes(renamed.value)
