@@ -10,6 +10,7 @@ use pyo3::types::{PyBytes, PyDict};
 use crate::conn::budget::MemoryBudget;
 use crate::conn::sweep::Timeouts;
 use crate::http::head::HeadLimits;
+use crate::http::request::request_class;
 
 /// The engine host: what both engines read of it.
 #[derive(FromPyObject)]
@@ -127,7 +128,8 @@ pub(crate) struct ContextVar {
 pub(crate) struct Refs {
     /// refork.deadlines.current: the request in the app
     pub current: ContextVar,
-    #[pyo3(from_py_with = callable)]
+    /// refork.http.events.Request, its fields checked (http/request.rs: request_class)
+    #[pyo3(from_py_with = request_class)]
     pub request_cls: Py<PyAny>,
     #[pyo3(from_py_with = callable)]
     pub make_input: Py<PyAny>,

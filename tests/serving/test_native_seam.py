@@ -120,6 +120,31 @@ def test_the_python_parser_behind_the_native_one_is_read_typed() -> None:
     assert (parser.in_message, parser.buffered, parser.head_held, parser.upgraded) == (True, 0, 0, None)
 
 
+@dataclasses.dataclass(slots=True)
+class Reordered:
+    """refork.http.events.Request with two of its fields swapped."""
+
+    method: str
+    target: bytes
+    path: bytes
+    query: bytes
+    http_version: str
+    headers: list[tuple[bytes, bytes]] = dataclasses.field(default_factory=list)
+    chunked: bool = False
+    expect_continue: bool = False
+    keep_alive: bool = True
+    content_length: int | None = None
+
+
+def test_a_request_class_with_its_fields_moved_fails_where_it_is_given() -> None:
+    """The native code makes a Request from its fields in order: the class is checked where it is
+    given (the parser's refs, at import; the engines' refs), naming the first field out of place."""
+    with pytest.raises(TypeError) as moved:
+        _native.ParserRefs(python_parser=RequestParser, request=Reordered, body=Body,  # type: ignore[arg-type]
+                           end_of_message=EOM, parse_error=ParseError)  # fmt: skip
+    assert "Request.keep_alive" in causes(moved.value)
+
+
 def test_the_calls_with_many_arguments_take_typed_values() -> None:
     """frame_list reads the exchange and the framer typed (swapped, or a field mistyped, fails
     naming it); http_scope takes all but the request by name."""

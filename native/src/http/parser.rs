@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
 
 use super::head::{fast_head, Head, HeadLimits};
-use super::request::KeepAlive;
+use super::request::{request_class, KeepAlive};
 use crate::host::callable;
 
 pub(crate) fn fast_method<'py>(py: Python<'py>, m: &str) -> Option<&'py Bound<'py, PyString>> {
@@ -48,7 +48,7 @@ impl ParserRefs {
     ) -> PyResult<Self> {
         Ok(ParserRefs {
             python_parser: callable(python_parser)?,
-            request: request.clone().into_any().unbind(),
+            request: request_class(request)?,
             body: body.clone().into_any().unbind(),
             end_of_message,
             parse_error: parse_error.clone().into_any().unbind(),
@@ -99,7 +99,8 @@ pub struct Parser {
     refs: Py<ParserRefs>,
 }
 
-/// The refork.http.events.Request of a fast head (`cls` is that class).
+/// The refork.http.events.Request of a fast head (`cls` is that class, its fields given in order:
+/// checked once by request.rs's request_class).
 pub(crate) fn request_object<'py>(py: Python<'py>, cls: &Bound<'py, PyAny>, head: &Head) -> PyResult<Bound<'py, PyAny>> {
     let method = fast_method(py, head.method).expect("a fast method").clone();
     let target = head.target;
