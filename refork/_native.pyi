@@ -231,7 +231,7 @@ class Environ:
     """The WSGI environ of one listener's requests (refork.wsgi.EnvironBuilder's rules)."""
 
     def __new__(
-        cls, base: dict[str, Any], root_path: str, url_scheme: str, server_name: str, server_port: str,
+        cls, *, base: dict[str, Any], root_path: str, url_scheme: str, server_name: str, server_port: str,
         apply_forwarded: Callable[[dict[str, Any], list[tuple[bytes, bytes]], _Client], object],
     ) -> Environ: ...  # fmt: skip
     def build(self, request: Request, body: InputStream, client: _Client) -> dict[str, Any]: ...

@@ -147,7 +147,7 @@ def test_a_request_class_with_its_fields_moved_fails_where_it_is_given() -> None
 
 def test_the_calls_with_many_arguments_take_typed_values() -> None:
     """frame_list reads the exchange and the framer typed (swapped, or a field mistyped, fails
-    naming it); http_scope takes all but the request by name."""
+    naming it); http_scope takes all but the request by name, Environ all its values."""
     request = Request("GET", b"/a", b"/a", b"", "1.1", [])
     framer = ResponseFramer(request)
     ex = _Exchange(framer, SimpleNamespace())  # type: ignore[arg-type]
@@ -162,6 +162,8 @@ def test_the_calls_with_many_arguments_take_typed_values() -> None:
     assert "ExchangeStatus.reason" in causes(mistyped.value)
     with pytest.raises(TypeError):
         _native.http_scope(request, None, None, "http", "", None, None)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        _native.Environ({}, "", "http", "localhost", "80", print)  # type: ignore[misc]
 
 
 class OldClock:

@@ -39,8 +39,9 @@ def native_environ(builder: EnvironBuilder) -> _native.Environ | None:
     if builder.other_secure_headers:
         return None
     try:
-        return _native.Environ(builder.base, builder.root_path, builder.url_scheme, builder.server_name,
-                               builder.server_port, builder.apply_forwarded)  # fmt: skip
+        return _native.Environ(base=builder.base, root_path=builder.root_path, url_scheme=builder.url_scheme,
+                               server_name=builder.server_name, server_port=builder.server_port,
+                               apply_forwarded=builder.apply_forwarded)  # fmt: skip
     except ValueError:
         return None
 
