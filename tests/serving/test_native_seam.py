@@ -1,5 +1,8 @@
-"""The engines read their host, settings, control and refs once, typed (native/src/host.rs): a
-renamed or mistyped field fails when the engine is built, naming the field, not at a request."""
+"""What Rust reads of Python it reads typed, once (native/src/host.rs, http/request.rs, http/parser.rs):
+the engines their host, settings, control, clock and refs when they are built; the native parser
+its Python parser's state after each of its feeds; the Request class where it is given. A renamed
+or mistyped field fails there, naming the field, not at a request; a call of many values takes
+them typed or by name, so none can be given in another's place."""
 
 from __future__ import annotations
 
