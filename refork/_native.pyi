@@ -10,28 +10,31 @@ from typing import Any, Literal, Protocol, TypedDict, final
 
 from refork.http.body import InputStream
 from refork.http.events import Body, EndOfMessage, Event, ParseError, Request
+from refork.http.forwarded import TrustedProxies
 from refork.http.parser import Limits, RequestParser
 from refork.http.proxy_protocol import ProxyPolicy
+from refork.http.response import ResponseFramer as PyResponseFramer
 from refork.serving.connection import RequestEnd, Timeouts
 from refork.serving.contract import HandOverHost, WorkerControl
 from refork.wsgi.files import FileWrapper
 from refork.wsgi.response import Prefetched, _Exchange
 
 __all__ = [
-    "Current", "Engine", "Environ", "HandOver", "Handed", "MemoryBudget", "Parser", "PoolEngine",
-    "ResponseFramer", "SlotWords", "StartResponse", "frame_list", "http_scope", "parse_proxy",
-    "static_cache_remember", "static_cache_reset", "use_status_lines",
+    "AccessLine", "Current", "Engine", "Environ", "HandOver", "Handed", "MemoryBudget", "Parser",
+    "ParserRefs", "PoolEngine", "ResponseFramer", "SlotWords", "StartResponse", "frame_list",
+    "http_scope", "parse_proxy", "static_cache_remember", "static_cache_reset", "use_status_lines",
 ]  # fmt: skip
 
 # a client as the environ has it: (host, port), or None (a unix-socket peer)
 _Client = tuple[str, int] | None
 
 class _Refs(TypedDict):
-    """What the engines call in refork (refork.serving.wsgi.engine_host.refs)."""
+    """What the engines call in refork (refork.serving.wsgi.native_host.refs)."""
 
     current: ContextVar[object | None]
     request_cls: type[Request]
     make_input: Callable[[bytes], InputStream]
+    close_input: Callable[[InputStream], None]
     empty_input: InputStream
     status_cache: dict[str, tuple[int, bytes]]
     header_cache: dict[tuple[str, str], tuple[tuple[bytes, bytes], bool]]
@@ -39,20 +42,14 @@ class _Refs(TypedDict):
     check_header: Callable[[Any], tuple[tuple[bytes, bytes], bool]]
     prefetched: Callable[[list[Any], Iterator[Any] | None, Any, Exception | None], Prefetched]
     file_wrapper: type[FileWrapper]
-    file_span: Callable[[Any], tuple[int, int, int] | None]
+    file_span: Callable[[FileWrapper], tuple[int, int, int] | None]
     closing_failed: Callable[[dict[str, Any], Exception], None]
     hint_response: Callable[[Any], bytes]
-    log_access: Callable[
-        [RequestEnd, Request, str | None, int, int, float, dict[str, Any], list[tuple[bytes, bytes]] | None],
-        None,
-    ]
+    log_access: Callable[[RequestEnd, AccessLine], None]
     log_warning: Callable[[str], None]
     log_error: Callable[[str], None]
     perf_counter: Callable[[], float]
     timeout_response: bytes
-
-class _Poller(Protocol):
-    def fileno(self) -> int: ...
 
 class _HealthPaths(Protocol):
     @property
@@ -84,16 +81,32 @@ class _Settings(Protocol):
     @property
     def read_size(self) -> int: ...
 
+class _AppClock(Protocol):
+    """What the single-thread engine reads of refork.process.slots.AppClock, once, when built."""
+
+    def native_words(self) -> dict[str, Any]: ...
+    def adopt(self, began: float, method: str, path: bytes, blocking: bool = True) -> object: ...
+    def use_engine_request(self, find: Callable[..., Any], /) -> None: ...
+
+class _ClockedControl(WorkerControl, Protocol):
+    """A worker's control with a clock (refork.process.worker.Worker): the single-thread engine then
+    accounts its requests in the worker's slot itself, and calls requests_served(n) when the count
+    reaches what it last returned. A control without `clock` (a test's) has the Python clock."""
+
+    @property
+    def clock(self) -> _AppClock: ...
+    def requests_served(self, requests: int) -> int: ...
+
 class _Host(HandOverHost, Protocol):
     """What both engines read of their host (refork.serving.wsgi.native_host), which owns the Python
     loop, once, when they are built (native/src/host.rs): a missing or mistyped field fails there.
-    They also bind `control.request_started/request_finished/free_threads_address`, and the engine
-    `control.clock` (an AppClock, when it has one) with `control.requests_served`."""
+    They bind `control.request_started/request_finished/free_threads_address`, and the engine
+    `control.clock` with `control.requests_served` when it has them (_ClockedControl)."""
 
     @property
     def app(self) -> Any: ...
     @property
-    def control(self) -> WorkerControl: ...
+    def control(self) -> WorkerControl | _ClockedControl: ...
     @property
     def settings(self) -> _Settings: ...
     @property
@@ -105,7 +118,9 @@ class _Host(HandOverHost, Protocol):
     @property
     def pre_request_hook(self) -> Callable[[Request, dict[str, Any]], object] | None: ...
     @property
-    def poller(self) -> _Poller: ...
+    def poller_fd(self) -> int: ...
+    @property
+    def keep_alive(self) -> bool: ...
 
 class _EngineHost(_Host, Protocol):
     def finish_response(self, hand_over: HandOver, /) -> None: ...
@@ -134,6 +149,26 @@ class Handed:
     @property
     def held(self) -> int:
         """Bytes of the worker's memory budget charged for `data` (given back once read)."""
+
+@final
+class AccessLine:
+    """What the access-log line of an engine's request says (refork.serving.connection.log_access's
+    arguments, by name; made by the engines only)."""
+
+    @property
+    def request(self) -> Request: ...
+    @property
+    def remote(self) -> str | None: ...
+    @property
+    def status(self) -> int: ...
+    @property
+    def length(self) -> int: ...
+    @property
+    def duration(self) -> float: ...
+    @property
+    def environ(self) -> dict[str, Any]: ...
+    @property
+    def response_headers(self) -> list[tuple[bytes, bytes]] | None: ...
 
 @final
 class HandOver:
@@ -167,13 +202,19 @@ class HandOver:
     def rest(self) -> bytes: ...
 
 @final
+class ParserRefs:
+    """What every Parser makes its events with (refork.serving.parsers builds them once)."""
+
+    def __new__(
+        cls, *, python_parser: Callable[[Limits], RequestParser], request: type[Request], body: type[Body],
+        end_of_message: EndOfMessage, parse_error: type[ParseError],
+    ) -> ParserRefs: ...  # fmt: skip
+
+@final
 class Parser:
     """refork.http.parser.RequestParser's contract, httparse on the common shape."""
 
-    def __new__(
-        cls, limits: Limits, slow_factory: Callable[[Limits], RequestParser], request_cls: type[Request],
-        body_cls: type[Body], eom: EndOfMessage, parse_error: type[ParseError],
-    ) -> Parser: ...  # fmt: skip
+    def __new__(cls, limits: Limits, refs: ParserRefs) -> Parser: ...
     def feed(self, data: bytes) -> list[Event]: ...
     def release(self) -> None: ...
     @property
@@ -190,7 +231,7 @@ class Environ:
     """The WSGI environ of one listener's requests (refork.wsgi.EnvironBuilder's rules)."""
 
     def __new__(
-        cls, base: dict[str, Any], root_path: str, url_scheme: str, server_name: str, server_port: str,
+        cls, *, base: dict[str, Any], root_path: str, url_scheme: str, server_name: str, server_port: str,
         apply_forwarded: Callable[[dict[str, Any], list[tuple[bytes, bytes]], _Client], object],
     ) -> Environ: ...  # fmt: skip
     def build(self, request: Request, body: InputStream, client: _Client) -> dict[str, Any]: ...
@@ -317,14 +358,13 @@ class ResponseFramer:
     def end(self) -> bytes: ...
 
 def http_scope(
-    request: Request, server: tuple[str, int | None] | None, client: _Client, scheme: str, root_path: str,
-    state: dict[str, Any] | None, proxies: object,
+    request: Request, *, server: tuple[str, int | None] | None, client: _Client, scheme: str, root_path: str,
+    state: dict[str, Any] | None, proxies: TrustedProxies | None,
 ) -> dict[str, Any] | None: ...  # fmt: skip
 def use_status_lines(status_line: Callable[[int, bytes | None], bytes]) -> None: ...
 def frame_list(
-    code: int, reason: bytes, headers: list[tuple[bytes, bytes]], has_length: bool, result: object,
-    no_body: bool, http11: bool, keep_alive: bool,
-) -> tuple[bytes, int, bool] | None: ...  # fmt: skip
+    exchange: _Exchange, framer: PyResponseFramer, result: object
+) -> tuple[bytes, int, bool] | None: ...
 def parse_proxy(
     data: bytes, mode: str
 ) -> Literal["INCOMPLETE", "NOT_PROXY"] | tuple[str, int, _Client, _Client]: ...

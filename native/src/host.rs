@@ -10,6 +10,7 @@ use pyo3::types::{PyBytes, PyDict};
 use crate::conn::budget::MemoryBudget;
 use crate::conn::sweep::Timeouts;
 use crate::http::head::HeadLimits;
+use crate::http::request::request_class;
 
 /// The engine host: what both engines read of it.
 #[derive(FromPyObject)]
@@ -32,21 +33,19 @@ pub(crate) struct Host {
     #[pyo3(from_py_with = callable)]
     pub finish_response: Py<PyAny>,
     /// the Python loop's epoll fd (the single-thread engine waits on it too)
-    #[pyo3(from_py_with = fileno)]
+    #[pyo3(attribute("poller_fd"))]
     pub poller: i32,
+    /// a response may leave its connection open (False with --keep-alive 0)
+    pub keep_alive: bool,
 }
 
 /// A callable (a method, bound once), else a TypeError.
-fn callable(o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+pub(crate) fn callable(o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
     if o.is_callable() {
         Ok(o.clone().unbind())
     } else {
         Err(pyo3::exceptions::PyTypeError::new_err(format!("{} is not callable", o.get_type().name()?)))
     }
-}
-
-fn fileno(poller: &Bound<'_, PyAny>) -> PyResult<i32> {
-    poller.call_method0(pyo3::intern!(poller.py(), "fileno"))?.extract()
 }
 
 /// refork.serving.settings.ServingSettings: what the engines serve with.
@@ -55,9 +54,6 @@ pub(crate) struct Settings {
     #[pyo3(from_py_with = HeadLimits::from_py)]
     pub limits: HeadLimits,
     pub timeouts: Timeouts,
-    /// refork.serving.connection.Timeouts.keep_alive(False): False with --keep-alive 0
-    #[pyo3(attribute("timeouts"), from_py_with = keeps_alive)]
-    pub keep_alive: bool,
     pub health: Option<HealthPaths>,
     pub proxy: Option<ProxyPolicy>,
     pub inline_body: usize,
@@ -66,10 +62,6 @@ pub(crate) struct Settings {
     pub h2c: bool,
     pub accept_batch: usize,
     pub read_size: usize,
-}
-
-fn keeps_alive(timeouts: &Bound<'_, PyAny>) -> PyResult<bool> {
-    timeouts.call_method1(pyo3::intern!(timeouts.py(), "keep_alive"), (false,))?.extract()
 }
 
 /// refork.serving.health.HealthPaths (--health-path).
@@ -116,6 +108,9 @@ pub(crate) struct AppClock {
     /// adopt(began, method, path, blocking) -> a token for the engine's request in the app
     #[pyo3(from_py_with = callable)]
     pub adopt: Py<PyAny>,
+    /// use_engine_request(current): the engine's Current, how the clock finds that request
+    #[pyo3(from_py_with = callable)]
+    pub use_engine_request: Py<PyAny>,
 }
 
 /// A contextvars.ContextVar's set and reset, bound.
@@ -133,10 +128,14 @@ pub(crate) struct ContextVar {
 pub(crate) struct Refs {
     /// refork.deadlines.current: the request in the app
     pub current: ContextVar,
-    #[pyo3(from_py_with = callable)]
+    /// refork.http.events.Request, its fields checked (http/request.rs: request_class)
+    #[pyo3(from_py_with = request_class)]
     pub request_cls: Py<PyAny>,
     #[pyo3(from_py_with = callable)]
     pub make_input: Py<PyAny>,
+    /// close_input(stream): a stream of make_input's, once its request is answered
+    #[pyo3(from_py_with = callable)]
+    pub close_input: Py<PyAny>,
     pub empty_input: Py<PyAny>,
     pub status_cache: Py<PyDict>,
     pub header_cache: Py<PyDict>,

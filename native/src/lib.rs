@@ -10,13 +10,16 @@
 //!   what they serve and what they hand over (intake.rs), the sweep's deadlines (sweep.rs), the
 //!   read buffer (scratch.rs), the memory budget (budget.rs), the listeners (listen.rs), the
 //!   PROXY protocol header (proxy.rs).
-//! - `http/`: HTTP without WSGI: the head's fast path (head.rs), the Python loop's `Parser`
-//!   (parser.rs), the Host value (host.rs), response framing (frame.rs; the ASGI loop's
-//!   `ResponseFramer`, framer.rs) and its Date line (date.rs).
+//! - `http/`: HTTP without WSGI: the head's fast path (head.rs), the Python loops' `Parser`
+//!   (parser.rs, with its `ParserRefs`), a Python Request read typed (request.rs), the Host value
+//!   (host.rs), response framing (frame.rs; the ASGI loop's `ResponseFramer`, framer.rs), its
+//!   header fields (fields.rs) and its Date line (date.rs).
 //! - `wsgi/`: the WSGI request path both engines share: the environ, start_response, the app
 //!   call (app_call.rs) and its body pulled for framing (body.rs), the request's accounting in the
-//!   worker's slot or by the Python clock (accounting.rs), the access-log line.
-//! - `asgi/`: what the ASGI loop (on asyncio) calls once a request: its http scope.
+//!   worker's slot or by the Python clock (accounting.rs), the access-log line (`AccessLine`,
+//!   access_log.rs).
+//! - `asgi/`: what the ASGI loop (on asyncio) calls once a request: its http scope. (It parses with
+//!   `Parser` and frames with `ResponseFramer` too, from http/.)
 //! - `host.rs`: what both engines read of their Python host, settings, control and refs, typed and
 //!   extracted once when they are built (a renamed field fails there, named).
 //! - `sys/`: the system calls (epoll, sockets, eventfd), as safe functions.
@@ -25,7 +28,7 @@
 //! (refork.serving.wsgi.python_loop), which gives every verdict exactly as it does without the engines.
 //!
 //! `Parser` is a drop-in for `refork.http.parser.RequestParser` (same `feed()` / `in_message`
-//! contract, same events) used by the Python loop: the common shape is read with `httparse` in
+//! contract, same events) used by the Python loops (refork.serving.parsers): the common shape is read with `httparse` in
 //! one pass; anything else goes, from the first byte of that message, to the Python parser. The
 //! fast subset is deliberately narrow (see `http::head::fast_head`): a well-known method, HTTP/1.0
 //! or 1.1, an origin-form target of visible ASCII, CRLF line ends only, printable header values,
@@ -44,6 +47,7 @@ mod pool;
 mod static_files;
 mod sys;
 mod wsgi;
+/// the reader of the shared test vectors (tests/vectors/*.txt)
 #[cfg(test)]
 mod vectors;
 
@@ -51,6 +55,7 @@ mod vectors;
 #[pymodule(gil_used = true)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<http::parser::Parser>()?;
+    m.add_class::<http::parser::ParserRefs>()?;
     m.add_class::<wsgi::environ::Environ>()?;
     m.add_class::<engine::Engine>()?;
     m.add_class::<pool::PoolEngine>()?;
@@ -61,6 +66,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<wsgi::accounting::SlotWords>()?;
     m.add_class::<conn::budget::MemoryBudget>()?;
     m.add_class::<http::framer::ResponseFramer>()?;
+    m.add_class::<wsgi::access_log::AccessLine>()?;
     m.add_function(wrap_pyfunction!(http::frame::frame_list, m)?)?;
     m.add_function(wrap_pyfunction!(conn::proxy::parse_proxy, m)?)?;
     m.add_function(wrap_pyfunction!(http::framer::use_status_lines, m)?)?;

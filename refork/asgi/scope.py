@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -41,15 +40,18 @@ def decode_path(raw: bytes) -> str:
         return raw.decode("utf-8", "replace")
 
 
-def _no_native_scope(*args: Any) -> dict[str, Any] | None:
+def _no_native_scope(
+    request: Request, *, server: tuple[str, int | None] | None, client: tuple[str, int] | None, scheme: str,
+    root_path: str, state: dict[str, Any] | None, proxies: TrustedProxies | None,
+) -> dict[str, Any] | None:  # fmt: skip
     return None
 
 
-# http_scope(request, server, client, scheme, root_path, state, proxies): the scope build_scope
+# http_scope(request, *, server, client, scheme, root_path, state, proxies): the scope build_scope
 # makes, built in one call (refork._native, held to build_scope by tests/asgi/test_native_scope.py);
 # None where build_scope must: a path to percent-decode or beyond ASCII, X-Forwarded-* fields
 # from a trusted peer. The loop calls it first.
-http_scope: Callable[..., dict[str, Any] | None] = _no_native_scope if _native is None else _native.http_scope
+http_scope = _no_native_scope if _native is None else _native.http_scope
 
 
 def build_scope(

@@ -446,6 +446,10 @@ class AppClock:
             "static": STATIC,
         }  # fmt: skip
 
+    def use_engine_request(self, find: Callable[..., InFlight | None]) -> None:
+        """The engine's `engine_request` (its refork._native.Current), set when the engine is built."""
+        self.engine_request = find
+
     def adopt(self, began: float, method: str, path: bytes, blocking: bool = True) -> InFlight | None:
         """Register the engine's request in the app (began at `began`): a token like started()'s,
         without counting it again. None if `blocking` is False and the lock is held."""

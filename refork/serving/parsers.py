@@ -10,6 +10,7 @@ of one Python call per llhttp callback.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -29,11 +30,23 @@ if TYPE_CHECKING:
     AnyRequestParser: TypeAlias = RequestParser | _native.Parser
 
 
+def _refs(python_parser: Callable[[Limits], RequestParser]) -> _native.ParserRefs:
+    return _native.ParserRefs(python_parser=python_parser, request=Request, body=Body, end_of_message=EOM,
+                              parse_error=ParseError)  # fmt: skip
+
+
+# what a native parser makes its events with; the second's Python parser hands a WebSocket off
+_REFS, _HAND_OFF_REFS = (None, None) if _native is None else (
+    _refs(RequestParser), _refs(partial(RequestParser, hand_off_websocket=True))
+)  # fmt: skip
+
+
 def native_parser(limits: Limits, *, hand_off_websocket: bool = False) -> _native.Parser:
     """A refork._native.Parser (the extension must be built). With ``hand_off_websocket`` its Python
     parser stops after a WebSocket handshake and keeps the bytes after it (``upgraded``)."""
-    python = partial(RequestParser, hand_off_websocket=True) if hand_off_websocket else RequestParser
-    return _native.Parser(limits, python, Request, Body, EOM, ParseError)
+    refs = _HAND_OFF_REFS if hand_off_websocket else _REFS
+    assert refs is not None, "refork._native is not built"
+    return _native.Parser(limits, refs)
 
 
 def request_parser(limits: Limits, *, hand_off_websocket: bool = False) -> AnyRequestParser:

@@ -35,7 +35,8 @@ def test_the_native_scope_is_build_scopes(path: bytes) -> None:
         HEADERS, VERSIONS, ROOTS, STATES, PROXIES, PEERS, ["http", "https"]
     ):
         request = Request("GET", path + b"?q=1", path, b"q=1", version, headers, True)
-        got = http_scope(request, server, client, scheme, root, state, proxies)
+        got = http_scope(request, server=server, client=client, scheme=scheme, root_path=root, state=state,
+                         proxies=proxies)  # fmt: skip
         expected = build_scope(request, server=server, client=client, scheme=scheme, root_path=root,
                                proxies=proxies, state=state)  # fmt: skip
         forwarded = proxies is not None and any(n.startswith(b"x-forwarded-") for n, _ in headers)
@@ -52,8 +53,9 @@ def test_the_native_scope_is_build_scopes(path: bytes) -> None:
 def test_each_scope_is_its_own() -> None:
     """An app may write to its scope: nothing in one is shared with the next but the request's own."""
     request = Request("GET", b"/", b"/", b"", "1.1", [(b"host", b"h")], True)
-    first = http_scope(request, None, None, "http", "", {"a": 1}, None)
-    second = http_scope(request, None, None, "http", "", {"a": 1}, None)
+    where: dict[str, Any] = {"server": None, "client": None, "scheme": "http", "root_path": ""}
+    first = http_scope(request, **where, state={"a": 1}, proxies=None)
+    second = http_scope(request, **where, state={"a": 1}, proxies=None)
     assert first is not None and second is not None
     first["asgi"]["version"] = "x"
     first["extensions"]["http.response.trailers"]["x"] = 1

@@ -27,6 +27,7 @@ def test_the_stub_matches_the_built_module(tmp_path: Path) -> None:
 
 SEAM = '''\
 from refork import _native
+from refork.process.worker import Worker
 from refork.serving.wsgi.engine_host import EngineHost
 from refork.serving.wsgi.native_host import refs
 from refork.serving.wsgi.pool_host import PoolHost
@@ -39,10 +40,14 @@ def right(host: EngineHost, pool: PoolHost, engine: _native.Engine, h: _native.H
 
 
 def wrong(host: EngineHost, pool: PoolHost, engine: _native.Engine, h: _native.HandOver) -> None:
-    engine.adopt(str(h.fd), h.client, h.listener_fd, 0.0)  # line 14: an fd is an int
-    host.finish_response(h.fd)  # line 15: one HandOver, not its parts
-    engine.run(1.0)  # line 16: keep_alive missing
-    _native.Engine(pool, [], refs())  # line 17: a pool host is not an engine's host
+    engine.adopt(str(h.fd), h.client, h.listener_fd, 0.0)  # line 15: an fd is an int
+    host.finish_response(h.fd)  # line 16: one HandOver, not its parts
+    engine.run(1.0)  # line 17: keep_alive missing
+    _native.Engine(pool, [], refs())  # line 18: a pool host is not an engine's host
+
+
+def clocked(worker: Worker) -> _native._ClockedControl:
+    return worker  # what the engine reads of a worker's control and its clock
 '''
 
 
@@ -55,4 +60,4 @@ def test_a_wrong_argument_across_the_seam_fails_mypy(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", str(snippet)]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     lines = {int(line.split(":")[1]) for line in out.stdout.splitlines() if ": error:" in line}
-    assert lines == {14, 15, 16, 17}, out.stdout + out.stderr
+    assert lines == {15, 16, 17, 18}, out.stdout + out.stderr

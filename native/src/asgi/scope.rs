@@ -6,11 +6,13 @@ use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 
 use crate::http::request::RequestLine;
 
-/// http_scope(request, server, client, scheme, root_path, state, proxies) -> dict | None
+/// http_scope(request, *, server, client, scheme, root_path, state, proxies) -> dict | None: all but
+/// the request by name, so none can be given in another's place.
 ///
 /// None where refork.asgi.scope.build_scope must build it: a path with `%` or a byte past ASCII
 /// (decoded there), or X-Forwarded-* fields from a trusted peer (`proxies` not None).
 #[pyfunction]
+#[pyo3(signature = (request, *, server, client, scheme, root_path, state, proxies))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn http_scope<'py>(
     py: Python<'py>,

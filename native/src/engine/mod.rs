@@ -101,10 +101,10 @@ impl Engine {
             }
             Some(app_clock) => {
                 let app_clock = app_clock.bind(py);
-                let AppClock { native_words, adopt } = app_clock.extract()?;
+                let AppClock { native_words, adopt, use_engine_request } = app_clock.extract()?;
                 let words = native_words.bind(py).call0()?;
                 let current = Py::new(py, Current::new(adopt))?;
-                app_clock.setattr(pyo3::intern!(py, "engine_request"), current.clone_ref(py))?;
+                use_engine_request.bind(py).call1((current.clone_ref(py),))?;
                 (Some(SlotClock::new(words.cast::<pyo3::types::PyDict>()?)?), Some(current))
             }
             None => (None, None),

@@ -76,7 +76,7 @@ impl Engine {
         }
         self.finish(py, tracking, status)?;
         if !body.is_empty() {
-            input.call_method0(pyo3::intern!(py, "close"))?;
+            self.refs.close_input.bind(py).call1((input,))?;
         }
         if let Some(log) = &self.host.access_log {
             AccessLog { log, log_access: &self.refs.log_access, perf_counter: &self.refs.perf_counter }.write(py, &called, &started, status, length)?;

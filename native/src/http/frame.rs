@@ -12,38 +12,62 @@ pub(crate) const JOIN_LIMIT: usize = 1 << 16;
 /// The whole response to a WSGI app's list/tuple body of bytes, framed as refork.wsgi.response
 /// (_send_result, _Exchange.head) and refork.http.response.ResponseFramer do for it, or None
 /// for any case it does not take (the Python path then frames it; nothing was sent):
-/// frame_list(code, reason, headers, has_length, result, no_body, http11, keep_alive)
-///   -> (bytes, body_bytes, keep_alive) | None
+/// frame_list(exchange, framer, result) -> (bytes, body_bytes, keep_alive) | None: `exchange`
+/// a refork.wsgi.response._Exchange start_response was called on, `framer` its ResponseFramer.
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn frame_list<'py>(
     py: Python<'py>,
-    code: u32,
-    reason: &[u8],
-    headers: &Bound<'py, PyList>,
-    has_length: bool,
+    exchange: ExchangeStatus<'py>,
+    framer: FramerState,
     result: &Bound<'py, PyAny>,
-    no_body: bool,
-    http11: bool,
-    keep_alive: bool,
 ) -> PyResult<Option<(Bound<'py, PyBytes>, usize, bool)>> {
-    Ok(frame_response(py, code, reason, headers, has_length, result, no_body, http11, keep_alive)?
-        .map(|(out, total, keep)| (PyBytes::new(py, &out), total, keep)))
+    let status = Status { code: exchange.code, reason: exchange.reason.as_bytes(), headers: &exchange.headers, has_length: exchange.has_length };
+    let framing = Framing { no_body: framer.no_body, http11: !framer.http10, keep_alive: framer.keep_alive };
+    Ok(frame_response(py, &status, result, framing)?.map(|(out, total, keep)| (PyBytes::new(py, &out), total, keep)))
+}
+
+/// What a refork.wsgi.response._Exchange holds once start_response was called.
+#[derive(FromPyObject)]
+pub(crate) struct ExchangeStatus<'py> {
+    code: u32,
+    reason: Bound<'py, PyBytes>,
+    headers: Bound<'py, PyList>,
+    has_length: bool,
+}
+
+/// What a refork.http.response.ResponseFramer decided of a response from its request.
+#[derive(FromPyObject)]
+pub(crate) struct FramerState {
+    no_body: bool,
+    http10: bool,
+    keep_alive: bool,
+}
+
+/// What start_response set: the status, the app's headers (checked), one of them Content-Length.
+pub(crate) struct Status<'a, 'py> {
+    pub code: u32,
+    pub reason: &'a [u8],
+    pub headers: &'a Bound<'py, PyList>,
+    pub has_length: bool,
+}
+
+/// How a response goes out: without a body (HEAD), to HTTP/1.1, keeping its connection.
+#[derive(Clone, Copy)]
+pub(crate) struct Framing {
+    pub no_body: bool,
+    pub http11: bool,
+    pub keep_alive: bool,
 }
 
 /// frame_list's work: the response bytes, the body length and whether to keep the connection.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn frame_response<'py>(
     py: Python<'py>,
-    code: u32,
-    reason: &[u8],
-    headers: &Bound<'py, PyList>,
-    has_length: bool,
+    status: &Status<'_, 'py>,
     result: &Bound<'py, PyAny>,
-    no_body: bool,
-    http11: bool,
-    keep_alive: bool,
+    framing: Framing,
 ) -> PyResult<Option<(Vec<u8>, usize, bool)>> {
+    let Status { code, reason, headers, has_length } = *status;
+    let Framing { no_body, http11, keep_alive } = framing;
     if !(200..=999).contains(&code) || code == 204 || code == 304 {
         return Ok(None);
     }
@@ -131,7 +155,9 @@ mod tests {
                 headers.append((PyBytes::new(py, n.as_bytes()), PyBytes::new(py, v.as_bytes()))).unwrap();
             }
             let items = PyList::new(py, body.iter().map(|b| PyBytes::new(py, b))).unwrap();
-            let framed = frame_response(py, code, b"OK", &headers, has_length, items.as_any(), no_body, http11, keep).unwrap();
+            let status = Status { code, reason: b"OK", headers: &headers, has_length };
+            let framing = Framing { no_body, http11, keep_alive: keep };
+            let framed = frame_response(py, &status, items.as_any(), framing).unwrap();
             framed.map(|(bytes, total, keep)| (masked(&bytes), total, keep))
         })
     }
@@ -220,7 +246,7 @@ mod tests {
         Python::initialize();
         Python::attach(|py| {
             let headers = PyList::empty(py);
-            let frame = |result: &Bound<'_, PyAny>| frame_response(py, 200, b"OK", &headers, false, result, false, true, true).unwrap().map(|(_, total, _)| total);
+            let frame = |result: &Bound<'_, PyAny>| frame_response(py, &Status { code: 200, reason: b"OK", headers: &headers, has_length: false }, result, Framing { no_body: false, http11: true, keep_alive: true }).unwrap().map(|(_, total, _)| total);
             let tuple = PyTuple::new(py, [PyBytes::new(py, b"ab"), PyBytes::new(py, b"c")]).unwrap();
             assert_eq!(frame(tuple.as_any()), Some(3));
             let with_str = PyList::new(py, [PyBytes::new(py, b"ab").into_any(), pyo3::types::PyString::new(py, "c").into_any()]).unwrap();
@@ -257,7 +283,8 @@ mod tests {
                 let items = PyList::new(py, body.iter().map(|b| PyBytes::new(py, b))).unwrap();
                 let (no_body, http11, keep) = (request[0] == "HEAD", request[1] == "1.1", request[2] == "keep");
                 let code = row[1].parse().unwrap();
-                frame_response(py, code, reason.as_bytes(), &headers, has_length, items.as_any(), no_body, http11, keep).unwrap()
+                let status = Status { code, reason: reason.as_bytes(), headers: &headers, has_length };
+                frame_response(py, &status, items.as_any(), Framing { no_body, http11, keep_alive: keep }).unwrap()
             });
             match framed {
                 None => assert_eq!(row[4], "error", "{row:?}"),

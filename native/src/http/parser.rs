@@ -3,9 +3,11 @@
 //! Python face of a head (its method as an interned str, its refork.http.events.Request).
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
 
 use super::head::{fast_head, Head, HeadLimits};
+use super::request::{request_class, KeepAlive};
+use crate::host::callable;
 
 pub(crate) fn fast_method<'py>(py: Python<'py>, m: &str) -> Option<&'py Bound<'py, PyString>> {
     Some(match m {
@@ -20,6 +22,69 @@ pub(crate) fn fast_method<'py>(py: Python<'py>, m: &str) -> Option<&'py Bound<'p
     })
 }
 
+/// What every Parser makes its events with, built once (refork.serving.parsers): keyword-only,
+/// so no two of them can be swapped.
+#[pyclass(module = "refork._native", frozen)]
+pub struct ParserRefs {
+    /// python_parser(limits) -> the refork.http.parser.RequestParser of a message the fast path
+    /// does not take
+    python_parser: Py<PyAny>,
+    request: Py<PyAny>,
+    body: Py<PyAny>,
+    end_of_message: Py<PyAny>,
+    parse_error: Py<PyAny>,
+}
+
+#[pymethods]
+impl ParserRefs {
+    #[new]
+    #[pyo3(signature = (*, python_parser, request, body, end_of_message, parse_error))]
+    fn new(
+        python_parser: &Bound<'_, PyAny>,
+        request: &Bound<'_, PyType>,
+        body: &Bound<'_, PyType>,
+        end_of_message: Py<PyAny>,
+        parse_error: &Bound<'_, PyType>,
+    ) -> PyResult<Self> {
+        Ok(ParserRefs {
+            python_parser: callable(python_parser)?,
+            request: request_class(request)?,
+            body: body.clone().into_any().unbind(),
+            end_of_message,
+            parse_error: parse_error.clone().into_any().unbind(),
+        })
+    }
+}
+
+/// A refork.http.parser.RequestParser, its methods bound once when it is made.
+struct PythonParser {
+    parser: Py<PyAny>,
+    bound: ParserMethods,
+}
+
+#[derive(FromPyObject)]
+struct ParserMethods {
+    #[pyo3(from_py_with = callable)]
+    feed: Py<PyAny>,
+    #[pyo3(from_py_with = callable)]
+    release: Py<PyAny>,
+}
+
+/// A RequestParser's state, read after each of its feeds (it changes only then).
+#[derive(FromPyObject, Default)]
+struct PythonParserState {
+    in_message: bool,
+    buffered: usize,
+    head_held: usize,
+    upgraded: Option<Py<PyBytes>>,
+}
+
+/// The refork.http.events.ParseError raised: the requests it completed before the bad bytes.
+#[derive(FromPyObject)]
+struct ParseErrorEvents<'py> {
+    events: Bound<'py, PyList>,
+}
+
 #[pyclass(module = "refork._native")]
 pub struct Parser {
     head_limits: HeadLimits,
@@ -27,16 +92,15 @@ pub struct Parser {
     keep_alive: bool,
     closed: bool,
     /// The Python RequestParser of a message the fast path does not take (None: fast path).
-    slow: Option<Py<PyAny>>,
-    slow_factory: Py<PyAny>,
+    slow: Option<PythonParser>,
+    /// its state after its last feed (the default on the fast path)
+    state: PythonParserState,
     limits: Py<PyAny>,
-    request_cls: Py<PyAny>,
-    body_cls: Py<PyAny>,
-    eom: Py<PyAny>,
-    parse_error: Py<PyAny>,
+    refs: Py<ParserRefs>,
 }
 
-/// The refork.http.events.Request of a fast head (`cls` is that class).
+/// The refork.http.events.Request of a fast head (`cls` is that class, its fields given in order:
+/// checked once by request.rs's request_class).
 pub(crate) fn request_object<'py>(py: Python<'py>, cls: &Bound<'py, PyAny>, head: &Head) -> PyResult<Bound<'py, PyAny>> {
     let method = fast_method(py, head.method).expect("a fast method").clone();
     let target = head.target;
@@ -75,51 +139,51 @@ pub(crate) fn request_object<'py>(py: Python<'py>, cls: &Bound<'py, PyAny>, head
 
 impl Parser {
     fn request<'py>(&self, py: Python<'py>, head: &Head) -> PyResult<Bound<'py, PyAny>> {
-        request_object(py, self.request_cls.bind(py), head)
+        request_object(py, self.refs.get().request.bind(py), head)
+    }
+
+    /// Feed the Python parser; its state is read after each feed.
+    fn python_feed<'py>(&mut self, py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        let slow = self.slow.as_ref().expect("a Python parser");
+        let got = slow.bound.feed.bind(py).call1((PyBytes::new(py, data),));
+        // (after an error too: the loop answers it, then asks)
+        self.state = slow.parser.bind(py).extract()?;
+        got
     }
 
     /// Hand `data` (from a message boundary) to a Python parser; its events join `events`.
     fn feed_slow(&mut self, py: Python<'_>, data: &[u8], events: &Bound<'_, PyList>) -> PyResult<()> {
-        let slow = match &self.slow {
-            Some(p) => p.clone_ref(py),
-            None => {
-                let p = self.slow_factory.bind(py).call1((self.limits.bind(py),))?.unbind();
-                self.slow = Some(p.clone_ref(py));
-                p
-            }
-        };
-        let slow = slow.bind(py);
-        let got = match slow.call_method1(pyo3::intern!(py, "feed"), (PyBytes::new(py, data),)) {
+        if self.slow.is_none() {
+            let refs = self.refs.get();
+            let parser = refs.python_parser.bind(py).call1((self.limits.bind(py),))?;
+            self.slow = Some(PythonParser { bound: parser.extract()?, parser: parser.unbind() });
+        }
+        let got = match self.python_feed(py, data) {
             Ok(got) => got,
             Err(err) => {
                 // the requests completed before the bad bytes are answered first: ours, then its own
-                if err.is_instance(py, self.parse_error.bind(py)) && events.len() > 0 {
-                    let exc = err.value(py);
-                    let before = exc.getattr(pyo3::intern!(py, "events"))?;
-                    let all = PyList::empty(py);
-                    for e in events.iter() {
-                        all.append(e)?;
+                if err.is_instance(py, self.refs.get().parse_error.bind(py)) && events.len() > 0 {
+                    let before: ParseErrorEvents = err.value(py).extract()?;
+                    for (i, e) in events.iter().enumerate() {
+                        before.events.insert(i, e)?;
                     }
-                    for e in before.try_iter()? {
-                        all.append(e?)?;
-                    }
-                    exc.setattr(pyo3::intern!(py, "events"), all)?;
                 }
                 return Err(err);
             }
         };
         let mut keeps = true;
+        let request_cls = self.refs.get().request.bind(py);
         for e in got.try_iter()? {
             let e = e?;
-            if e.is_instance(self.request_cls.bind(py))? {
-                keeps &= e.getattr(pyo3::intern!(py, "keep_alive"))?.is_truthy()?;
+            if e.is_instance(request_cls)? {
+                keeps &= e.extract::<KeepAlive>()?.keep_alive;
             }
             events.append(e)?;
         }
         if !keeps {
             self.closed = true; // it ignores what follows a closing request: keep it to say so
-        } else if !slow.getattr(pyo3::intern!(py, "in_message"))?.is_truthy()? {
-            if slow.getattr(pyo3::intern!(py, "upgraded"))?.is_none() {
+        } else if !self.state.in_message {
+            if self.state.upgraded.is_none() {
                 self.slow = None; // between requests: back to the fast path
             } else {
                 self.closed = true; // a WebSocket handshake handed off: it keeps the bytes after it
@@ -131,30 +195,19 @@ impl Parser {
 
 #[pymethods]
 impl Parser {
-    /// Parser(limits, slow_factory, request_cls, body_cls, eom, parse_error): `limits` is a
-    /// refork.http.head.Limits, `slow_factory(limits)` makes the Python RequestParser.
+    /// Parser(limits, refs): `limits` is a refork.http.head.Limits, `refs` what it makes its
+    /// events with.
     #[new]
-    fn new(
-        py: Python<'_>,
-        limits: Py<PyAny>,
-        slow_factory: Py<PyAny>,
-        request_cls: Py<PyAny>,
-        body_cls: Py<PyAny>,
-        eom: Py<PyAny>,
-        parse_error: Py<PyAny>,
-    ) -> PyResult<Self> {
+    fn new(py: Python<'_>, limits: Py<PyAny>, refs: Py<ParserRefs>) -> PyResult<Self> {
         Ok(Parser {
             head_limits: HeadLimits::from_py(limits.bind(py))?,
             body_left: 0,
             keep_alive: true,
             closed: false,
             slow: None,
-            slow_factory,
+            state: PythonParserState::default(),
             limits,
-            request_cls,
-            body_cls,
-            eom,
-            parse_error,
+            refs,
         })
     }
 
@@ -162,8 +215,9 @@ impl Parser {
     /// (refork.http.parser.RequestParser.release); feed() returns nothing from now on.
     fn release(&mut self, py: Python<'_>) -> PyResult<()> {
         if let Some(p) = self.slow.take() {
-            p.bind(py).call_method0(pyo3::intern!(py, "release"))?;
+            p.bound.release.bind(py).call0()?;
         }
+        self.state = PythonParserState::default();
         self.closed = true;
         self.body_left = 0;
         Ok(())
@@ -171,43 +225,28 @@ impl Parser {
 
     /// True from the first byte of a request until its EndOfMessage.
     #[getter]
-    fn in_message(&self, py: Python<'_>) -> PyResult<bool> {
-        if self.body_left > 0 {
-            return Ok(true);
-        }
-        match &self.slow {
-            Some(p) => p.bind(py).getattr(pyo3::intern!(py, "in_message"))?.is_truthy(),
-            None => Ok(false),
-        }
+    fn in_message(&self) -> bool {
+        self.body_left > 0 || self.state.in_message
     }
 
     /// What the Python parser of a message in progress holds of it (refork.http.parser's
     /// `buffered`); the fast path holds nothing between reads.
     #[getter]
-    fn buffered(&self, py: Python<'_>) -> PyResult<usize> {
-        match &self.slow {
-            Some(p) => p.bind(py).getattr(pyo3::intern!(py, "buffered"))?.extract(),
-            None => Ok(0),
-        }
+    fn buffered(&self) -> usize {
+        self.state.buffered
     }
 
     /// Bytes of the head in progress (refork.http.parser's `head_held`).
     #[getter]
-    fn head_held(&self, py: Python<'_>) -> PyResult<usize> {
-        match &self.slow {
-            Some(p) => p.bind(py).getattr(pyo3::intern!(py, "head_held"))?.extract(),
-            None => Ok(0),
-        }
+    fn head_held(&self) -> usize {
+        self.state.head_held
     }
 
     /// After a WebSocket handshake (a Python parser made with `hand_off_websocket`): the bytes
     /// that followed its head (refork.http.parser's `upgraded`); None before.
     #[getter]
-    fn upgraded<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        match &self.slow {
-            Some(p) => p.bind(py).getattr(pyo3::intern!(py, "upgraded")),
-            None => Ok(py.None().into_bound(py)),
-        }
+    fn upgraded(&self, py: Python<'_>) -> Option<Py<PyBytes>> {
+        self.state.upgraded.as_ref().map(|b| b.clone_ref(py))
     }
 
     /// Parse more bytes; return the events they complete, in order (ParseError as the Python parser).
@@ -215,8 +254,7 @@ impl Parser {
         let events = PyList::empty(py);
         if self.slow.is_some() {
             if self.closed {
-                let p = self.slow.as_ref().expect("slow").clone_ref(py);
-                return Ok(p.bind(py).call_method1("feed", (PyBytes::new(py, data),))?.cast_into()?);
+                return Ok(self.python_feed(py, data)?.cast_into()?);
             }
             self.feed_slow(py, data, &events)?;
             return Ok(events);
@@ -228,11 +266,11 @@ impl Parser {
         while at < data.len() {
             if self.body_left > 0 {
                 let take = (self.body_left as usize).min(data.len() - at);
-                events.append(self.body_cls.bind(py).call1((PyBytes::new(py, &data[at..at + take]),))?)?;
+                events.append(self.refs.get().body.bind(py).call1((PyBytes::new(py, &data[at..at + take]),))?)?;
                 at += take;
                 self.body_left -= take as u64;
                 if self.body_left == 0 {
-                    events.append(self.eom.bind(py))?;
+                    events.append(self.refs.get().end_of_message.bind(py))?;
                     if !self.keep_alive {
                         self.closed = true;
                         break;
@@ -249,7 +287,7 @@ impl Parser {
                     match head.content_length {
                         Some(n) if n > 0 => self.body_left = n,
                         _ => {
-                            events.append(self.eom.bind(py))?;
+                            events.append(self.refs.get().end_of_message.bind(py))?;
                             if !head.keep_alive {
                                 self.closed = true;
                                 break;

@@ -308,7 +308,7 @@ impl PoolEngine {
             threads: settings.threads,
             full: AtomicBool::new(false),
             free_elsewhere: host.control.free_threads_address.bind(py).call0()?.extract()?,
-            keep_alive: AtomicBool::new(settings.keep_alive),
+            keep_alive: AtomicBool::new(host.keep_alive),
             open: AtomicUsize::new(0),
             in_app: Mutex::new(Vec::new()),
             intake,

@@ -93,7 +93,7 @@ impl PoolEngine {
         };
         tracking.finish(control, current, status)?;
         if !body.is_empty() {
-            input.call_method0(pyo3::intern!(py, "close"))?;
+            side.refs.close_input.bind(py).call1((input,))?;
         }
         logged?;
         Ok((Answer::Send { bytes, keep }, used))

@@ -11,7 +11,7 @@ use super::body::Body;
 use super::environ::{Environ, Parts};
 use super::start_response::{Hooks, StartResponse};
 use crate::conn::{Conn, FileBody};
-use crate::http::frame::frame_response;
+use crate::http::frame::{frame_response, Framing, Status};
 use crate::http::head::Head;
 use crate::http::parser::fast_method;
 
@@ -182,7 +182,9 @@ impl<'py> AppCall<'_, 'py> {
         let reason = s.reason.as_ref().expect("set with code").bind(py).as_bytes();
         let headers = s.headers.as_ref().expect("set with code").bind(py);
         let keep = head.keep_alive && self.keep_alive;
-        Ok(frame_response(py, s.code, reason, headers, s.has_length, items, head.method == "HEAD", head.http11, keep)?
+        let status = Status { code: s.code, reason, headers, has_length: s.has_length };
+        let framing = Framing { no_body: head.method == "HEAD", http11: head.http11, keep_alive: keep };
+        Ok(frame_response(py, &status, items, framing)?
             .map(|(bytes, total, keep)| (s.code, bytes, total, keep)))
     }
 }

@@ -9,7 +9,7 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 use super::app_call::{AppCall, Framed};
 use super::start_response::StartResponse;
 use crate::conn::FileBody;
-use crate::http::frame::{frame_response, JOIN_LIMIT};
+use crate::http::frame::{frame_response, Framing, Status, JOIN_LIMIT};
 use crate::http::head::Head;
 
 impl<'py> AppCall<'_, 'py> {
@@ -24,7 +24,7 @@ impl<'py> AppCall<'_, 'py> {
         }
         let s = sr.borrow();
         let Some(declared) = declared_length(&s, py) else { return Ok(None) };
-        let span = hooks.file_span.bind(py).call1((result.getattr(pyo3::intern!(py, "filelike"))?,))?;
+        let span = hooks.file_span.bind(py).call1((result,))?;
         let Some((fd, offset, remaining)) = span.extract::<Option<(i32, i64, usize)>>()? else { return Ok(None) };
         if declared > remaining {
             return Ok(None); // (the Python path's error: the file ends before its length)
@@ -34,7 +34,9 @@ impl<'py> AppCall<'_, 'py> {
         let keep = head.keep_alive && self.keep_alive;
         let empty = PyList::empty(py);
         // framed as a HEAD response is: the head alone, with the app's Content-Length
-        let Some((bytes, _, keep)) = frame_response(py, s.code, reason, headers, true, empty.as_any(), true, head.http11, keep)? else {
+        let status = Status { code: s.code, reason, headers, has_length: true };
+        let framing = Framing { no_body: true, http11: head.http11, keep_alive: keep };
+        let Some((bytes, _, keep)) = frame_response(py, &status, empty.as_any(), framing)? else {
             return Ok(None);
         };
         let file = FileBody { fd, offset, remaining: declared, owner: result.clone().unbind() };

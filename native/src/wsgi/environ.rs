@@ -72,9 +72,10 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 #[pymethods]
 impl Environ {
-    /// Environ(base, root_path, url_scheme, server_name, server_port, apply_forwarded): root_path
-    /// latin-1 encodable.
+    /// Environ(*, base, root_path, url_scheme, server_name, server_port, apply_forwarded): by name,
+    /// so no two of its strings can be swapped; root_path latin-1 encodable.
     #[new]
+    #[pyo3(signature = (*, base, root_path, url_scheme, server_name, server_port, apply_forwarded))]
     fn new(
         base: Bound<'_, PyDict>,
         root_path: &str,

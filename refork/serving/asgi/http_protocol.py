@@ -369,8 +369,9 @@ class HttpProtocol(asyncio.Protocol):
         srv.in_flight += 1
         cycle.token = srv.control.request_started(cycle.request.method, cycle.request.path)
         proxies = srv.proxies if self.trusted else None
-        scope = http_scope(cycle.request, self.server_addr, self.client_addr, self.scheme, srv.root_path,
-                           srv.lifespan.state, proxies) or build_scope(
+        scope = http_scope(cycle.request, server=self.server_addr, client=self.client_addr,
+                           scheme=self.scheme, root_path=srv.root_path, state=srv.lifespan.state,
+                           proxies=proxies) or build_scope(
             cycle.request,
             server=self.server_addr,
             client=self.client_addr,

@@ -28,7 +28,6 @@ from refork.http.response import ResponseFramer, simple_response
 from refork.serving.connection import Phase, RequestEnd, log_access
 from refork.serving.contract import WorkerControl
 from refork.serving.outbox import Outbox
-from refork.serving.poller import Poller
 from refork.serving.settings import ServingSettings
 from refork.serving.wsgi.app_threads import AppThreads
 from refork.serving.wsgi.conn import Conn
@@ -49,12 +48,27 @@ def _memory_input(data: bytes) -> InputStream:
     return InputStream(io.BytesIO(data), len(data))
 
 
+def _close_input(stream: InputStream) -> None:
+    stream.close()
+
+
+def _log_access(access_log: RequestEnd, line: _native.AccessLine) -> None:
+    log_access(access_log, request=line.request, remote=line.remote, status=line.status,
+               length=line.length, duration=line.duration, environ=line.environ,
+               response_headers=line.response_headers)  # fmt: skip
+
+
+def _wrapper_span(wrapper: FileWrapper) -> tuple[int, int, int] | None:
+    return file_span(wrapper.filelike)
+
+
 def refs() -> _Refs:
     """What the engine calls in refork (its own copy of nothing: the same caches and checks)."""
     return {
         "current": deadlines.current,
         "request_cls": Request,
         "make_input": _memory_input,
+        "close_input": _close_input,
         "empty_input": EMPTY_INPUT,
         "status_cache": wsgi_response._STATUS_CACHE,
         "header_cache": wsgi_response._HEADER_CACHE,
@@ -62,10 +76,10 @@ def refs() -> _Refs:
         "check_header": wsgi_response.check_header,
         "prefetched": wsgi_response.Prefetched,
         "file_wrapper": FileWrapper,
-        "file_span": file_span,
+        "file_span": _wrapper_span,
         "closing_failed": wsgi_response.closing_failed,
         "hint_response": wsgi_response.hint_response,
-        "log_access": log_access,
+        "log_access": _log_access,
         "log_warning": log.warning,
         "log_error": log.error,
         "perf_counter": time.perf_counter,
@@ -111,8 +125,14 @@ class NativeHost:
         return self.loop.access_log
 
     @property
-    def poller(self) -> Poller:
-        return self.loop.poller
+    def poller_fd(self) -> int:
+        """The Python loop's epoll fd: the single-thread engine waits on it too."""
+        return self.loop.poller.fileno()
+
+    @property
+    def keep_alive(self) -> bool:
+        """A response may leave its connection open (not with --keep-alive 0)."""
+        return self.settings.timeouts.keep_alive(False)
 
     # what the engines answer a refused PROXY header with (native/src/conn/proxy.rs; settings.proxy)
     proxy_responses = (simple_response(400), simple_response(403))

@@ -39,8 +39,9 @@ def native_environ(builder: EnvironBuilder) -> _native.Environ | None:
     if builder.other_secure_headers:
         return None
     try:
-        return _native.Environ(builder.base, builder.root_path, builder.url_scheme, builder.server_name,
-                               builder.server_port, builder.apply_forwarded)  # fmt: skip
+        return _native.Environ(base=builder.base, root_path=builder.root_path, url_scheme=builder.url_scheme,
+                               server_name=builder.server_name, server_port=builder.server_port,
+                               apply_forwarded=builder.apply_forwarded)  # fmt: skip
     except ValueError:
         return None
 
@@ -73,8 +74,7 @@ def _frame_natively(ex: _Exchange, framer: ResponseFramer, result: Any, request:
     kind = type(result)
     if not ((kind is list or kind is tuple) and ex.code and not ex.head_sent):
         return False
-    framed = _native.frame_list(ex.code, ex.reason, ex.headers, ex.has_length, result, framer.no_body,
-                                request.http_version != "1.0", framer.keep_alive)  # fmt: skip
+    framed = _native.frame_list(ex, framer, result)
     if framed is None:
         return False
     data, framer.body_bytes, framer.keep_alive = framed
