@@ -5,10 +5,11 @@ these rules instead of spelling them out themselves:
 
 - **Timeouts**, judged by :meth:`Timeouts.expiry` once a second (no timer per request):
   an idle keep-alive connection is closed after ``keepalive`` (0: each response closes its connection,
-  :meth:`Timeouts.keep_alive`); a request head must arrive within
-  ``header_timeout`` of its first byte; a request body within ``body_timeout`` of the end of its
-  head, extended by one second per ``body_min_rate`` bytes received (Apache mod_reqtimeout's
-  design: a total, so a trickle does not re-arm it, yet a big honest upload is never cut); both
+  :meth:`Timeouts.keep_alive`, and a new one waits ``header_timeout`` for its first request); a
+  request head must arrive within ``header_timeout`` of its first byte; a request body within
+  ``body_timeout`` of the end of its head, extended by one second per ``body_min_rate`` bytes
+  received (Apache mod_reqtimeout's design: a total, so a trickle does not re-arm it, yet a big
+  honest upload is never cut); both
   answer 408 and close. A response write that makes no progress for ``write_timeout`` cuts the
   connection. None of this is the worker's ``--timeout``: that one measures time *in the app*
   only (see :class:`refork.process.slots.AppClock`), so a slow client costs its own connection
@@ -85,6 +86,11 @@ class Timeouts:
         (`stopping`: drains), never with ``keepalive`` 0 (gunicorn's ``--keep-alive 0``)."""
         return self.keepalive > 0 and not stopping
 
+    def idle_limit(self, fresh: bool) -> float:
+        """How long a connection may wait for its next request: ``keepalive``; with ``keepalive`` 0
+        (no reuse) a `fresh` one (no byte yet) still gets ``header`` for its first, as HTTP/2's does."""
+        return self.header if fresh and not self.keepalive else self.keepalive
+
     def drain_until(self, now: float) -> float:
         """When a worker that starts draining now closes its idle connections."""
         return now + min(self.keepalive, DRAIN_GRACE)
@@ -100,7 +106,7 @@ class Timeouts:
         """
         if phase is Phase.IDLE:  # a fresh connection (no byte yet) keeps its clock through a drain:
             # its client sent no request before the stop and may be about to; it is owed an answer
-            if now - since > self.keepalive or (drain_until and now >= drain_until and not fresh):
+            if now - since > self.idle_limit(fresh) or (drain_until and now >= drain_until and not fresh):
                 return Expiry.CLOSE
             return Expiry.NONE
         if phase is Phase.HEAD:

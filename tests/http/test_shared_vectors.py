@@ -31,8 +31,9 @@ def _unescape(field: str) -> str:
 
 @pytest.mark.parametrize("row", rows("sweep.txt"), ids=" | ".join)
 def test_the_deadline_verdicts(row):
-    phase, age, received, min_rate, fresh, drain, verdict = row
-    t = Timeouts(header=10.0, body=20.0, write=30.0, keepalive=5.0, body_min_rate=float(min_rate))
+    phase, age, received, min_rate, keepalive, fresh, drain, verdict = row
+    t = Timeouts(header=10.0, body=20.0, write=30.0, keepalive=float(keepalive),
+                 body_min_rate=float(min_rate))
     since = NOW - float(age)
     if phase == "writing":  # (a blocked write's clock: write_stalled)
         got = "write-timeout" if t.write_stalled(since, NOW) else "none"

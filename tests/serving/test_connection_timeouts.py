@@ -14,7 +14,7 @@ from support.request_paths import connect, flags, over_http11_only
 
 from refork.config import Config
 from refork.http.parser import Limits
-from refork.serving.connection import Expiry, Phase, Timeouts, request_limits
+from refork.serving.connection import TICK, Expiry, Phase, Timeouts, request_limits
 
 APPS = {"wsgi": "apps.timeouts:wsgi_app", "asgi": "apps.timeouts:asgi_app"}
 
@@ -97,11 +97,15 @@ def _response(sock: socket.socket) -> tuple[bytes, bytes]:
 
 @over_http11_only("HTTP/2 closes a connection --keepalive after its last stream (test_promises_http2.py)")
 def test_keepalive_0_closes_each_connection_right_after_its_response(start_server, path):
-    """--keepalive 0 (gunicorn's --keep-alive 0): a keep-alive request's response says
+    """--keepalive 0 (gunicorn's --keep-alive 0), over HTTP/1.1 on every path's listener (HTTP/2's
+    idle connections: test_promises_http2.py): a keep-alive request's response says
     ``Connection: close`` and its connection ends at once (EOF, never a reset), not at the next
-    once-a-second sweep; each of a few tries would land within 0.3 s of a sweep only by chance."""
+    once-a-second sweep (each of a few tries would land within 0.3 s of a sweep only by chance);
+    a new connection is not idle-closed before its first request (it has --header-timeout)."""
     chosen, app = flags(path, "apps.promises")
     server = start_server(*chosen, "--keepalive", "0", app=app, workers=1)
+    slow = connect(path, server.port)  # its request is sent after a sweep or more
+    opened = time.monotonic()
     for url in ("/", "/", "/", "/big?3000000"):  # the whole response in one send, and a written-on one
         with connect(path, server.port) as sock:
             sock.sendall(f"GET {url} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
@@ -121,6 +125,12 @@ def test_keepalive_0_closes_each_connection_right_after_its_response(start_serve
             sock.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
             head, body = _response(sock)
             assert len(body) == length and sock.recv(1) == b"", (url, head)
+    with slow:
+        time.sleep(max(0.0, opened + 2 * TICK - time.monotonic()))  # (the input) a client slower than a sweep
+        slow.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        head, _ = _response(slow)
+        assert head.startswith(b"HTTP/1.1 200 ") and b"\r\nconnection: close" in head.lower(), head
+        assert slow.recv(1) == b""
 
 
 @over_http11_only("HTTP/2 ends a connection with GOAWAY, not Connection: close")
