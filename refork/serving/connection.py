@@ -127,12 +127,15 @@ def log_write_timeout(timeout: float, client: object, request: Request | None, c
     """The line an operator needs when a client stopped reading: who, which request, what was cut
     (the connection, or an HTTP/2 stream only)."""
     what = f"{request.method} {request.target.decode('latin-1')}" if request is not None else "-"
-    log.warning("write timeout: %s stopped reading %s for %.1f s; %s", _peer(client), what, timeout, cut)
+    log.warning("write timeout: %s stopped reading %s for %.1f s; %s", peer_text(client), what, timeout, cut)
 
 
-def _peer(client: object) -> str:
+def peer_text(client: object) -> str:
+    """A loop's client tuple as the log lines name it (tests/vectors/peer.txt; the engines' twin:
+    native conn/mod.rs peer_text): host:port, [host]:port for IPv6, or a unix-socket client."""
     if isinstance(client, tuple) and len(client) >= 2:
-        return f"{client[0]}:{client[1]}"
+        host = str(client[0])
+        return f"[{host}]:{client[1]}" if ":" in host else f"{host}:{client[1]}"
     return "a unix-socket client"
 
 

@@ -10,7 +10,7 @@ from support import paths
 
 from refork.http.events import Request
 from refork.http.response import ResponseFramer
-from refork.serving.connection import Expiry, Phase, Timeouts
+from refork.serving.connection import Expiry, Phase, Timeouts, peer_text
 
 VECTORS = paths.TESTS / "vectors"
 NOW = 1000.0
@@ -42,6 +42,12 @@ def test_the_deadline_verdicts(row):
         expiry = t.expiry(Phase[phase.upper()], since, NOW, drain_until, int(received), fresh == "yes")
         got = {Expiry.NONE: "none", Expiry.CLOSE: "close", Expiry.REQUEST_TIMEOUT: "request-timeout"}[expiry]
     assert got == verdict
+
+
+@pytest.mark.parametrize("row", rows("peer.txt"), ids=" | ".join)
+def test_the_peer_text(row):
+    host, port, text = row
+    assert peer_text(None if host == "-" else (host, int(port))) == text
 
 
 @pytest.mark.parametrize("row", rows("date.txt"), ids=" | ".join)
