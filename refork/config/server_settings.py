@@ -284,8 +284,9 @@ class ServerSettings:
         metavar="S",
         help="idle keep-alive connection timeout (0: close after each response)",
         doc="idle keep-alive connections are closed after this; 0: each HTTP/1.1 response says "
-        "`Connection: close` and its connection closes as soon as it is out (HTTP/2: once its last "
-        "stream is done, at the next once-a-second sweep)",
+        "`Connection: close` and its connection closes as soon as it is out, while a new connection "
+        "still has `--header-timeout` to send its first request (HTTP/2: a connection closes once "
+        "its last stream is done, at the next once-a-second sweep)",
         group="server",
     )
     header_timeout: float = setting(

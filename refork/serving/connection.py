@@ -5,10 +5,11 @@ these rules instead of spelling them out themselves:
 
 - **Timeouts**, judged by :meth:`Timeouts.expiry` once a second (no timer per request):
   an idle keep-alive connection is closed after ``keepalive`` (0: each response closes its connection,
-  :meth:`Timeouts.keep_alive`); a request head must arrive within
-  ``header_timeout`` of its first byte; a request body within ``body_timeout`` of the end of its
-  head, extended by one second per ``body_min_rate`` bytes received (Apache mod_reqtimeout's
-  design: a total, so a trickle does not re-arm it, yet a big honest upload is never cut); both
+  :meth:`Timeouts.keep_alive`, and a new one waits ``header_timeout`` for its first request); a
+  request head must arrive within ``header_timeout`` of its first byte; a request body within
+  ``body_timeout`` of the end of its head, extended by one second per ``body_min_rate`` bytes
+  received (Apache mod_reqtimeout's design: a total, so a trickle does not re-arm it, yet a big
+  honest upload is never cut); both
   answer 408 and close. A response write that makes no progress for ``write_timeout`` cuts the
   connection. None of this is the worker's ``--timeout``: that one measures time *in the app*
   only (see :class:`refork.process.slots.AppClock`), so a slow client costs its own connection
@@ -85,6 +86,11 @@ class Timeouts:
         (`stopping`: drains), never with ``keepalive`` 0 (gunicorn's ``--keep-alive 0``)."""
         return self.keepalive > 0 and not stopping
 
+    def idle_limit(self, fresh: bool) -> float:
+        """How long a connection may wait for its next request: ``keepalive``; with ``keepalive`` 0
+        (no reuse) a `fresh` one (no byte yet) still gets ``header`` for its first, as HTTP/2's does."""
+        return self.header if fresh and not self.keepalive else self.keepalive
+
     def drain_until(self, now: float) -> float:
         """When a worker that starts draining now closes its idle connections."""
         return now + min(self.keepalive, DRAIN_GRACE)
@@ -100,7 +106,7 @@ class Timeouts:
         """
         if phase is Phase.IDLE:  # a fresh connection (no byte yet) keeps its clock through a drain:
             # its client sent no request before the stop and may be about to; it is owed an answer
-            if now - since > self.keepalive or (drain_until and now >= drain_until and not fresh):
+            if now - since > self.idle_limit(fresh) or (drain_until and now >= drain_until and not fresh):
                 return Expiry.CLOSE
             return Expiry.NONE
         if phase is Phase.HEAD:
@@ -121,12 +127,15 @@ def log_write_timeout(timeout: float, client: object, request: Request | None, c
     """The line an operator needs when a client stopped reading: who, which request, what was cut
     (the connection, or an HTTP/2 stream only)."""
     what = f"{request.method} {request.target.decode('latin-1')}" if request is not None else "-"
-    log.warning("write timeout: %s stopped reading %s for %.1f s; %s", _peer(client), what, timeout, cut)
+    log.warning("write timeout: %s stopped reading %s for %.1f s; %s", peer_text(client), what, timeout, cut)
 
 
-def _peer(client: object) -> str:
+def peer_text(client: object) -> str:
+    """A loop's client tuple as the log lines name it (tests/vectors/peer.txt; the engines' twin:
+    native conn/mod.rs peer_text): host:port, [host]:port for IPv6, or a unix-socket client."""
     if isinstance(client, tuple) and len(client) >= 2:
-        return f"{client[0]}:{client[1]}"
+        host = str(client[0])
+        return f"[{host}]:{client[1]}" if ":" in host else f"{host}:{client[1]}"
     return "a unix-socket client"
 
 

@@ -10,7 +10,7 @@ from support import paths
 
 from refork.http.events import Request
 from refork.http.response import ResponseFramer
-from refork.serving.connection import Expiry, Phase, Timeouts
+from refork.serving.connection import Expiry, Phase, Timeouts, peer_text
 
 VECTORS = paths.TESTS / "vectors"
 NOW = 1000.0
@@ -31,8 +31,9 @@ def _unescape(field: str) -> str:
 
 @pytest.mark.parametrize("row", rows("sweep.txt"), ids=" | ".join)
 def test_the_deadline_verdicts(row):
-    phase, age, received, min_rate, fresh, drain, verdict = row
-    t = Timeouts(header=10.0, body=20.0, write=30.0, keepalive=5.0, body_min_rate=float(min_rate))
+    phase, age, received, min_rate, keepalive, fresh, drain, verdict = row
+    t = Timeouts(header=10.0, body=20.0, write=30.0, keepalive=float(keepalive),
+                 body_min_rate=float(min_rate))
     since = NOW - float(age)
     if phase == "writing":  # (a blocked write's clock: write_stalled)
         got = "write-timeout" if t.write_stalled(since, NOW) else "none"
@@ -41,6 +42,12 @@ def test_the_deadline_verdicts(row):
         expiry = t.expiry(Phase[phase.upper()], since, NOW, drain_until, int(received), fresh == "yes")
         got = {Expiry.NONE: "none", Expiry.CLOSE: "close", Expiry.REQUEST_TIMEOUT: "request-timeout"}[expiry]
     assert got == verdict
+
+
+@pytest.mark.parametrize("row", rows("peer.txt"), ids=" | ".join)
+def test_the_peer_text(row):
+    host, port, text = row
+    assert peer_text(None if host == "-" else (host, int(port))) == text
 
 
 @pytest.mark.parametrize("row", rows("date.txt"), ids=" | ".join)

@@ -10,11 +10,11 @@ import time
 
 import pytest
 from conftest import read_to_end
-from support.request_paths import connect, flags, over_http11_only
+from support.request_paths import connect, every_path, flags, over_http11_only
 
 from refork.config import Config
 from refork.http.parser import Limits
-from refork.serving.connection import Expiry, Phase, Timeouts, request_limits
+from refork.serving.connection import TICK, Expiry, Phase, Timeouts, request_limits
 
 APPS = {"wsgi": "apps.timeouts:wsgi_app", "asgi": "apps.timeouts:asgi_app"}
 
@@ -86,22 +86,30 @@ def _response(sock: socket.socket) -> tuple[bytes, bytes]:
         more = sock.recv(1 << 16)
         assert more, data
         data += more
-    head, _, body = data.partition(b"\r\n\r\n")
+    head, _, first = data.partition(b"\r\n\r\n")
     length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    body = bytearray(first)  # (TLS reads come a record at a time: bytes += would be quadratic)
     while len(body) < length:
         more = sock.recv(1 << 20)
         assert more, (head, len(body))
         body += more
-    return head, body
+    return head, bytes(body)
 
 
-@over_http11_only("HTTP/2 closes a connection --keepalive after its last stream (test_promises_http2.py)")
+@every_path
 def test_keepalive_0_closes_each_connection_right_after_its_response(start_server, path):
-    """--keepalive 0 (gunicorn's --keep-alive 0): a keep-alive request's response says
-    ``Connection: close`` and its connection ends at once (EOF, never a reset), not at the next
-    once-a-second sweep; each of a few tries would land within 0.3 s of a sweep only by chance."""
+    """--keepalive 0 (gunicorn's --keep-alive 0), over HTTP/1.1 on every path's listener (HTTP/2's
+    idle connections: test_promises_http2.py): a keep-alive request's response says
+    ``Connection: close``, arrives whole, and its connection ends at once (EOF, never a reset), not
+    at the next once-a-second sweep (each of a few tries would land within 0.3 s of a sweep only by
+    chance); a new connection is not idle-closed before its first request (it has --header-timeout);
+    a big response its client reads late (a second after the server closed) arrives whole."""
     chosen, app = flags(path, "apps.promises")
     server = start_server(*chosen, "--keepalive", "0", app=app, workers=1)
+    slow = connect(path, server.port)  # its request is sent after a sweep or more
+    late = connect(path, server.port)  # its response is read then
+    late.sendall(b"GET /big?30000000 HTTP/1.1\r\nHost: a\r\n\r\n")
+    opened = time.monotonic()
     for url in ("/", "/", "/", "/big?3000000"):  # the whole response in one send, and a written-on one
         with connect(path, server.port) as sock:
             sock.sendall(f"GET {url} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
@@ -121,6 +129,16 @@ def test_keepalive_0_closes_each_connection_right_after_its_response(start_serve
             sock.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
             head, body = _response(sock)
             assert len(body) == length and sock.recv(1) == b"", (url, head)
+    with slow:
+        time.sleep(max(0.0, opened + 2 * TICK - time.monotonic()))  # (the input) a client slower than a sweep
+        slow.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        head, _ = _response(slow)
+        assert head.startswith(b"HTTP/1.1 200 ") and b"\r\nconnection: close" in head.lower(), head
+        assert slow.recv(1) == b""
+    with late:
+        head, body = _response(late)
+        assert len(body) == 30000000 and b"\r\nconnection: close" in head.lower(), head
+        assert late.recv(1) == b""
 
 
 @over_http11_only("HTTP/2 ends a connection with GOAWAY, not Connection: close")

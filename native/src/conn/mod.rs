@@ -226,10 +226,7 @@ impl Conn {
 
     /// refork.serving.connection.log_write_timeout's line for this connection.
     pub fn write_timeout_line(&self, timeout: f64) -> String {
-        let peer = match &self.peer {
-            Peer::Inet(host, port) => format!("{host}:{port}"),
-            Peer::Unix => "a unix-socket client".to_string(),
-        };
+        let peer = peer_text(&self.peer);
         let what = self.writing.as_deref().unwrap_or("-");
         format!("write timeout: {peer} stopped reading {what} for {timeout:.1} s; connection cut")
     }
@@ -251,4 +248,28 @@ pub(crate) fn describe(head: &Head) -> String {
     s.push(' ');
     s.extend(head.target.iter().map(|&b| b as char));
     s
+}
+
+/// A client as the log lines name it (refork.serving.connection.peer_text; tests/vectors/peer.txt):
+/// host:port, [host]:port for IPv6, or a unix-socket client.
+pub(crate) fn peer_text(peer: &Peer) -> String {
+    match peer {
+        Peer::Inet(host, port) if host.contains(':') => format!("[{host}]:{port}"),
+        Peer::Inet(host, port) => format!("{host}:{port}"),
+        Peer::Unix => "a unix-socket client".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// tests/vectors/peer.txt, which refork.serving.connection.peer_text is held to as well.
+    #[test]
+    fn the_shared_peer_vectors() {
+        for row in crate::vectors::rows(include_str!("../../../tests/vectors/peer.txt")) {
+            let peer = if row[0] == "-" { Peer::Unix } else { Peer::Inet(row[0].clone(), row[1].parse().unwrap()) };
+            assert_eq!(peer_text(&peer), row[2], "{row:?}");
+        }
+    }
 }

@@ -17,6 +17,14 @@ pub(crate) struct Timeouts {
     pub body_min_rate: f64,
 }
 
+impl Timeouts {
+    /// How long a connection may wait for its next request (Timeouts.idle_limit): keepalive; with
+    /// keepalive 0 (no reuse) a fresh one still gets the header timeout for its first.
+    fn idle_limit(&self, fresh: bool) -> f64 {
+        if fresh && self.keepalive == 0.0 { self.header } else { self.keepalive }
+    }
+}
+
 /// What the sweep does with a connection past its deadline.
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub(crate) enum Expired {
@@ -40,7 +48,7 @@ pub(crate) fn sweep(conns: &mut HashMap<i32, Conn>, t: &Timeouts, now: f64, drai
             Phase::Idle => {
                 let drained = drain_until > 0.0 && now >= drain_until && !conn.fresh;
                 // a request that arrived while the loop was busy is served, not dropped as idle
-                ((age > t.keepalive || drained) && !sys::has_input(conn.fd)).then_some(Expired::Close)
+                ((age > t.idle_limit(conn.fresh) || drained) && !sys::has_input(conn.fd)).then_some(Expired::Close)
             }
             Phase::Head => (age > t.header).then_some(Expired::RequestTimeout),
             Phase::Body => {
@@ -134,10 +142,10 @@ mod tests {
             };
             let mut c = conn(FD, phase, num(1));
             c.received = row[2].parse().unwrap();
-            c.fresh = row[4] == "yes";
-            let t = Timeouts { body_min_rate: num(3), ..T };
-            let drain_until = if row[5] == "-" { 0.0 } else { NOW + num(5) };
-            let expected = match row[6].as_str() {
+            c.fresh = row[5] == "yes";
+            let t = Timeouts { body_min_rate: num(3), keepalive: num(4), ..T };
+            let drain_until = if row[6] == "-" { 0.0 } else { NOW + num(6) };
+            let expected = match row[7].as_str() {
                 "none" => None,
                 "close" => Some(Expired::Close),
                 "request-timeout" => Some(Expired::RequestTimeout),

@@ -31,7 +31,7 @@ from refork.http.h2 import (
 )
 from refork.serving.asgi.http2_stream import Stream
 from refork.serving.asgi.tls_buffers import close_refused
-from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
+from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout, peer_text
 from refork.serving.http2 import LINGER, answer_here, charge_held, end_if_body_overdue
 
 if TYPE_CHECKING:
@@ -185,7 +185,8 @@ class Http2Protocol(asyncio.Protocol):
             if not event.by_client and event.code:  # an attack: warning; a broken client: debug
                 self.refused = True
                 level = logging.WARNING if event.code == ErrorCodes.ENHANCE_YOUR_CALM else logging.DEBUG
-                log.log(level, "HTTP/2 connection from %s ended: %s", _peer(self.client_addr), event.reason)
+                peer = peer_text(self.client_addr)
+                log.log(level, "HTTP/2 connection from %s ended: %s", peer, event.reason)
             for stream in list(self.streams.values()):
                 if event.by_client and stream.sid <= event.last_stream_id:
                     continue  # a graceful GOAWAY from the client: its streams still finish
@@ -435,7 +436,3 @@ class Http2Protocol(asyncio.Protocol):
             self.h2.reset(stream.sid, ErrorCodes.CANCEL)
             self.flush()
             stream.reset()
-
-
-def _peer(client: tuple[str, int] | None) -> str:
-    return f"{client[0]}:{client[1]}" if client else "a unix-socket client"

@@ -26,7 +26,7 @@ from refork.http.events import Body, Event, ParseError, Request
 from refork.http.response import simple_response
 from refork.serving.asgi.http2_protocol import HOLD_POLL, hand_over, wants_h2
 from refork.serving.asgi.sendfile import send_file
-from refork.serving.asgi.tls_buffers import close_refused, hold_tls_reads
+from refork.serving.asgi.tls_buffers import PIECE, close_refused, feed_tls, hold_tls_reads
 from refork.serving.asgi.websocket_protocol import WebSocketProtocol
 from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_write_timeout
 from refork.serving.health import health_response
@@ -53,7 +53,7 @@ class HttpProtocol(asyncio.Protocol):
         "srv", "loop", "parser", "transport", "server_addr", "client_addr", "cycle", "reading",
         "queue", "read_paused", "write_blocked_since", "closing", "since", "pending_error", "eof",
         "trusted", "body_bytes", "scheme", "tls", "fresh", "drain_waiter", "held", "proxied", "sniffed",
-        "hold_head", "hold_timer", "linger_since", "__weakref__",
+        "hold_head", "hold_timer", "linger_since", "unsent", "flushing", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, srv: Server, proxied: tuple[str, int] | None = None) -> None:
@@ -85,6 +85,8 @@ class HttpProtocol(asyncio.Protocol):
         self.hold_head: Callable[[HttpCycle], None] = srv.hold_head
         self.hold_timer: asyncio.TimerHandle | None = None  # a request held for a safe point
         self.linger_since = 0.0  # the write side is shut: what the client still sends is dropped
+        self.unsent: list[memoryview] = []  # TLS: response bytes not handed to the SSL layer yet (feed_tls)
+        self.flushing = False  # TLS: closes once what it wrote is out (see close())
 
     # asyncio.Protocol ------------------------------------------------------------------------
 
@@ -227,6 +229,7 @@ class HttpProtocol(asyncio.Protocol):
         self.queue.clear()
         self.reading = None
         self.write_blocked_since = 0.0
+        self.unsent.clear()
         if self.hold_timer is not None:
             self.hold_timer.cancel()
             self.hold_timer = None
@@ -239,6 +242,11 @@ class HttpProtocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.write_blocked_since = 0.0
+        if self.unsent and not feed_tls(self):
+            return  # (TLS) paused again: the rest waits for the next resume
+        if self.flushing:
+            self.flush_then_close()
+            return
         self._wake_drain()
         if self.cycle is not None:
             self.cycle.resume_sending()
@@ -270,6 +278,9 @@ class HttpProtocol(asyncio.Protocol):
     def write(self, data: bytes) -> bool:
         if self.closing:
             return True  # nothing goes out any more: nothing to wait for either
+        if self.tls is not None and (self.unsent or len(data) > PIECE):
+            self.unsent.append(memoryview(data if isinstance(data, bytes) else bytes(data)))
+            return feed_tls(self)
         self.transport.write(data)
         return not self.write_blocked_since
 
@@ -496,6 +507,10 @@ class HttpProtocol(asyncio.Protocol):
             self.queue.clear()
             if refused:
                 close_refused(self.transport, self.loop)
+            elif self.tls is not None and (self.unsent or self.transport.get_write_buffer_size()):
+                self.flushing = True
+                if not self.unsent:
+                    self.flush_then_close()
             elif self.eof or not self.transport.can_write_eof():  # (TLS: close_notify, bounded)
                 self.transport.close()
             else:
@@ -505,6 +520,16 @@ class HttpProtocol(asyncio.Protocol):
                     self.transport.resume_reading()
                 self.transport.write_eof()
             self.let_go()
+
+    def flush_then_close(self) -> None:
+        """TLS: close once what was written is out of the SSL layer, or wait for resume_writing
+        at an empty buffer: the close_notify exchange's bound (Server._tls) would cut what is not
+        (a client that stops reading meets the write timeout meanwhile)."""
+        if self.transport.get_write_buffer_size():
+            self.transport.set_write_buffer_limits(high=1, low=0)
+        else:
+            self.flushing = False
+            self.transport.close()
 
     def let_go(self) -> None:
         """Nothing more is parsed here: what the parser holds goes now, not at connection_lost

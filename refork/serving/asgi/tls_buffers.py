@@ -16,9 +16,10 @@ from typing import Any
 
 from refork.serving.http2 import LINGER
 
-__all__ = ["close_refused", "hold_tls_reads", "size_asyncio_tls_reads"]
+__all__ = ["PIECE", "close_refused", "feed_tls", "hold_tls_reads", "size_asyncio_tls_reads"]
 
 RECORD = 16 * 1024  # the most plaintext one TLS record carries
+PIECE = 4 * RECORD  # the most a response write hands the SSL layer at once (feed_tls)
 
 
 def size_asyncio_tls_reads(read_size: int) -> None:
@@ -49,3 +50,24 @@ def close_refused(transport: Any, loop: asyncio.AbstractEventLoop) -> None:
         transport.close()
         return
     loop.call_later(LINGER, transport.abort)
+
+
+def feed_tls(conn: Any) -> bool:
+    """Hand the SSL layer `conn.unsent` (views of a response's bytes) a PIECE at a time until it
+    pauses writing; True: all of it went and writing is not paused.
+
+    The SSL layer encrypts what one write gives it at once and hands it to the socket's transport
+    whenever that is not paused, where neither write flow control nor close() sees it any more:
+    the close_notify exchange (bounded: Server._tls) drops what is still there when it ends. Fed in
+    pieces, what waits stays here or in the SSL layer's own buffer, whose size close() can wait on.
+    """
+    unsent, write = conn.unsent, conn.transport.write
+    while unsent and not conn.write_blocked_since:
+        view = unsent[0]
+        if len(view) > PIECE:
+            unsent[0] = view[PIECE:]
+            view = view[:PIECE]
+        else:
+            del unsent[0]
+        write(view)
+    return not unsent and not conn.write_blocked_since

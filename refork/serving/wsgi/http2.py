@@ -41,7 +41,7 @@ from refork.http.h2 import (
     StreamOpened,
     StreamReset,
 )
-from refork.serving.connection import Expiry, Phase, log_write_timeout
+from refork.serving.connection import Expiry, Phase, log_write_timeout, peer_text
 from refork.serving.http2 import LINGER, answer_here, charge_held, end_if_body_overdue, sniff_preface
 from refork.serving.poller import IN, OUT
 from refork.serving.wsgi.http2_stream import HIGH_WATER, Stream
@@ -189,8 +189,7 @@ class Session:
             assert isinstance(event, ConnectionEnded)
             if not event.by_client and event.code:  # an attack: warning; a broken client: debug
                 level = logging.WARNING if event.code == ErrorCodes.ENHANCE_YOUR_CALM else logging.DEBUG
-                client = self.conn.client
-                peer = f"{client[0]}:{client[1]}" if client else "a unix-socket client"
+                peer = peer_text(self.conn.client)
                 log.log(level, "HTTP/2 connection from %s ended: %s", peer, event.reason)
             for stream in self.streams.values():
                 if not (event.by_client and stream.sid <= event.last_stream_id):
