@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyString, PyTuple};
 
 use crate::http::head::Head;
 use crate::sys::{self, Peer};
@@ -41,6 +41,8 @@ pub(crate) struct Conn {
     pub peer: Peer,
     /// the peer as the environ's client tuple (host, port) or None, made on first use
     pub client: Option<Py<PyAny>>,
+    /// its port as the environ's REMOTE_PORT str (made with `client`)
+    pub remote_port: Option<Py<PyString>>,
     pub listener: i32,
     /// the place of its listener's Environ in the loop's list
     pub environ: usize,
@@ -86,6 +88,7 @@ impl Conn {
             fd,
             peer,
             client: None,
+            remote_port: None,
             listener,
             environ,
             buf: Vec::new(),
@@ -154,6 +157,21 @@ impl Conn {
         };
         self.client = Some(c.clone_ref(py));
         Ok(c)
+    }
+
+    /// REMOTE_PORT of the environ: the client tuple's port as a str, made once per connection
+    /// (None: a unix-socket client).
+    pub fn remote_port<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyString>>> {
+        if let Some(p) = &self.remote_port {
+            return Ok(Some(p.bind(py).clone()));
+        }
+        let client = self.client(py)?.into_bound(py);
+        if client.is_none() {
+            return Ok(None);
+        }
+        let port = client.get_item(1)?.str()?;
+        self.remote_port = Some(port.clone().unbind());
+        Ok(Some(port))
     }
 
     /// A connection the Python loop gives back (it was this engine's listener's): between two

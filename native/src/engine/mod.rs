@@ -45,6 +45,11 @@ use crate::wsgi::start_response::Hooks;
 
 const IN: u32 = libc::EPOLLIN as u32;
 const OUT: u32 = libc::EPOLLOUT as u32;
+/// Wake-ups one run() serves before the Python loop's turn: after the first (which may block),
+/// each only looks (timeout 0) and the run ends when nothing is ready. Under load this spares the
+/// Python loop's iteration per wake-up; a signal's handler, or a flag it set, waits at most this
+/// many rounds of ready work.
+const ROUNDS: usize = 16;
 
 enum Served {
     Keep,
@@ -77,6 +82,9 @@ pub struct Engine {
     handed: Vec<Py<Handed>>,
     /// the buffer a read goes into when its connection holds no partial request
     scratch: Scratch,
+    /// the Python loop has news (a response it finishes, a --max-requests / --refork-after
+    /// check): run() returns after this wake-up
+    yield_now: bool,
 }
 
 #[pymethods]
@@ -128,54 +136,46 @@ impl Engine {
             events: Vec::with_capacity(256),
             handed: Vec::new(),
             scratch,
+            yield_now: false,
         })
     }
 
-    /// Serve until the Python loop's epoll is ready, a signal came or `timeout` seconds passed.
+    /// Wait up to `timeout` seconds for events and serve them, then what is ready since (ROUNDS),
+    /// until the Python loop's epoll is ready or a signal came.
     /// `keep_alive` False: every response says "Connection: close" (a stopping worker).
     /// Returns (connections handed to the Python loop, whether its epoll is ready).
     fn run(&mut self, py: Python<'_>, timeout: f64, keep_alive: bool) -> PyResult<(Vec<Py<Handed>>, bool)> {
         self.keep_alive = keep_alive;
-        let ms = (timeout * 1000.0).ceil().clamp(0.0, 3_600_000.0) as i32;
+        self.yield_now = false;
+        let mut ms = (timeout * 1000.0).ceil().clamp(0.0, 3_600_000.0) as i32;
         let mut events = std::mem::take(&mut self.events);
         let epfd = self.ep.fd;
-        let waited = py.detach(|| sys::epoll_wait(epfd, &mut events, ms));
         let mut outer_ready = false;
-        match waited {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                self.events = events;
-                py.check_signals()?;
-                return Ok((std::mem::take(&mut self.handed), true));
-            }
-            Err(e) => {
-                self.events = events;
-                return Err(e.into());
-            }
-        }
-        let result = (|| -> PyResult<()> {
-            for &(fd, ev) in &events {
-                if fd == self.outer {
-                    outer_ready = true;
-                } else if let Some(i) = self.listeners.event(fd) {
-                    if self.listeners.accepting() {
-                        self.accept(py, i, self.intake.accept_batch)?;
-                    }
-                } else if let Some(conn) = self.conns.remove(&fd) {
-                    if conn.phase == Phase::Writing {
-                        self.on_writable(py, conn)?;
-                    } else if ev & (IN | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) != 0 {
-                        self.on_readable(py, conn)?;
-                    } else {
-                        self.conns.insert(fd, conn);
-                    }
-                } else if self.lingering.on_readable(fd) == Some(true) {
-                    self.ep.delete(fd);
-                    sys::close(fd);
+        let mut result = Ok(());
+        for _ in 0..ROUNDS {
+            // (a wait that may block releases the GIL; the later ones only look)
+            let waited = if ms == 0 { sys::epoll_wait(epfd, &mut events, 0) } else { py.detach(|| sys::epoll_wait(epfd, &mut events, ms)) };
+            match waited {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    self.events = events;
+                    py.check_signals()?;
+                    return Ok((std::mem::take(&mut self.handed), true));
+                }
+                Err(e) => {
+                    self.events = events;
+                    return Err(e.into());
                 }
             }
-            Ok(())
-        })();
+            if events.is_empty() {
+                break;
+            }
+            result = self.on_events(py, &events, &mut outer_ready);
+            if result.is_err() || outer_ready || self.yield_now || !self.handed.is_empty() {
+                break;
+            }
+            ms = 0;
+        }
         self.events = events;
         result?;
         Ok((std::mem::take(&mut self.handed), outer_ready))
@@ -268,6 +268,31 @@ impl Engine {
 }
 
 impl Engine {
+    /// Serve one wait's events; `outer_ready`: the Python loop's epoll was among them.
+    fn on_events(&mut self, py: Python<'_>, events: &[(i32, u32)], outer_ready: &mut bool) -> PyResult<()> {
+        for &(fd, ev) in events {
+            if fd == self.outer {
+                *outer_ready = true;
+            } else if let Some(i) = self.listeners.event(fd) {
+                if self.listeners.accepting() {
+                    self.accept(py, i, self.intake.accept_batch)?;
+                }
+            } else if let Some(conn) = self.conns.remove(&fd) {
+                if conn.phase == Phase::Writing {
+                    self.on_writable(py, conn)?;
+                } else if ev & (IN | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) != 0 {
+                    self.on_readable(py, conn)?;
+                } else {
+                    self.conns.insert(fd, conn);
+                }
+            } else if self.lingering.on_readable(fd) == Some(true) {
+                self.ep.delete(fd);
+                sys::close(fd);
+            }
+        }
+        Ok(())
+    }
+
     fn accept(&mut self, py: Python<'_>, i: usize, batch: usize) -> PyResult<()> {
         let (ep, conns) = (&self.ep, &mut self.conns);
         let now = sys::monotonic();

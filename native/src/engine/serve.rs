@@ -135,6 +135,7 @@ impl Engine {
         rest: &[u8],
     ) -> PyResult<()> {
         self.ep.delete(conn.fd);
+        self.yield_now = true;
         let token = match tracking {
             Tracking::Python(t) => {
                 t.leave(&self.refs.current)?;
@@ -164,6 +165,7 @@ impl Engine {
                 } else if let Some(clock) = &self.clock {
                     let served = clock.finish(began, sys::monotonic(), status);
                     if let Some(requests_served) = control.requests_served.as_ref().filter(|_| served >= self.next_check) {
+                        self.yield_now = true;
                         self.next_check = requests_served.bind(py).call1((served,))?.extract()?;
                         if self.next_check <= 0 {
                             self.next_check = i64::MAX;

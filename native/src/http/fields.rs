@@ -21,8 +21,24 @@ pub(crate) enum Refused<'a> {
 
 const TOKEN_EXTRA: &[u8] = b"!#$%&'*+-.^_`|~";
 
+/// The bytes a token may hold, by value.
+const TOKEN: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = (b as u8).is_ascii_alphanumeric();
+        b += 1;
+    }
+    let mut i = 0;
+    while i < TOKEN_EXTRA.len() {
+        table[TOKEN_EXTRA[i] as usize] = true;
+        i += 1;
+    }
+    table
+};
+
 fn is_token(name: &[u8]) -> bool {
-    !name.is_empty() && name.iter().all(|&b| b.is_ascii_alphanumeric() || TOKEN_EXTRA.contains(&b))
+    !name.is_empty() && name.iter().all(|&b| TOKEN[b as usize])
 }
 
 /// A control character a field value must not hold (CTL but HTAB): CR/LF would split the response.
@@ -43,34 +59,32 @@ pub(crate) fn copy_fields<'a>(fields: &[(&'a [u8], &'a [u8])], drop_length: bool
         if has_control(value) {
             return Err(Refused::Value(name, value));
         }
-        if name.len() <= 17 {
-            match name.to_ascii_lowercase().as_slice() {
-                b"content-length" => {
-                    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
-                        return Err(Refused::Length(value));
-                    }
-                    let length: u64 = std::str::from_utf8(value)
-                        .ok()
-                        .and_then(|v| v.parse().ok())
-                        .ok_or(Refused::Length(value))?;
-                    if facts.content_length.is_some_and(|c| c != length) {
-                        return Err(Refused::ConflictingLengths);
-                    }
-                    facts.content_length = Some(length);
-                    if drop_length {
-                        continue;
-                    }
-                }
-                b"transfer-encoding" | b"keep-alive" => continue,
-                b"connection" => {
-                    let squeezed: Vec<u8> = value.to_ascii_lowercase().into_iter().filter(|&b| b != b' ').collect();
-                    facts.close |= squeezed.split(|&b| b == b',').any(|t| t == b"close");
-                    continue;
-                }
-                b"date" => facts.has_date = true,
-                b"server" => facts.has_server = true,
-                _ => {}
+        let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
+        if is(b"content-length") {
+            if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+                return Err(Refused::Length(value));
             }
+            let length: u64 = std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .ok_or(Refused::Length(value))?;
+            if facts.content_length.is_some_and(|c| c != length) {
+                return Err(Refused::ConflictingLengths);
+            }
+            facts.content_length = Some(length);
+            if drop_length {
+                continue;
+            }
+        } else if is(b"transfer-encoding") || is(b"keep-alive") {
+            continue;
+        } else if is(b"connection") {
+            let squeezed: Vec<u8> = value.to_ascii_lowercase().into_iter().filter(|&b| b != b' ').collect();
+            facts.close |= squeezed.split(|&b| b == b',').any(|t| t == b"close");
+            continue;
+        } else if is(b"date") {
+            facts.has_date = true;
+        } else if is(b"server") {
+            facts.has_server = true;
         }
         out.extend_from_slice(name);
         out.extend_from_slice(b": ");

@@ -89,7 +89,8 @@ impl<'py> AppCall<'_, 'py> {
         let length = head.content_length.map(|n| PyString::new(py, &n.to_string()));
         let headers = head.headers.iter().map(|(n, v)| (n.as_slice(), *v));
         let client = conn.client(py)?;
-        let environ = self.environ.make(py, &parts, headers, length, input, client.bind(py))?;
+        let port = conn.remote_port(py)?;
+        let environ = self.environ.make(py, &parts, headers, length, input, client.bind(py), port)?;
         if head.forwarded {
             self.environ.apply_forwarded(py, &environ, &head.headers, client.bind(py))?;
         }
@@ -182,7 +183,7 @@ impl<'py> AppCall<'_, 'py> {
         let reason = s.reason.as_ref().expect("set with code").bind(py).as_bytes();
         let headers = s.headers.as_ref().expect("set with code").bind(py);
         let keep = head.keep_alive && self.keep_alive;
-        Ok(frame_response(py, s.code, reason, headers, s.has_length, items, head.method == "HEAD", head.http11, keep)?
+        Ok(frame_response(s.code, reason, headers, s.has_length, items, head.method == "HEAD", head.http11, keep)?
             .map(|(bytes, total, keep)| (s.code, bytes, total, keep)))
     }
 }

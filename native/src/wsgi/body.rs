@@ -34,7 +34,7 @@ impl<'py> AppCall<'_, 'py> {
         let keep = head.keep_alive && self.keep_alive;
         let empty = PyList::empty(py);
         // framed as a HEAD response is: the head alone, with the app's Content-Length
-        let Some((bytes, _, keep)) = frame_response(py, s.code, reason, headers, true, empty.as_any(), true, head.http11, keep)? else {
+        let Some((bytes, _, keep)) = frame_response(s.code, reason, headers, true, empty.as_any(), true, head.http11, keep)? else {
             return Ok(None);
         };
         let file = FileBody { fd, offset, remaining: declared, owner: result.clone().unbind() };
