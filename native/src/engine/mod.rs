@@ -40,6 +40,7 @@ use crate::conn::{Conn, Phase};
 use crate::host::{AppClock, Host, Refs};
 use crate::sys;
 use crate::wsgi::accounting::{Current, SlotClock};
+use crate::wsgi::app_call::Spare;
 use crate::wsgi::environ::Environ;
 use crate::wsgi::start_response::Hooks;
 
@@ -85,6 +86,8 @@ pub struct Engine {
     /// the Python loop has news (a response it finishes, a --max-requests / --refork-after
     /// check): run() returns after this wake-up
     yield_now: bool,
+    /// the last request's StartResponse, for the next (wsgi/app_call.rs `recycle`)
+    spare: Option<Spare>,
 }
 
 #[pymethods]
@@ -137,6 +140,7 @@ impl Engine {
             handed: Vec::new(),
             scratch,
             yield_now: false,
+            spare: None,
         })
     }
 

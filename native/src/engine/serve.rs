@@ -9,7 +9,7 @@ use crate::http::head::Head;
 use crate::sys;
 use crate::wsgi::access_log::AccessLog;
 use crate::wsgi::accounting::PyTracking;
-use crate::wsgi::app_call::{input_stream, method_str, split_target, AppCall, Called};
+use crate::wsgi::app_call::{input_stream, method_str, recycle, split_target, AppCall, Called};
 use crate::wsgi::hand_over::{HandOver, Standing};
 
 /// How a request is accounted: in the slot natively (the worker's AppClock gives its words), or
@@ -45,7 +45,7 @@ impl Engine {
             keep_alive: self.keep_alive,
             sends_files: true,
         };
-        let mut called = match call.call(py, conn, head, raw_head, &method, &input) {
+        let mut called = match call.call_with(py, conn, head, raw_head, &method, &input, &mut self.spare) {
             Ok(called) => called,
             Err(e) => {
                 self.finish(py, tracking, 0)?;
@@ -78,6 +78,7 @@ impl Engine {
         if let Some(log) = &self.host.access_log {
             AccessLog { log, log_access: &self.refs.log_access, perf_counter: &self.refs.perf_counter }.write(py, &called, &started, status, length)?;
         }
+        recycle(called, &mut self.spare);
         Ok(if keep { Served::Keep } else { Served::Close })
     }
 
