@@ -25,6 +25,36 @@ pub(crate) mod sweep;
 
 use budget::Budget;
 
+/// The connections of a loop by fd: a multiplicative hash of the fd (SipHash cost more than a
+/// request's map lookups are worth; fds are not chosen by clients).
+pub(crate) type Conns = std::collections::HashMap<i32, Conn, FdHash>;
+
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FdHash;
+
+pub(crate) struct FdHasher(u64);
+
+impl std::hash::BuildHasher for FdHash {
+    type Hasher = FdHasher;
+    fn build_hasher(&self) -> FdHasher {
+        FdHasher(0)
+    }
+}
+
+impl std::hash::Hasher for FdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_i32(&mut self, fd: i32) {
+        self.0 = u64::from(fd as u32).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// An incomplete head longer than this goes to the Python parser (its limits decide).
 pub(crate) const HEAD_WAIT: usize = 1 << 14;
 

@@ -60,32 +60,33 @@ pub(crate) fn copy_fields<'a>(fields: &[(&'a [u8], &'a [u8])], drop_length: bool
             return Err(Refused::Value(name, value));
         }
         let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
-        if is(b"content-length") {
-            if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
-                return Err(Refused::Length(value));
+        match name.len() {
+            14 if is(b"content-length") => {
+                let length = value
+                    .iter()
+                    .try_fold(0u64, |n, &b| if b.is_ascii_digit() { n.checked_mul(10)?.checked_add(u64::from(b - b'0')) } else { None })
+                    .filter(|_| !value.is_empty())
+                    .ok_or(Refused::Length(value))?;
+                if facts.content_length.is_some_and(|c| c != length) {
+                    return Err(Refused::ConflictingLengths);
+                }
+                facts.content_length = Some(length);
+                if drop_length {
+                    continue;
+                }
             }
-            let length: u64 = std::str::from_utf8(value)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .ok_or(Refused::Length(value))?;
-            if facts.content_length.is_some_and(|c| c != length) {
-                return Err(Refused::ConflictingLengths);
-            }
-            facts.content_length = Some(length);
-            if drop_length {
+            17 if is(b"transfer-encoding") => continue,
+            10 if is(b"keep-alive") => continue,
+            10 if is(b"connection") => {
+                let squeezed: Vec<u8> = value.to_ascii_lowercase().into_iter().filter(|&b| b != b' ').collect();
+                facts.close |= squeezed.split(|&b| b == b',').any(|t| t == b"close");
                 continue;
             }
-        } else if is(b"transfer-encoding") || is(b"keep-alive") {
-            continue;
-        } else if is(b"connection") {
-            let squeezed: Vec<u8> = value.to_ascii_lowercase().into_iter().filter(|&b| b != b' ').collect();
-            facts.close |= squeezed.split(|&b| b == b',').any(|t| t == b"close");
-            continue;
-        } else if is(b"date") {
-            facts.has_date = true;
-        } else if is(b"server") {
-            facts.has_server = true;
+            4 if is(b"date") => facts.has_date = true,
+            6 if is(b"server") => facts.has_server = true,
+            _ => {}
         }
+        out.reserve(name.len() + value.len() + 4);
         out.extend_from_slice(name);
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
