@@ -8,6 +8,7 @@ import tempfile
 
 HEADERS = [("Content-Type", "text/plain")]
 CLOSED: list[str] = []  # who called each Body.close() (the function of the calling frame)
+KEPT: list[object] = []  # what /keep requests held on to
 
 
 class Body:
@@ -122,6 +123,16 @@ def app(environ, start_response):
         start_response("200 OK", HEADERS)
         start_response("200 OK", HEADERS)
         return [b"never"]
+    if path == "/keep":  # holds its start_response, environ or write ("query"): "fresh" if neither
+        # its start_response nor its wsgi.early_hints is one an earlier /keep still holds
+        mine = (start_response, environ["wsgi.early_hints"])
+        held = [k["wsgi.early_hints"] if isinstance(k, dict) else k for k in KEPT]
+        fresh = not any(o is h for o in mine for h in held)
+        write = start_response("200 OK", HEADERS)
+        KEPT.append({"start": start_response, "environ": environ, "write": write}[query])
+        if query == "write":
+            KEPT.append(start_response)  # (only to compare with: the write callable holds it)
+        return [b"fresh" if fresh else b"reused"]
     if path == "/replaced":  # an error page instead, with exc_info (PEP 3333)
         start_response("200 OK", HEADERS)
         try:

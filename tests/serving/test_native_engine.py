@@ -194,6 +194,15 @@ def test_a_request_through_a_proxy_is_served_by_the_engine(engine) -> None:
     assert closed_by(engine, 1) != [b"_close"]
 
 
+@pytest.mark.parametrize("kept", ["start", "environ", "write"])
+def test_what_an_app_keeps_of_a_request_is_never_given_to_another(engine, kept: str) -> None:
+    """The engine gives a request's start_response and wsgi.early_hints to the next one only
+    when nothing else holds them (wsgi/app_call.rs `recycle`)."""
+    for _ in range(3):
+        assert engine.get("/x")[0] == 200
+        assert engine.get(f"/keep?{kept}") == (200, b"fresh")
+
+
 @pytest.mark.parametrize("path", ["/iterable-long", "/iterable-str", "/iterable-raises"])
 def test_a_sized_body_the_engine_cannot_frame_gets_the_python_loops_answer(start_server, path: str) -> None:
     for threads in (1, 4):

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyString, PyTuple};
 
 use crate::http::head::Head;
 use crate::sys::{self, Peer};
@@ -24,6 +24,36 @@ pub(crate) mod scratch;
 pub(crate) mod sweep;
 
 use budget::Budget;
+
+/// The connections of a loop by fd: a multiplicative hash of the fd (SipHash cost more than a
+/// request's map lookups are worth; fds are not chosen by clients).
+pub(crate) type Conns = std::collections::HashMap<i32, Conn, FdHash>;
+
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FdHash;
+
+pub(crate) struct FdHasher(u64);
+
+impl std::hash::BuildHasher for FdHash {
+    type Hasher = FdHasher;
+    fn build_hasher(&self) -> FdHasher {
+        FdHasher(0)
+    }
+}
+
+impl std::hash::Hasher for FdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_i32(&mut self, fd: i32) {
+        self.0 = u64::from(fd as u32).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 /// An incomplete head longer than this goes to the Python parser (its limits decide).
 pub(crate) const HEAD_WAIT: usize = 1 << 14;
@@ -41,6 +71,8 @@ pub(crate) struct Conn {
     pub peer: Peer,
     /// the peer as the environ's client tuple (host, port) or None, made on first use
     pub client: Option<Py<PyAny>>,
+    /// its port as the environ's REMOTE_PORT str (made with `client`)
+    pub remote_port: Option<Py<PyString>>,
     pub listener: i32,
     /// the place of its listener's Environ in the loop's list
     pub environ: usize,
@@ -86,6 +118,7 @@ impl Conn {
             fd,
             peer,
             client: None,
+            remote_port: None,
             listener,
             environ,
             buf: Vec::new(),
@@ -154,6 +187,21 @@ impl Conn {
         };
         self.client = Some(c.clone_ref(py));
         Ok(c)
+    }
+
+    /// REMOTE_PORT of the environ: the client tuple's port as a str, made once per connection
+    /// (None: a unix-socket client).
+    pub fn remote_port<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyString>>> {
+        if let Some(p) = &self.remote_port {
+            return Ok(Some(p.bind(py).clone()));
+        }
+        let client = self.client(py)?.into_bound(py);
+        if client.is_none() {
+            return Ok(None);
+        }
+        let port = client.get_item(1)?.str()?;
+        self.remote_port = Some(port.clone().unbind());
+        Ok(Some(port))
     }
 
     /// A connection the Python loop gives back (it was this engine's listener's): between two

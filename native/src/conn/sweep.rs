@@ -39,7 +39,7 @@ pub(crate) enum Expired {
 /// The sweep (refork.serving.connection.Timeouts.expiry and write_stalled): the connections past
 /// their deadline, out of `conns`. `drain_until` > 0: the worker stops, idle connections close
 /// then (a fresh one keeps its keep-alive clock).
-pub(crate) fn sweep(conns: &mut HashMap<i32, Conn>, t: &Timeouts, now: f64, drain_until: f64) -> Vec<(Conn, Expired)> {
+pub(crate) fn sweep<S: std::hash::BuildHasher>(conns: &mut HashMap<i32, Conn, S>, t: &Timeouts, now: f64, drain_until: f64) -> Vec<(Conn, Expired)> {
     let mut expired: Vec<(i32, Expired)> = Vec::new();
     for conn in conns.values() {
         let age = now - conn.since;

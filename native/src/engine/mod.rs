@@ -23,7 +23,6 @@
 //!
 //! The GIL is released only around epoll_wait. The engine starts no thread.
 
-use std::collections::HashMap;
 use std::io;
 
 use pyo3::prelude::*;
@@ -37,15 +36,23 @@ use crate::conn::lingering::Lingering;
 use crate::conn::listen::Listeners;
 use crate::conn::scratch::Scratch;
 use crate::conn::sweep::{sweep, Expired, Timeouts};
-use crate::conn::{Conn, Phase};
+use crate::conn::{Conn, Conns, Phase};
 use crate::host::{AppClock, Host, Refs};
 use crate::sys;
 use crate::wsgi::accounting::{Current, SlotClock};
+use crate::wsgi::app_call::Spare;
 use crate::wsgi::environ::Environ;
 use crate::wsgi::start_response::Hooks;
 
 const IN: u32 = libc::EPOLLIN as u32;
 const OUT: u32 = libc::EPOLLOUT as u32;
+/// Wake-ups one run() serves at most before the Python loop's turn (within its timeout). With a
+/// signal wake-up fd (`watch_signals`) each wait may block: a signal makes it readable, so the
+/// Python loop sees its handler's flags at once. Without one, the waits after the first only look
+/// (timeout 0) and the run ends when nothing is ready: a signal's handler, or a flag it set, waits
+/// at most this many rounds of ready work. Either way the Python loop's iteration is not paid per
+/// wake-up.
+const ROUNDS: usize = 64;
 
 enum Served {
     Keep,
@@ -60,7 +67,7 @@ pub struct Engine {
     listeners: Listeners,
     /// the Environ of each listener, by its place in `listeners`
     environs: Vec<Py<Environ>>,
-    conns: HashMap<i32, Conn>,
+    conns: Conns,
     /// the connections closed lingering (conn/lingering.rs), still in `ep`
     lingering: Lingering,
     intake: Intake,
@@ -78,6 +85,13 @@ pub struct Engine {
     handed: Vec<Py<Handed>>,
     /// the buffer a read goes into when its connection holds no partial request
     scratch: Scratch,
+    /// the Python loop has news (a response it finishes, a --max-requests / --refork-after
+    /// check): run() returns after this wake-up
+    yield_now: bool,
+    /// the last request's StartResponse, for the next (wsgi/app_call.rs `recycle`)
+    spare: Option<Spare>,
+    /// the read end of the process's signal wake-up fd (`watch_signals`), or -1
+    signals: i32,
 }
 
 #[pymethods]
@@ -114,7 +128,7 @@ impl Engine {
             outer: host.poller,
             listeners: Listeners::new(listeners.iter().map(|(fd, _)| *fd).collect()),
             environs: listeners.into_iter().map(|(_, environ)| environ).collect(),
-            conns: HashMap::new(),
+            conns: Conns::default(),
             lingering: Lingering::default(),
             intake,
             timeouts: host.settings.timeouts,
@@ -129,57 +143,62 @@ impl Engine {
             events: Vec::with_capacity(256),
             handed: Vec::new(),
             scratch,
+            yield_now: false,
+            spare: None,
+            signals: -1,
         })
     }
 
-    /// Serve until the Python loop's epoll is ready, a signal came or `timeout` seconds passed.
+    /// Wait up to `timeout` seconds for events and serve them, then what is ready since (ROUNDS),
+    /// until the Python loop's epoll is ready or a signal came.
     /// `keep_alive` False: every response says "Connection: close" (a stopping worker).
     /// Returns (connections handed to the Python loop, whether its epoll is ready).
     fn run(&mut self, py: Python<'_>, timeout: f64, keep_alive: bool) -> PyResult<(Vec<Py<Handed>>, bool)> {
         self.keep_alive = keep_alive;
-        let ms = (timeout * 1000.0).ceil().clamp(0.0, 3_600_000.0) as i32;
+        self.yield_now = false;
+        let timeout = timeout.clamp(0.0, 3600.0);
+        let to_ms = |s: f64| (s * 1000.0).ceil() as i32;
+        let mut ms = to_ms(timeout);
+        let deadline = if self.signals >= 0 { sys::monotonic() + timeout } else { 0.0 };
         let mut events = std::mem::take(&mut self.events);
         let epfd = self.ep.fd;
-        let waited = py.detach(|| sys::epoll_wait(epfd, &mut events, ms));
         let mut outer_ready = false;
-        match waited {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                self.events = events;
-                py.check_signals()?;
-                return Ok((std::mem::take(&mut self.handed), true));
-            }
-            Err(e) => {
-                self.events = events;
-                return Err(e.into());
-            }
-        }
-        let result = (|| -> PyResult<()> {
-            for &(fd, ev) in &events {
-                if fd == self.outer {
-                    outer_ready = true;
-                } else if let Some(i) = self.listeners.event(fd) {
-                    if self.listeners.accepting() {
-                        self.accept(py, i, self.intake.accept_batch)?;
-                    }
-                } else if let Some(conn) = self.conns.remove(&fd) {
-                    if conn.phase == Phase::Writing {
-                        self.on_writable(py, conn)?;
-                    } else if ev & (IN | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) != 0 {
-                        self.on_readable(py, conn)?;
-                    } else {
-                        self.conns.insert(fd, conn);
-                    }
-                } else if self.lingering.on_readable(fd) == Some(true) {
-                    self.ep.delete(fd);
-                    sys::close(fd);
+        let mut result = Ok(());
+        for _ in 0..ROUNDS {
+            // (a wait that may block releases the GIL)
+            let waited = if ms == 0 { sys::epoll_wait(epfd, &mut events, 0) } else { py.detach(|| sys::epoll_wait(epfd, &mut events, ms)) };
+            match waited {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    self.events = events;
+                    py.check_signals()?;
+                    return Ok((std::mem::take(&mut self.handed), true));
+                }
+                Err(e) => {
+                    self.events = events;
+                    return Err(e.into());
                 }
             }
-            Ok(())
-        })();
+            if events.is_empty() {
+                break;
+            }
+            result = self.on_events(py, &events, &mut outer_ready);
+            if result.is_err() || outer_ready || self.yield_now || !self.handed.is_empty() {
+                break;
+            }
+            ms = if self.signals >= 0 { to_ms(deadline - sys::monotonic()).max(0) } else { 0 };
+        }
         self.events = events;
         result?;
         Ok((std::mem::take(&mut self.handed), outer_ready))
+    }
+
+    /// `fd`: the read end of the process's signal wake-up fd (signal.set_wakeup_fd), non-blocking:
+    /// run() then returns as soon as a signal came, whatever it is doing (see ROUNDS).
+    fn watch_signals(&mut self, fd: i32) -> PyResult<()> {
+        self.ep.add(fd, IN)?;
+        self.signals = fd;
+        Ok(())
     }
 
     /// The worker stops: accept no more; `take_backlog` (the whole server stops): first accept
@@ -269,6 +288,34 @@ impl Engine {
 }
 
 impl Engine {
+    /// Serve one wait's events; `outer_ready`: the Python loop's epoll was among them.
+    fn on_events(&mut self, py: Python<'_>, events: &[(i32, u32)], outer_ready: &mut bool) -> PyResult<()> {
+        for &(fd, ev) in events {
+            if fd == self.outer {
+                *outer_ready = true;
+            } else if fd == self.signals {
+                sys::drain(fd);
+                *outer_ready = true; // (the Python loop looks at what the handlers set)
+            } else if let Some(i) = self.listeners.event(fd) {
+                if self.listeners.accepting() {
+                    self.accept(py, i, self.intake.accept_batch)?;
+                }
+            } else if let Some(conn) = self.conns.remove(&fd) {
+                if conn.phase == Phase::Writing {
+                    self.on_writable(py, conn)?;
+                } else if ev & (IN | libc::EPOLLERR as u32 | libc::EPOLLHUP as u32) != 0 {
+                    self.on_readable(py, conn)?;
+                } else {
+                    self.conns.insert(fd, conn);
+                }
+            } else if self.lingering.on_readable(fd) == Some(true) {
+                self.ep.delete(fd);
+                sys::close(fd);
+            }
+        }
+        Ok(())
+    }
+
     fn accept(&mut self, py: Python<'_>, i: usize, batch: usize) -> PyResult<()> {
         let (ep, conns) = (&self.ep, &mut self.conns);
         let now = sys::monotonic();

@@ -9,7 +9,7 @@ use crate::http::head::Head;
 use crate::sys;
 use crate::wsgi::access_log::AccessLog;
 use crate::wsgi::accounting::PyTracking;
-use crate::wsgi::app_call::{input_stream, method_str, split_target, AppCall, Called};
+use crate::wsgi::app_call::{input_stream, method_str, recycle, split_target, AppCall, Called};
 use crate::wsgi::hand_over::{HandOver, Standing};
 
 /// How a request is accounted: in the slot natively (the worker's AppClock gives its words), or
@@ -48,7 +48,7 @@ impl Engine {
             keep_alive: self.keep_alive,
             sends_files: true,
         };
-        let mut called = match call.call(py, conn, head, raw_head, &method, &input) {
+        let mut called = match call.call_with(py, conn, head, raw_head, &method, &input, &mut self.spare) {
             Ok(called) => called,
             Err(e) => {
                 self.finish(py, tracking, 0)?;
@@ -81,6 +81,7 @@ impl Engine {
         if let Some(log) = &self.host.access_log {
             AccessLog { log, log_access: &self.refs.log_access, perf_counter: &self.refs.perf_counter }.write(py, &called, &started, status, length)?;
         }
+        recycle(called, &mut self.spare);
         Ok(if keep { Served::Keep } else { Served::Close })
     }
 
@@ -138,6 +139,7 @@ impl Engine {
         rest: &[u8],
     ) -> PyResult<()> {
         self.ep.delete(conn.fd);
+        self.yield_now = true;
         let token = match tracking {
             Tracking::Python(t) => {
                 t.leave(&self.refs.current)?;
@@ -167,6 +169,7 @@ impl Engine {
                 } else if let Some(clock) = &self.clock {
                     let served = clock.finish(began, sys::monotonic(), status);
                     if let Some(requests_served) = control.requests_served.as_ref().filter(|_| served >= self.next_check) {
+                        self.yield_now = true;
                         self.next_check = requests_served.bind(py).call1((served,))?.extract()?;
                         if self.next_check <= 0 {
                             self.next_check = i64::MAX;

@@ -21,8 +21,24 @@ pub(crate) enum Refused<'a> {
 
 const TOKEN_EXTRA: &[u8] = b"!#$%&'*+-.^_`|~";
 
+/// The bytes a token may hold, by value.
+const TOKEN: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = (b as u8).is_ascii_alphanumeric();
+        b += 1;
+    }
+    let mut i = 0;
+    while i < TOKEN_EXTRA.len() {
+        table[TOKEN_EXTRA[i] as usize] = true;
+        i += 1;
+    }
+    table
+};
+
 fn is_token(name: &[u8]) -> bool {
-    !name.is_empty() && name.iter().all(|&b| b.is_ascii_alphanumeric() || TOKEN_EXTRA.contains(&b))
+    !name.is_empty() && name.iter().all(|&b| TOKEN[b as usize])
 }
 
 /// A control character a field value must not hold (CTL but HTAB): CR/LF would split the response.
@@ -43,35 +59,34 @@ pub(crate) fn copy_fields<'a>(fields: &[(&'a [u8], &'a [u8])], drop_length: bool
         if has_control(value) {
             return Err(Refused::Value(name, value));
         }
-        if name.len() <= 17 {
-            match name.to_ascii_lowercase().as_slice() {
-                b"content-length" => {
-                    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
-                        return Err(Refused::Length(value));
-                    }
-                    let length: u64 = std::str::from_utf8(value)
-                        .ok()
-                        .and_then(|v| v.parse().ok())
-                        .ok_or(Refused::Length(value))?;
-                    if facts.content_length.is_some_and(|c| c != length) {
-                        return Err(Refused::ConflictingLengths);
-                    }
-                    facts.content_length = Some(length);
-                    if drop_length {
-                        continue;
-                    }
+        let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
+        match name.len() {
+            14 if is(b"content-length") => {
+                let length = value
+                    .iter()
+                    .try_fold(0u64, |n, &b| if b.is_ascii_digit() { n.checked_mul(10)?.checked_add(u64::from(b - b'0')) } else { None })
+                    .filter(|_| !value.is_empty())
+                    .ok_or(Refused::Length(value))?;
+                if facts.content_length.is_some_and(|c| c != length) {
+                    return Err(Refused::ConflictingLengths);
                 }
-                b"transfer-encoding" | b"keep-alive" => continue,
-                b"connection" => {
-                    let squeezed: Vec<u8> = value.to_ascii_lowercase().into_iter().filter(|&b| b != b' ').collect();
-                    facts.close |= squeezed.split(|&b| b == b',').any(|t| t == b"close");
+                facts.content_length = Some(length);
+                if drop_length {
                     continue;
                 }
-                b"date" => facts.has_date = true,
-                b"server" => facts.has_server = true,
-                _ => {}
             }
+            17 if is(b"transfer-encoding") => continue,
+            10 if is(b"keep-alive") => continue,
+            10 if is(b"connection") => {
+                let squeezed: Vec<u8> = value.to_ascii_lowercase().into_iter().filter(|&b| b != b' ').collect();
+                facts.close |= squeezed.split(|&b| b == b',').any(|t| t == b"close");
+                continue;
+            }
+            4 if is(b"date") => facts.has_date = true,
+            6 if is(b"server") => facts.has_server = true,
+            _ => {}
         }
+        out.reserve(name.len() + value.len() + 4);
         out.extend_from_slice(name);
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);

@@ -23,7 +23,7 @@ pub(crate) fn frame_list<'py>(
 ) -> PyResult<Option<(Bound<'py, PyBytes>, usize, bool)>> {
     let status = Status { code: exchange.code, reason: exchange.reason.as_bytes(), headers: &exchange.headers, has_length: exchange.has_length };
     let framing = Framing { no_body: framer.no_body, http11: !framer.http10, keep_alive: framer.keep_alive };
-    Ok(frame_response(py, &status, result, framing)?.map(|(out, total, keep)| (PyBytes::new(py, &out), total, keep)))
+    Ok(frame_response(&status, result, framing)?.map(|(out, total, keep)| (PyBytes::new(py, &out), total, keep)))
 }
 
 /// What a refork.wsgi.response._Exchange holds once start_response was called.
@@ -61,7 +61,6 @@ pub(crate) struct Framing {
 
 /// frame_list's work: the response bytes, the body length and whether to keep the connection.
 pub(crate) fn frame_response<'py>(
-    py: Python<'py>,
     status: &Status<'_, 'py>,
     result: &Bound<'py, PyAny>,
     framing: Framing,
@@ -71,41 +70,50 @@ pub(crate) fn frame_response<'py>(
     if !(200..=999).contains(&code) || code == 204 || code == 304 {
         return Ok(None);
     }
-    let items: Vec<Bound<'py, PyAny>> = if let Ok(list) = result.cast_exact::<PyList>() {
-        list.iter().collect()
-    } else if let Ok(tuple) = result.cast_exact::<PyTuple>() {
-        tuple.iter().collect()
+    let items: &Bound<'py, PyAny> = if result.is_exact_instance_of::<PyList>() || result.is_exact_instance_of::<PyTuple>() {
+        result
     } else {
         return Ok(None);
     };
+    // (a list's items are read twice: nothing in between calls Python or allocates a Python object)
+    let each = |f: &mut dyn FnMut(&[u8])| -> bool {
+        let mut all_bytes = true;
+        let mut visit = |item: Bound<'py, PyAny>| match item.cast_exact::<PyBytes>() {
+            Ok(b) => f(b.as_bytes()),
+            Err(_) => all_bytes = false,
+        };
+        if let Ok(list) = items.cast_exact::<PyList>() {
+            list.iter().for_each(&mut visit);
+        } else if let Ok(tuple) = items.cast_exact::<PyTuple>() {
+            tuple.iter().for_each(&mut visit);
+        }
+        all_bytes
+    };
     let mut total = 0usize;
-    let mut bodies: Vec<&[u8]> = Vec::with_capacity(items.len());
-    for item in &items {
-        let Ok(b) = item.cast_exact::<PyBytes>() else { return Ok(None) };
-        total += b.as_bytes().len();
-        bodies.push(b.as_bytes());
+    if !each(&mut |b| total += b.len()) {
+        return Ok(None);
     }
     if total > JOIN_LIMIT {
         return Ok(None);
     }
     let mut keep = keep_alive;
     let mut out: Vec<u8> = Vec::with_capacity(256 + if no_body { 0 } else { total });
-    out.extend_from_slice(format!("HTTP/1.1 {code} ").as_bytes());
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(&[b'0' + (code / 100) as u8, b'0' + (code / 10 % 10) as u8, b'0' + (code % 10) as u8, b' ']);
     out.extend_from_slice(reason);
     out.extend_from_slice(b"\r\n");
-    let added;
-    let mut all: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)> = Vec::with_capacity(headers.len() + 1);
+    let mut all: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)> = Vec::with_capacity(headers.len());
     for item in headers.iter() {
         let pair = item.cast_exact::<PyTuple>()?;
         all.push((pair.get_item(0)?, pair.get_item(1)?));
     }
-    if !has_length {
-        added = (PyBytes::new(py, b"Content-Length").into_any(), PyBytes::new(py, total.to_string().as_bytes()).into_any());
-        all.push(added);
-    }
-    let mut fields: Vec<(&[u8], &[u8])> = Vec::with_capacity(all.len());
+    let added = if has_length { String::new() } else { total.to_string() };
+    let mut fields: Vec<(&[u8], &[u8])> = Vec::with_capacity(all.len() + 1);
     for (name, value) in &all {
         fields.push((name.cast::<PyBytes>()?.as_bytes(), value.cast::<PyBytes>()?.as_bytes()));
+    }
+    if !has_length {
+        fields.push((b"Content-Length", added.as_bytes()));
     }
     // a field the rules refuse: declined, and the Python path raises the exact error
     let Ok(Facts { content_length, close, has_date, has_server }) = copy_fields(&fields, false, &mut out) else {
@@ -132,9 +140,7 @@ pub(crate) fn frame_response<'py>(
         keep = false; // (after the head, as ResponseFramer.end): the peer waits for bytes that never come
     }
     if !no_body {
-        for b in bodies {
-            out.extend_from_slice(b);
-        }
+        each(&mut |b| out.extend_from_slice(b));
     }
     Ok(Some((out, total, keep)))
 }
@@ -157,7 +163,7 @@ mod tests {
             let items = PyList::new(py, body.iter().map(|b| PyBytes::new(py, b))).unwrap();
             let status = Status { code, reason: b"OK", headers: &headers, has_length };
             let framing = Framing { no_body, http11, keep_alive: keep };
-            let framed = frame_response(py, &status, items.as_any(), framing).unwrap();
+            let framed = frame_response(&status, items.as_any(), framing).unwrap();
             framed.map(|(bytes, total, keep)| (masked(&bytes), total, keep))
         })
     }
@@ -246,7 +252,7 @@ mod tests {
         Python::initialize();
         Python::attach(|py| {
             let headers = PyList::empty(py);
-            let frame = |result: &Bound<'_, PyAny>| frame_response(py, &Status { code: 200, reason: b"OK", headers: &headers, has_length: false }, result, Framing { no_body: false, http11: true, keep_alive: true }).unwrap().map(|(_, total, _)| total);
+            let frame = |result: &Bound<'_, PyAny>| frame_response(&Status { code: 200, reason: b"OK", headers: &headers, has_length: false }, result, Framing { no_body: false, http11: true, keep_alive: true }).unwrap().map(|(_, total, _)| total);
             let tuple = PyTuple::new(py, [PyBytes::new(py, b"ab"), PyBytes::new(py, b"c")]).unwrap();
             assert_eq!(frame(tuple.as_any()), Some(3));
             let with_str = PyList::new(py, [PyBytes::new(py, b"ab").into_any(), pyo3::types::PyString::new(py, "c").into_any()]).unwrap();
@@ -284,7 +290,7 @@ mod tests {
                 let (no_body, http11, keep) = (request[0] == "HEAD", request[1] == "1.1", request[2] == "keep");
                 let code = row[1].parse().unwrap();
                 let status = Status { code, reason: reason.as_bytes(), headers: &headers, has_length };
-                frame_response(py, &status, items.as_any(), Framing { no_body, http11, keep_alive: keep }).unwrap()
+                frame_response(&status, items.as_any(), Framing { no_body, http11, keep_alive: keep }).unwrap()
             });
             match framed {
                 None => assert_eq!(row[4], "error", "{row:?}"),

@@ -26,6 +26,12 @@ pub fn monotonic() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
+/// Read a non-blocking fd until nothing is left (a wake-up fd's bytes).
+pub fn drain(fd: libc::c_int) {
+    let mut buf = [0u8; 64];
+    while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+}
+
 pub fn close(fd: libc::c_int) {
     unsafe { libc::close(fd) };
 }

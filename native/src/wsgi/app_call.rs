@@ -45,6 +45,25 @@ pub(crate) struct Called<'py> {
     pub framed: Option<Framed>,
     /// the file `framed`'s head is followed by (a wsgi.file_wrapper the loop sends itself)
     pub file: Option<FileBody>,
+    /// the environ's wsgi.early_hints
+    pub hints: Bound<'py, PyAny>,
+}
+
+/// A request's StartResponse and its wsgi.early_hints callable, kept by a loop for its next
+/// request when nothing else holds either (`recycle`): two objects fewer made and freed a request.
+pub(crate) type Spare = (Py<StartResponse>, Py<PyAny>);
+
+/// The request is done with: its StartResponse and hints callable become `spare` if only
+/// `called` holds them (the app kept neither, nor the environ, nor a write callable).
+pub(crate) fn recycle(called: Called<'_>, spare: &mut Option<Spare>) {
+    let Called { environ, client, start_response, result, exc, framed, file, hints } = called;
+    drop((environ, client, result, exc, framed, file));
+    // (ours, and the one the hints callable holds)
+    let refs = |o: &Bound<'_, PyAny>| unsafe { pyo3::ffi::Py_REFCNT(o.as_ptr()) };
+    if refs(start_response.as_any()) == 2 && refs(&hints) == 1 {
+        start_response.borrow_mut().clear();
+        *spare = Some((start_response.unbind(), hints.unbind()));
+    }
 }
 
 impl<'py> Called<'py> {
@@ -78,6 +97,21 @@ impl<'py> AppCall<'_, 'py> {
         method: &Bound<'py, PyString>,
         input: &Bound<'py, PyAny>,
     ) -> PyResult<Called<'py>> {
+        self.call_with(py, conn, head, raw_head, method, input, &mut None)
+    }
+
+    /// `call`, with the StartResponse of an earlier request if `spare` holds one (see `recycle`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn call_with(
+        &self,
+        py: Python<'py>,
+        conn: &mut Conn,
+        head: &Head,
+        raw_head: &[u8],
+        method: &Bound<'py, PyString>,
+        input: &Bound<'py, PyAny>,
+        spare: &mut Option<Spare>,
+    ) -> PyResult<Called<'py>> {
         let (path, query) = split_target(head);
         let parts = Parts {
             method: method.as_any(),
@@ -89,32 +123,44 @@ impl<'py> AppCall<'_, 'py> {
         let length = head.content_length.map(|n| PyString::new(py, &n.to_string()));
         let headers = head.headers.iter().map(|(n, v)| (n.as_slice(), *v));
         let client = conn.client(py)?;
-        let environ = self.environ.make(py, &parts, headers, length, input, client.bind(py))?;
+        let port = conn.remote_port(py)?;
+        let environ = self.environ.make(py, &parts, headers, length, input, client.bind(py), port)?;
         if head.forwarded {
             self.environ.apply_forwarded(py, &environ, &head.headers, client.bind(py))?;
         }
+        let (sr, hints) = match spare.take() {
+            Some((sr, hints)) => {
+                let sr = sr.into_bound(py);
+                sr.borrow_mut().renew(conn.fd, client.clone_ref(py), conn.listener, raw_head, self.keep_alive, head.http11);
+                (sr, hints.into_bound(py))
+            }
+            None => {
+                let sr = Bound::new(
+                    py,
+                    StartResponse {
+                        hooks: self.hooks.clone_ref(py),
+                        code: 0,
+                        reason: None,
+                        headers: None,
+                        has_length: false,
+                        exchange: None,
+                        fd: conn.fd,
+                        client: client.clone_ref(py),
+                        listener: conn.listener,
+                        request: None,
+                        head: raw_head.to_vec(),
+                        keep_alive: self.keep_alive,
+                        http11: head.http11,
+                        final_framed: false,
+                        hint_rest: Vec::new(),
+                    },
+                )?;
+                let hints = StartResponse::hints_callable(&sr)?;
+                (sr, hints)
+            }
+        };
+        environ.set_item(pyo3::intern!(py, "wsgi.early_hints"), &hints)?;
         let environ = environ.into_any();
-        let sr = Bound::new(
-            py,
-            StartResponse {
-                hooks: self.hooks.clone_ref(py),
-                code: 0,
-                reason: None,
-                headers: None,
-                has_length: false,
-                exchange: None,
-                fd: conn.fd,
-                client: client.clone_ref(py),
-                listener: conn.listener,
-                request: None,
-                head: raw_head.to_vec(),
-                keep_alive: self.keep_alive,
-                http11: head.http11,
-                final_framed: false,
-                hint_rest: Vec::new(),
-            },
-        )?;
-        environ.set_item(pyo3::intern!(py, "wsgi.early_hints"), StartResponse::hints_callable(&sr)?)?;
         // gunicorn's pre_request first, if set (its error is answered as the app's would be)
         let returned = match &self.hooks.get().pre_request {
             Some(pre) => pre.bind(py).call1((StartResponse::request(&sr)?, &environ)).and_then(|_| self.app.call1((&environ, &sr))),
@@ -157,7 +203,7 @@ impl<'py> AppCall<'_, 'py> {
             }
         };
         let framed = framed.map(|f| Self::after_hints(&sr, f));
-        Ok(Called { environ, client, start_response: sr, result, exc, framed, file })
+        Ok(Called { environ, client, start_response: sr, result, exc, framed, file, hints })
     }
 
     /// A framed response: from now on early hints are ignored, and the part of one the socket did
@@ -184,7 +230,7 @@ impl<'py> AppCall<'_, 'py> {
         let keep = head.keep_alive && self.keep_alive;
         let status = Status { code: s.code, reason, headers, has_length: s.has_length };
         let framing = Framing { no_body: head.method == "HEAD", http11: head.http11, keep_alive: keep };
-        Ok(frame_response(py, &status, items, framing)?
+        Ok(frame_response(&status, items, framing)?
             .map(|(bytes, total, keep)| (s.code, bytes, total, keep)))
     }
 }

@@ -36,7 +36,7 @@ impl<'py> AppCall<'_, 'py> {
         // framed as a HEAD response is: the head alone, with the app's Content-Length
         let status = Status { code: s.code, reason, headers, has_length: true };
         let framing = Framing { no_body: true, http11: head.http11, keep_alive: keep };
-        let Some((bytes, _, keep)) = frame_response(py, &status, empty.as_any(), framing)? else {
+        let Some((bytes, _, keep)) = frame_response(&status, empty.as_any(), framing)? else {
             return Ok(None);
         };
         let file = FileBody { fd, offset, remaining: declared, owner: result.clone().unbind() };

@@ -51,20 +51,78 @@ fn unquote(raw: &[u8]) -> Vec<u8> {
 /// that are never held across a call into Python (which may switch threads).
 #[pyclass(module = "refork._native", frozen)]
 pub struct Environ {
-    base: Py<PyDict>,
+    /// the base dict with every key `make` always sets (None until it does), sized so that a
+    /// request's headers fit: its copy is the environ, each key a replacement, no resize
+    template: Py<PyDict>,
     root: Vec<u8>,
     scheme: Vec<u8>,
     server_name: Py<PyString>,
     server_port: Py<PyString>,
-    names: Mutex<HashMap<Vec<u8>, Option<Py<PyString>>>>,
-    hosts: Mutex<HashMap<Vec<u8>, NameAndPort>>,
+    names: Mutex<HashMap<Vec<u8>, Option<Py<PyString>>, Fnv>>,
+    hosts: Mutex<HashMap<Vec<u8>, HostStrs, Fnv>>,
     /// refork.wsgi.EnvironBuilder.apply_forwarded(environ, headers, client) of its builder: the
     /// trusted-proxy rules, for a request with X-Forwarded-* fields
     forwarded: Py<PyAny>,
 }
 
-/// SERVER_NAME and SERVER_PORT of one Host header value.
-type NameAndPort = (Py<PyString>, Py<PyString>);
+/// One Host header value's HTTP_HOST, SERVER_NAME and SERVER_PORT.
+type HostStrs = (Py<PyString>, Py<PyString>, Py<PyString>);
+
+/// The keys `make` sets on every request (REMOTE_ADDR is the base's already).
+const ALWAYS: [&str; 10] =
+    ["REQUEST_METHOD", "PATH_INFO", "QUERY_STRING", "RAW_URI", "REQUEST_URI", "SERVER_PROTOCOL", "wsgi.input", "REMOTE_PORT", "SERVER_NAME", "SERVER_PORT"];
+
+
+/// FNV-1a: the caches' keys are a few short header names and Host values (SipHash's
+/// flood-resistance is not needed: each cache stops growing at its limit).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Fnv;
+
+pub(crate) struct FnvHasher(u64);
+
+impl std::hash::BuildHasher for Fnv {
+    type Hasher = FnvHasher;
+    fn build_hasher(&self) -> FnvHasher {
+        FnvHasher(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for FnvHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The environ template of `base` (see Environ.template).
+fn template<'py>(base: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
+    let py = base.py();
+    let t = base.copy()?;
+    for key in ALWAYS {
+        t.set_item(PyString::intern(py, key), py.None())?;
+    }
+    // CPython's dict of n keys has room for 5, 10, 21, 42... (2/3 of 8, 16, 32, 64): one key past
+    // a full table doubles it, and a copy keeps the size if at most a third of its entries were
+    // deleted, so the request's own keys (HTTP_*, CONTENT_LENGTH, wsgi.early_hints) fit in it
+    let mut size = 8;
+    while size * 2 / 3 < t.len() {
+        size *= 2;
+    }
+    let room = size * 2 / 3 + 1;
+    let room = if room - t.len() <= t.len() / 2 { room } else { t.len() };
+    let spare: Vec<String> = (t.len()..room).map(|i| format!(" spare {i}")).collect();
+    for key in &spare {
+        t.set_item(key, py.None())?;
+    }
+    for key in &spare {
+        t.del_item(key)?;
+    }
+    Ok(t)
+}
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -89,13 +147,13 @@ impl Environ {
             .map(|c| u8::try_from(c as u32).map_err(|_| pyo3::exceptions::PyValueError::new_err("root_path")))
             .collect::<PyResult<_>>()?;
         Ok(Environ {
-            base: base.unbind(),
+            template: template(&base)?.unbind(),
             root,
             scheme: url_scheme.as_bytes().to_vec(),
             server_name: server_name.unbind(),
             server_port: server_port.unbind(),
-            names: Mutex::new(HashMap::new()),
-            hosts: Mutex::new(HashMap::new()),
+            names: Mutex::new(HashMap::with_hasher(Fnv)),
+            hosts: Mutex::new(HashMap::with_hasher(Fnv)),
             forwarded: apply_forwarded.unbind(),
         })
     }
@@ -130,7 +188,8 @@ impl Environ {
             version: request.http_version.to_str()?,
         };
         let pairs = pairs.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes()));
-        let env = self.make(py, &parts, pairs, length, body, client)?;
+        let port = if client.is_none() { None } else { Some(client.get_item(1)?.str()?) };
+        let env = self.make(py, &parts, pairs, length, body, client, port)?;
         if forwarded {
             self.forwarded.bind(py).call1((&env, &headers, client))?;
         }
@@ -167,7 +226,8 @@ impl Environ {
 
     /// The environ of a request: `headers` (lower-cased name, trimmed value), X-Forwarded-* fields
     /// as plain HTTP_ keys (`apply_forwarded` then); `length` the CONTENT_LENGTH when the request
-    /// has a body.
+    /// has a body; `port` the client's port as a str (None: no client).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn make<'py, 'h>(
         &self,
         py: Python<'py>,
@@ -176,10 +236,20 @@ impl Environ {
         length: Option<Bound<'py, PyString>>,
         body: &Bound<'py, PyAny>,
         client: &Bound<'py, PyAny>,
+        port: Option<Bound<'py, PyString>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let env = self.base.bind(py).copy()?;
-        let mut host: Option<&[u8]> = None;
+        let env = self.template.bind(py).copy()?;
+        let mut host: Option<(Py<PyString>, Py<PyString>)> = None;
         for (name, value) in headers {
+            if name == b"host" {
+                let (value_str, n, p) = self.host_strs(py, value);
+                let first = host.is_none();
+                host = Some((n, p)); // (the last Host names the server, as in the Python builder)
+                if first {
+                    env.set_item(pyo3::intern!(py, "HTTP_HOST"), value_str)?;
+                    continue;
+                }
+            }
             let cached = locked(&self.names).get(name).map(|k| k.as_ref().map(|k| k.clone_ref(py)));
             let key = match cached {
                 Some(k) => k,
@@ -209,9 +279,6 @@ impl Environ {
             };
             let Some(key) = key else { continue };
             let key = key.bind(py);
-            if name == b"host" {
-                host = Some(value);
-            }
             match env.get_item(key)? {
                 Some(old) => {
                     let sep = if key.to_str()? == "HTTP_COOKIE" { "; " } else { "," };
@@ -248,9 +315,12 @@ impl Environ {
             env.set_item(pyo3::intern!(py, "CONTENT_LENGTH"), length)?;
         }
         env.set_item(pyo3::intern!(py, "wsgi.input"), body)?;
-        if !client.is_none() {
-            env.set_item(pyo3::intern!(py, "REMOTE_ADDR"), client.get_item(0)?)?;
-            env.set_item(pyo3::intern!(py, "REMOTE_PORT"), client.get_item(1)?.str()?)?;
+        match port {
+            Some(port) => {
+                env.set_item(pyo3::intern!(py, "REMOTE_ADDR"), client.get_item(0)?)?;
+                env.set_item(pyo3::intern!(py, "REMOTE_PORT"), port)?;
+            }
+            None => env.del_item(pyo3::intern!(py, "REMOTE_PORT"))?,
         }
         let (name, port) = match host {
             None => {
@@ -263,26 +333,27 @@ impl Environ {
                 };
                 (self.server_name.bind(py).clone(), port)
             }
-            Some(h) => {
-                // (a statement of its own: the guard is dropped before the match)
-                let hit = locked(&self.hosts).get(h).map(|(n, p)| (n.clone_ref(py), p.clone_ref(py)));
-                match hit {
-                    Some((n, p)) => (n.into_bound(py), p.into_bound(py)),
-                    None => {
-                        let default: &[u8] = if self.scheme == b"https" || self.scheme == b"wss" { b"443" } else { b"80" };
-                        let (n, p) = split_host(h, default);
-                        let (n, p) = (latin1(py, n), latin1(py, p));
-                        let mut hosts = locked(&self.hosts);
-                        if hosts.len() < 256 {
-                            hosts.insert(h.to_vec(), (n.clone().unbind(), p.clone().unbind()));
-                        }
-                        (n, p)
-                    }
-                }
-            }
+            Some((n, p)) => (n.into_bound(py), p.into_bound(py)),
         };
         env.set_item(pyo3::intern!(py, "SERVER_NAME"), name)?;
         env.set_item(pyo3::intern!(py, "SERVER_PORT"), port)?;
         Ok(env)
+    }
+
+    /// A Host value's HTTP_HOST, SERVER_NAME and SERVER_PORT (cached for 256 values).
+    fn host_strs(&self, py: Python<'_>, h: &[u8]) -> (Py<PyString>, Py<PyString>, Py<PyString>) {
+        // (a statement of its own: the guard is dropped before the match)
+        let hit = locked(&self.hosts).get(h).map(|(v, n, p)| (v.clone_ref(py), n.clone_ref(py), p.clone_ref(py)));
+        if let Some(hit) = hit {
+            return hit;
+        }
+        let default: &[u8] = if self.scheme == b"https" || self.scheme == b"wss" { b"443" } else { b"80" };
+        let (n, p) = split_host(h, default);
+        let strs = (latin1(py, h).unbind(), latin1(py, n).unbind(), latin1(py, p).unbind());
+        let mut hosts = locked(&self.hosts);
+        if hosts.len() < 256 {
+            hosts.insert(h.to_vec(), (strs.0.clone_ref(py), strs.1.clone_ref(py), strs.2.clone_ref(py)));
+        }
+        strs
     }
 }

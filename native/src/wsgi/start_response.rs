@@ -234,6 +234,29 @@ impl StartResponse {
 }
 
 impl StartResponse {
+    /// Back to what a new one holds, for `renew` (wsgi/app_call.rs `recycle`).
+    pub(crate) fn clear(&mut self) {
+        self.code = 0;
+        self.reason = None;
+        self.headers = None;
+        self.has_length = false;
+        self.exchange = None;
+        self.request = None;
+        self.final_framed = false;
+        self.hint_rest.clear();
+    }
+
+    /// A cleared one for another request of the same loop.
+    pub(crate) fn renew(&mut self, fd: i32, client: Py<PyAny>, listener: i32, head: &[u8], keep_alive: bool, http11: bool) {
+        self.fd = fd;
+        self.client = client;
+        self.listener = listener;
+        self.head.clear();
+        self.head.extend_from_slice(head);
+        self.keep_alive = keep_alive;
+        self.http11 = http11;
+    }
+
     /// wsgi.early_hints of this request's environ.
     pub fn hints_callable<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         fn call<'py>(slf: &Bound<'py, StartResponse>, headers: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {

@@ -17,6 +17,7 @@ promoted worker's child forgets the engine's connections at the safe point.
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 from typing import Any
 
@@ -46,9 +47,23 @@ class EngineHost(NativeHost):
     def run(self) -> None:
         # the engine's requests: registered with the clock only if asked (deadlines.ENGINE)
         serving = deadlines.current.set(deadlines.ENGINE if self.engine.accounts else None)
+        # a signal wakes the engine at once (its handlers' flags are the Python loop's to read),
+        # so its run() may serve many wake-ups before the loop's turn
+        woken, waker = socket.socketpair()
+        woken.setblocking(False)
+        waker.setblocking(False)
+        try:
+            before = signal.set_wakeup_fd(waker.fileno(), warn_on_full_buffer=False)
+            self.engine.watch_signals(woken.fileno())
+        except ValueError:  # not the main thread: run() only looks after its first wait
+            before = None
         try:
             self.loop.run()
         finally:
+            if before is not None:
+                signal.set_wakeup_fd(before)
+            woken.close()
+            waker.close()
             deadlines.current.reset(serving)
 
     def _give_back(self, fd: int, client: Any, listener: int, since: float) -> None:
