@@ -41,6 +41,7 @@ use crate::host::{Host, Refs};
 use crate::conn::Conn;
 use crate::http::head::HeadLimits;
 use crate::sys;
+use crate::wsgi::accounting::SlotClock;
 use crate::wsgi::environ::Environ;
 use crate::wsgi::start_response::Hooks;
 
@@ -254,6 +255,17 @@ impl Shared {
     }
 }
 
+/// Where the I/O thread counts the --static answers it replays (pool/io.rs), or None: it replays
+/// none, when something else must see their requests (the access log, pre_request) or the worker
+/// has no slot clock.
+fn static_counter(py: Python<'_>, host: &Host, hooks: &Hooks) -> PyResult<Option<SlotClock>> {
+    let Some(clock) = host.control.clock.as_ref().filter(|_| host.access_log.is_none() && hooks.pre_request.is_none()) else {
+        return Ok(None);
+    };
+    let words = clock.bind(py).call_method0(pyo3::intern!(py, "native_words"))?;
+    Ok(Some(SlotClock::new(words.cast::<pyo3::types::PyDict>()?)?))
+}
+
 /// A line for the worker's log, written by the Python loop.
 pub(crate) fn log_notice(shared: &Shared, error: bool, message: String) {
     locked(&shared.to_python).notices.push((error, message));
@@ -315,7 +327,8 @@ impl PoolEngine {
         });
         let hooks = Hooks::new(py, &host, &refs);
         let timeout_response = refs.timeout_response.bind(py).as_bytes().to_vec();
-        let io = io::Io::new(shared.clone(), listeners.iter().map(|(fd, _)| *fd).collect(), settings.timeouts, timeout_response);
+        let statics = static_counter(py, &host, &hooks)?;
+        let io = io::Io::new(shared.clone(), listeners.iter().map(|(fd, _)| *fd).collect(), settings.timeouts, timeout_response, statics);
         let side = AppSide {
             listener_fds: listeners.iter().map(|(fd, _)| *fd).collect(),
             environs: listeners.into_iter().map(|(_, environ)| environ).collect(),

@@ -220,25 +220,6 @@ pub(crate) fn replay(head: &Head, keep: bool) -> Option<Reply> {
     Some(Reply { bytes, file })
 }
 
-/// Keeps a replayed answer's file open while the connection sends it (conn::FileBody's owner).
-#[pyclass(module = "refork._native")]
-pub(crate) struct OpenFile {
-    file: Option<File>,
-}
-
-impl OpenFile {
-    pub(crate) fn new(file: File) -> OpenFile {
-        OpenFile { file: Some(file) }
-    }
-}
-
-#[pymethods]
-impl OpenFile {
-    fn close(&mut self) {
-        self.file = None;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
