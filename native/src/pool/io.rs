@@ -1,4 +1,5 @@
-//! The pool's I/O thread: accept, read, parse, the deadlines and slow writes; never the GIL.
+//! The pool's I/O thread: accept, read, parse, the deadlines and slow writes, the --static
+//! answers the static cache holds (static_files/); never the GIL.
 //!
 //! Every connection is registered with EPOLLONESHOT: an event disarms it, so a connection an app
 //! thread serves gets no event here, and the app thread re-arms it when it gives it back (into

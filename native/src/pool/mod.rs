@@ -2,8 +2,9 @@
 //!
 //! One **I/O thread** (pool/io.rs), which never takes the GIL, owns the idle and arriving
 //! connections: epoll, accept, recv, the common request shape parsed with httparse, bodies up to
-//! the in-memory threshold, the deadlines, the writes a client is slow to take. A complete request
-//! becomes a job in the queue below, with its connection. The **app threads** are the worker's
+//! the in-memory threshold, the deadlines, the writes a client is slow to take, the --static
+//! answers the static cache holds (pool/io.rs `replay_static`). A complete request becomes a job
+//! in the queue below, with its connection. The **app threads** are the worker's
 //! Python threads (refork.serving.wsgi.pool_host): each runs `work()`, which waits for a job with
 //! the GIL released, then builds the environ, calls the app, frames the whole body (pool/serve.rs)
 //! and writes it with one `send`; the connection then goes back to the I/O thread's epoll
