@@ -4,6 +4,7 @@ Two assets, made fresh in a temporary directory: `small.css` (2 KB) and `big.js`
 at /static/ by every server with 2 workers on 127.0.0.1:
 
     refork-native        refork --wsgi-loop native --static /static=DIR hello_wsgi:app
+    refork-pool          refork --wsgi-loop native --threads 4 --static /static=DIR hello_wsgi:app
     refork-uvloop        refork --interface asgi --loop uvloop --static /static=DIR hello_asgi:app
     whitenoise-refork    refork --wsgi-loop native whitenoise_wsgi:app (WhiteNoise around hello_wsgi)
     whitenoise-gunicorn  gunicorn -k gthread --threads 4 whitenoise_wsgi:app
@@ -58,7 +59,7 @@ from common import (
 
 APPS = BENCH_DIR / "apps"
 ASSETS = {"2k": ("small.css", 2048), "60k": ("big.js", 60 * 1024)}
-MINE = ("refork-native", "refork-uvloop")
+MINE = ("refork-native", "refork-pool", "refork-uvloop")
 TARGETS = [("nginx", 1.0), ("whitenoise-gunicorn", 5.0)]
 
 NGINX_CONF = """\
@@ -119,6 +120,7 @@ def servers(venv: Path, port: int, tmp: Path) -> list[Server]:
                "--log-level", "warning", "--interface", "wsgi", "--working-dir", str(APPS)]  # fmt: skip
     specs = [
         ("refork-native", [*refork, "--wsgi-loop", "native", *mount, "hello_wsgi:app"]),
+        ("refork-pool", [*refork, "--wsgi-loop", "native", "--threads", "4", *mount, "hello_wsgi:app"]),
         ("refork-uvloop", [*refork, "--interface", "asgi", "--loop", "uvloop", *mount, "hello_asgi:app"]),
         ("whitenoise-refork", [*refork, "--wsgi-loop", "native", "whitenoise_wsgi:app"]),
         ("whitenoise-gunicorn", [*gunicorn, "-k", "gthread", "--threads", "4", "whitenoise_wsgi:app"]),

@@ -412,6 +412,15 @@ class AppClock:
         self._ints[self._starts_at] -= 1
         return int(self._ints[self._requests_at])
 
+    def count_static(self, status: int) -> None:
+        """One more --static answer of this status: an atomic add where the extension is built (the
+        pool engine's I/O thread counts its own answers in the same words, without this lock)."""
+        if self._words is not None:
+            self._words.count_static(status)
+        else:
+            with self._lock:
+                self._slots.count_static(self._index, status)
+
     def static(self, token: object) -> None:
         """A --static mount answers this request (the engine's: registered now): finished() takes
         it out of flight without counting it among the app's requests, their statuses and times."""

@@ -15,7 +15,6 @@ import os
 import random
 import signal
 import socket
-import threading
 import time
 from collections.abc import Callable
 from types import FrameType
@@ -101,7 +100,6 @@ class Worker:
         self.generation = generation
         self.slot = slot
         self.slots = ctx.slots
-        self._static_lock = threading.Lock()
         self.timeout = hard_timeout(config)  # --timeout 0: a deadline that never comes
         self.memray: object = None
         self.hook_worker = hooks.Worker(config, pid=os.getpid(), ppid=ctx.monitor_pid, nr=nr,
@@ -392,8 +390,7 @@ class Worker:
         self.slots.count_http2(self.slot, what, n)
 
     def static_count(self, status: int) -> None:
-        with self._static_lock:  # app threads (--threads) answer static requests too
-            self.slots.count_static(self.slot, status)
+        self.clock.count_static(status)  # (app threads and the pool's I/O thread count at once)
         self.clock.static(deadlines.current.get())  # not among the app's requests
 
     @property

@@ -45,9 +45,9 @@ def serve(
     if config.switch_interval is not None:
         sys.setswitchinterval(config.switch_interval)  # this worker process only (forked from the mold)
     loop = wsgi_loop(config)
-    # the engine replays static answers itself when nothing else must see their requests
-    replay = loop == "native" and int(config.threads) <= 1
-    replay &= settings.request_end is None and settings.request_hooks is None
+    # the native engines replay static answers themselves (the pool's on its I/O thread) when
+    # nothing else must see their requests
+    replay = loop == "native" and settings.request_end is None and settings.request_hooks is None
     app = _with_static(app, interface, config, control, replay)
     if loop == "native":
         control.ready_for_requests()  # no start-up work in the loop (the app was loaded and warmed)

@@ -6,9 +6,10 @@ or not). A small file's answer is its bytes (the native engines frame them witho
 bigger one is a ``wsgi.file_wrapper`` (sendfile on plain connections, the native engines' too) or
 an ASGI ``http.response.zerocopysend`` (os.sendfile beside the transport; read and write over
 TLS). A request under no mount costs one startswith.
-On the native engine (one app thread, no access log, no request hooks) a plain 200 is also
-recorded in the engine's static cache (native/src/static_files), which answers the same request
-again itself, checking the files with one stat each, with no Python at all.
+On the native engines (no access log, no request hooks) a plain 200 is also recorded in the
+engine's static cache (native/src/static_files), which answers the same request again itself,
+checking the files with one stat each, with no Python at all (the pool engine's I/O thread: not
+even the GIL).
 Static answers go to the access log like any response and are counted apart
 (``refork_static_requests_total`` by status class), never among the app's requests: counting one
 marks its request (WorkerControl.static_count), which the worker's clock then leaves out.

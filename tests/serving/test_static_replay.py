@@ -1,8 +1,10 @@
 """The native engine's static cache (native/src/static_files) over real HTTP: a --static answer
 Python decided once is answered again the same (head fields but Date, body, HEAD without one),
 follows its file (changed: fresh; deleted: 404), leaves Range and conditional requests to Python,
-and, on the engine, is answered without Python deciding again (tests/apps/static_probe.py notes
-each decision) while still counted in refork_static_requests_total."""
+and, on the engine and the pool engine, is answered without Python deciding again
+(tests/apps/static_probe.py notes each decision) while still counted in
+refork_static_requests_total; on the pool engine, by its I/O thread while an app thread holds the
+GIL."""
 
 from __future__ import annotations
 
@@ -11,11 +13,14 @@ import http.client
 import os
 import re
 import socket
+import time
 from contextlib import closing
 
+import pytest
 from conftest import free_port, read_to_end
 from support.h2client import H2Client
 from support.request_paths import connect, every_path, flags, http2, tls
+from support.waits import sleeping_threads, wait_until
 
 SMALL = b"a { b: c }\n" * 186  # 2 KB: held in memory
 BIG = bytes(range(256)) * 240  # 60 KB: sent from the file
@@ -91,22 +96,23 @@ def test_a_repeated_answer_is_the_first_one_and_follows_its_file(path, start_ser
     assert gone[0] == 404
 
 
-def test_the_engine_answers_again_without_python_deciding(start_server, tmp_path):
+@pytest.mark.parametrize("path", ["engine", "pool"])
+def test_the_engine_answers_again_without_python_deciding(path, start_server, tmp_path):
     root = tmp_path / "site"
     root.mkdir()
     (root / "app.css").write_bytes(SMALL)
     (root / "big.bin").write_bytes(BIG)
     probe, metrics = tmp_path / "decided.txt", free_port()
-    args, app = flags("engine", "apps.static_probe")
+    args, app = flags(path, "apps.static_probe")
     server = start_server(*args, "--static", f"/s={root}", "--metrics-bind", f"127.0.0.1:{metrics}",
                           app=app, workers=1, env={**os.environ, "STATIC_PROBE": str(probe)})  # fmt: skip
     asks = [("GET", "/s/app.css", {}), ("HEAD", "/s/app.css", {}), ("GET", "/s/big.bin", {})]
-    replies = _ask("engine", server.port, asks * 20)
+    replies = _ask(path, server.port, asks * 20)
     assert [r[2] for r in replies] == [SMALL, b"", BIG] * 20
     assert all(r == replies[i % 3] for i, r in enumerate(replies))
     assert probe.read_text().splitlines() == ["GET /s/app.css", "HEAD /s/app.css", "GET /s/big.bin"]
     assert server.wait_for(lambda: _static_2xx(metrics) == 60, what="60 static answers counted")
-    _ask("engine", server.port, [("GET", "/s/app.css", {"range": "bytes=0-9"})])
+    _ask(path, server.port, [("GET", "/s/app.css", {"range": "bytes=0-9"})])
     assert probe.read_text().splitlines()[-1] == "GET /s/app.css"  # Python's again
 
     # the closing framings, Python's answer then the cache's (no Accept-Encoding: not http.client's
@@ -126,3 +132,30 @@ def _raw(port: int, request: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(request)
         return re.sub(rb"\r\nDate: [^\r]*", b"", read_to_end(sock))
+
+
+def test_the_pool_answers_again_while_an_app_thread_holds_the_gil(start_server, tmp_path):
+    """An app thread holds the GIL in a C call for 4 s (tests/apps/engine_apps.py /hold); the I/O
+    thread meanwhile answers the cached files itself, a 4 MB one too (sendfile, as the client
+    takes it), before that request is answered."""
+    root = tmp_path / "site"
+    root.mkdir()
+    huge = os.urandom(1 << 16) * 64
+    for name, data in (("app.css", SMALL), ("big.bin", BIG), ("huge.bin", huge)):
+        (root / name).write_bytes(data)
+    server = start_server("--wsgi-loop", "native", "--threads", "2", "--static", f"/s={root}",
+                          app="apps.engine_apps:app", workers=1)  # fmt: skip
+    asks = [("GET", "/s/app.css", {}), ("GET", "/s/big.bin", {}), ("GET", "/s/huge.bin", {})]
+    first = _ask("pool", server.port, asks)  # decided by Python, cached
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as holding:
+        holding.sendall(b"GET /hold?4 HTTP/1.1\r\nHost: t\r\n\r\n")
+        [worker] = server.workers()
+        wait_until(lambda: sleeping_threads(worker["pid"]), what="the request holding the GIL")
+        began = time.monotonic()
+        again = _ask("pool", server.port, asks)
+        took = time.monotonic() - began
+        holding.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            holding.recv(1000)  # still holding the GIL
+    assert again == first and [r[2] for r in again] == [SMALL, BIG, huge]
+    assert took < 1.0, f"answered in {took:.2f} s"

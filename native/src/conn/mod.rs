@@ -285,8 +285,17 @@ pub(crate) struct FileBody {
     pub fd: i32,
     pub offset: i64,
     pub remaining: usize,
-    /// what the app returned (its wsgi.file_wrapper): keeps the file open; closed when done
-    pub owner: Py<PyAny>,
+    /// keeps the file open until the body is sent or the connection ends
+    pub owner: FileOwner,
+}
+
+/// What keeps a file response's file open.
+pub(crate) enum FileOwner {
+    /// what the app returned (its wsgi.file_wrapper): its close() called when done
+    App(Py<PyAny>),
+    /// a --static answer's file, opened in Rust (static_files/): held only to be closed when
+    /// dropped, without the GIL
+    Static(#[allow(dead_code)] std::fs::File),
 }
 
 /// "METHOD target" of a request (the target decoded as latin-1, as the Python loop logs it).

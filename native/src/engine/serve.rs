@@ -4,7 +4,7 @@
 use pyo3::prelude::*;
 
 use super::{Engine, Served, OUT};
-use crate::conn::{describe, Conn, FileBody, Phase};
+use crate::conn::{describe, Conn, FileBody, FileOwner, Phase};
 use crate::http::head::Head;
 use crate::sys;
 use crate::wsgi::access_log::AccessLog;
@@ -115,7 +115,8 @@ impl Engine {
     /// wrapper's close() (PEP 3333), an error in it logged.
     pub(super) fn close_file(&mut self, py: Python<'_>, conn: &mut Conn) {
         let Some(file) = conn.file.take() else { return };
-        let owner = file.owner.bind(py);
+        let FileOwner::App(owner) = &file.owner else { return }; // (a static file: closed as dropped)
+        let owner = owner.bind(py);
         let closed = match owner.getattr(pyo3::intern!(py, "close")) {
             Ok(close) => close.call0().map(drop),
             Err(_) => Ok(()),

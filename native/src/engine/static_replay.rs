@@ -8,9 +8,9 @@ use std::os::fd::AsRawFd;
 use pyo3::prelude::*;
 
 use super::{Engine, Served, OUT};
-use crate::conn::{describe, Conn, FileBody, Phase};
+use crate::conn::{describe, Conn, FileBody, FileOwner, Phase};
 use crate::http::head::Head;
-use crate::static_files::{replay, OpenFile, Reply};
+use crate::static_files::{replay, Reply};
 use crate::sys;
 
 impl Engine {
@@ -25,8 +25,7 @@ impl Engine {
         clock.count_static(200);
         if let Some((file, size)) = file {
             let fd = file.as_raw_fd();
-            let owner = Py::new(py, OpenFile::new(file))?.into_any();
-            keep &= self.send_file(py, conn, bytes, FileBody { fd, offset: 0, remaining: size, owner }, head);
+            keep &= self.send_file(py, conn, bytes, FileBody { fd, offset: 0, remaining: size, owner: FileOwner::Static(file) }, head);
         } else {
             match sys::send(conn.fd, &bytes) {
                 Ok(n) if n == bytes.len() => {}

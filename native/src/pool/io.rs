@@ -1,4 +1,5 @@
-//! The pool's I/O thread: accept, read, parse, the deadlines and slow writes; never the GIL.
+//! The pool's I/O thread: accept, read, parse, the deadlines and slow writes, the --static
+//! answers the static cache holds (static_files/); never the GIL.
 //!
 //! Every connection is registered with EPOLLONESHOT: an event disarms it, so a connection an app
 //! thread serves gets no event here, and the app thread re-arms it when it gives it back (into
@@ -6,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::io::ErrorKind;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -14,13 +16,28 @@ use crate::conn::intake::{Next, Preface};
 use crate::conn::listen::Listeners;
 use crate::conn::scratch::Scratch;
 use crate::conn::sweep::{sweep, Expired, Timeouts};
-use crate::conn::{Conn, Phase};
+use crate::conn::{describe, Conn, FileBody, FileOwner, Phase};
+use crate::http::head::Head;
+use crate::static_files::{replay, Reply};
 use crate::sys;
+use crate::wsgi::accounting::SlotClock;
 
 const TICK: f64 = 1.0; // seconds between two sweeps (a quarter of it while draining)
 
+/// What became of a --static answer the I/O thread sent (`Io::replay_static`).
+enum Replayed {
+    /// all out (`keep`: the connection stays open)
+    Sent { keep: bool },
+    /// the rest waits in the connection for the client to take it
+    Waiting { keep: bool },
+    /// the client is gone
+    Failed,
+}
+
 pub(crate) struct Io {
     shared: Arc<Shared>,
+    /// where the --static answers replayed here are counted (None: none are)
+    statics: Option<SlotClock>,
     listeners: Listeners,
     conns: HashMap<i32, Conn>,
     timeouts: Timeouts,
@@ -31,10 +48,11 @@ pub(crate) struct Io {
 }
 
 impl Io {
-    pub fn new(shared: Arc<Shared>, listeners: Vec<i32>, timeouts: Timeouts, timeout_response: Vec<u8>) -> Io {
+    pub fn new(shared: Arc<Shared>, listeners: Vec<i32>, timeouts: Timeouts, timeout_response: Vec<u8>, statics: Option<SlotClock>) -> Io {
         let scratch = Scratch::new(shared.intake.read_size);
         Io {
             shared,
+            statics,
             listeners: Listeners::new(listeners),
             conns: HashMap::new(),
             timeouts,
@@ -174,30 +192,96 @@ impl Io {
     }
 
     /// What `buf` (non-empty) starts with: a request for the app threads, more to wait for, or
-    /// the Python loop's.
+    /// the Python loop's; a --static answer the cache holds is sent from here, and what was
+    /// pipelined behind it looked at next.
     fn process(&mut self, conn: Conn, buf: Vec<u8>) {
-        let Some((mut conn, buf)) = self.preface(conn, buf) else { return };
-        let intake = &self.shared.intake;
-        match intake.next(&mut conn, &buf) {
-            Next::Request(..) => {
-                conn.buf = self.scratch.keep(buf, 0);
-                intake.keep(&mut conn, true); // (until an app thread takes it)
-                self.shared.dispatch(conn);
-            }
-            Next::Wait => {
-                conn.buf = self.scratch.keep(buf, 0);
-                if intake.keep(&mut conn, false) {
-                    self.keep(conn, IN);
-                } else {
-                    let data = std::mem::take(&mut conn.buf);
+        let Some((mut conn, mut buf)) = self.preface(conn, buf) else { return };
+        loop {
+            let intake = &self.shared.intake;
+            let (replayed, used) = match intake.next(&mut conn, &buf) {
+                Next::Request(head, n) => match if n == 0 { self.replay_static(&mut conn, &head) } else { None } {
+                    Some(replayed) => (replayed, head.len),
+                    None => {
+                        conn.buf = self.scratch.keep(buf, 0);
+                        intake.keep(&mut conn, true); // (until an app thread takes it)
+                        self.shared.dispatch(conn);
+                        return;
+                    }
+                },
+                Next::Wait => {
+                    conn.buf = self.scratch.keep(buf, 0);
+                    if intake.keep(&mut conn, false) {
+                        self.keep(conn, IN);
+                    } else {
+                        let data = std::mem::take(&mut conn.buf);
+                        self.shared.hand_over(conn, data);
+                    }
+                    return;
+                }
+                Next::HandOver => {
+                    let data = self.scratch.keep(buf, 0);
                     self.shared.hand_over(conn, data);
+                    return;
+                }
+            };
+            conn.release(); // (the request is answered: its bytes are charged no more)
+            match replayed {
+                Replayed::Failed => {
+                    self.scratch.recycle(buf);
+                    return self.shared.close(conn);
+                }
+                Replayed::Waiting { keep } => {
+                    // the rest when the client takes it (on_writable), then what it pipelined
+                    conn.close_after = !keep;
+                    conn.buf = self.scratch.keep(buf, used);
+                    return self.keep(conn, OUT);
+                }
+                Replayed::Sent { keep: false } => {
+                    self.scratch.recycle(buf);
+                    return self.shared.end(conn);
+                }
+                Replayed::Sent { keep: true } if used == buf.len() => {
+                    self.scratch.recycle(buf);
+                    conn.idle();
+                    return self.keep(conn, IN);
+                }
+                Replayed::Sent { keep: true } => {
+                    conn.phase = Phase::Idle; // (the next request's clocks start now)
+                    buf = self.scratch.keep(buf, used);
                 }
             }
-            Next::HandOver => {
-                let data = self.scratch.keep(buf, 0);
-                self.shared.hand_over(conn, data);
-            }
         }
+    }
+
+    /// The answer the static cache holds for `head` (static_files/), sent from this thread: no
+    /// app thread, no GIL, counted in the worker's slot (refork_static_requests_total's 2xx);
+    /// None when there is none (an app thread's request then).
+    fn replay_static(&self, conn: &mut Conn, head: &Head) -> Option<Replayed> {
+        let statics = self.statics.as_ref()?;
+        let keep = head.keep_alive && self.shared.keep_alive.load(Ordering::Acquire);
+        let Reply { bytes, file } = replay(head, keep)?;
+        statics.count_static(200);
+        let Some((file, size)) = file else {
+            return Some(match sys::send(conn.fd, &bytes) {
+                Ok(n) if n == bytes.len() => Replayed::Sent { keep },
+                Ok(n) => {
+                    conn.keep_output(bytes, n, describe(head));
+                    Replayed::Waiting { keep }
+                }
+                Err(_) => Replayed::Failed, // the client is gone
+            });
+        };
+        // the head with MSG_MORE, then sendfile, as far as the socket takes them
+        conn.keep_output(bytes, 0, describe(head));
+        conn.file = Some(Box::new(FileBody { fd: file.as_raw_fd(), offset: 0, remaining: size, owner: FileOwner::Static(file) }));
+        Some(match conn.write_on() {
+            Ok(true) => {
+                conn.file = None;
+                Replayed::Sent { keep }
+            }
+            Ok(false) => Replayed::Waiting { keep },
+            Err(_) => Replayed::Failed,
+        })
     }
 
     /// A fresh connection's PROXY header (conn/intake.rs `Intake::preface`): the connection and what
@@ -226,7 +310,7 @@ impl Io {
     /// was pipelined behind it.
     fn on_writable(&mut self, mut conn: Conn) {
         match conn.write_on() {
-            Ok(true) => {}
+            Ok(true) => conn.file = None, // (a static answer's file: closed)
             Ok(false) => return self.keep(conn, OUT),
             Err(_) => return self.shared.close(conn),
         }

@@ -2,8 +2,9 @@
 //!
 //! One **I/O thread** (pool/io.rs), which never takes the GIL, owns the idle and arriving
 //! connections: epoll, accept, recv, the common request shape parsed with httparse, bodies up to
-//! the in-memory threshold, the deadlines, the writes a client is slow to take. A complete request
-//! becomes a job in the queue below, with its connection. The **app threads** are the worker's
+//! the in-memory threshold, the deadlines, the writes a client is slow to take, the --static
+//! answers the static cache holds (pool/io.rs `replay_static`). A complete request becomes a job
+//! in the queue below, with its connection. The **app threads** are the worker's
 //! Python threads (refork.serving.wsgi.pool_host): each runs `work()`, which waits for a job with
 //! the GIL released, then builds the environ, calls the app, frames the whole body (pool/serve.rs)
 //! and writes it with one `send`; the connection then goes back to the I/O thread's epoll
@@ -41,6 +42,7 @@ use crate::host::{Host, Refs};
 use crate::conn::Conn;
 use crate::http::head::HeadLimits;
 use crate::sys;
+use crate::wsgi::accounting::SlotClock;
 use crate::wsgi::environ::Environ;
 use crate::wsgi::start_response::Hooks;
 
@@ -254,6 +256,17 @@ impl Shared {
     }
 }
 
+/// Where the I/O thread counts the --static answers it replays (pool/io.rs), or None: it replays
+/// none, when something else must see their requests (the access log, pre_request) or the worker
+/// has no slot clock.
+fn static_counter(py: Python<'_>, host: &Host, hooks: &Hooks) -> PyResult<Option<SlotClock>> {
+    let Some(clock) = host.control.clock.as_ref().filter(|_| host.access_log.is_none() && hooks.pre_request.is_none()) else {
+        return Ok(None);
+    };
+    let words = clock.bind(py).call_method0(pyo3::intern!(py, "native_words"))?;
+    Ok(Some(SlotClock::new(words.cast::<pyo3::types::PyDict>()?)?))
+}
+
 /// A line for the worker's log, written by the Python loop.
 pub(crate) fn log_notice(shared: &Shared, error: bool, message: String) {
     locked(&shared.to_python).notices.push((error, message));
@@ -315,7 +328,8 @@ impl PoolEngine {
         });
         let hooks = Hooks::new(py, &host, &refs);
         let timeout_response = refs.timeout_response.bind(py).as_bytes().to_vec();
-        let io = io::Io::new(shared.clone(), listeners.iter().map(|(fd, _)| *fd).collect(), settings.timeouts, timeout_response);
+        let statics = static_counter(py, &host, &hooks)?;
+        let io = io::Io::new(shared.clone(), listeners.iter().map(|(fd, _)| *fd).collect(), settings.timeouts, timeout_response, statics);
         let side = AppSide {
             listener_fds: listeners.iter().map(|(fd, _)| *fd).collect(),
             environs: listeners.into_iter().map(|(_, environ)| environ).collect(),

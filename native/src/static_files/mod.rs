@@ -5,8 +5,9 @@
 //! (refork.serving.static_apps) records the decision here: the request's key (method, the exact
 //! target, the exact Accept-Encoding value or none), the answer's header fields, the files it
 //! stands on with their stat keys (dev, inode, size, mtime), and the body (a small file's bytes,
-//! or the path of a bigger one, sent by sendfile). The engine (engine/static_replay.rs) then
-//! answers the same request again from here: one `stat` per file checks it is still the file
+//! or the path of a bigger one, sent by sendfile). The engine (engine/static_replay.rs), or the
+//! pool engine's I/O thread without the GIL (pool/io.rs), then answers the same request again
+//! from here: one `stat` per file checks it is still the file
 //! that was decided on (any change drops the entry: Python decides again), the head is framed as
 //! http/frame.rs frames it (the fields, Date, Server, Connection), the body sent.
 //!
@@ -218,25 +219,6 @@ pub(crate) fn replay(head: &Head, keep: bool) -> Option<Reply> {
     bytes.extend_from_slice(b"\r\n");
     bytes.extend_from_slice(body);
     Some(Reply { bytes, file })
-}
-
-/// Keeps a replayed answer's file open while the connection sends it (conn::FileBody's owner).
-#[pyclass(module = "refork._native")]
-pub(crate) struct OpenFile {
-    file: Option<File>,
-}
-
-impl OpenFile {
-    pub(crate) fn new(file: File) -> OpenFile {
-        OpenFile { file: Some(file) }
-    }
-}
-
-#[pymethods]
-impl OpenFile {
-    fn close(&mut self) {
-        self.file = None;
-    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@
 //! when something asks (refork.extend_deadline, --request-timeout): it is the clock's
 //! `engine_request` hook. A request with a token is finished by the Python clock.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
@@ -38,6 +40,10 @@ pub struct SlotClock {
     /// the --static answers' words, by status class (refork_static_requests_total)
     statics: usize,
 }
+
+// SAFETY: its words are the worker's slot, mapped for the process's life; the pool's I/O thread,
+// which owns one, only counts static answers (atomic adds).
+unsafe impl Send for SlotClock {}
 
 impl SlotClock {
     /// From AppClock.native_words().
@@ -71,9 +77,12 @@ impl SlotClock {
     }
 
     /// Slots.count_static: one more --static answer of `status` (2xx-5xx), not one of the app's.
+    /// An atomic add: the pool's I/O thread counts here while app threads do (SlotWords).
     pub fn count_static(&self, status: u32) {
         if (200..600).contains(&status) {
-            unsafe { *self.int(self.statics + (status / 100 - 2) as usize) += 1 }
+            // SAFETY: an aligned word of the worker's slot, mapped for the process's life
+            let word = unsafe { AtomicI64::from_ptr(self.int(self.statics + (status / 100 - 2) as usize)) };
+            word.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -149,6 +158,11 @@ impl SlotWords {
     /// A request was answered (status 0: nothing was sent); returns the requests served.
     fn finished(&self, deadline: f64, took: f64, status: i64) -> i64 {
         self.slot.finish_with(deadline, took, u32::try_from(status).unwrap_or(0))
+    }
+
+    /// One more --static answer of this status (an atomic add: see SlotClock::count_static).
+    fn count_static(&self, status: i64) {
+        self.slot.count_static(u32::try_from(status).unwrap_or(0));
     }
 }
 

@@ -8,7 +8,7 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use super::app_call::{AppCall, Framed};
 use super::start_response::StartResponse;
-use crate::conn::FileBody;
+use crate::conn::{FileBody, FileOwner};
 use crate::http::frame::{frame_response, Framing, Status, JOIN_LIMIT};
 use crate::http::head::Head;
 
@@ -39,7 +39,7 @@ impl<'py> AppCall<'_, 'py> {
         let Some((bytes, _, keep)) = frame_response(&status, empty.as_any(), framing)? else {
             return Ok(None);
         };
-        let file = FileBody { fd, offset, remaining: declared, owner: result.clone().unbind() };
+        let file = FileBody { fd, offset, remaining: declared, owner: FileOwner::App(result.clone().unbind()) };
         Ok(Some(((s.code, bytes, declared, keep), file)))
     }
 
