@@ -35,8 +35,7 @@ from refork.serving.connection import Expiry, Phase, Timeouts, log_access, log_w
 from refork.serving.http2 import LINGER, answer_here, charge_held, end_if_body_overdue
 
 if TYPE_CHECKING:
-    from refork.serving.asgi.http_protocol import HttpProtocol
-    from refork.serving.asgi.server import Server
+    from refork.serving.asgi.roles import Host, Upgrading
 
 log = logging.getLogger("refork")
 HOLD_POLL = 0.05  # seconds between two looks at a request (a stream) held for a safe point
@@ -51,7 +50,7 @@ def wants_h2(transport: Any) -> bool:
     return ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2"
 
 
-def hand_over(old: HttpProtocol, data: bytes) -> None:
+def hand_over(old: Upgrading, data: bytes) -> None:
     """The connection speaks HTTP/2 from here: an Http2Protocol takes the transport, with ``data``
     (the bytes read so far) as its first input."""
     srv = old.srv
@@ -67,7 +66,7 @@ def hand_over(old: HttpProtocol, data: bytes) -> None:
 class Http2Protocol(asyncio.Protocol):
     """One HTTP/2 connection: the sans-IO connection, its streams and their app tasks."""
 
-    def __init__(self, srv: Server, old: HttpProtocol) -> None:
+    def __init__(self, srv: Host, old: Upgrading) -> None:
         self.srv = srv
         self.loop = srv.loop
         self.transport: Any = old.transport

@@ -22,7 +22,7 @@ from refork.http.events import Request
 from refork.http.h2 import ErrorCodes
 
 if TYPE_CHECKING:
-    from refork.serving.asgi.http2_protocol import Http2Protocol
+    from refork.serving.asgi.roles import StreamOwner
 
 log = logging.getLogger("refork")
 
@@ -40,7 +40,7 @@ class Stream:
         "window_wait_since",
     )  # fmt: skip
 
-    def __init__(self, conn: Http2Protocol, sid: int, request: Request, body_done: bool) -> None:
+    def __init__(self, conn: StreamOwner[Stream], sid: int, request: Request, body_done: bool) -> None:
         self.conn = conn
         self.sid = sid
         self.request = request
@@ -230,7 +230,7 @@ class Stream:
         if conn.write_blocked_since:
             await self._wait(conn)  # the transport is over its high-water mark
 
-    async def _wait(self, conn: Http2Protocol) -> None:
+    async def _wait(self, conn: StreamOwner[Stream]) -> None:
         waiter = self.send_waiter = conn.loop.create_future()
         await conn.wait_on_client(self, waiter)
         if self.gone:

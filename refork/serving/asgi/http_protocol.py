@@ -34,7 +34,7 @@ from refork.serving.http2 import LINGER, sniff_preface
 from refork.serving.parsers import request_parser
 
 if TYPE_CHECKING:
-    from refork.serving.asgi.server import Server
+    from refork.serving.asgi.roles import Host
 
 log = logging.getLogger("refork")
 
@@ -56,7 +56,7 @@ class HttpProtocol(asyncio.Protocol):
         "hold_head", "hold_timer", "linger_since", "unsent", "flushing", "__weakref__",
     )  # fmt: skip
 
-    def __init__(self, srv: Server, proxied: tuple[str, int] | None = None) -> None:
+    def __init__(self, srv: Host, proxied: tuple[str, int] | None = None) -> None:
         self.srv = srv
         self.proxied = proxied  # the client a PROXY header named (refork.serving.asgi.proxied_listener)
         self.loop = srv.loop

@@ -19,20 +19,28 @@ import asyncio
 import logging
 import socket
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from refork.http.proxy_protocol import INCOMPLETE, ProxyError, ProxyHeader, ProxyPolicy
 from refork.http.response import simple_response
 from refork.serving.asgi.http_protocol import HttpProtocol
+from refork.serving.asgi.roles import Host
 from refork.serving.http2 import LINGER
 from refork.serving.proxied import CLOSED, peer_host, read_preface, refuse
-
-if TYPE_CHECKING:
-    from refork.serving.asgi.server import Server
 
 log = logging.getLogger("refork")
 
 ACCEPT_BATCH = 8  # accepts per wake-up: more would starve sibling workers sharing the listener
+
+
+class ListenerHost(Host, Protocol):
+    """The server as a listener sees it: its connections' host, counting the ones on their way."""
+
+    adopting: int
+
+    def _adopted(self, task: asyncio.Task[Any]) -> None: ...
+
+    def _tls(self, ctx: Any) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -46,7 +54,7 @@ class _Arriving:
 class ProxiedListener:
     """One listener whose connections may start with a PROXY header (see the module docs)."""
 
-    def __init__(self, srv: Server, sock: socket.socket, ctx: Any, policy: ProxyPolicy) -> None:
+    def __init__(self, srv: ListenerHost, sock: socket.socket, ctx: Any, policy: ProxyPolicy) -> None:
         self.srv = srv
         self.sock = sock
         self.ctx = ctx

@@ -16,18 +16,26 @@ read in pieces and written through the transport with its ordinary flow control.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from refork.asgi import ClientDisconnected
 
-if TYPE_CHECKING:
-    from refork.serving.asgi.http_protocol import HttpProtocol
+
+class Sending(Protocol):
+    """The connection a file goes out on (an HttpProtocol): its transport and its write pause."""
+
+    transport: Any  # the asyncio transport (uvloop's or the stdlib's)
+    closing: bool
+    write_blocked_since: float
+
+    async def wait_writable(self) -> None: ...
+
 
 NUDGE = 16 * 1024  # read+write when the kernel is full: it wakes us when the socket drained
 TLS_PIECE = 256 * 1024  # read+write pieces over TLS
 
 
-async def send_file(conn: HttpProtocol, fd: int, offset: int, count: int) -> int:
+async def send_file(conn: Sending, fd: int, offset: int, count: int) -> int:
     """Write `count` bytes of `fd` from `offset` to the connection; the number sent (fewer: EOF)."""
     transport = conn.transport
     sock = transport.get_extra_info("socket")
@@ -68,7 +76,7 @@ async def send_file(conn: HttpProtocol, fd: int, offset: int, count: int) -> int
     return sent
 
 
-async def _copy(conn: HttpProtocol, fd: int, offset: int, count: int, piece_size: int) -> int:
+async def _copy(conn: Sending, fd: int, offset: int, count: int, piece_size: int) -> int:
     sent = 0
     while sent < count:
         if conn.closing:

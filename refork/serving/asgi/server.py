@@ -30,9 +30,9 @@ from refork.asgi import HttpCycle, Lifespan
 from refork.config import Config
 from refork.http.budget import MemoryBudget
 from refork.memory.allocator import malloc_trim
-from refork.serving.asgi.http2_protocol import Http2Protocol
 from refork.serving.asgi.http_protocol import HttpProtocol
 from refork.serving.asgi.proxied_listener import ProxiedListener
+from refork.serving.asgi.roles import Connection
 from refork.serving.asgi.tls_buffers import size_asyncio_tls_reads
 from refork.serving.asgi.websocket_protocol import WebSocketProtocol
 from refork.serving.connection import TICK, release_after_fork
@@ -89,17 +89,17 @@ class Server:
         self.read_size = settings.read_size  # what one read of a connection may take (see HttpProtocol)
         if settings.tls:
             size_asyncio_tls_reads(settings.read_size)  # (and each TLS transport: hold_tls_reads)
-        self.connections: set[HttpProtocol | WebSocketProtocol | Http2Protocol] = set()
+        self.connections: set[Connection] = set()  # HttpProtocol, WebSocketProtocol, Http2Protocol
         self.h2_limits = http2_limits(config)  # HTTP/2 (refork.serving.asgi.http2_protocol): h2 by ALPN, h2c
         self.h2_alpn = "h2" in config.http_protocols
         self.h2c = "h2c" in config.http_protocols
         self.h1 = "h1" in config.http_protocols
         # plain connections accepted, their protocol made, connection_made not called yet (the
         # loop iteration in between): weak, so that one whose socket failed cannot hold the drain
-        self.arriving: weakref.WeakSet[HttpProtocol] = weakref.WeakSet()
+        self.arriving: weakref.WeakSet[Connection] = weakref.WeakSet()
         # TLS connections accepted, their handshake under way (connection_made not called yet; a
         # failed one never calls back, so weak too): they hold a drain as long as its grace lasts
-        self.handshaking: weakref.WeakSet[HttpProtocol] = weakref.WeakSet()
+        self.handshaking: weakref.WeakSet[Connection] = weakref.WeakSet()
         self.handshake_timeout = settings.handshake_timeout
         self.ws_enabled = config.ws != "none"  # hand WebSocket handshakes to aio_websocket
         self.ws_memory = MemoryBudget(config.ws_max_memory)  # WebSocket messages held for the apps

@@ -76,7 +76,7 @@ from refork.http.websocket_handshake import accept_response, handshake_error, re
 from refork.serving.connection import Timeouts, log_access, log_write_timeout
 
 if TYPE_CHECKING:
-    from refork.serving.asgi.server import Server
+    from refork.serving.asgi.roles import Host
 
 log = logging.getLogger("refork")
 
@@ -103,7 +103,7 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def __init__(
         self,
-        srv: Server,
+        srv: Host,
         transport: Any,
         request: Request,
         early: bytes,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from refork.http.body import BodyBuffer, InputStream
 from refork.http.budget import MemoryBudget
@@ -21,15 +21,26 @@ from refork.serving.outbox import Outbox
 from refork.serving.tls_io import TlsConn
 from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
 
-if TYPE_CHECKING:
-    from refork.serving.wsgi.http2 import Session
-
-__all__ = ["NO_EVENTS", "PYTHON", "Conn", "Job", "LoopParts", "Step", "Writing"]
+__all__ = ["NO_EVENTS", "PYTHON", "Conn", "Http2Session", "Job", "LoopParts", "Step", "Writing"]
 
 # What a read gives the loop: parser events, and last, if the bytes turned bad, the ParseError to
 # answer once the requests before it are answered.
 Step = Event | ParseError
 NO_EVENTS: Sequence[Step] = ()  # nothing pipelined behind a request (shared: never mutated)
+
+
+class Http2Session(Protocol):
+    """A connection's HTTP/2 session (refork.serving.wsgi.http2.Session), as the loop drives it."""
+
+    def on_ready(self) -> None: ...
+
+    def sweep(self, now: float, draining: bool, drain_until: float) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def lost(self) -> None: ...
+
+    def answer_timed_out(self) -> None: ...
 
 
 class Conn:
@@ -64,7 +75,7 @@ class Conn:
         self.held = 0  # what its parser holds, charged to the worker's --max-request-memory
         self.preface: bytes | None = None  # a PROXY header's bytes read so far; None: none expected
         self.sniffed: bytes | None = None  # h2c: the first bytes while they may be the HTTP/2 preface
-        self.h2: Session | None = None  # an HTTP/2 connection (refork.serving.wsgi.http2)
+        self.h2: Http2Session | None = None  # an HTTP/2 connection (refork.serving.wsgi.http2)
 
     def has_input(self) -> bool:
         """Bytes (or a FIN) wait to be read: the sweep spares a connection the loop has not

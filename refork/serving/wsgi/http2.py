@@ -48,7 +48,7 @@ from refork.serving.wsgi.http2_stream import HIGH_WATER, Stream
 
 if TYPE_CHECKING:
     from refork.serving.wsgi.conn import Conn
-    from refork.serving.wsgi.python_loop import PythonLoop
+    from refork.serving.wsgi.roles import SessionLoop
 
 log = logging.getLogger("refork")
 
@@ -61,7 +61,7 @@ _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSL
 class Session:
     """One HTTP/2 connection of the WSGI loop: the sans-IO connection, its socket queue, its streams."""
 
-    def __init__(self, loop: PythonLoop, conn: Conn) -> None:
+    def __init__(self, loop: SessionLoop[Session, Stream], conn: Conn) -> None:
         self.loop = loop
         self.conn = conn
         self.h2 = Http2Connection(loop.h2_limits, time.monotonic, loop.control.http2_count)
@@ -482,7 +482,7 @@ class Session:
         return len(self.out) + len(self.sending)
 
 
-def take_over(loop: PythonLoop, conn: Conn, data: bytes) -> None:
+def take_over(loop: SessionLoop[Session, Stream], conn: Conn, data: bytes) -> None:
     """The connection speaks HTTP/2 from here (ALPN picked h2, or it opened with the preface on an
     h2c port); ``data`` is what was read of it so far."""
     conn.sniffed = None
@@ -491,7 +491,7 @@ def take_over(loop: PythonLoop, conn: Conn, data: bytes) -> None:
     session.start(data)
 
 
-def sniff(loop: PythonLoop, conn: Conn, data: bytes) -> bytes:
+def sniff(loop: SessionLoop[Session, Stream], conn: Conn, data: bytes) -> bytes:
     """h2c: a cleartext connection that opens with the HTTP/2 preface is served HTTP/2. The bytes
     for HTTP/1.1; b"" while they may still be the preface, once handed over, or when closed
     (without h1 in --http-protocols anything else is closed)."""

@@ -27,7 +27,7 @@ from refork.serving.connection import log_access, log_write_timeout
 from refork.wsgi.response import SendFailed, check_header, check_status, hint_fields
 
 if TYPE_CHECKING:
-    from refork.serving.wsgi.http2 import Session
+    from refork.serving.wsgi.roles import StreamSession
 
 log = logging.getLogger("refork")
 
@@ -48,7 +48,7 @@ class Stream:
         "body_unwanted",
     )  # fmt: skip
 
-    def __init__(self, session: Session, sid: int, request: Request, body_done: bool) -> None:
+    def __init__(self, session: StreamSession[Stream], sid: int, request: Request, body_done: bool) -> None:
         self.session = session
         self.sid = sid
         self.request = request

@@ -50,7 +50,7 @@ from refork.wsgi import EnvironBuilder, Outcome, Streaming
 from refork.wsgi.response import _Exchange, continue_wsgi
 
 if TYPE_CHECKING:
-    from refork.serving.wsgi.python_loop import PythonLoop
+    from refork.serving.wsgi.roles import SessionLoop
 
 log = logging.getLogger("refork")
 
@@ -440,7 +440,7 @@ class Lifetime:
         try:
             if data and self.h2c and (data[:1] == b"P" or not self.h1):  # what opens with the preface
                 conn.sniffed = b""
-                data = sniff(cast("PythonLoop", self), conn, data)
+                data = sniff(cast("SessionLoop[Session, Stream]", self), conn, data)
             if data:
                 self._on_data(conn, data)
         finally:
