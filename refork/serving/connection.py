@@ -124,10 +124,17 @@ class Timeouts:
 
 def log_write_timeout(timeout: float, client: object, request: Request | None, cut: str = "connection cut"
                       ) -> None:  # fmt: skip
+    """Warn that a client stopped reading (write_timeout_line)."""
+    log.warning("%s", write_timeout_line(timeout, client, request, cut))
+
+
+def write_timeout_line(timeout: float, client: object, request: Request | None, cut: str = "connection cut"
+                       ) -> str:  # fmt: skip
     """The line an operator needs when a client stopped reading: who, which request, what was cut
-    (the connection, or an HTTP/2 stream only)."""
+    (the connection, or an HTTP/2 stream only). tests/vectors/write_timeout.txt; the engines' twin:
+    native conn/mod.rs Conn::write_timeout_line."""
     what = f"{request.method} {request.target.decode('latin-1')}" if request is not None else "-"
-    log.warning("write timeout: %s stopped reading %s for %.1f s; %s", peer_text(client), what, timeout, cut)
+    return f"write timeout: {peer_text(client)} stopped reading {what} for {timeout:.1f} s; {cut}"
 
 
 def peer_text(client: object) -> str:

@@ -9,8 +9,10 @@ import pytest
 from support import paths
 
 from refork.http.events import Request
+from refork.http.parser import RequestParser
 from refork.http.response import ResponseFramer
-from refork.serving.connection import Expiry, Phase, Timeouts, peer_text
+from refork.serving.connection import Expiry, Phase, Timeouts, peer_text, write_timeout_line
+from refork.serving.health import HealthPaths
 
 VECTORS = paths.TESTS / "vectors"
 NOW = 1000.0
@@ -48,6 +50,26 @@ def test_the_deadline_verdicts(row):
 def test_the_peer_text(row):
     host, port, text = row
     assert peer_text(None if host == "-" else (host, int(port))) == text
+
+
+@pytest.mark.parametrize("row", rows("health.txt"), ids=lambda row: " | ".join(row).replace("\r\n", " "))
+def test_the_health_check_match(row):
+    request, verdict = row
+    head = RequestParser().feed(request.encode("latin-1"))[0]
+    assert isinstance(head, Request)
+    assert (HealthPaths("/healthz").check(head) or "app") == verdict
+
+
+@pytest.mark.parametrize("row", rows("write_timeout.txt"), ids=lambda row: " | ".join(row[:5]))
+def test_the_write_timeout_line(row):
+    host, port, what, timeout, cut, line = row
+    request = None
+    if what != "-":
+        head = RequestParser().feed(f"{what} HTTP/1.1\r\nHost: a\r\n\r\n".encode("latin-1"))[0]
+        assert isinstance(head, Request)
+        request = head
+    client = None if host == "-" else (host, int(port))
+    assert write_timeout_line(float(timeout), client, request, cut) == line
 
 
 @pytest.mark.parametrize("row", rows("date.txt"), ids=" | ".join)

@@ -7,6 +7,8 @@ import threading
 
 import pytest
 from conftest import read_to_end
+from support import h2client
+from support.request_paths import connect, every_path, flags, http2, tls
 
 HEALTH = "/_refork/health"
 WSGI = "apps.lifecycle_apps:wsgi"
@@ -72,3 +74,38 @@ def test_http_1_0_health_check_closes(start_server):
     reply = raw(server.port, f"GET {HEALTH}/live HTTP/1.0\r\n\r\n".encode())
     assert reply.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: close" in reply
     assert reply.endswith(b"ok\n")
+
+
+@every_path
+def test_a_health_path_request_with_a_body_is_the_apps_and_the_connection_goes_on(start_server, path):
+    """tests/vectors/health.txt's rule on a real server: a body (announced or not) makes a health
+    path's request the app's; the requests after it on the connection are read where they start."""
+    chosen, app = flags(path, "apps.access_apps")
+    server = start_server(*chosen, "--health-path", HEALTH, app=app, workers=1)
+    if http2(path):
+        client = h2client.H2Client(server.port, 10.0, tls=tls(path))
+        try:
+            sid = client.conn.get_next_available_stream_id()  # a body no content-length announces
+            head = [(":method", "GET"), (":path", f"{HEALTH}/live"), (":scheme", client.scheme),
+                    (":authority", "127.0.0.1")]  # fmt: skip
+            client.conn.send_headers(sid, head, end_stream=False)
+            client.answers[sid] = (0, bytearray(), False)
+            client.send_data(sid, b"hello", end=True)
+            assert client.response(sid) == (200, b"hello\n")
+            assert client.request("GET", f"{HEALTH}/live", body=b"hello") == (200, b"hello\n")
+            assert client.request("GET", HEALTH) == (200, b"ok\n")
+            assert client.request("GET", "/after") == (200, b"hello\n")
+        finally:
+            client.close()
+        return
+    with connect(path, server.port) as sock:
+        sock.sendall(f"GET {HEALTH}/live HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+                     f"HEAD {HEALTH} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     "5\r\nhello\r\n0\r\n\r\n"
+                     f"GET {HEALTH}?probe=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+                     "GET /after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())  # fmt: skip
+        reply = read_to_end(sock)
+    answers = reply.split(b"HTTP/1.1 ")[1:]
+    assert [a.split(b"\r\n", 1)[0] for a in answers] == [b"200 OK"] * 4, reply
+    assert [a.rsplit(b"\r\n\r\n", 1)[1] for a in answers] == [b"hello\n", b"", b"ok\n", b"hello\n"], reply
+    assert b"x-quote" in answers[1].lower()  # the HEAD's head is the app's

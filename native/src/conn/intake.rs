@@ -174,8 +174,12 @@ impl Intake {
         true
     }
 
+    /// A --health-path check (tests/vectors/health.txt; refork.serving.health.HealthPaths.check):
+    /// GET or HEAD without a body, for one of the paths (the query aside). A fast head has no
+    /// Transfer-Encoding and an origin-form target; the other shapes are the Python loop's anyway.
     fn is_health(&self, head: &Head) -> bool {
-        if self.health.is_empty() || !(head.method == "GET" || head.method == "HEAD") {
+        let bodiless = head.content_length.unwrap_or(0) == 0;
+        if self.health.is_empty() || !(head.method == "GET" || head.method == "HEAD") || !bodiless {
             return false;
         }
         let path = match head.target.iter().position(|&b| b == b'?') {
@@ -253,6 +257,24 @@ mod tests {
         }
         assert_eq!(next(&i, &long[..HEAD_WAIT]).0, "wait");
         assert_eq!(next(&i, &long).0, "hand over");
+    }
+
+    /// tests/vectors/health.txt, which refork.serving.health.HealthPaths.check is held to as well:
+    /// a health check is handed to the Python loop (which answers it), an app request of the fast
+    /// shape is served here; a head of another shape is the Python loop's whatever its verdict.
+    #[test]
+    fn the_shared_health_vectors() {
+        let mut i = intake(0);
+        i.health = vec![b"/healthz".to_vec(), b"/healthz/live".to_vec(), b"/healthz/ready".to_vec()];
+        for row in crate::vectors::rows(include_str!("../../../tests/vectors/health.txt")) {
+            let data = row[0].as_bytes();
+            let got = next(&i, data).0;
+            match parse_head(&i.limits, data) {
+                Parsed::Fast(_) if row[1] == "app" => assert!(got.starts_with("request "), "{row:?}: {got}"),
+                Parsed::Fast(head) => assert!(i.is_health(&head) && got == "hand over", "{row:?}: {got}"),
+                _ => assert_eq!(got, "hand over", "{row:?}"),
+            }
+        }
     }
 
     #[test]

@@ -272,7 +272,8 @@ impl Conn {
         }
     }
 
-    /// refork.serving.connection.log_write_timeout's line for this connection.
+    /// The write-timeout warning for this connection (tests/vectors/write_timeout.txt;
+    /// refork.serving.connection.write_timeout_line).
     pub fn write_timeout_line(&self, timeout: f64) -> String {
         let peer = peer_text(&self.peer);
         let what = self.writing.as_deref().unwrap_or("-");
@@ -327,6 +328,21 @@ mod tests {
         for row in crate::vectors::rows(include_str!("../../../tests/vectors/peer.txt")) {
             let peer = if row[0] == "-" { Peer::Unix } else { Peer::Inet(row[0].clone(), row[1].parse().unwrap()) };
             assert_eq!(peer_text(&peer), row[2], "{row:?}");
+        }
+    }
+
+    /// tests/vectors/write_timeout.txt, which refork.serving.connection.write_timeout_line is held
+    /// to as well (the rows that cut a connection: an HTTP/2 stream is the Python loops' only).
+    #[test]
+    fn the_shared_write_timeout_vectors() {
+        for row in crate::vectors::rows(include_str!("../../../tests/vectors/write_timeout.txt")) {
+            if row[4] != "connection cut" {
+                continue;
+            }
+            let peer = if row[0] == "-" { Peer::Unix } else { Peer::Inet(row[0].clone(), row[1].parse().unwrap()) };
+            let mut conn = Conn::new(-1, peer, -1, 0, 0.0);
+            conn.writing = (row[2] != "-").then(|| row[2].clone());
+            assert_eq!(conn.write_timeout_line(row[3].parse().unwrap()), row[5], "{row:?}");
         }
     }
 }

@@ -238,7 +238,7 @@ class Http2Protocol(asyncio.Protocol):
         if event.refused:
             self.refuse(event.stream_id, event.refused)
             return
-        kind = srv.health.check(request) if srv.health is not None else None
+        kind = srv.health.check(request, event.ended) if srv.health is not None else None
         if kind is not None:  # --health-path: answered here, never by the app; not counted, not logged
             self.refuse(event.stream_id, srv.control.health(kind), request.method == "HEAD", health=True)
             return

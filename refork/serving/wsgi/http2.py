@@ -201,7 +201,7 @@ class Session:
         if event.refused:
             answer_here(self.h2, sid, event.refused)
             return
-        kind = loop.health.check(request) if loop.health is not None else None
+        kind = loop.health.check(request, event.ended) if loop.health is not None else None
         if kind is not None:  # --health-path: answered here, never by the app; not counted, not logged
             answer_here(self.h2, sid, loop.control.health(kind), request.method == "HEAD", health=True)
             return
