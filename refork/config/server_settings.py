@@ -215,8 +215,9 @@ class ServerSettings:
         metavar="PATH",
         help="answer health checks at PATH (liveness), PATH/live and PATH/ready, without the app",
         doc="the worker's loop answers `GET PATH` and `PATH/live` (200 while it serves) and `PATH/ready` "
-        "(200 once ready, 503 before and while the server drains) without calling the app; not in the "
-        "access log",
+        "(200 once ready, 503 before and while the server drains) without calling the app (`GET`/`HEAD` "
+        "without a body, any query; [deploy.md](deploy.md#health-and-readiness---health-path---ready-when)); "
+        "not in the access log",
         shown_default="off",
         group="server",
     )
