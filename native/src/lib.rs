@@ -16,6 +16,7 @@
 //! - `wsgi/`: the WSGI request path both engines share: the environ, start_response, the app
 //!   call (app_call.rs) and its body pulled for framing (body.rs), the request's accounting in the
 //!   worker's slot or by the Python clock (accounting.rs), the access-log line.
+//! - `h2/`: HTTP/2 connections, sans-IO, on the `h2` crate driven by hand: `Http2Core`.
 //! - `asgi/`: what the ASGI loop (on asyncio) calls once a request: its http scope.
 //! - `host.rs`: what both engines read of their Python host, settings, control and refs, typed and
 //!   extracted once when they are built (a renamed field fails there, named).
@@ -38,6 +39,7 @@ use pyo3::prelude::*;
 mod asgi;
 mod conn;
 mod engine;
+mod h2;
 mod host;
 mod http;
 mod pool;
@@ -60,6 +62,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<wsgi::accounting::SlotWords>()?;
     m.add_class::<conn::budget::MemoryBudget>()?;
     m.add_class::<http::framer::ResponseFramer>()?;
+    m.add_class::<h2::py::Http2Core>()?;
     m.add_function(wrap_pyfunction!(http::frame::frame_list, m)?)?;
     m.add_function(wrap_pyfunction!(conn::proxy::parse_proxy, m)?)?;
     m.add_function(wrap_pyfunction!(http::framer::use_status_lines, m)?)?;
