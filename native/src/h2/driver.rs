@@ -83,6 +83,7 @@ pub struct Core {
     pub(super) client_resets: Vec<(u32, u32)>,
     pub(super) now: f64,
     pub(super) initial_window: u32,
+    pub(super) connection_window: u32,
 }
 
 pub(super) fn header_map(headers: &[(Vec<u8>, Vec<u8>)], map: &mut HeaderMap) {
@@ -112,7 +113,10 @@ impl Core {
             // the crate's stream windows stay wide open: refork's own (the prefilter's, advertised
             // in the SETTINGS the crate writes) reopen as the app takes the body, however little
             .initial_window_size(WIDE_OPEN)
-            .initial_connection_window_size(limits.connection_window.max(65535))
+            // the crate's connection window stays wide open too: refork's is given back as DATA
+            // arrives (every stream's window bounds what is held), so a stream that is not read
+            // never holds up the others
+            .initial_connection_window_size(WIDE_OPEN)
             .max_frame_size(limits.max_frame_size)
             .max_header_list_size(limits.max_header_list_size)
             // refork's resets budget bounds these; the crate's own bounds stay as a backstop
@@ -128,12 +132,17 @@ impl Core {
             draining_since: None, going_away: false, final_last: 0, shutdown_ping: None, last_stream_id: 0,
             tallies: [0; 4], events: Vec::new(), client_resets: Vec::new(), now: 0.0,
             initial_window: limits.initial_window_size,
+            connection_window: limits.connection_window.clamp(65535, WIDE_OPEN),
         }
     }
 
     /// The server's preface (SETTINGS, the connection window opened wide).
     pub fn start(&mut self) {
         self.drive();
+        let grow = self.connection_window - 65535;
+        if grow > 0 {
+            self.raw(prefilter::frame(prefilter::WINDOW_UPDATE, 0, 0, &grow.to_be_bytes()));
+        }
     }
 
     /// Feed the client's bytes at clock time `now`; the events they make.
@@ -179,7 +188,7 @@ impl Core {
                         break;
                     }
                 }
-                Step::Stray(sid, n, length) => {
+                Step::Stray(sid, n, _) => {
                     // DATA after the client's END_STREAM: a stream error (RFC 9113 5.1) the crate
                     // would make a connection error; the stream is reset, the connection window
                     // given back for the bytes the crate never saw
@@ -200,9 +209,6 @@ impl Core {
                             self.end(ENHANCE_YOUR_CALM, "too many streams reset (stream errors, MadeYouReset)");
                         }
                     }
-                    if length > 0 && !self.ended {
-                        self.raw(prefilter::frame(prefilter::WINDOW_UPDATE, 0, 0, &length.to_be_bytes()));
-                    }
                     if self.ended {
                         break;
                     }
@@ -216,6 +222,11 @@ impl Core {
         }
         if !self.ended || fed < pos {
             self.feed(&mut fed, pos);
+        }
+        let credit = std::mem::take(&mut self.pre.credit);
+        if credit > 0 && !self.ended {
+            let n = credit.min(u64::from(WIDE_OPEN)) as u32; // (at most a read's worth)
+            self.raw(prefilter::frame(prefilter::WINDOW_UPDATE, 0, 0, &n.to_be_bytes()));
         }
         if self.ended {
             self.pending.clear();
@@ -363,6 +374,10 @@ impl Core {
                             param[2..].copy_from_slice(&self.initial_window.to_be_bytes());
                         }
                     }
+                }
+                if out[at + 3] == prefilter::WINDOW_UPDATE && sid == 0 {
+                    out.drain(at..at + 9 + len); // (the crate's connection window is not the client's)
+                    continue;
                 }
                 let p = &out[at + 9..at + 9 + len];
                 let word = |i: usize| if p.len() >= i + 4 { u32::from_be_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]]) } else { 0 };

@@ -108,6 +108,9 @@ pub struct Prefilter {
     /// refork gives the window back as the app takes the body, frame by frame).
     windows: HashMap<u32, i64>,
     initial_window: i64,
+    /// DATA bytes received since the connection's window was last given back (it is given back
+    /// as they arrive: each stream's window bounds what is held).
+    pub credit: u64,
 }
 
 const WINDOWS_KEPT: usize = 4096; // open streams whose windows are tracked, at most
@@ -119,7 +122,7 @@ impl Prefilter {
         Prefilter {
             preface_left: PREFACE.len(), max_frame, max_block, block: 0, block_open: false, budgets,
             highest: 0, ended: HashSet::new(), ended_order: VecDeque::new(), windows: HashMap::new(),
-            initial_window: i64::from(initial_window),
+            initial_window: i64::from(initial_window), credit: 0,
         }
     }
 
@@ -184,6 +187,7 @@ impl Prefilter {
         let b = &mut self.budgets;
         let note = match kind {
             DATA => {
+                self.credit += length as u64;
                 if self.ended.contains(&sid) {
                     return Step::Stray(sid, n, length as u32);
                 }
