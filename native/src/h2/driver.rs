@@ -84,6 +84,8 @@ pub struct Core {
     pub(super) now: f64,
     pub(super) initial_window: u32,
     pub(super) connection_window: u32,
+    /// The crate sent the final GOAWAY itself (else refork did, a header block being received).
+    pub(super) crate_final: bool,
 }
 
 pub(super) fn header_map(headers: &[(Vec<u8>, Vec<u8>)], map: &mut HeaderMap) {
@@ -132,7 +134,7 @@ impl Core {
             draining_since: None, going_away: false, final_last: 0, shutdown_ping: None, last_stream_id: 0,
             tallies: [0; 4], events: Vec::new(), client_resets: Vec::new(), now: 0.0,
             initial_window: limits.initial_window_size,
-            connection_window: limits.connection_window.clamp(65535, WIDE_OPEN),
+            connection_window: limits.connection_window.clamp(65535, WIDE_OPEN), crate_final: false,
         }
     }
 
@@ -167,7 +169,7 @@ impl Core {
                         }
                         Note::Window(sid) => self.events.push(Event::Window(sid)),
                         Note::NewStream(sid) => {
-                            if self.going_away && sid > self.final_last {
+                            if self.going_away && self.crate_final && sid > self.final_last {
                                 self.feed(&mut fed, pos);
                                 self.raw(prefilter::frame(prefilter::RST_STREAM, 0, sid, &REFUSED_STREAM.to_be_bytes()));
                             }
@@ -284,6 +286,13 @@ impl Core {
                         Poll::Ready(Some(Ok((req, respond)))) => {
                             let (parts, recv) = req.into_parts();
                             let sid = u32::from(respond.stream_id());
+                            if self.going_away && sid > self.final_last {
+                                // (past refork's own final GOAWAY, which the crate does not know of)
+                                let mut respond = respond;
+                                respond.send_reset(Reason::REFUSED_STREAM);
+                                self.retired.insert(sid);
+                                continue;
+                            }
                             let ended = recv.is_end_stream();
                             let path = parts.uri.path_and_query().map_or(b"/".to_vec(), |p| p.as_str().as_bytes().to_vec());
                             let authority = parts.uri.authority().map_or(Vec::new(), |a| a.as_str().as_bytes().to_vec());
@@ -419,8 +428,11 @@ impl Core {
                 prefilter::GOAWAY => {
                     self.tallies[3] += 1;
                     if self.draining_since.is_some() && id != ANY_STREAM && code == 0 {
-                        self.going_away = true;
-                        self.final_last = id;
+                        if !self.going_away {
+                            self.going_away = true;
+                            self.final_last = id;
+                        }
+                        self.crate_final = true;
                     }
                 }
                 _ => {

@@ -140,7 +140,16 @@ impl Core {
         if self.going_away || self.ended || now - since < wait {
             return;
         }
-        if let Some(ping) = self.shutdown_ping {
+        if self.pre.block_open {
+            // a header block is being received: no frame may come between its frames, so the
+            // final GOAWAY is refork's own (the streams past it are refused as they open)
+            let mut payload = self.last_stream_id.to_be_bytes().to_vec();
+            payload.extend_from_slice(&0u32.to_be_bytes());
+            self.raw(prefilter::frame(prefilter::GOAWAY, 0, 0, &payload));
+            self.tallies[3] += 1;
+            self.going_away = true;
+            self.final_last = self.last_stream_id;
+        } else if let Some(ping) = self.shutdown_ping {
             self.pipe.lock().input.extend_from_slice(&prefilter::frame(prefilter::PING, 1, 0, &ping));
             self.drive();
         }

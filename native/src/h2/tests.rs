@@ -112,3 +112,19 @@ fn graceful_goaway_in_two_steps_the_second_on_the_ping_ack_or_the_wait() {
         assert_eq!((refused.2, refused.3), (5, 7u32.to_be_bytes().to_vec()));
     }
 }
+
+#[test]
+fn a_header_block_being_received_at_the_wait_gets_refork_s_final_goaway() {
+    let mut core = connected(10);
+    core.receive(&frame(HEADERS, 0x1, 1, &GET[..3]), 0.0); // no END_HEADERS: a slowloris
+    core.goaway(0.0);
+    core.data_to_send();
+    core.tick(1.0, 0.9);
+    assert!(core.going_away);
+    let last = frames(&core.data_to_send()).into_iter().find(|f| f.0 == GOAWAY).unwrap();
+    assert_eq!(last.3, [0u8; 8]);
+    let events = core.receive(&frame(super::prefilter::CONTINUATION, 0x4, 1, &GET[3..]), 1.1);
+    assert!(!events.iter().any(|e| matches!(e, Event::Opened { .. })));
+    let refused = frames(&core.data_to_send()).into_iter().find(|f| f.0 == RST_STREAM).unwrap();
+    assert_eq!((refused.2, refused.3), (1, 7u32.to_be_bytes().to_vec()));
+}
