@@ -259,6 +259,7 @@ impl Core {
     }
 
     pub(super) fn retire(&mut self, sid: u32) {
+        self.pre.forget(sid);
         if self.streams.remove(&sid).is_some() && self.retired.insert(sid) {
             self.retired_order.push_back(sid);
             if self.retired_order.len() > RETIRED_KEPT {

@@ -126,6 +126,11 @@ impl Prefilter {
         }
     }
 
+    /// A stream refork let go of: its window is no longer tracked.
+    pub fn forget(&mut self, sid: u32) {
+        self.windows.remove(&sid);
+    }
+
     /// The app took `n` bytes of the stream's body: its window grows by that much; false when the
     /// stream is not receiving (no WINDOW_UPDATE is due).
     pub fn window_opened(&mut self, sid: u32, n: usize) -> bool {
