@@ -16,11 +16,11 @@
 //! - `wsgi/`: the WSGI request path both engines share: the environ, start_response, the app
 //!   call (app_call.rs) and its body pulled for framing (body.rs), the request's accounting in the
 //!   worker's slot or by the Python clock (accounting.rs), the access-log line.
-//! - `h2/`: HTTP/2 connections, sans-IO, on the `h2` crate driven by hand: `Http2Core`.
 //! - `asgi/`: what the ASGI loop (on asyncio) calls once a request: its http scope.
 //! - `host.rs`: what both engines read of their Python host, settings, control and refs, typed and
 //!   extracted once when they are built (a renamed field fails there, named).
 //! - `sys/`: the system calls (epoll, sockets, eventfd), as safe functions.
+//! - `h2/`: HTTP/2 connections, sans-IO, on the `h2` crate driven by hand: `Http2Core`.
 //!
 //! Whatever is not the common shape is handed, from its first byte, to the Python loop
 //! (refork.serving.wsgi.python_loop), which gives every verdict exactly as it does without the engines.
@@ -56,13 +56,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::Engine>()?;
     m.add_class::<pool::PoolEngine>()?;
     m.add_class::<wsgi::start_response::StartResponse>()?;
+    m.add_class::<h2::py::Http2Core>()?;
     m.add_class::<wsgi::hand_over::HandOver>()?;
     m.add_class::<conn::handed::Handed>()?;
     m.add_class::<wsgi::accounting::Current>()?;
     m.add_class::<wsgi::accounting::SlotWords>()?;
     m.add_class::<conn::budget::MemoryBudget>()?;
     m.add_class::<http::framer::ResponseFramer>()?;
-    m.add_class::<h2::py::Http2Core>()?;
     m.add_function(wrap_pyfunction!(http::frame::frame_list, m)?)?;
     m.add_function(wrap_pyfunction!(conn::proxy::parse_proxy, m)?)?;
     m.add_function(wrap_pyfunction!(http::framer::use_status_lines, m)?)?;
