@@ -225,6 +225,11 @@ impl Core {
         if !self.ended || fed < pos {
             self.feed(&mut fed, pos);
         }
+        for (sid, n) in std::mem::take(&mut self.pre.padding) {
+            if !self.ended {
+                self.raw(prefilter::frame(prefilter::WINDOW_UPDATE, 0, sid, &n.to_be_bytes()));
+            }
+        }
         let credit = std::mem::take(&mut self.pre.credit);
         if credit > 0 && !self.ended {
             let n = credit.min(u64::from(WIDE_OPEN)) as u32; // (at most a read's worth)

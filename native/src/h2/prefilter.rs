@@ -21,6 +21,7 @@ pub const CONTINUATION: u8 = 9;
 const END_STREAM: u8 = 0x1;
 const ACK: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
+const PADDED: u8 = 0x8;
 
 pub const PROTOCOL_ERROR: u32 = 1;
 pub const FLOW_CONTROL_ERROR: u32 = 3;
@@ -111,6 +112,8 @@ pub struct Prefilter {
     /// DATA bytes received since the connection's window was last given back (it is given back
     /// as they arrive: each stream's window bounds what is held).
     pub credit: u64,
+    /// Padding received per stream, given back to its window at once (not the app's to take).
+    pub padding: Vec<(u32, u32)>,
 }
 
 const WINDOWS_KEPT: usize = 4096; // open streams whose windows are tracked, at most
@@ -122,7 +125,7 @@ impl Prefilter {
         Prefilter {
             preface_left: PREFACE.len(), max_frame, max_block, block: 0, block_open: false, budgets,
             highest: 0, ended: HashSet::new(), ended_order: VecDeque::new(), windows: HashMap::new(),
-            initial_window: i64::from(initial_window), credit: 0,
+            initial_window: i64::from(initial_window), credit: 0, padding: Vec::new(),
         }
     }
 
@@ -200,6 +203,11 @@ impl Prefilter {
                     *w -= length as i64;
                     if *w < 0 {
                         return Step::End(FLOW_CONTROL_ERROR, format!("DATA past the window of stream {sid}"));
+                    }
+                    if flags & PADDED != 0 && length > 0 && flags & END_STREAM == 0 {
+                        let pad = (usize::from(payload[0]) + 1).min(length);
+                        *w += pad as i64;
+                        self.padding.push((sid, pad as u32));
                     }
                 }
                 if length == 0 && flags & END_STREAM == 0 && !b.empty_data.spend(now) {
@@ -375,5 +383,16 @@ mod tests {
         assert_eq!(p.next(&frame(DATA, 0, 1, &[0; 4]), 0.0), Step::Pass(13, Note::None));
         assert!(matches!(p.next(&frame(DATA, 0, 1, &[0; 1]), 0.0), Step::End(FLOW_CONTROL_ERROR, _)));
         assert!(!p.window_opened(3, 4));
+    }
+
+    #[test]
+    fn padding_is_given_back_to_the_stream_window_at_once() {
+        let mut p = Prefilter::new(16384, 65536, 10, budgets(3));
+        past_preface(&mut p);
+        assert_eq!(p.next(&frame(HEADERS, END_HEADERS, 1, &[0x83]), 0.0), Step::Pass(10, Note::NewStream(1)));
+        let padded = frame(DATA, PADDED, 1, &[5, b'a', b'b', b'c', b'd', 0, 0, 0, 0, 0]); // 4 bytes, 6 of padding
+        assert_eq!(p.next(&padded, 0.0), Step::Pass(19, Note::None));
+        assert_eq!(p.padding, vec![(1, 6)]);
+        assert_eq!(p.next(&frame(DATA, 0, 1, &[0; 6]), 0.0), Step::Pass(15, Note::None)); // 4 + 6 = its window
     }
 }
