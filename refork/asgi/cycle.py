@@ -248,8 +248,9 @@ class HttpCycle:
         if state is _DISCONNECTED:
             raise ClientDisconnected("client disconnected")
         response = self.response
-        if message.__class__ is dict and message.get("type") in OTHER_MESSAGES:
-            if message["type"] == EARLY_HINT:  # (no answer yet: a 100 Continue may still follow)
+        kind = message.get("type") if message.__class__ is dict else None
+        if kind in OTHER_MESSAGES:
+            if kind == EARLY_HINT:  # (no answer yet: a 100 Continue may still follow)
                 hint = response.early_hint(message)
                 if hint:
                     self.channel.write(hint)  # (ahead of a held head: that goes out after this step)
@@ -261,7 +262,10 @@ class HttpCycle:
         if state is _RECEIVING_BODY and self.continue_owed:
             # The client is still waiting for our go-ahead: it may or may not send the body.
             response.keep_alive = False
-        data = response.feed(message)
+        if kind == "http.response.start" and not response.started:
+            data = response.start(message)  # (straight to its framing: feed()'s hop skipped)
+        else:
+            data = response.feed(message)
         if state is _RECEIVING_BODY:  # (_started(), inline: once or twice a request)
             self.state = _STREAMING
         elif state is _BODY_DONE:
