@@ -71,6 +71,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(conn::proxy::parse_proxy, m)?)?;
     m.add_function(wrap_pyfunction!(http::framer::use_status_lines, m)?)?;
     m.add_function(wrap_pyfunction!(asgi::scope::http_scope, m)?)?;
+    m.add_class::<asgi::steps::AppSteps>()?;
     m.add_function(wrap_pyfunction!(static_files::static_cache_reset, m)?)?;
     m.add_function(wrap_pyfunction!(static_files::static_cache_remember, m)?)?;
     Ok(())

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from refork.asgi import HIGH_WATER, ClientDisconnected, CycleState, HttpCycle
+from refork.asgi.cycle import AppSteps
 from refork.http.events import Request
 from refork.http.response import CONTINUE
 
@@ -219,6 +220,20 @@ def test_waiting_for_a_disconnect_after_the_body_is_the_apps_time(loop) -> None:
 def run_app(loop: asyncio.AbstractEventLoop, cycle: HttpCycle, app: Any) -> None:
     cycle.task = loop.create_task(cycle.run(app, {}))
     loop.run_until_complete(cycle.task)
+
+
+@pytest.mark.skipif(AppSteps is None, reason="refork._native not built: every start holds its head")
+def test_a_response_in_one_step_leaves_no_head_to_flush(loop) -> None:
+    channel = Channel()
+    cycle = HttpCycle(channel, loop, get())
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send(START)
+        await send(BODY)
+
+    run_app(loop, cycle, app)
+    assert channel.held == [] and channel.done == [True]
+    assert channel.written[0].startswith(b"HTTP/1.1 200 OK\r\n") and channel.written[0].endswith(b"ok")
 
 
 def test_a_head_still_held_when_its_step_ends_is_flushed_after_it(loop) -> None:

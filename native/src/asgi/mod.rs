@@ -2,3 +2,4 @@
 //! (refork.serving.asgi) stays on asyncio; these are called from it once a request.
 
 pub(crate) mod scope;
+pub(crate) mod steps;
