@@ -86,6 +86,13 @@ impl AppSteps {
         slf
     }
 
+    /// The app's coroutine, as a coroutine's `cr_await` names what it awaits: the chain of awaits
+    /// of a hung request (refork.process.stacks) goes on through it to the app's frames.
+    #[getter]
+    fn cr_await(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.coro.as_ref().map(|coro| coro.clone_ref(py))
+    }
+
     fn __next__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         self.send_value(py, &py.None().into_bound(py))
     }
