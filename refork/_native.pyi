@@ -4,7 +4,7 @@ read of the objects they are given (the engine host and its settings, by attribu
 tests/serving/test_native_stub.py checks it against the built module (mypy's stubtest).
 """
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any, Literal, Protocol, TypedDict, final
 
@@ -20,7 +20,7 @@ from refork.wsgi.files import FileWrapper
 from refork.wsgi.response import Prefetched, _Exchange
 
 __all__ = [
-    "AccessLine", "Current", "Engine", "Environ", "HandOver", "Handed", "MemoryBudget", "Parser",
+    "AccessLine", "AppSteps", "Current", "Engine", "Environ", "HandOver", "Handed", "MemoryBudget", "Parser",
     "ParserRefs", "PoolEngine", "ResponseFramer", "SlotWords", "StartResponse", "frame_list",
     "http_scope", "parse_proxy", "static_cache_remember", "static_cache_reset", "use_status_lines",
 ]  # fmt: skip
@@ -404,6 +404,20 @@ class ResponseFramer:
     def body(self, data: bytes) -> bytes: ...
     def last(self, data: bytes) -> bytes: ...
     def end(self) -> bytes: ...
+
+@final
+class AppSteps:
+    """`await AppSteps(app(...), cycle)` is `await app(...)`; cycle.stepping is True during each
+    step of the task, and cycle.step_held() is called when one ends with the response head held."""
+
+    def __new__(cls, coro: Coroutine[Any, Any, Any], cycle: object) -> AppSteps: ...
+    def __await__(self) -> Generator[Any, None, Any]: ...
+    @property
+    def cr_await(self) -> Coroutine[Any, Any, Any] | None: ...
+    def __next__(self) -> Any: ...
+    def send(self, value: Any) -> Any: ...
+    def throw(self, *args: Any) -> Any: ...
+    def close(self) -> None: ...
 
 def http_scope(
     request: Request, *, server: tuple[str, int | None] | None, client: _Client, scheme: str, root_path: str,

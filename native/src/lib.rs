@@ -18,8 +18,9 @@
 //!   call (app_call.rs) and its body pulled for framing (body.rs), the request's accounting in the
 //!   worker's slot or by the Python clock (accounting.rs), the access-log line (`AccessLine`,
 //!   access_log.rs).
-//! - `asgi/`: what the ASGI loop (on asyncio) calls once a request: its http scope. (It parses with
-//!   `Parser` and frames with `ResponseFramer` too, from http/.)
+//! - `asgi/`: what the ASGI loop (on asyncio) calls once a request: its http scope, and `AppSteps`,
+//!   the app's coroutine awaited so that each step's end is seen. (It parses with `Parser` and frames
+//!   with `ResponseFramer` too, from http/.)
 //! - `host.rs`: what both engines read of their Python host, settings, control and refs, typed and
 //!   extracted once when they are built (a renamed field fails there, named).
 //! - `sys/`: the system calls (epoll, sockets, eventfd), as safe functions.
@@ -74,6 +75,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(conn::proxy::parse_proxy, m)?)?;
     m.add_function(wrap_pyfunction!(http::framer::use_status_lines, m)?)?;
     m.add_function(wrap_pyfunction!(asgi::scope::http_scope, m)?)?;
+    m.add_class::<asgi::steps::AppSteps>()?;
     m.add_function(wrap_pyfunction!(static_files::static_cache_reset, m)?)?;
     m.add_function(wrap_pyfunction!(static_files::static_cache_remember, m)?)?;
     Ok(())

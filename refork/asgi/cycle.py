@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from types import CoroutineType
 from typing import Any, Protocol
 
 from refork.asgi.files import file_source
@@ -17,6 +18,11 @@ from refork.asgi.waiting import wake
 from refork.http.budget import MemoryBudget
 from refork.http.events import Request
 from refork.http.response import CONTINUE, simple_response
+
+try:
+    from refork._native import AppSteps  # typed by refork/_native.pyi
+except ImportError:  # not built: every start holds its head for the flush after the loop iteration
+    AppSteps = None  # type: ignore[assignment,misc]
 
 log = logging.getLogger("refork")
 
@@ -88,6 +94,7 @@ class HttpCycle:
     __slots__ = (
         "channel", "loop", "request", "response", "state", "unread", "buffered", "memory", "continue_owed",
         "receive_waiter", "send_waiter", "token", "task", "started_at", "remote", "eof", "hook_request",
+        "stepping",
     )  # fmt: skip
 
     def __init__(
@@ -111,6 +118,7 @@ class HttpCycle:
         self.remote: str | None = None
         self.eof = False  # the client half-closed after the whole request: see peer_closed()
         self.hook_request: Any = None  # the `req` of gunicorn's pre_request/post_request hooks
+        self.stepping = False  # a step of the request's own task runs (AppSteps sets it around each)
 
     # Driven by the connection ----------------------------------------------------------------
 
@@ -188,6 +196,11 @@ class HttpCycle:
     def response_started(self) -> bool:
         return self.response.started
 
+    def step_held(self) -> None:
+        """A step of the request's task ended with the head still held (AppSteps calls it): it goes
+        out after this loop iteration, as a head started from another task does."""
+        self.channel.hold_head(self)
+
     def flush_head(self) -> None:
         head = self.response.take_head()
         if head and self.state is not _DISCONNECTED:
@@ -202,7 +215,11 @@ class HttpCycle:
     async def run(self, app: Any, scope: dict[str, Any]) -> None:
         """Call the app; whatever happens, the connection hears of the end exactly once."""
         try:
-            result = await app(scope, self.receive, self.send)
+            call = app(scope, self.receive, self.send)
+            if AppSteps is not None and call.__class__ is CoroutineType:
+                result = await AppSteps(call, self)  # (it sees each step end: step_held())
+            else:
+                result = await call
         except BaseException as exc:
             if isinstance(exc, (SystemExit, KeyboardInterrupt)):
                 raise
@@ -248,8 +265,9 @@ class HttpCycle:
         if state is _DISCONNECTED:
             raise ClientDisconnected("client disconnected")
         response = self.response
-        if message.__class__ is dict and message.get("type") in OTHER_MESSAGES:
-            if message["type"] == EARLY_HINT:  # (no answer yet: a 100 Continue may still follow)
+        kind = message.get("type") if message.__class__ is dict else None
+        if kind in OTHER_MESSAGES:
+            if kind == EARLY_HINT:  # (no answer yet: a 100 Continue may still follow)
                 hint = response.early_hint(message)
                 if hint:
                     self.channel.write(hint)  # (ahead of a held head: that goes out after this step)
@@ -261,7 +279,10 @@ class HttpCycle:
         if state is _RECEIVING_BODY and self.continue_owed:
             # The client is still waiting for our go-ahead: it may or may not send the body.
             response.keep_alive = False
-        data = response.feed(message)
+        if kind == "http.response.start" and not response.started:
+            data = response.start(message)  # (straight to its framing: feed()'s hop skipped)
+        else:
+            data = response.feed(message)
         if state is _RECEIVING_BODY:  # (_started(), inline: once or twice a request)
             self.state = _STREAMING
         elif state is _BODY_DONE:
@@ -269,9 +290,10 @@ class HttpCycle:
         writable = True
         if data:
             writable = self.channel.write(data)
-        elif response.held_head is not None:
+        elif response.held_head is not None and not self.stepping:
             # Just started: the head rides with the first body message if that comes in this
-            # task step; otherwise (a slow stream) it goes out on its own right after.
+            # task step; otherwise (a slow stream) it goes out on its own right after. (In a step
+            # of the request's own task AppSteps sees the step end: step_held() then, if held.)
             self.channel.hold_head(self)
         if response.complete:
             self._finish(response.will_keep_alive)

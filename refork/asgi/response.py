@@ -116,7 +116,7 @@ class ResponseState:
         if not self.started:
             if kind != "http.response.start":
                 raise RuntimeError(f"Expected ASGI message 'http.response.start', but got {kind!r}")
-            return self._start(message)
+            return self.start(message)
         if self.complete:
             raise RuntimeError(f"Unexpected ASGI message {kind!r} sent after the response completed")
         if self.body_ended:
@@ -147,8 +147,12 @@ class ResponseState:
         if not more:
             if self.trailers:
                 self.body_ended = True
-            else:
-                self._complete()
+            else:  # (_complete(), inline: once a response)
+                self.complete = True
+                self.will_keep_alive = bool(framer.keep_alive)
+                length = framer.content_length
+                if length is not None and not framer.no_body and framer.body_bytes < length:
+                    self.short_by = length - framer.body_bytes
         head = self.held_head
         if head is not None:
             self.held_head = None
@@ -165,7 +169,9 @@ class ResponseState:
             return b""
         return early_hints([(b"Link", link) for link in links])
 
-    def _start(self, message: dict[str, Any]) -> bytes:
+    def start(self, message: dict[str, Any]) -> bytes:
+        """An ``http.response.start`` (before any other message): its head is framed and held for
+        the first body message; returns b"". RuntimeError for a bad status or headers."""
         status = message.get("status")
         if type(status) is not int or not 100 <= status <= 999:
             raise RuntimeError(f"'status' must be an int between 100 and 999, got {status!r}")

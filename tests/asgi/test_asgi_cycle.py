@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from refork.asgi import HIGH_WATER, ClientDisconnected, CycleState, HttpCycle
+from refork.asgi.cycle import AppSteps
 from refork.http.events import Request
 from refork.http.response import CONTINUE
 
@@ -49,6 +50,10 @@ def loop():
 
 def post(**kw: Any) -> Request:
     return Request("POST", b"/", b"/", b"", "1.1", [(b"host", b"a")], content_length=3, **kw)
+
+
+def get() -> Request:
+    return Request("GET", b"/", b"/", b"", "1.1", [(b"host", b"a")])
 
 
 def request_message(body: bytes, more: bool) -> dict[str, Any]:
@@ -210,3 +215,55 @@ def test_waiting_for_a_disconnect_after_the_body_is_the_apps_time(loop) -> None:
     assert channel.waits == []
     cycle.client_gone()
     assert loop.run_until_complete(listener) == {"type": "http.disconnect"}
+
+
+def run_app(loop: asyncio.AbstractEventLoop, cycle: HttpCycle, app: Any) -> None:
+    cycle.task = loop.create_task(cycle.run(app, {}))
+    loop.run_until_complete(cycle.task)
+
+
+@pytest.mark.skipif(AppSteps is None, reason="refork._native not built: every start holds its head")
+def test_a_response_in_one_step_leaves_no_head_to_flush(loop) -> None:
+    channel = Channel()
+    cycle = HttpCycle(channel, loop, get())
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send(START)
+        await send(BODY)
+
+    run_app(loop, cycle, app)
+    assert channel.held == [] and channel.done == [True]
+    assert channel.written[0].startswith(b"HTTP/1.1 200 OK\r\n") and channel.written[0].endswith(b"ok")
+
+
+def test_a_head_still_held_when_its_step_ends_is_flushed_after_it(loop) -> None:
+    channel = Channel()
+    cycle = HttpCycle(channel, loop, get())
+    seen: list[list[HttpCycle]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send(START)
+        await asyncio.sleep(0)  # the step ends with the head held
+        seen.append(list(channel.held))
+        await send(BODY)
+
+    run_app(loop, cycle, app)
+    assert seen == [[cycle]] and channel.held == [cycle] and channel.done == [True]
+
+
+def test_a_head_started_from_another_task_is_held_at_once(loop) -> None:
+    channel = Channel()
+    cycle = HttpCycle(channel, loop, get())
+    seen: list[list[HttpCycle]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        async def respond() -> None:
+            await send(START)
+            seen.append(list(channel.held))
+            await asyncio.sleep(0)
+            await send(BODY)
+
+        await asyncio.create_task(respond())
+
+    run_app(loop, cycle, app)
+    assert seen[0] == [cycle] and channel.done == [True]
