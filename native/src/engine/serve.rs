@@ -62,17 +62,7 @@ impl Engine {
         if let Some(file) = called.file.take() {
             keep &= self.send_file(py, conn, bytes, file, head);
         } else {
-            match sys::send(conn.fd, &bytes) {
-                Ok(n) if n == bytes.len() => {}
-                Ok(n) => {
-                    conn.keep_output(bytes, n, describe(head));
-                    if self.ep.modify(conn.fd, OUT).is_err() {
-                        keep = false;
-                        conn.phase = Phase::Idle;
-                    }
-                }
-                Err(_) => keep = false, // the client is gone
-            }
+            keep &= self.send_bytes(conn, bytes, head);
         }
         self.finish(py, tracking, status)?;
         if !body.is_empty() {
@@ -83,6 +73,23 @@ impl Engine {
         }
         recycle(called, &mut self.spare);
         Ok(if keep { Served::Keep } else { Served::Close })
+    }
+
+    /// A response in `bytes`, as far as the socket takes it; the rest waits in the connection
+    /// (EPOLLOUT). False: the connection cannot go on (the client is gone).
+    pub(super) fn send_bytes(&mut self, conn: &mut Conn, bytes: Vec<u8>, head: &Head) -> bool {
+        match sys::send(conn.fd, &bytes) {
+            Ok(n) if n == bytes.len() => true,
+            Ok(n) => {
+                conn.keep_output(bytes, n, describe(head));
+                if self.ep.modify(conn.fd, OUT).is_err() {
+                    conn.phase = Phase::Idle;
+                    return false;
+                }
+                true
+            }
+            Err(_) => false, // the client is gone
+        }
     }
 
     /// A file response: its head with MSG_MORE, then sendfile, as far as the socket takes them;

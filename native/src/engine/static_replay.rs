@@ -7,11 +7,10 @@ use std::os::fd::AsRawFd;
 
 use pyo3::prelude::*;
 
-use super::{Engine, Served, OUT};
-use crate::conn::{describe, Conn, FileBody, FileOwner, Phase};
+use super::{Engine, Served};
+use crate::conn::{Conn, FileBody, FileOwner};
 use crate::http::head::Head;
 use crate::static_files::{replay, Reply};
-use crate::sys;
 
 impl Engine {
     /// The recorded answer to this request, sent; None: the app's path answers it.
@@ -27,17 +26,7 @@ impl Engine {
             let fd = file.as_raw_fd();
             keep &= self.send_file(py, conn, bytes, FileBody { fd, offset: 0, remaining: size, owner: FileOwner::Static(file) }, head);
         } else {
-            match sys::send(conn.fd, &bytes) {
-                Ok(n) if n == bytes.len() => {}
-                Ok(n) => {
-                    conn.keep_output(bytes, n, describe(head));
-                    if self.ep.modify(conn.fd, OUT).is_err() {
-                        keep = false;
-                        conn.phase = Phase::Idle;
-                    }
-                }
-                Err(_) => keep = false, // the client is gone
-            }
+            keep &= self.send_bytes(conn, bytes, head);
         }
         Ok(Some(if keep { Served::Keep } else { Served::Close }))
     }
