@@ -38,7 +38,7 @@ from refork._native import Http2Core
 from refork.http.events import Request
 
 __all__ = [
-    "ANY_STREAM", "GOAWAY_WAIT", "PREFACE", "Budget", "ConnectionEnded", "ErrorCodes", "Http2Connection",
+    "ANY_STREAM", "GOAWAY_WAIT", "PREFACE", "ConnectionEnded", "ErrorCodes", "Http2Connection",
     "Http2Limits", "StreamBody", "StreamEnded", "StreamOpened", "StreamReset", "WindowOpened",
 ]  # fmt: skip
 
@@ -89,25 +89,6 @@ class Http2Limits:
     priorities: tuple[int, float] = (1000, 100.0)
     empty_data: tuple[int, float] = (200, 20.0)
     connection_window: int = 1 << 24  # the receive window of the whole connection
-
-
-class Budget:
-    """A token bucket: ``burst`` spends at once, refilled at ``rate`` per second of ``clock``."""
-
-    __slots__ = ("burst", "rate", "tokens", "stamp", "clock")
-
-    def __init__(self, burst: int, rate: float, clock: Callable[[], float]) -> None:
-        self.burst, self.rate, self.clock = burst, rate, clock
-        self.tokens = float(burst)
-        self.stamp = clock()
-
-    def spend(self, n: int = 1) -> bool:
-        """Take ``n`` tokens; False when the bucket is empty (the peer is over its budget)."""
-        now = self.clock()
-        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        self.tokens -= n
-        return self.tokens >= 0
 
 
 # Events ------------------------------------------------------------------------------------------

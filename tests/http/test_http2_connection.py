@@ -24,7 +24,6 @@ from refork.http.h2 import (
     ANY_STREAM,
     GOAWAY_WAIT,
     PREFACE,
-    Budget,
     ConnectionEnded,
     ErrorCodes,
     Http2Connection,
@@ -399,14 +398,6 @@ def test_a_bad_preface_ends_the_connection():
     end = ended(server.receive(b"GET / HTTP/1.1\r\n\r\n"))
     assert end.code == ErrorCodes.PROTOCOL_ERROR
     assert PREFACE.startswith(b"PRI")
-
-
-def test_budget_refills_up_to_its_burst():
-    clock = Clock()
-    budget = Budget(3, 1.0, clock)
-    assert [budget.spend() for _ in range(4)] == [True, True, True, False]
-    clock.now += 100
-    assert [budget.spend() for _ in range(4)] == [True, True, True, False]
 
 
 def _frames(data: bytes):
