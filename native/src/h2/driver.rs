@@ -189,6 +189,12 @@ impl Core {
                     if self.ended {
                         break;
                     }
+                    if matches!(self.state, State::Handshaking(_)) {
+                        // the crate's connection window opens (to refork's, announced at start)
+                        // only once its handshake is done and it has read all it was given: the
+                        // client's first flight goes in after that, not with the preface
+                        self.feed(&mut fed, pos);
+                    }
                 }
                 Step::Stray(sid, n, _) => {
                     // DATA after the client's END_STREAM: a stream error (RFC 9113 5.1) the crate

@@ -128,3 +128,27 @@ fn a_header_block_being_received_at_the_wait_gets_refork_s_final_goaway() {
     let refused = frames(&core.data_to_send()).into_iter().find(|f| f.0 == RST_STREAM).unwrap();
     assert_eq!((refused.2, refused.3), (1, 7u32.to_be_bytes().to_vec()));
 }
+
+#[test]
+fn uploads_in_the_first_flight_may_fill_the_connection_window_refork_announced_at_start() {
+    // the client reads refork's connection WINDOW_UPDATE before the crate has one: 8 streams x
+    // 65535 bytes in the first flight, however it is cut, are within the window
+    let mut hello = PREFACE.to_vec();
+    hello.extend(frame(SETTINGS, 0, 0, b""));
+    for i in 0..8u32 {
+        hello.extend(frame(HEADERS, 0x4, 1 + 2 * i, GET));
+    }
+    for i in 0..8u32 {
+        for len in [16384usize, 16384, 16384, 16383] {
+            hello.extend(frame(DATA, 0, 1 + 2 * i, &vec![7; len]));
+        }
+    }
+    for cut in [hello.len(), 9, 40, 9000, 100_000] {
+        let mut core = Core::new(Limits { initial_window_size: 65535, ..limits(10) });
+        core.start();
+        let mut events = core.receive(&hello[..cut], 0.0);
+        events.extend(core.receive(&hello[cut..], 0.0));
+        assert!(!events.iter().any(|e| matches!(e, Event::ConnectionEnded { .. })), "cut at {cut}: {events:?}");
+        assert_eq!(events.iter().filter(|e| matches!(e, Event::Opened { .. })).count(), 8);
+    }
+}
