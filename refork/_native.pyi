@@ -20,9 +20,10 @@ from refork.wsgi.files import FileWrapper
 from refork.wsgi.response import Prefetched, _Exchange
 
 __all__ = [
-    "AccessLine", "AppSteps", "Current", "Engine", "Environ", "HandOver", "Handed", "MemoryBudget", "Parser",
-    "ParserRefs", "PoolEngine", "ResponseFramer", "SlotWords", "StartResponse", "frame_list",
-    "http_scope", "parse_proxy", "static_cache_remember", "static_cache_reset", "use_status_lines",
+    "AccessLine", "AppSteps", "Current", "Engine", "Environ", "HandOver", "Handed", "Http2Core",
+    "MemoryBudget", "Parser", "ParserRefs", "PoolEngine", "ResponseFramer", "SlotWords", "StartResponse",
+    "frame_list", "http_scope", "parse_proxy", "static_cache_remember", "static_cache_reset",
+    "use_status_lines",
 ]  # fmt: skip
 
 # a client as the environ has it: (host, port), or None (a unix-socket peer)
