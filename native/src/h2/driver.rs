@@ -396,8 +396,13 @@ impl Core {
                         }
                     }
                 }
-                if out[at + 3] == prefilter::WINDOW_UPDATE && sid == 0 {
-                    out.drain(at..at + 9 + len); // (the crate's connection window is not the client's)
+                if out[at + 3] == prefilter::WINDOW_UPDATE {
+                    // the crate's windows are not the client's: refork gives back its own (the
+                    // connection's as DATA arrives, a stream's as the app takes the body). Until
+                    // the client acknowledges the SETTINGS, the crate's stream windows are the
+                    // default 65,535 and it reopens them itself: passed on, each opening would
+                    // reach the client twice
+                    out.drain(at..at + 9 + len);
                     continue;
                 }
                 let p = &out[at + 9..at + 9 + len];

@@ -2,7 +2,7 @@
 //! response, refork's window in the SETTINGS, the budgets, the two-step graceful GOAWAY.
 
 use super::driver::{Core, Event, Limits};
-use super::prefilter::{frame, Budget, Budgets, DATA, GOAWAY, HEADERS, PING, PREFACE, RST_STREAM, SETTINGS};
+use super::prefilter::{frame, Budget, Budgets, DATA, GOAWAY, HEADERS, PING, PREFACE, RST_STREAM, SETTINGS, WINDOW_UPDATE};
 
 const GET: &[u8] = &[0x82, 0x84, 0x86, 0x41, 0x01, b'a']; // GET / http, :authority a (HPACK)
 
@@ -151,4 +151,26 @@ fn uploads_in_the_first_flight_may_fill_the_connection_window_refork_announced_a
         assert!(!events.iter().any(|e| matches!(e, Event::ConnectionEnded { .. })), "cut at {cut}: {events:?}");
         assert_eq!(events.iter().filter(|e| matches!(e, Event::Opened { .. })).count(), 8);
     }
+}
+
+#[test]
+fn a_body_taken_before_the_client_acknowledges_the_settings_reopens_its_window_once() {
+    // the crate's stream windows are the default until the client's SETTINGS ACK, and it would
+    // reopen them itself: the client must get refork's WINDOW_UPDATE only, or it is told it may
+    // send twice what refork counts (and is then ended for DATA past the window)
+    let mut core = Core::new(Limits { initial_window_size: 65535, ..limits(10) });
+    core.start();
+    core.data_to_send();
+    let mut flight = PREFACE.to_vec();
+    flight.extend(frame(SETTINGS, 0, 0, b""));
+    flight.extend(frame(HEADERS, 0x4, 1, GET));
+    for _ in 0..3 {
+        flight.extend(frame(DATA, 0, 1, &[7; 16384]));
+    }
+    let events = core.receive(&flight, 0.0);
+    assert!(!events.iter().any(|e| matches!(e, Event::ConnectionEnded { .. })), "{events:?}");
+    core.body_consumed(1, 27_563);
+    let updates: Vec<(u32, Vec<u8>)> =
+        frames(&core.data_to_send()).into_iter().filter(|f| f.0 == WINDOW_UPDATE && f.2 == 1).map(|f| (f.2, f.3)).collect();
+    assert_eq!(updates, vec![(1, 27_563u32.to_be_bytes().to_vec())]);
 }
