@@ -67,6 +67,8 @@ pub struct Core {
     pub(super) state: State,
     pub(super) pre: Prefilter,
     pub(super) pending: Vec<u8>,
+    /// Bytes at the front of `pending` the prefilter passed, held for the rest of their header block.
+    pub(super) passed: usize,
     pub(super) streams: HashMap<u32, Stream>,
     pub(super) retired: HashSet<u32>,
     pub(super) retired_order: VecDeque<u32>,
@@ -129,7 +131,7 @@ impl Core {
             limits.max_frame_size as usize, limits.max_header_list_size as usize, limits.initial_window_size, limits.budgets,
         );
         Core {
-            pipe, state: State::Handshaking(handshake), pre, pending: Vec::new(), streams: HashMap::new(),
+            pipe, state: State::Handshaking(handshake), pre, pending: Vec::new(), passed: 0, streams: HashMap::new(),
             retired: HashSet::new(), retired_order: VecDeque::new(), scanned: 0, ended: false,
             draining_since: None, going_away: false, final_last: 0, shutdown_ping: None, last_stream_id: 0,
             tallies: [0; 4], events: Vec::new(), client_resets: Vec::new(), now: 0.0,
@@ -154,12 +156,19 @@ impl Core {
         }
         self.now = now;
         self.pending.extend_from_slice(data);
-        let mut pos = 0;
+        let mut pos = self.passed;
         let mut fed = 0; // bytes of `pending` before `pos` already handed to the crate
+        // where the header block being received begins: the crate gets a block whole, so a block
+        // that never ends is held once, here (the crate would keep its frames and a copy)
+        let mut block_at = self.pre.block_open.then_some(0);
         loop {
+            let was_open = self.pre.block_open;
             match self.pre.next(&self.pending[pos..], now) {
                 Step::Need => break,
                 Step::Pass(n, note) => {
+                    if !was_open && self.pre.block_open {
+                        block_at = Some(pos);
+                    }
                     pos += n;
                     match note {
                         Note::None => {}
@@ -229,7 +238,11 @@ impl Core {
             }
         }
         if !self.ended || fed < pos {
-            self.feed(&mut fed, pos);
+            let upto = match block_at {
+                Some(at) if self.pre.block_open && !self.ended => at.max(fed),
+                _ => pos,
+            };
+            self.feed(&mut fed, upto);
         }
         for (sid, n) in std::mem::take(&mut self.pre.padding) {
             if !self.ended {
@@ -242,10 +255,13 @@ impl Core {
             self.raw(prefilter::frame(prefilter::WINDOW_UPDATE, 0, 0, &n.to_be_bytes()));
         }
         if self.ended {
-            self.pending.clear();
+            self.pending = Vec::new();
+            self.passed = 0;
             self.pre.block_open = false;
         } else {
-            self.pending.drain(..pos);
+            self.pending.drain(..fed);
+            self.passed = pos - fed;
+            shrink(&mut self.pending);
         }
         std::mem::take(&mut self.events)
     }
@@ -496,5 +512,13 @@ impl Core {
                 self.state = State::Closed;
             }
         }
+    }
+}
+
+/// A buffer's spare room given back once it is mostly empty: hundreds of connections each
+/// holding a read's worth of capacity they no longer use would cost the worker tens of MiB.
+pub(super) fn shrink(buf: &mut Vec<u8>) {
+    if buf.capacity() > 4096 && buf.capacity() > 2 * buf.len() {
+        buf.shrink_to(buf.len());
     }
 }

@@ -46,7 +46,7 @@ impl AsyncRead for Pipe {
         buf.put_slice(&b.input[at..at + n]);
         b.read_at += n;
         if b.read_at == b.input.len() {
-            b.input.clear();
+            b.input = Vec::new(); // (its room given back: a connection waiting holds no read's worth)
             b.read_at = 0;
         }
         Poll::Ready(Ok(()))

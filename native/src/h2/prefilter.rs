@@ -101,6 +101,8 @@ pub struct Prefilter {
     /// Encoded bytes of the header block being received (HEADERS and its CONTINUATIONs so far).
     pub block: usize,
     pub block_open: bool,
+    /// The stream whose header block is open.
+    block_sid: u32,
     pub budgets: Budgets,
     highest: u32,
     ended: HashSet<u32>,
@@ -123,7 +125,7 @@ const ENDED_KEPT: usize = 1024; // streams remembered as ended by the client (st
 impl Prefilter {
     pub fn new(max_frame: usize, max_block: usize, initial_window: u32, budgets: Budgets) -> Self {
         Prefilter {
-            preface_left: PREFACE.len(), max_frame, max_block, block: 0, block_open: false, budgets,
+            preface_left: PREFACE.len(), max_frame, max_block, block: 0, block_open: false, block_sid: 0, budgets,
             highest: 0, ended: HashSet::new(), ended_order: VecDeque::new(), windows: HashMap::new(),
             initial_window: i64::from(initial_window), credit: 0, padding: Vec::new(),
         }
@@ -192,6 +194,10 @@ impl Prefilter {
         let sid = u32::from_be_bytes([buf[5], buf[6], buf[7], buf[8]]) & 0x7fff_ffff;
         let payload = &buf[9..9 + length];
         let n = 9 + length;
+        if self.block_open && (kind != CONTINUATION || sid != self.block_sid) {
+            // (RFC 9113 6.10: a header block's frames come together; the crate gets a block whole)
+            return Step::End(PROTOCOL_ERROR, "a frame inside a header block".into());
+        }
         let b = &mut self.budgets;
         let note = match kind {
             DATA => {
@@ -227,6 +233,7 @@ impl Prefilter {
                     return Step::End(ENHANCE_YOUR_CALM, format!("a header block of more than {most} bytes"));
                 }
                 self.block_open = flags & END_HEADERS == 0;
+                self.block_sid = sid;
                 if kind == HEADERS && flags & END_STREAM != 0 {
                     self.remote_ended(sid);
                 }
@@ -362,6 +369,17 @@ mod tests {
         assert!(matches!(p.next(&more, 0.0), Step::Pass(..)));
         assert!(matches!(p.next(&more, 0.0), Step::End(ENHANCE_YOUR_CALM, _)));
         assert!(!p.block_open);
+    }
+
+    #[test]
+    fn only_its_own_continuations_may_come_inside_a_header_block() {
+        for (kind, sid) in [(DATA, 1), (PING, 0), (0xfa, 0), (CONTINUATION, 3)] {
+            let mut p = Prefilter::new(16384, 65536, 65535, budgets(3));
+            past_preface(&mut p);
+            assert_eq!(p.next(&frame(HEADERS, 0, 1, &[0x82]), 0.0), Step::Pass(10, Note::NewStream(1)));
+            let inside = frame(kind, 0, sid, &[0u8; 8]);
+            assert!(matches!(p.next(&inside, 0.0), Step::End(PROTOCOL_ERROR, _)), "{kind} on {sid}");
+        }
     }
 
     #[test]

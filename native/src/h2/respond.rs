@@ -168,9 +168,11 @@ impl Core {
         std::mem::take(&mut self.events)
     }
 
-    /// Bytes received and held: a header block not ended and the frame being received.
+    /// Bytes received and held: a header block not ended (refork holds it until its end, unless
+    /// the crate took its first frames) and the frame being received.
     pub fn buffered(&self) -> usize {
-        (if self.pre.block_open { self.pre.block } else { 0 }) + self.pending.len() + self.pipe.lock().unread()
+        let crate_held = if self.pre.block_open { self.pre.block.saturating_sub(self.passed) } else { 0 };
+        crate_held + self.pending.len() + self.pipe.lock().unread()
     }
 
     pub fn head_arriving(&self) -> bool {
@@ -186,6 +188,7 @@ impl Core {
         self.streams.clear();
         self.state = State::Closed;
         self.pending = Vec::new();
+        self.passed = 0;
         let mut b = self.pipe.lock();
         b.input = Vec::new();
         b.output = Vec::new();
