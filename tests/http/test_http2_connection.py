@@ -408,3 +408,18 @@ def _frames(data: bytes):
         frame.parse_body(memoryview(data[9:9 + length]))
         yield frame
         data = data[9 + length:]
+
+
+def test_a_path_that_is_no_uri_resets_its_stream_and_the_connection_goes_on():
+    """A raw '"' in the query is no valid :path (RFC 3986; HTTP/1.1 takes it, as gunicorn does):
+    the stream is reset PROTOCOL_ERROR (RFC 9113 8.1.1, a malformed request) without the app, and
+    the connection's next request is served."""
+    server, client = connect()
+    bad = [(b":method", b"GET"), (b":path", b'/q?b="x"'), (b":scheme", b"http"), (b":authority", b"x")]
+    client.send_headers(1, bad, end_stream=True)
+    assert not [e for e in to_server(server, client) if isinstance(e, StreamOpened)]
+    resets = [e for e in to_client(server, client) if isinstance(e, h2.events.StreamReset)]
+    assert [(e.stream_id, e.error_code) for e in resets] == [(1, ErrorCodes.PROTOCOL_ERROR)]
+    client.send_headers(3, GET, end_stream=True)
+    opened = [e for e in to_server(server, client) if isinstance(e, StreamOpened)]
+    assert [e.stream_id for e in opened] == [3]
