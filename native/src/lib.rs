@@ -24,6 +24,7 @@
 //! - `host.rs`: what both engines read of their Python host, settings, control and refs, typed and
 //!   extracted once when they are built (a renamed field fails there, named).
 //! - `sys/`: the system calls (epoll, sockets, eventfd), as safe functions.
+//! - `h2/`: HTTP/2 connections, sans-IO, on the `h2` crate driven by hand: `Http2Core`.
 //!
 //! Whatever is not the common shape is handed, from its first byte, to the Python loop
 //! (refork.serving.wsgi.python_loop), which gives every verdict exactly as it does without the engines.
@@ -42,6 +43,7 @@ use pyo3::prelude::*;
 mod asgi;
 mod conn;
 mod engine;
+mod h2;
 mod host;
 mod http;
 mod pool;
@@ -61,6 +63,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::Engine>()?;
     m.add_class::<pool::PoolEngine>()?;
     m.add_class::<wsgi::start_response::StartResponse>()?;
+    m.add_class::<h2::py::Http2Core>()?;
     m.add_class::<wsgi::hand_over::HandOver>()?;
     m.add_class::<conn::handed::Handed>()?;
     m.add_class::<wsgi::accounting::Current>()?;

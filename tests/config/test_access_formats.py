@@ -55,10 +55,18 @@ REQUESTS = [
 
 
 
+def over_http2(raw: bytes) -> bool:
+    """Whether an HTTP/2 client may send this request as it is: a raw '"' in a query is not a
+    valid :path (RFC 3986; the h2 crate resets such a stream, as hyper and granian do)."""
+    return b'"' not in raw.split(b" ")[1].partition(b"?")[2]
+
+
 def _send_all(port: int, requests: list[bytes] = REQUESTS, path: str | None = None, log=None) -> None:
     """Each request on a connection of its own (gunicorn's sync worker closes after each), as the
     request path's clients connect (over TLS on a TLS path, in HTTP/2 on an HTTP/2 path); with
     `log`, each request's line awaited before the next is sent (the lines in the requests' order)."""
+    if path and http2(path):
+        requests = [raw for raw in requests if over_http2(raw)]
     for i, raw in enumerate(requests):
         body = b"hello" if raw.startswith(b"POST") else b""
         if path and http2(path):
@@ -152,7 +160,7 @@ def _refork_lines(start_server, tmp_path, path: str, args: list[str]) -> list[st
     log = tmp_path / f"refork-{path}.log"
     server = start_server(*chosen, "--access-logfile", str(log), *args, app=app, workers=1)
     _send_all(server.port, path=path, log=log)
-    return _lines(log, len(REQUESTS))
+    return _lines(log, len([raw for raw in REQUESTS if over_http2(raw)] if http2(path) else REQUESTS))
 
 
 @pytest.mark.parametrize("path", list(PATHS))
@@ -160,7 +168,7 @@ def test_every_atom_matches_gunicorn(path, start_server, tmp_path, gunicorn_line
     ours = _refork_lines(start_server, tmp_path, path, ["--access-logformat", FORMAT])
     theirs = gunicorn_lines(PATHS[path][0], FORMAT)
     if http2(path):
-        theirs = [_over_http2(line) for line in theirs]
+        theirs = [_over_http2(line) for line, raw in zip(theirs, REQUESTS) if over_http2(raw)]
     assert [line.partition("|[")[0] for line in ours] == [line.partition("|[")[0] for line in theirs]
     for line in ours:
         stamp = "[" + line.partition("|[")[2]

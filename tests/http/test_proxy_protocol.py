@@ -154,6 +154,9 @@ def haproxy(haproxy_bin, tmp_path):
 def _connect(port: int, source: str = CLIENT, tls: ssl.SSLContext | None = None) -> socket.socket:
     sock = socket.socket()
     sock.settimeout(10)
+    # (the loops below close thousands of connections a second first: their ports sit in
+    # TIME_WAIT, and a bind to port 0 without SO_REUSEADDR may find none free)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((source, 0))
     sock.connect(("127.0.0.1", port))
     return tls.wrap_socket(sock, server_hostname="127.0.0.1") if tls is not None else sock
