@@ -168,7 +168,7 @@ def test_every_atom_matches_gunicorn(path, start_server, tmp_path, gunicorn_line
     ours = _refork_lines(start_server, tmp_path, path, ["--access-logformat", FORMAT])
     theirs = gunicorn_lines(PATHS[path][0], FORMAT)
     if http2(path):
-        theirs = [_over_http2(line) for line, raw in zip(theirs, REQUESTS) if over_http2(raw)]
+        theirs = [_over_http2(line) for line, raw in zip(theirs, REQUESTS, strict=True) if over_http2(raw)]
     assert [line.partition("|[")[0] for line in ours] == [line.partition("|[")[0] for line in theirs]
     for line in ours:
         stamp = "[" + line.partition("|[")[2]

@@ -74,6 +74,7 @@ class Session:
         self.queued: set[Stream] = set()  # streams with body bytes their client's window has not taken
         self.paused: set[Stream] = set()  # app calls paused until their client takes the queue
         self.running = False  # one thread: an app call is on the loop thread now
+        self.unflushed = 0  # one thread: response bytes written since the last flush
         self.out = bytearray()  # bytes for the socket
         self.sending = b""  # the slice a send() is writing (a TLS retry repeats it)
         self.polled = IN
@@ -227,7 +228,7 @@ class Session:
                 finally:
                     self.running = False
                 self._account()
-                self.flush()
+            self.flush()  # (the streams run in this turn share one send())
         if not self.closed and not self.streams and not self.queued and (self.h2.going_away or self.h2.ended):
             self.linger()  # (after the final GOAWAY: streams on the wire until then are served)
 
@@ -285,6 +286,7 @@ class Session:
         """Write what is queued, as much as the socket takes now; poll for the rest."""
         if self.closed:
             return
+        self.unflushed = 0
         with self.lock:
             if self.queued:
                 self._send_queued()
@@ -477,6 +479,15 @@ class Session:
             self.loop.h2_kick(self)
         else:
             self.flush()
+
+    def written(self, n: int) -> None:
+        """A stream's response bytes (or its end) for the socket. On the loop thread they wait for
+        the end of service()'s turn, so the streams answered in one turn share one send() (a
+        send each cost a third of a request), unless HIGH_WATER bytes wait."""
+        if self.running and not self.threaded and self.unflushed + n <= HIGH_WATER:
+            self.unflushed += n
+        else:
+            self.kick()
 
     def backlog(self) -> int:
         return len(self.out) + len(self.sending)

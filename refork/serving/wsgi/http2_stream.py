@@ -151,7 +151,7 @@ class Stream:
         loop.control.request_finished(self.token, self.status)
         with session.lock:
             session.finished.append(self)
-        session.kick()
+        session.written(0)
 
     def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None
                        ) -> Callable[[bytes], None]:  # fmt: skip
@@ -214,7 +214,7 @@ class Stream:
                 self.head_out = True
                 h2.respond(self.sid, self.status, self.headers, end and not data)
                 if end and not data:
-                    session.kick()
+                    session.written(0)
                     return
             view = memoryview(data)
             self.body_bytes += len(data)
@@ -227,7 +227,7 @@ class Stream:
                 self.queued_bytes += len(view)
                 self.queued_end = end
                 session.queued.add(self)
-        session.kick()
+        session.written(len(data))
 
     def taken(self) -> bool:
         """The client took enough of what was queued for more to be sent."""
