@@ -12,7 +12,7 @@ take. The engine hands a connection over with its unconsumed bytes, or mid-respo
 half-read or half-written, it goes back to the engine (:meth:`NativeSide.listener_for`).
 
 The host owns the engine, the loop and the side; the loop holds the side only (never the host),
-and the side the engine: the engine's news reach the loop as what :meth:`NativeSide.poll` returns.
+and the side the engine: the engine's news reach the loop as what the side's ``poll`` returns.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from refork import deadlines
 from refork.config import Config
@@ -36,14 +36,10 @@ from refork.serving.wsgi.accepting import Acceptor, Listeners, listening
 from refork.serving.wsgi.app_threads import AppThreads
 from refork.serving.wsgi.beside import Alone, Beside
 from refork.serving.wsgi.conn import NO_EVENTS, PYTHON, Conn, LoopParts, Step, Writing
-from refork.serving.wsgi.http2 import Session, sniff
-from refork.serving.wsgi.http2_stream import Stream
+from refork.serving.wsgi.http2 import sniff
 from refork.serving.wsgi.request_path import RequestPath
 from refork.wsgi import EnvironBuilder, Outcome, Streaming
 from refork.wsgi.response import _Exchange, continue_wsgi
-
-if TYPE_CHECKING:
-    from refork.serving.wsgi.roles import SessionLoop
 
 
 class PythonLoop:
@@ -280,7 +276,7 @@ class PythonLoop:
         try:
             if data and path.h2c and (data[:1] == b"P" or not path.h1):  # what opens with the preface
                 conn.sniffed = b""
-                data = sniff(cast("SessionLoop[Session, Stream]", path), conn, data)
+                data = sniff(path, conn, data)
             if data:
                 path.on_data(conn, data)
         finally:
