@@ -63,6 +63,18 @@ class AppHandoff:
         except (BlockingIOError, InterruptedError):
             pass
 
+    def park(self, job: Job) -> None:
+        """A request held until the safe point that is wanted (the worker may fork there)."""
+        self.parked.append(job)
+
+    def park_stream(self, stream: Stream) -> None:
+        """An HTTP/2 stream's app call held likewise."""
+        self.parked_streams.append(stream)
+
+    def holding(self) -> bool:
+        """Requests or streams wait for a safe point."""
+        return bool(self.parked or self.parked_streams)
+
     def unpark(self) -> tuple[list[Job], list[Stream]]:
         """The requests and streams held for a safe point, for the app threads now."""
         parked, self.parked = self.parked, []

@@ -105,8 +105,7 @@ class EngineSide(NativeSide):
 
     def __init__(self, engine: _native.Engine, poller: Poller, listeners: Listeners, control: WorkerControl,
                  settings: ServingSettings) -> None:  # fmt: skip
-        super().__init__(poller, listeners, control)
-        self.engine = engine
+        super().__init__(engine, poller, listeners, control)
         self.timeouts = settings.timeouts
         self.returning: list[tuple[int, Any, int, float]] = []  # for the engine, after its run()
 

@@ -98,8 +98,6 @@ class NativeHost:
     the Python loop, what the engine reads of the host, and the connections handed back and forth.
     A subclass makes its engine and side, then the loop (:meth:`_own_loop`)."""
 
-    engine: _native.Engine | _native.PoolEngine
-
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
         settings: ServingSettings,
@@ -173,9 +171,9 @@ class NativeSide:
     """What serves beside the Python loop of an engine host (refork.serving.wsgi.beside.Beside):
     its engine. What both engines share; each host's subclass waits its own way (poll)."""
 
-    engine: _native.Engine | _native.PoolEngine
-
-    def __init__(self, poller: Poller, listeners: Listeners, control: WorkerControl) -> None:
+    def __init__(self, engine: _native.Engine | _native.PoolEngine, poller: Poller, listeners: Listeners,
+                 control: WorkerControl) -> None:  # fmt: skip
+        self.engine = engine
         self.poller = poller  # the loop's
         self.listeners = listeners  # the engine's
         self.control = control

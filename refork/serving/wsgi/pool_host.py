@@ -132,8 +132,7 @@ class PoolSide(NativeSide):
 
     def __init__(self, engine: _native.PoolEngine, poller: Poller, listeners: Listeners,
                  control: WorkerControl) -> None:  # fmt: skip
-        super().__init__(poller, listeners, control)
-        self.engine = engine
+        super().__init__(engine, poller, listeners, control)
         self.engine_fd: int = engine.wake_fd
         self.responding: dict[int, Outbox] = {}  # the engine's responses on the Python path, by fd
 

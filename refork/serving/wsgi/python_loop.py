@@ -58,14 +58,13 @@ class PythonLoop:
         self.settings = settings
         self.timeouts = settings.timeouts
         self.poller = poller = poller if poller is not None else Poller()
-        self.beside = beside if beside is not None else Alone(poller)
+        self.beside = beside = beside if beside is not None else Alone(poller)
         if memory is None:
             memory = parts.memory(settings.max_request_memory)
-        beside = self.beside
         self.path = RequestPath(app, config, control, settings, parts, poller, memory, beside, app_threads)
         alpn = alpn_protocols(config)
         self.acceptor = Acceptor(listeners, poller, control, settings, parts.conn_type, alpn)
-        self.draining = False
+        self.draining = False  # the listeners let go of (the request path drains with it: path.drain)
         self.drain_until = 0.0
 
     # ---------------------------------------------------------------- the loop
@@ -97,7 +96,7 @@ class PythonLoop:
                 if control.safe_point_wanted:
                     if self._app_idle():
                         self._safe_point()
-                elif handoff is not None and (handoff.parked or handoff.parked_streams):
+                elif handoff is not None and handoff.holding():
                     path.dispatch_parked()  # the worker declined the promotion it held them for
                 self._hold_accepts()
                 ready, adopted = self.beside.poll(max(0.0, min(1.0, next_tick - time.monotonic())))

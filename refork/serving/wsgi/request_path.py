@@ -8,10 +8,8 @@ serves other connections and pulls the next body item only when the socket took 
 With more threads, a connection is unregistered while an app thread serves it (and may block on
 its writes, bounded by the write timeout) and handed back (:mod:`refork.serving.wsgi.app_handoff`).
 
-:class:`RequestPath` is also the loop an HTTP/2 session sees (refork.serving.wsgi.roles.SessionLoop).
-The loop that owns it (:mod:`refork.serving.wsgi.python_loop`) accepts, sweeps the deadlines,
-drains and stops; a connection that may be between requests goes back to what serves beside the
-loop, if that wants it (:mod:`refork.serving.wsgi.beside`).
+:class:`RequestPath` is also the loop an HTTP/2 session sees (refork.serving.wsgi.roles.SessionLoop);
+the loop that owns it (:mod:`refork.serving.wsgi.python_loop`) accepts, sweeps, drains and stops.
 """
 
 from __future__ import annotations
@@ -536,7 +534,7 @@ class RequestPath:
             conn.registered = False
         assert self.handoff is not None
         if not force and self.control.safe_point_wanted:
-            self.handoff.parked.append((conn, request, stream, rest))  # hold it until the safe point
+            self.handoff.park((conn, request, stream, rest))  # hold it until the safe point
             conn.busy = True
             return
         conn.busy = True
@@ -548,7 +546,7 @@ class RequestPath:
         a request is (refork.serving.wsgi.http2)."""
         assert self.handoff is not None
         if not force and self.control.safe_point_wanted:
-            self.handoff.parked_streams.append(stream)
+            self.handoff.park_stream(stream)
             return
         self.in_flight += 1
         self.handoff.pool.submit((stream, None, None, None))  # (AppHandoff._job: stream.run())
