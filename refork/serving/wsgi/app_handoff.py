@@ -71,10 +71,6 @@ class AppHandoff:
         """An HTTP/2 stream's app call held likewise."""
         self.parked_streams.append(stream)
 
-    def holding(self) -> bool:
-        """Requests or streams wait for a safe point."""
-        return bool(self.parked or self.parked_streams)
-
     def unpark(self) -> tuple[list[Job], list[Stream]]:
         """The requests and streams held for a safe point, for the app threads now."""
         parked, self.parked = self.parked, []
@@ -99,4 +95,7 @@ class AppHandoff:
             log.exception("Error serving a request")
         finally:
             self.done.put((conn, bool(keep), rest))
-            self.wake()
+            try:
+                self.wake_w.send(b"\0")  # (wake(), inline: once per request)
+            except (BlockingIOError, OSError):
+                pass  # a wake-up byte is already pending

@@ -25,6 +25,8 @@ NONE_ADOPTED: Sequence[Adopted] = ()
 class Beside(Protocol):
     """What serves beside the loop, as the loop calls it."""
 
+    hands_back: bool  # a connection may go back to it (listener_for); False: the loop keeps them all
+
     def poll(self, timeout: float) -> tuple[list[tuple[int, int]], Sequence[Adopted]]:
         """Wait up to `timeout` s for the loop's own ready fds (an engine serves its own meanwhile);
         with them, the connections the engine handed over since."""
@@ -69,6 +71,8 @@ class Beside(Protocol):
 
 class Alone:
     """:class:`Beside` for a Python loop that serves every connection itself (--wsgi-loop python)."""
+
+    hands_back = False
 
     def __init__(self, poller: Poller) -> None:
         self.poller = poller

@@ -171,6 +171,8 @@ class NativeSide:
     """What serves beside the Python loop of an engine host (refork.serving.wsgi.beside.Beside):
     its engine. What both engines share; each host's subclass waits its own way (poll)."""
 
+    hands_back = True
+
     def __init__(self, engine: _native.Engine | _native.PoolEngine, poller: Poller, listeners: Listeners,
                  control: WorkerControl) -> None:  # fmt: skip
         self.engine = engine

@@ -96,7 +96,7 @@ class PythonLoop:
                 if control.safe_point_wanted:
                     if self._app_idle():
                         self._safe_point()
-                elif handoff is not None and handoff.holding():
+                elif handoff is not None and (handoff.parked or handoff.parked_streams):
                     path.dispatch_parked()  # the worker declined the promotion it held them for
                 self._hold_accepts()
                 ready, adopted = self.beside.poll(max(0.0, min(1.0, next_tick - time.monotonic())))
@@ -146,7 +146,9 @@ class PythonLoop:
         health check on it is answered by this loop)."""
         if self.path.pool is None or self.draining:
             return
-        self.acceptor.hold(self._free_threads() == 0 and self.control.free_threads_elsewhere)
+        full = self._free_threads() == 0 and self.control.free_threads_elsewhere
+        if full != self.acceptor.held:
+            self.acceptor.hold(full)
 
     def _accept(self, entry: tuple[socket.socket, EnvironBuilder], batch: int = 0) -> None:
         """Accept up to `batch` connections (0: the settings' accept batch)."""
@@ -260,7 +262,7 @@ class PythonLoop:
         sock = socket.socket(fileno=fd)
         sock.setblocking(False)
         conn = self.acceptor.plain(sock, client, builder)
-        self.path.conns[fd] = conn
+        self.path.add(conn, polled=False)
         return conn
 
     def adopt(self, fd: int, client: Any, builder: EnvironBuilder, data: bytes, since: float, fresh: bool,
@@ -271,7 +273,7 @@ class PythonLoop:
         conn = self.connection(fd, client, builder)
         conn.since = since
         conn.fresh = fresh
-        path.add(conn)
+        path.watch(conn)
         try:
             if data and path.h2c and (data[:1] == b"P" or not path.h1):  # what opens with the preface
                 conn.sniffed = b""
@@ -299,8 +301,7 @@ class PythonLoop:
             deadlines.current.reset(serving)
         conn.phase = Phase.IDLE
         conn.since = time.monotonic()
-        self.poller.register(conn.fd)
-        conn.registered = True
+        path.watch(conn)
         began = started if started is not None else time.perf_counter()
         if isinstance(outcome, Streaming):
             steps = self._steps(conn, rest)

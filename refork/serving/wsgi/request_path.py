@@ -50,17 +50,20 @@ log = logging.getLogger("refork")
 _IDLE, _HEAD, _BODY, _WRITING = Phase.IDLE, Phase.HEAD, Phase.BODY, Phase.WRITING
 
 
+def _kept(conn: Conn) -> bool:
+    return False  # (take_back, with nothing beside the loop: it keeps every connection)
+
+
 class RequestPath:
     """The loop's connections (by fd), what they hold, and everything a request goes through."""
 
-    # Slots, not an instance __dict__: CPython 3.11 and 3.12 stop specializing attribute reads on
-    # an instance whose __dict__ holds 30 keys or more, and every self.x of the per-request code
-    # then costs twice as much.
+    # Slots: CPython 3.11 and 3.12 stop specializing attribute reads on an instance whose __dict__
+    # holds 30 keys or more (every self.x of the per-request code then costs twice as much).
     __slots__ = (
         "app", "control", "settings", "start_wsgi", "read_size", "poller", "_scratch", "_scratch_view",
         "conns", "lingering", "draining", "in_flight", "spool", "spool_budget", "memory", "timeouts",
         "request_hooks", "access_log", "health", "proxy", "h1", "h2c", "h2_alpn", "h2_limits", "threads",
-        "handoff", "pool", "beside",
+        "handoff", "pool", "beside", "take_back",
     )  # fmt: skip
 
     def __init__(
@@ -100,6 +103,8 @@ class RequestPath:
             self.handoff = AppHandoff(self.threads, self._respond, app_threads)
             self.pool = self.handoff.pool
         self.beside = beside
+        # a connection that may be between requests: True when it went back to the engine
+        self.take_back: Callable[[Conn], bool] = self._hand_back if beside.hands_back else _kept
 
     # ---------------------------------------------------------------- reading and answering
 
@@ -434,9 +439,14 @@ class RequestPath:
 
     # ---------------------------------------------------------------- where connections go
 
-    def add(self, conn: Conn) -> None:
-        """A new connection (accepted, or handed over by an engine): served from now on."""
+    def add(self, conn: Conn, polled: bool = True) -> None:
+        """A new connection (accepted, or an engine's): this path's; its reads polled if `polled`."""
         self.conns[conn.fd] = conn
+        if polled:
+            self.watch(conn)
+
+    def watch(self, conn: Conn) -> None:
+        """Poll the connection's reads (again: an app thread or an engine's response had it)."""
         self.poller.register(conn.fd)
         conn.registered = True
 
@@ -475,27 +485,22 @@ class RequestPath:
 
     close = _close  # (the loop's name for it; an HTTP/2 session's is _close)
 
-    def detach(self, conn: Conn) -> int:
-        """Let go of a connection without closing it (an engine takes it back): its fd."""
+    def _hand_back(self, conn: Conn) -> bool:
+        """(take_back, with an engine beside the loop: a connection it takes is let go of, not closed.)"""
+        listener = self.beside.listener_for(conn)
+        if listener is None:
+            return False
         if conn.registered:
             self.poller.unregister(conn.fd)
             conn.registered = False
         if self.conns.get(conn.fd) is conn:
             del self.conns[conn.fd]
         conn.closed = True  # (this loop is done with it: the engine has the fd)
-        return conn.sock.detach()
-
-    def take_back(self, conn: Conn) -> bool:
-        """A connection may be between requests now: True when it went back to the engine."""
-        listener = self.beside.listener_for(conn)
-        if listener is None:
-            return False
-        self.beside.hand_back(self.detach(conn), conn.client, listener, conn.since)
+        self.beside.hand_back(conn.sock.detach(), conn.client, listener, conn.since)
         return True
 
     def drain(self) -> None:
-        """The worker stops: no more keep-alive; each HTTP/2 connection is sent GOAWAY (the streams
-        it names finish, then the connection closes)."""
+        """The worker stops: no more keep-alive; GOAWAY on HTTP/2 (its streams finish, then it closes)."""
         self.draining = True
         for session in [c.h2 for c in self.conns.values() if c.h2 is not None]:
             session.stop()
@@ -526,24 +531,21 @@ class RequestPath:
 
     # ---------------------------------------------------------------- the app threads (threads > 1)
 
-    def _dispatch(
-        self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step], force: bool = False
-    ) -> None:
+    def _dispatch(self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step],
+                  force: bool = False) -> None:  # fmt: skip
         if conn.registered:
             self.poller.unregister(conn.fd)
             conn.registered = False
         assert self.handoff is not None
+        conn.busy = True
         if not force and self.control.safe_point_wanted:
             self.handoff.park((conn, request, stream, rest))  # hold it until the safe point
-            conn.busy = True
             return
-        conn.busy = True
         self.in_flight += 1
         self.handoff.pool.submit((conn, request, stream, rest))
 
     def h2_dispatch(self, stream: Stream, force: bool = False) -> None:
-        """An HTTP/2 stream's app call for the app threads; held while a safe point is wanted, as
-        a request is (refork.serving.wsgi.http2)."""
+        """An HTTP/2 stream's app call for the app threads (held for a safe point, as a request is)."""
         assert self.handoff is not None
         if not force and self.control.safe_point_wanted:
             self.handoff.park_stream(stream)
@@ -593,7 +595,6 @@ class RequestPath:
                 log.exception("Error serving a connection")
                 self._close(conn)
                 continue
-            if self.take_back(conn):
-                continue
-            self.poller.register(conn.fd)
-            conn.registered = True
+            if not self.take_back(conn):
+                self.poller.register(conn.fd)
+                conn.registered = True
