@@ -2,14 +2,13 @@
 engine of the host that owns the loop (refork.serving.wsgi.native_host.EngineSide), which serves
 the plain connections while the loop serves the rest.
 
-The loop holds this object only, never its host: the engine's news (connections it hands over)
-come back as the return value of :meth:`Beside.poll`, and a connection goes back to the engine
-through :meth:`Beside.listener_for` and :meth:`Beside.hand_back`.
+The loop holds this object only, never its host: the connections the engine hands over wait in
+:attr:`Beside.handed` after a poll, for the loop to adopt, and a connection goes back to the
+engine through :meth:`Beside.listener_for` and :meth:`Beside.hand_back`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 from refork.serving.poller import Poller
@@ -19,17 +18,16 @@ from refork.wsgi import EnvironBuilder
 # A connection an engine hands over: fd, client, its listener's environ builder, the bytes the
 # engine has not consumed, since, fresh, and the bytes of the worker's budget charged for them.
 Adopted = tuple[int, Any, EnvironBuilder, bytes, float, bool, int]
-NONE_ADOPTED: Sequence[Adopted] = ()
 
 
 class Beside(Protocol):
     """What serves beside the loop, as the loop calls it."""
 
     hands_back: bool  # a connection may go back to it (listener_for); False: the loop keeps them all
+    handed: list[Adopted]  # what the engine handed over in the last poll: the loop adopts and clears it
 
-    def poll(self, timeout: float) -> tuple[list[tuple[int, int]], Sequence[Adopted]]:
-        """Wait up to `timeout` s for the loop's own ready fds (an engine serves its own meanwhile);
-        with them, the connections the engine handed over since."""
+    def poll(self, timeout: float) -> list[tuple[int, int]]:
+        """Wait up to `timeout` s for the loop's own ready fds (an engine serves its own meanwhile)."""
 
     def listener_for(self, conn: Conn) -> int | None:
         """A connection that may be between requests: the engine's listener it goes back to,
@@ -75,10 +73,8 @@ class Alone:
     hands_back = False
 
     def __init__(self, poller: Poller) -> None:
-        self.poller = poller
-
-    def poll(self, timeout: float) -> tuple[list[tuple[int, int]], Sequence[Adopted]]:
-        return self.poller.poll(timeout), NONE_ADOPTED
+        self.poll = poller.poll  # (bound once: the loop calls it every turn)
+        self.handed: list[Adopted] = []  # (always empty)
 
     def listener_for(self, conn: Conn) -> int | None:
         return None

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import signal
 import socket
-from collections.abc import Sequence
 from typing import Any
 
 from refork import _native, deadlines
@@ -29,7 +28,6 @@ from refork.serving.poller import Poller
 from refork.serving.settings import ServingSettings
 from refork.serving.wsgi.accepting import Listeners
 from refork.serving.wsgi.app_threads import AppThreads
-from refork.serving.wsgi.beside import Adopted
 from refork.serving.wsgi.native_host import NativeHost, NativeSide, refs
 from refork.wsgi.response import _Exchange
 
@@ -116,13 +114,15 @@ class EngineSide(NativeSide):
     def drained(self) -> bool:
         return not self.returning and super().drained()
 
-    def poll(self, timeout: float) -> tuple[list[tuple[int, int]], Sequence[Adopted]]:
+    def poll(self, timeout: float) -> list[tuple[int, int]]:
         """The engine serves until the loop's own fds are ready (or the timeout, or a signal)."""
         while self.returning:
             self.engine.adopt(*self.returning.pop())
         keep_alive = self.timeouts.keep_alive(self.draining or self.control.stopping)
         handed, ready = self.engine.run(timeout, keep_alive)
-        return (self.poller.poll(0) if ready else []), self._adopted(handed)
+        if handed:
+            self._hand_over(handed)
+        return self.poller.poll(0) if ready else []
 
     def sweep(self, now: float) -> None:
         self.engine.sweep(now)

@@ -12,7 +12,7 @@ take. The engine hands a connection over with its unconsumed bytes, or mid-respo
 half-read or half-written, it goes back to the engine (:meth:`NativeSide.listener_for`).
 
 The host owns the engine, the loop and the side; the loop holds the side only (never the host),
-and the side the engine: the engine's news reach the loop as what the side's ``poll`` returns.
+and the side the engine: what the engine hands over waits in the side (``handed``) for the loop.
 """
 
 from __future__ import annotations
@@ -182,11 +182,13 @@ class NativeSide:
         # a connection's listener, by its environ builder (one per listener)
         self.listener_of = {id(b): fd for fd, (_, b) in listeners.items()}
         self.draining = False
+        self.handed: list[Adopted] = []  # for the loop (PythonLoop.adopt), after a poll
 
-    def _adopted(self, handed: Sequence[_native.Handed]) -> Sequence[Adopted]:
-        """Connections the engine handed over, for the loop (PythonLoop.adopt)."""
-        return [(h.fd, h.client, self.listeners[h.listener_fd][1], h.data, h.since, h.fresh, h.held)
-                for h in handed]  # fmt: skip
+    def _hand_over(self, handed: Sequence[_native.Handed]) -> None:
+        """Connections the engine handed over: for the loop."""
+        listeners = self.listeners
+        self.handed.extend((h.fd, h.client, listeners[h.listener_fd][1], h.data, h.since, h.fresh, h.held)
+                           for h in handed)  # fmt: skip
 
     def listener_for(self, conn: Conn) -> int | None:
         """A connection the engine handed over (or a response took) that has nothing half-read or

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, cast
 
 from refork import _native, deadlines
@@ -36,7 +36,6 @@ from refork.serving.settings import ServingSettings
 from refork.serving.wsgi import timed_out
 from refork.serving.wsgi.accepting import Listeners
 from refork.serving.wsgi.app_threads import AppThreads
-from refork.serving.wsgi.beside import NONE_ADOPTED, Adopted
 from refork.serving.wsgi.native_host import NativeHost, NativeSide, refs
 from refork.wsgi import Streaming
 from refork.wsgi.response import _Exchange, continue_wsgi
@@ -136,21 +135,22 @@ class PoolSide(NativeSide):
         self.engine_fd: int = engine.wake_fd
         self.responding: dict[int, Outbox] = {}  # the engine's responses on the Python path, by fd
 
-    def poll(self, timeout: float) -> tuple[list[tuple[int, int]], Sequence[Adopted]]:
+    def poll(self, timeout: float) -> list[tuple[int, int]]:
         """The loop's ready fds; the engine's news (connections handed over, log lines) first."""
         self.engine.hold(self.control.safe_point_wanted)
         ready = self.poller.poll(timeout)
         for i, (fd, _) in enumerate(ready):
             if fd == self.engine_fd:
                 del ready[i]
-                return ready, self._from_engine()
-        return ready, NONE_ADOPTED
+                self._from_engine()
+                break
+        return ready
 
-    def _from_engine(self) -> Sequence[Adopted]:
+    def _from_engine(self) -> None:
         handed, notices = self.engine.take()
         for is_error, message in notices:
             (log.error if is_error else log.warning)("%s", message)
-        return self._adopted(handed)
+        self._hand_over(handed)
 
     def app_idle(self) -> bool:
         return self.engine.in_flight == 0

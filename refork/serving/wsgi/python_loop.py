@@ -74,6 +74,7 @@ class PythonLoop:
         conns, lingering = path.conns, path.lingering
         listeners = acceptor.listeners
         on_readable, on_writable = path.on_readable, path.on_writable
+        poll, handed = self.beside.poll, self.beside.handed
         control_fd = control.fileno()
         handoff = path.handoff
         wake_fd = handoff.wake_r.fileno() if handoff is not None else -1
@@ -99,9 +100,12 @@ class PythonLoop:
                 elif handoff is not None and (handoff.parked or handoff.parked_streams):
                     path.dispatch_parked()  # the worker declined the promotion it held them for
                 self._hold_accepts()
-                ready, adopted = self.beside.poll(max(0.0, min(1.0, next_tick - time.monotonic())))
-                for handed in adopted:
-                    self.adopt(*handed)
+                ready = poll(max(0.0, min(1.0, next_tick - time.monotonic())))
+                if handed:  # the engine's connections first (see Beside.handed)
+                    adopted = handed[:]
+                    handed.clear()
+                    for item in adopted:
+                        self.adopt(*item)
                 for fd, _ in ready:
                     conn = conns.get(fd)
                     if conn is not None:
