@@ -101,11 +101,8 @@ class PythonLoop:
                     path.dispatch_parked()  # the worker declined the promotion it held them for
                 self._hold_accepts()
                 ready = poll(max(0.0, min(1.0, next_tick - time.monotonic())))
-                if handed:  # the engine's connections first (see Beside.handed)
-                    adopted = handed[:]
-                    handed.clear()
-                    for item in adopted:
-                        self.adopt(*item)
+                if handed:  # the engine's connections first
+                    self._adopt_handed()
                 for fd, _ in ready:
                     conn = conns.get(fd)
                     if conn is not None:
@@ -130,6 +127,15 @@ class PythonLoop:
                         malloc_trim()  # give its freed heap back
         finally:
             self._shutdown()
+
+    def _adopt_handed(self) -> None:
+        """Adopt what the engine handed over in the last poll (Beside.handed). A call of its own:
+        its locals, and the bytes they hold, are gone once it returns."""
+        handed = self.beside.handed
+        adopted = handed[:]
+        handed.clear()
+        for item in adopted:
+            self.adopt(*item)
 
     def _app_idle(self) -> bool:
         """No request is in the app or waiting for an app thread (a safe point may fork)."""
