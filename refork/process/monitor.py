@@ -268,7 +268,7 @@ class Monitor:
 
     def _count_free_threads(self) -> None:
         """App threads free in the serving workers, for the shared page: a worker with none free
-        of its own stops accepting while another has one (refork.serving.wsgi.python_loop_lifetime)."""
+        of its own stops accepting while another has one (refork.serving.wsgi.python_loop)."""
         slots = self.ctx.slots
         free = sum(
             slots.free_threads(c.slot)

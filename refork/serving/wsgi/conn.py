@@ -2,13 +2,15 @@
 
 A Conn is one socket with its parser, the request being received and its place in the
 connection contract (refork.serving.connection: phase and since); a Writing is a response waiting
-for its client to read (threads == 1). Plain slotted records: the loop does the work. LoopParts:
-the kind of Conn the loop makes, and what else it serves with (pure Python, or refork._native's).
+for its client to read (threads == 1). Slotted records: a Conn reads its own PROXY header and
+charges what its parser holds, the request path does the rest. LoopParts: the kind of Conn the
+loop makes, and what else it serves with (pure Python, or refork._native's).
 """
 
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -16,8 +18,10 @@ from refork.http.body import BodyBuffer, InputStream
 from refork.http.budget import MemoryBudget
 from refork.http.events import Event, ParseError, Request
 from refork.http.parser import Limits, RequestParser
+from refork.http.proxy_protocol import INCOMPLETE, ProxyHeader, ProxyPolicy
 from refork.serving.connection import Phase
 from refork.serving.outbox import Outbox
+from refork.serving.proxied import CLOSED, peer_host, read_preface
 from refork.serving.tls_io import TlsConn
 from refork.wsgi import EnvironBuilder, Outcome, Streaming, start_wsgi
 
@@ -76,6 +80,49 @@ class Conn:
         self.preface: bytes | None = None  # a PROXY header's bytes read so far; None: none expected
         self.sniffed: bytes | None = None  # h2c: the first bytes while they may be the HTTP/2 preface
         self.h2: Http2Session | None = None  # an HTTP/2 connection (refork.serving.wsgi.http2)
+
+    def read_proxy_header(self, policy: ProxyPolicy) -> bool | None:
+        """The PROXY header at the start of the connection (refork.serving.proxied): True once it
+        is read (or there is none) and the connection's own bytes may be read, its client then the
+        connection's; False: wait for more; None: the client closed. A refused one: ProxyError."""
+        assert self.preface is not None
+        try:
+            verdict, self.preface = read_preface(self.sock, self.preface, policy, peer_host(self.client))
+        except (BlockingIOError, InterruptedError):
+            return False
+        if verdict is INCOMPLETE:
+            self.fresh = False
+            if self.phase is not Phase.HEAD:  # the header timeout bounds it, as a request head's
+                self.phase = Phase.HEAD
+                self.since = time.monotonic()
+            return False
+        if verdict is CLOSED:
+            return None
+        self.preface = None
+        if isinstance(verdict, ProxyHeader):
+            self.fresh = False
+            self.phase = Phase.IDLE
+            self.since = time.monotonic()
+            if verdict.client is not None:
+                self.client = self.out.client = verdict.client
+        return True
+
+    def hold(self, memory: Any) -> ParseError | None:
+        """Charge what the parser holds now to the worker's --max-request-memory (`memory`); a
+        head that does not fit is refused (503: the server is short of room now, not the request
+        too big), other bytes (kept for a replay) are charged all the same."""
+        parser = self.parser
+        held = parser.buffered if parser.in_message else 0
+        more = held - self.held
+        if more > 0:
+            if not memory.take(more):
+                if parser.head_held:
+                    return ParseError(503, "no room for more request heads (--max-request-memory)")
+                memory.charge(more)
+        elif more < 0:
+            memory.give_back(-more)
+        self.held = held
+        return None
 
     def has_input(self) -> bool:
         """Bytes (or a FIN) wait to be read: the sweep spares a connection the loop has not

@@ -8,7 +8,7 @@ socket, TLS listeners, ticks, the drain, safe points, and every connection or re
 engine does not take, which the engine hands over with its unconsumed bytes (returned by
 ``Engine.run``) or mid-response (:meth:`EngineHost.response_exchange`,
 :meth:`EngineHost.finish_response`). Once such a connection is between two requests again, with
-nothing half-read or half-written, it goes back to the engine (:meth:`NativeHost.take_back`).
+nothing half-read or half-written, it goes back to the engine (:meth:`NativeSide.listener_for`).
 
 The engine starts no thread and exists only in a serving worker: a mold has none, and a
 promoted worker's child forgets the engine's connections at the safe point.
@@ -24,8 +24,11 @@ from typing import Any
 from refork import _native, deadlines
 from refork.config import Config
 from refork.serving.contract import WorkerControl
+from refork.serving.poller import Poller
 from refork.serving.settings import ServingSettings
-from refork.serving.wsgi.native_host import NativeHost, refs
+from refork.serving.wsgi.accepting import Listeners
+from refork.serving.wsgi.app_threads import AppThreads
+from refork.serving.wsgi.native_host import NativeHost, NativeSide, refs
 from refork.wsgi.response import _Exchange
 
 log = logging.getLogger("refork")
@@ -42,7 +45,8 @@ class EngineHost(NativeHost):
     ) -> None:  # fmt: skip
         super().__init__(listeners, app, config, control, settings)
         self.engine = _native.Engine(self, self._native_listeners(), refs())
-        self.returning: list[tuple[int, Any, int, float]] = []  # for the engine, after its run()
+        side = EngineSide(self.engine, self.poller, self.engine_listeners, control, settings)
+        self.loop = self._own_loop(side, AppThreads)
 
     def run(self) -> None:
         # the engine's requests: registered with the clock only if asked (deadlines.ENGINE)
@@ -65,31 +69,6 @@ class EngineHost(NativeHost):
             woken.close()
             waker.close()
             deadlines.current.reset(serving)
-
-    def _give_back(self, fd: int, client: Any, listener: int, since: float) -> None:
-        # (this may run inside engine.run(): a response the engine handed over mid-request)
-        self.returning.append((fd, client, listener, since))
-
-    def drained(self) -> bool:
-        return not self.returning and super().drained()
-
-    def poll(self, timeout: float) -> list[tuple[int, int]]:
-        """The engine serves until the loop's own fds are ready (or the timeout, or a signal)."""
-        loop = self.loop
-        while self.returning:
-            self.engine.adopt(*self.returning.pop())
-        keep_alive = loop.timeouts.keep_alive(loop.draining or self.control.stopping)
-        handed, ready = self.engine.run(timeout, keep_alive)
-        for item in handed:
-            self._adopt(item)
-        return loop.poller.poll(0) if ready else []
-
-    def sweep(self, now: float) -> None:
-        self.engine.sweep(now)
-
-    def before_safe_point(self) -> None:
-        while self.returning:  # the engine's again before the fork (a child forgets them with it)
-            self.engine.adopt(*self.returning.pop())
 
     # ---------------------------------------------------------------- called by the engine
 
@@ -115,6 +94,42 @@ class EngineHost(NativeHost):
         conn = self.loop.connection(h.fd, h.client, self.engine_listeners[h.listener_fd][1])
         self.loop.finish_handed(conn, ex, h.environ, h.request, h.result, h.exc, h.stream, h.token, h.started,
                                 h.rest)  # fmt: skip
+
+
+class EngineSide(NativeSide):
+    """The engine beside the loop: it serves while the loop waits (poll)."""
+
+    engine: _native.Engine
+
+    def __init__(self, engine: _native.Engine, poller: Poller, listeners: Listeners, control: WorkerControl,
+                 settings: ServingSettings) -> None:  # fmt: skip
+        super().__init__(engine, poller, listeners, control)
+        self.timeouts = settings.timeouts
+        self.returning: list[tuple[int, Any, int, float]] = []  # for the engine, after its run()
+
+    def hand_back(self, fd: int, client: Any, listener: int, since: float) -> None:
+        # (this may run inside engine.run(): a response the engine handed over mid-request)
+        self.returning.append((fd, client, listener, since))
+
+    def drained(self) -> bool:
+        return not self.returning and super().drained()
+
+    def poll(self, timeout: float) -> list[tuple[int, int]]:
+        """The engine serves until the loop's own fds are ready (or the timeout, or a signal)."""
+        while self.returning:
+            self.engine.adopt(*self.returning.pop())
+        keep_alive = self.timeouts.keep_alive(self.draining or self.control.stopping)
+        handed, ready = self.engine.run(timeout, keep_alive)
+        if handed:
+            self._hand_over(handed)
+        return self.poller.poll(0) if ready else []
+
+    def sweep(self, now: float) -> None:
+        self.engine.sweep(now)
+
+    def before_safe_point(self) -> None:
+        while self.returning:  # the engine's again before the fork (a child forgets them with it)
+            self.engine.adopt(*self.returning.pop())
 
 
 def serve_wsgi_engine(

@@ -1,5 +1,6 @@
 """What both engine hosts share (:class:`NativeHost`): the Python loop they own, what the Rust
-engines read of it, and the connections handed back and forth.
+engines read of the host, and what serves beside the loop (:class:`NativeSide`): the engine, to
+which the loop hands connections back.
 
 An engine host (:mod:`refork.serving.wsgi.engine_host`, :mod:`refork.serving.wsgi.pool_host`)
 gives the engine the plain listeners and owns a Python loop
@@ -8,7 +9,10 @@ gives the engine the plain listeners and owns a Python loop
 listeners, ticks, the drain, safe points, and every connection or response the engine does not
 take. The engine hands a connection over with its unconsumed bytes, or mid-response
 (``response_exchange``, ``finish_response``); once it is between two requests again, with nothing
-half-read or half-written, it goes back to the engine (:meth:`NativeHost.take_back`).
+half-read or half-written, it goes back to the engine (:meth:`NativeSide.listener_for`).
+
+The host owns the engine, the loop and the side; the loop holds the side only (never the host),
+and the side the engine: what the engine hands over waits in the side (``handed``) for the loop.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import io
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from refork import _native, deadlines
@@ -28,12 +32,14 @@ from refork.http.response import ResponseFramer, simple_response
 from refork.serving.connection import Phase, RequestEnd, log_access
 from refork.serving.contract import WorkerControl
 from refork.serving.outbox import Outbox
+from refork.serving.poller import Poller
 from refork.serving.settings import ServingSettings
+from refork.serving.wsgi.accepting import Listeners, listening
 from refork.serving.wsgi.app_threads import AppThreads
+from refork.serving.wsgi.beside import Adopted, Beside
 from refork.serving.wsgi.conn import Conn
 from refork.serving.wsgi.native_parts import NATIVE, NativeEnvironBuilder
 from refork.serving.wsgi.python_loop import PythonLoop
-from refork.wsgi import EnvironBuilder
 from refork.wsgi import response as wsgi_response
 from refork.wsgi.files import FileWrapper, file_span
 from refork.wsgi.response import _Exchange
@@ -88,46 +94,41 @@ def refs() -> _Refs:
 
 
 class NativeHost:
-    """What both engine hosts share: the Python loop they own (its plain listeners go to the
-    engine), what the engine reads of it, and the connections handed back and forth. It is what
-    serves beside the loop (refork.serving.wsgi.python_loop_lifetime.Beside); ``self.engine`` is set by
-    the subclass, once the loop exists."""
-
-    engine: _native.Engine | _native.PoolEngine
+    """What both engine hosts share: the listeners split between the engine (the plain ones) and
+    the Python loop, what the engine reads of the host, and the connections handed back and forth.
+    A subclass makes its engine and side, then the loop (:meth:`_own_loop`)."""
 
     def __init__(
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
-        settings: ServingSettings, app_threads: Callable[[int, Callable[..., None]], AppThreads] = AppThreads,
+        settings: ServingSettings,
     ) -> None:  # fmt: skip
-        self.loop = loop = PythonLoop(listeners, app, config, control, settings, NATIVE, self, app_threads)
+        self.app = app
+        self.config = config
         self.control = control
         self.settings = settings  # the engine reads its limits, deadlines and constants here
-        self.engine_listeners: dict[int, tuple[socket.socket, EnvironBuilder]] = {}
-        for fd, entry in list(loop.listeners.items()):
-            if fd not in loop.tls and isinstance(entry[1], NativeEnvironBuilder):
-                self.engine_listeners[fd] = loop.listeners.pop(fd)
-        # a connection's listener, by its environ builder (one per listener)
-        self.engine_listener_of = {id(b): fd for fd, (_, b) in self.engine_listeners.items()}
+        self.poller = Poller()  # the Python loop's: the single-thread engine waits on it too
+        # the worker's budget of request bytes held (--max-request-memory): the engine's and the loop's
+        self.memory: _native.MemoryBudget = NATIVE.memory(settings.max_request_memory)
+        self.access_log: RequestEnd | None = settings.request_end
+        built = listening(listeners, settings, NATIVE.builder)
+        self.engine_listeners: Listeners = {
+            fd: entry for fd, entry in built.items()
+            if fd not in settings.tls and isinstance(entry[1], NativeEnvironBuilder)
+        }  # fmt: skip
+        self.loop_listeners: Listeners = {fd: e for fd, e in built.items() if fd not in self.engine_listeners}
+
+    def _own_loop(self, side: Beside, app_threads: Callable[[int, Callable[..., None]], AppThreads]
+                  ) -> PythonLoop:  # fmt: skip
+        """The Python loop, once the engine and its side exist: everything the engine does not serve."""
+        return PythonLoop(self.loop_listeners, self.app, self.config, self.control, self.settings, NATIVE,
+                          side, app_threads, self.poller, self.memory)  # fmt: skip
 
     # ---------------------------------------------------------------- what the engines read
 
     @property
-    def app(self) -> Any:
-        return self.loop.app
-
-    @property
-    def memory(self) -> _native.MemoryBudget:
-        memory: _native.MemoryBudget = self.loop.memory
-        return memory
-
-    @property
-    def access_log(self) -> RequestEnd | None:
-        return self.loop.access_log
-
-    @property
     def poller_fd(self) -> int:
         """The Python loop's epoll fd: the single-thread engine waits on it too."""
-        return self.loop.poller.fileno()
+        return self.poller.fileno()
 
     @property
     def keep_alive(self) -> bool:
@@ -141,7 +142,7 @@ class NativeHost:
     def pre_request_hook(self) -> Any:
         """gunicorn's pre_request as the engines call it before the app (wsgi/app_call.rs), or None;
         post_request runs where the access-log line is written (self.access_log: a Finisher)."""
-        hooks = self.loop.request_hooks
+        hooks = self.settings.request_hooks
         return hooks.before_wsgi if hooks is not None else None
 
     @staticmethod
@@ -165,22 +166,39 @@ class NativeHost:
         """(fd, refork._native.Environ) of each listener the engine serves."""
         return [(fd, b.native) for fd, (_, b) in self.engine_listeners.items()]  # type: ignore[attr-defined]
 
-    def _adopt(self, handed: _native.Handed) -> None:
-        """A connection the engine hands over: the loop's now."""
-        h, builder = handed, self.engine_listeners[handed.listener_fd][1]
-        self.loop.adopt(h.fd, h.client, builder, h.data, h.since, h.fresh, h.held)
 
-    # ---------------------------------------------------------------- beside the loop (Beside)
+class NativeSide:
+    """What serves beside the Python loop of an engine host (refork.serving.wsgi.beside.Beside):
+    its engine. What both engines share; each host's subclass waits its own way (poll)."""
 
-    def take_back(self, conn: Conn) -> bool:
+    hands_back = True
+
+    def __init__(self, engine: _native.Engine | _native.PoolEngine, poller: Poller, listeners: Listeners,
+                 control: WorkerControl) -> None:  # fmt: skip
+        self.engine = engine
+        self.poller = poller  # the loop's
+        self.listeners = listeners  # the engine's
+        self.control = control
+        # a connection's listener, by its environ builder (one per listener)
+        self.listener_of = {id(b): fd for fd, (_, b) in listeners.items()}
+        self.draining = False
+        self.handed: list[Adopted] = []  # for the loop (PythonLoop.adopt), after a poll
+
+    def _hand_over(self, handed: Sequence[_native.Handed]) -> None:
+        """Connections the engine handed over: for the loop."""
+        listeners = self.listeners
+        self.handed.extend((h.fd, h.client, listeners[h.listener_fd][1], h.data, h.since, h.fresh, h.held)
+                           for h in handed)  # fmt: skip
+
+    def listener_for(self, conn: Conn) -> int | None:
         """A connection the engine handed over (or a response took) that has nothing half-read or
         half-written goes back to the engine: one file or stream response, a chunked upload or a
         health check must not leave a keep-alive connection (an upstream one of a proxy, say) on
         the slower Python loop for good."""
-        listener = self.engine_listener_of.get(id(conn.builder))
+        listener = self.listener_of.get(id(conn.builder))
         if (
             listener is None
-            or self.loop.draining
+            or self.draining
             or conn.closed
             or conn.busy
             or conn.phase is not Phase.IDLE
@@ -190,15 +208,11 @@ class NativeHost:
             or conn.out.backlogged
             or conn.parser.in_message
         ):
-            return False
-        self._give_back(self.loop.detach(conn), conn.client, listener, conn.since)
-        return True
+            return None
+        return listener
 
-    def _give_back(self, fd: int, client: Any, listener: int, since: float) -> None:
+    def hand_back(self, fd: int, client: Any, listener: int, since: float) -> None:
         self.engine.adopt(fd, client, listener, since)
-
-    def poll(self, timeout: float) -> list[tuple[int, int]]:
-        raise NotImplementedError  # how the engine is served meanwhile: each host's own
 
     def app_idle(self) -> bool:
         return True
@@ -210,8 +224,9 @@ class NativeHost:
         return bool(self.engine.idle)
 
     def begin_drain(self, until: float, take_backlog: bool) -> None:
+        self.draining = True
         self.engine.drain(until, take_backlog)
-        for lsock, _ in self.engine_listeners.values():
+        for lsock, _ in self.listeners.values():
             lsock.close()
 
     def sweep(self, now: float) -> None:

@@ -31,10 +31,12 @@ from refork import _native, deadlines
 from refork.config import Config
 from refork.serving.contract import WorkerControl
 from refork.serving.outbox import Outbox
+from refork.serving.poller import Poller
 from refork.serving.settings import ServingSettings
 from refork.serving.wsgi import timed_out
+from refork.serving.wsgi.accepting import Listeners
 from refork.serving.wsgi.app_threads import AppThreads
-from refork.serving.wsgi.native_host import NativeHost, refs
+from refork.serving.wsgi.native_host import NativeHost, NativeSide, refs
 from refork.wsgi import Streaming
 from refork.wsgi.response import _Exchange, continue_wsgi
 
@@ -44,21 +46,21 @@ log = logging.getLogger("refork")
 class EngineThreads(AppThreads):
     """The app threads of a PoolEngine: each serves the engine's requests and the loop's jobs."""
 
-    def __init__(self, size: int, handler: Callable[..., None], host: PoolHost) -> None:
+    def __init__(self, size: int, handler: Callable[..., None], engine: _native.PoolEngine) -> None:
         super().__init__(size, handler)
-        self.host = host  # (its engine is made after the loop that makes these threads)
+        self.engine = engine
 
     def submit(self, job: tuple[Any, ...]) -> None:
-        self.host.engine.submit(job)
+        self.engine.submit(job)
 
     def stop(self) -> None:
-        self.host.engine.stop_workers(len(self.threads))
+        self.engine.stop_workers(len(self.threads))
         for t in self.threads:
             t.join()
         self.threads = []
 
     def _run(self) -> None:
-        engine = self.host.engine
+        engine = self.engine
         while True:
             try:
                 engine.work(self.handler)
@@ -76,52 +78,15 @@ class PoolHost(NativeHost):
         self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
         settings: ServingSettings,
     ) -> None:  # fmt: skip
-        threads = lambda size, job: EngineThreads(size, job, self)  # noqa: E731
-        super().__init__(listeners, app, config, control, settings, threads)
-        self.engine = _native.PoolEngine(self, self._native_listeners(), refs())
-        self.engine_fd: int = self.engine.wake_fd
-        self.responding: dict[int, Outbox] = {}  # the engine's responses on the Python path, by fd
+        super().__init__(listeners, app, config, control, settings)
+        self.engine = engine = _native.PoolEngine(self, self._native_listeners(), refs())
+        self.side = PoolSide(engine, self.poller, self.engine_listeners, control)
+        self.loop = self._own_loop(self.side, lambda size, job: EngineThreads(size, job, engine))
 
     def run(self) -> None:
-        self.loop.poller.register(self.engine_fd)
+        self.poller.register(self.side.engine_fd)
         self.engine.start()
         self.loop.run()
-
-    def poll(self, timeout: float) -> list[tuple[int, int]]:
-        """The loop's ready fds; the engine's news (connections handed over, log lines) first."""
-        self.engine.hold(self.control.safe_point_wanted)
-        ready = self.loop.poller.poll(timeout)
-        for i, (fd, _) in enumerate(ready):
-            if fd == self.engine_fd:
-                del ready[i]
-                self._from_engine()
-                break
-        return ready
-
-    def _from_engine(self) -> None:
-        handed, notices = self.engine.take()
-        for is_error, message in notices:
-            (log.error if is_error else log.warning)("%s", message)
-        for item in handed:
-            self._adopt(item)
-
-    def app_idle(self) -> bool:
-        return self.engine.in_flight == 0
-
-    def answer_timed_out(self) -> None:
-        for fd in self.engine.in_app:
-            if not timed_out.started(self.responding.get(fd)):
-                timed_out.answer_fd(fd)
-
-    def free_threads(self) -> int | None:
-        return int(self.engine.free_threads)  # the engine counts the jobs of both loops
-
-    def before_safe_point(self) -> None:
-        self.engine.pause()  # no thread of the engine at the fork
-
-    def after_safe_point(self) -> None:
-        self.engine.start()
-        self.engine.hold(False)
 
     # ---------------------------------------------------------------- called by the engine
     # (both on an app thread: responses the engine does not frame)
@@ -131,9 +96,9 @@ class PoolHost(NativeHost):
         (borrowed: finish_response gives the fd back to the engine)."""
         sock = socket.socket(fileno=start.fd)
         sock.setblocking(False)
-        out = Outbox(sock, start.client, self.loop.timeouts.write, self.control, buffering=False)
+        out = Outbox(sock, start.client, self.settings.timeouts.write, self.control, buffering=False)
         out.token = deadlines.current.get()
-        self.responding[start.fd] = out
+        self.side.responding[start.fd] = out
         return self._exchange(start, out)
 
     def finish_response(self, hand_over: _native.HandOver) -> bool:
@@ -153,10 +118,57 @@ class PoolHost(NativeHost):
             outcome = (ex.code, ex.framer.body_bytes, False)
         finally:
             deadlines.current.reset(serving)
-            self.responding.pop(out.fd, None)
+            self.side.responding.pop(out.fd, None)
             out.sock.detach()  # the engine's connection again
         assert not isinstance(outcome, Streaming)  # a blocking output never waits
         return self.loop.finished(request, environ, hand_over.stream, token, began, outcome, ex)
+
+
+class PoolSide(NativeSide):
+    """The pool engine beside the loop: its I/O thread serves on its own; its news wake the loop."""
+
+    engine: _native.PoolEngine
+
+    def __init__(self, engine: _native.PoolEngine, poller: Poller, listeners: Listeners,
+                 control: WorkerControl) -> None:  # fmt: skip
+        super().__init__(engine, poller, listeners, control)
+        self.engine_fd: int = engine.wake_fd
+        self.responding: dict[int, Outbox] = {}  # the engine's responses on the Python path, by fd
+
+    def poll(self, timeout: float) -> list[tuple[int, int]]:
+        """The loop's ready fds; the engine's news (connections handed over, log lines) first."""
+        self.engine.hold(self.control.safe_point_wanted)
+        ready = self.poller.poll(timeout)
+        for i, (fd, _) in enumerate(ready):
+            if fd == self.engine_fd:
+                del ready[i]
+                self._from_engine()
+                break
+        return ready
+
+    def _from_engine(self) -> None:
+        handed, notices = self.engine.take()
+        for is_error, message in notices:
+            (log.error if is_error else log.warning)("%s", message)
+        self._hand_over(handed)
+
+    def app_idle(self) -> bool:
+        return self.engine.in_flight == 0
+
+    def answer_timed_out(self) -> None:
+        for fd in self.engine.in_app:
+            if not timed_out.started(self.responding.get(fd)):
+                timed_out.answer_fd(fd)
+
+    def free_threads(self) -> int | None:
+        return int(self.engine.free_threads)  # the engine counts the jobs of both loops
+
+    def before_safe_point(self) -> None:
+        self.engine.pause()  # no thread of the engine at the fork
+
+    def after_safe_point(self) -> None:
+        self.engine.start()
+        self.engine.hold(False)
 
 
 def serve_wsgi_pool(

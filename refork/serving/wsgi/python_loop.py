@@ -1,24 +1,19 @@
-"""The WSGI connection loop: one epoll I/O thread, optionally a small pool of app threads.
+"""The WSGI Python loop: one epoll I/O thread, optionally a small pool of app threads.
 
-Idle keep-alive and slow clients cost a dict entry, never a thread: only complete requests (head
-and whole body) reach the app. With ``threads == 1`` the app runs on the loop thread (the lean
-path: one recv and one send per request); a response the client does not read as fast as it is
-produced becomes a writer state of its connection (:mod:`refork.serving.outbox`): the loop
-serves other connections and pulls the next body item only when the socket took the last one.
-With more threads, a connection is unregistered while a pool thread serves it (and may block
-on its writes, bounded by the write timeout) and handed back through a queue and a wake-up
-socketpair.
-
-The deadlines and the drain are those of :mod:`refork.serving.connection`; a response write
-that makes no progress for the write timeout is cut and logged. This module is the request path
-(read, parse, call the app, write, the pool's hand-over); accepting, closing, the deadline sweep,
-the drain, the safe point and the shutdown are :mod:`refork.serving.wsgi.python_loop_lifetime`.
+:class:`PythonLoop` runs the loop and each part of a connection's life that is the loop's, not a
+request's: its parts are the listeners (:mod:`refork.serving.wsgi.accepting`), the connections
+and their request path (:mod:`refork.serving.wsgi.request_path`), and what serves beside it
+(:mod:`refork.serving.wsgi.beside`: nothing, or the native engine of the host that owns the loop).
+Here: the once-a-second sweep of the deadlines of :mod:`refork.serving.connection` (handshake,
+header, body, write, keep-alive; a response write that makes no progress for the write timeout
+is cut and logged), the drain when the worker stops (the listen backlog taken first), the safe
+point (app threads joined around it; the fork clean-up), the shutdown, and the entry points of
+an engine host that hands it connections (:meth:`PythonLoop.adopt`,
+:meth:`PythonLoop.finish_handed`).
 """
 
 from __future__ import annotations
 
-import logging
-import queue
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -26,140 +21,68 @@ from typing import Any
 
 from refork import deadlines
 from refork.config import Config
-from refork.http.body import EMPTY_INPUT, BodyBuffer, InputStream, Spool
-from refork.http.events import Body, EndOfMessage, ParseError, Request
-from refork.http.proxy_protocol import INCOMPLETE, ProxyError, ProxyHeader
-from refork.http.response import CONTINUE, simple_response
+from refork.http.body import InputStream
+from refork.http.events import ParseError, Request
+from refork.http.response import simple_response
 from refork.memory.allocator import malloc_trim
-from refork.serving.connection import TICK, Phase, RequestEnd, log_access
+from refork.serving.connection import TICK, Expiry, Phase, log_write_timeout
 from refork.serving.contract import WorkerControl
-from refork.serving.health import health_response
-from refork.serving.http2 import alpn_protocols, http2_limits
-from refork.serving.lingering import Lingering
-from refork.serving.poller import IN as _IN
+from refork.serving.http2 import alpn_protocols
 from refork.serving.poller import Poller
-from refork.serving.proxied import CLOSED, peer_host, read_preface, refuse
 from refork.serving.settings import ServingSettings
-from refork.serving.tls_io import TlsConn, log_failure
+from refork.serving.tls_io import log_failure
+from refork.serving.wsgi import timed_out
+from refork.serving.wsgi.accepting import Acceptor, Listeners, listening
 from refork.serving.wsgi.app_threads import AppThreads
-from refork.serving.wsgi.conn import NO_EVENTS, PYTHON, Conn, Job, LoopParts, Step, Writing
-from refork.serving.wsgi.http2 import Session, sniff, take_over
-from refork.serving.wsgi.http2_stream import Stream
-from refork.serving.wsgi.python_loop_lifetime import Alone, Beside, Lifetime
+from refork.serving.wsgi.beside import Alone, Beside
+from refork.serving.wsgi.conn import NO_EVENTS, PYTHON, Conn, LoopParts, Step, Writing
+from refork.serving.wsgi.http2 import sniff
+from refork.serving.wsgi.request_path import RequestPath
 from refork.wsgi import EnvironBuilder, Outcome, Streaming
-from refork.wsgi.response import _Exchange
-
-log = logging.getLogger("refork")
-
-_IDLE, _HEAD, _BODY, _WRITING = Phase.IDLE, Phase.HEAD, Phase.BODY, Phase.WRITING
-# A WebSocket handshake to a WSGI app (WSGI has no WebSocket interface): 400, not the app's to see.
-# 4xx: the request asks what this endpoint cannot do, nothing failed on the server (no 5xx alert);
-# not 403, which an ASGI app's refusal answers (the two stay distinguishable); not 426, which asks
-# the client to upgrade. gunicorn hands the request to the app, which then answers it as plain HTTP.
-_WEBSOCKET_REFUSED = (
-    b"WebSocket upgrade refused: this server runs a WSGI app, which cannot accept WebSockets\n"
-)
+from refork.wsgi.response import _Exchange, continue_wsgi
 
 
-class PythonLoop(Lifetime):
-    """The loop: its state, the run, and the request path (accept, sweep, drain: :class:`Lifetime`).
-
-    Alone it serves every connection (--wsgi-loop python); an engine host owns one for the
-    connections its engine hands over, and is what serves `beside` it.
-    """
-
-    # Out of the instance __dict__: CPython 3.11 and 3.12 stop specializing attribute reads on an
-    # instance whose __dict__ holds 30 keys or more, and every self.x of the loop's per-request
-    # code then costs twice as much.
-    __slots__ = ("proxy", "request_hooks", "start_wsgi", "conn_type", "beside", "settings", "read_size",
-                 "h1", "h2c", "h2_alpn", "h2_limits", "h2_kicked", "h2_parked")
+class PythonLoop:
+    """The loop. Alone it serves every connection (--wsgi-loop python); an engine host owns one
+    for the connections its engine hands over, and gives it what serves `beside` it."""
 
     def __init__(
-        self, listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
+        self, listeners: Listeners, app: Any, config: Config, control: WorkerControl,
         settings: ServingSettings, parts: LoopParts = PYTHON, beside: Beside | None = None,
         app_threads: Callable[[int, Callable[..., None]], AppThreads] = AppThreads,
+        poller: Poller | None = None, memory: Any = None,
     ) -> None:  # fmt: skip
-        self.app = app
+        """`poller` and `memory` (the worker's budget of request bytes held): an engine host's,
+        shared with its engine; made here otherwise."""
         self.control = control
         self.settings = settings
-        self.conn_type = parts.conn_type
-        self.start_wsgi = parts.start_wsgi
-        self.read_size = settings.read_size
-        self.limits = settings.limits
-        self.poller = Poller()
-        # one buffer every read lands in, copied out at its size: a 64 KiB bytes shrunk to what
-        # arrived (recv) leaves the heap fragmented under many connections sending bodies at once
-        self._scratch = bytearray(settings.read_size)
-        self._scratch_view = memoryview(self._scratch)
-        self.conns: dict[int, Conn] = {}
-        self.lingering = Lingering(self.poller)
-        self.listeners: dict[int, tuple[socket.socket, EnvironBuilder]] = {}
-        self.threads = settings.threads
-        self.draining = False
-        self.drain_until = 0.0
-        self.in_flight = 0
-        self.spool = settings.inline_body
-        self.spool_budget = Spool(config.max_spool, config.spool_dir)  # bytes in spool files, all conns
-        self.memory = parts.memory(settings.max_request_memory)  # request bytes held, all conns
         self.timeouts = settings.timeouts
-        self.accept_paused_until = 0.0
-        self.accepts_held = False
-        self.request_hooks = settings.request_hooks  # pre_request / post_request, if any
-        self.access_log: RequestEnd | None = settings.request_end
-        self.health = settings.health
-        self.tls = settings.tls  # listener fd -> SSLContext (TLS listeners)
-        self.proxy = settings.proxy
-        self.handshake_timeout = settings.handshake_timeout
-        self.h1, self.h2c = settings.h1, settings.h2c  # HTTP/2 (refork.serving.wsgi.http2): h2c, h2 by ALPN
-        self.h2_alpn = "h2" in config.http_protocols and bool(self.tls)
-        self.h2_limits = http2_limits(config)
-        self.h2_kicked: queue.SimpleQueue[Session] = queue.SimpleQueue()  # app threads' news for the loop
-        self.h2_parked: list[Stream] = []
-        for context in set(self.tls.values()):  # (this process's copy of the context)
-            context.set_alpn_protocols(alpn_protocols(config))
-        for lsock in listeners:
-            lsock.setblocking(False)
-            try:
-                addr = lsock.getsockname()
-            except OSError:
-                addr = ""
-            server = (str(addr[0]), int(addr[1])) if isinstance(addr, tuple) else str(addr)
-            builder = EnvironBuilder(
-                server=server,
-                root_path=settings.root_path,
-                multithread=self.threads > 1,
-                proxies=settings.forwarded,
-                url_scheme="https" if lsock.fileno() in self.tls else "http",
-            )
-            self.listeners[lsock.fileno()] = (lsock, parts.builder(builder))
-        self.pool: AppThreads | None = None
-        self.done: queue.SimpleQueue[tuple[Conn, bool, Sequence[Step]]] = queue.SimpleQueue()
-        self.parked: list[Job] = []
-        self.wake_r: socket.socket | None = None
-        self.wake_w: socket.socket | None = None
-        if self.threads > 1:
-            self.pool = app_threads(self.threads, self._pool_job)
-            self.wake_r, self.wake_w = socket.socketpair()
-            self.wake_r.setblocking(False)
-            self.wake_w.setblocking(False)
-        self.beside = beside if beside is not None else Alone(self.poller)
+        self.poller = poller = poller if poller is not None else Poller()
+        self.beside = beside = beside if beside is not None else Alone(poller)
+        if memory is None:
+            memory = parts.memory(settings.max_request_memory)
+        self.path = RequestPath(app, config, control, settings, parts, poller, memory, beside, app_threads)
+        alpn = alpn_protocols(config)
+        self.acceptor = Acceptor(listeners, poller, control, settings, parts.conn_type, alpn)
+        self.draining = False  # the listeners let go of (the request path drains with it: path.drain)
+        self.drain_until = 0.0
 
     # ---------------------------------------------------------------- the loop
 
     def run(self) -> None:
-        control = self.control
-        poller = self.poller
-        conns, lingering = self.conns, self.lingering
-        listeners = self.listeners
+        control, poller, path, acceptor = self.control, self.poller, self.path, self.acceptor
+        conns, lingering = path.conns, path.lingering
+        listeners = acceptor.listeners
+        on_readable, on_writable = path.on_readable, path.on_writable
+        poll, handed = self.beside.poll, self.beside.handed
         control_fd = control.fileno()
-        wake_fd = self.wake_r.fileno() if self.wake_r is not None else -1
+        handoff = path.handoff
+        wake_fd = handoff.wake_r.fileno() if handoff is not None else -1
         poller.register(control_fd)
-        for fd in listeners:
-            poller.register(fd)
-        if self.wake_r is not None:
+        acceptor.register()
+        if handoff is not None:
             poller.register(wake_fd)
-        if self.pool is not None:
-            self.pool.start()
+            handoff.pool.start()
             deadlines.on_timeout(self.answer_timed_out)  # (one thread: refork.deadlines.TimedOut)
         next_tick = 0.0
         try:
@@ -168,22 +91,25 @@ class PythonLoop(Lifetime):
                     return
                 if control.stopping and not self.draining:
                     self._begin_drain()
-                drained = not (conns or lingering) and self.in_flight == 0  # (lingering: LINGER at most)
+                drained = not (conns or lingering) and path.in_flight == 0  # (lingering: LINGER at most)
                 if self.draining and drained and self.beside.drained():
                     return
                 if control.safe_point_wanted:
                     if self._app_idle():
                         self._safe_point()
-                elif self.parked or self.h2_parked:  # the worker declined the promotion it held them for
-                    self._dispatch_parked()
+                elif handoff is not None and (handoff.parked or handoff.parked_streams):
+                    path.dispatch_parked()  # the worker declined the promotion it held them for
                 self._hold_accepts()
-                for fd, _ in self.beside.poll(max(0.0, min(1.0, next_tick - time.monotonic()))):
+                ready = poll(max(0.0, min(1.0, next_tick - time.monotonic())))
+                if handed:  # the engine's connections first
+                    self._adopt_handed()
+                for fd, _ in ready:
                     conn = conns.get(fd)
                     if conn is not None:
                         if conn.writing is None:
-                            self._on_readable(conn)
+                            on_readable(conn)
                         else:
-                            self._on_writable(conn)
+                            on_writable(conn)
                     elif fd in lingering:
                         lingering.on_readable(fd)
                     elif fd in listeners:
@@ -191,401 +117,225 @@ class PythonLoop(Lifetime):
                     elif fd == control_fd:
                         control.on_readable()
                     elif fd == wake_fd:
-                        self._on_wake()
+                        path.on_wake()
                 now = time.monotonic()
                 if now >= next_tick:
                     next_tick = now + (TICK / 4 if self.draining else TICK)
                     control.tick()
                     self._sweep(now)
-                    if self.memory.ebbed():  # a flood of buffered requests is over:
+                    if path.memory.ebbed():  # a flood of buffered requests is over:
                         malloc_trim()  # give its freed heap back
         finally:
             self._shutdown()
 
+    def _adopt_handed(self) -> None:
+        """Adopt what the engine handed over in the last poll (Beside.handed). A call of its own:
+        its locals, and the bytes they hold, are gone once it returns."""
+        handed = self.beside.handed
+        adopted = handed[:]
+        handed.clear()
+        for item in adopted:
+            self.adopt(*item)
+
     def _app_idle(self) -> bool:
         """No request is in the app or waiting for an app thread (a safe point may fork)."""
-        return self.in_flight == 0 and self.beside.app_idle()
+        return self.path.in_flight == 0 and self.beside.app_idle()
 
-    # ---------------------------------------------------------------- reading and answering
+    def _free_threads(self) -> int:
+        """App threads free for a new request (a pool's; without one the loop is the app thread)."""
+        if self.path.pool is None:
+            return 1 << 30
+        counted = self.beside.free_threads()  # the pool engine counts the jobs of both loops
+        return max(0, self.path.threads - self.path.in_flight) if counted is None else counted
 
-    def _tls_read(self, conn: Conn, tconn: TlsConn) -> bytes | None:
-        """Handshake, then read, from this loop only; None: nothing yet, or the connection failed."""
-        handshaking = tconn.handshaking
-        try:
-            data = tconn.read(self.read_size)
-        except OSError as e:  # garbage, plain HTTP, a refused client certificate: debug, no trace
-            log_failure(conn.client, e, tconn.handshaking)
-            self._close(conn)
-            return None
-        if tconn.wants != tconn.polled:
-            tconn.polled = tconn.wants
-            self.poller.watch(conn.fd, tconn.wants)
-        if handshaking and not tconn.handshaking:
-            conn.since = time.monotonic()  # handshake done: the keep-alive clock until a head starts
-            if self.h2_alpn and tconn.sock.selected_alpn_protocol() == "h2":
-                take_over(self, conn, data or b"")  # HTTP/2 from here (refork.serving.wsgi.http2)
-                return None
-        return data
-
-    def _on_readable(self, conn: Conn) -> None:
-        if conn.h2 is not None:
-            conn.h2.on_ready()
+    def _hold_accepts(self) -> None:
+        """Accept only while an app thread is free, or no other worker has one: a connection
+        accepted with every thread busy would wait behind them (and be lost with them if a hung
+        one gets the worker killed) while a sibling could serve it; the kernel offers it to the
+        siblings while this one holds. With none free anywhere it has nowhere better to go (and a
+        health check on it is answered by this loop)."""
+        if self.path.pool is None or self.draining:
             return
-        if conn.preface is not None and not self._read_preface(conn):
-            return
-        tconn = conn.tls
-        if tconn is not None:
-            data = self._tls_read(conn, tconn)
-            if data is None:
-                return
-        else:
-            try:
-                n = conn.sock.recv_into(self._scratch)
-                data = self._scratch_view[:n].tobytes()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                self._close(conn)
-                return
-        if not data:
-            self._close(conn)
-            return
-        if conn.sniffed is not None:
-            data = sniff(self, conn, data)
-            if not data:
-                return
-        conn.fresh = False
-        self._on_data(conn, data)
+        full = self._free_threads() == 0 and self.control.free_threads_elsewhere
+        if full != self.acceptor.held:
+            self.acceptor.hold(full)
 
-    def _read_preface(self, conn: Conn) -> bool:
-        """The PROXY header at the start of a connection (refork.serving.proxied): True once it is
-        read (or there is none) and the connection's own bytes may be read; its client is then the
-        connection's. False: wait for more, or the connection is closed."""
-        assert self.proxy is not None and conn.preface is not None
-        peer = peer_host(conn.client)
-        try:
-            verdict, conn.preface = read_preface(conn.sock, conn.preface, self.proxy, peer)
-        except (BlockingIOError, InterruptedError):
-            return False
-        except ProxyError as e:
-            refuse(conn.sock, peer, e, conn.tls is not None)
-            self._close(conn, answered=True)
-            return False
-        if verdict is INCOMPLETE:
-            conn.fresh = False
-            if conn.phase is not _HEAD:  # the header timeout bounds it, as a request head's
-                conn.phase = _HEAD
-                conn.since = time.monotonic()
-            return False
-        if verdict is CLOSED:
-            self._close(conn)
-            return False
-        conn.preface = None
-        if isinstance(verdict, ProxyHeader):
-            conn.fresh = False
-            conn.phase = _IDLE
-            conn.since = time.monotonic()
-            if verdict.client is not None:
-                conn.client = conn.out.client = verdict.client
-        return True
+    def _accept(self, entry: tuple[socket.socket, EnvironBuilder], batch: int = 0) -> None:
+        """Accept up to `batch` connections (0: the settings' accept batch)."""
+        batch = batch or self.settings.accept_batch
+        if self.path.pool is not None and not self.draining:
+            batch = min(batch, max(1, self._free_threads()))  # no more than it can start
+        for conn in self.acceptor.accept(entry, batch):
+            self.path.add(conn)
 
-    def _on_data(self, conn: Conn, data: bytes) -> None:
-        """Parse what the client sent and answer every request it completes."""
-        parser = conn.parser
-        try:
-            events: Sequence[Step] = parser.feed(data)
-        except ParseError as e:
-            self.memory.note(len(data))  # (its bytes went through, if only to be refused)
-            if not e.events:
-                self._reject(conn, e.status)
-                return
-            events = [*e.events, e]  # the requests before the bad bytes are answered first
-        else:
-            if conn.held or parser.in_message:
-                refused = self._hold(conn)
-                if refused is not None:
-                    if not events:
-                        self._reject(conn, refused.status)
-                        return
-                    events = [*events, refused]
-        try:
-            if (
-                len(events) == 2
-                and self.pool is None
-                and conn.request is None
-                and type(events[1]) is EndOfMessage
-                and type(events[0]) is Request
-            ):  # the common case, one bodiless request per read: skip the general event walk
-                keep = self._respond(conn, events[0], EMPTY_INPUT, NO_EVENTS)
-                if keep:
-                    conn.phase = _IDLE
-                    conn.since = time.monotonic()
-                    self.beside.take_back(conn)
-                elif keep is not None:  # None: the response waits for the client to read
-                    self._close(conn, answered=True)
-            elif not self._advance(conn, events):
-                self.beside.take_back(conn)
-        except Exception:
-            log.exception("Error serving a connection")
-            self._close(conn)
+    # ---------------------------------------------------------------- deadlines, drain, safe point
 
-    def _hold(self, conn: Conn) -> ParseError | None:
-        """Charge what the connection's parser holds now to the worker's --max-request-memory; a
-        head that does not fit is refused (503: the server is short of room now, not the request
-        too big), other bytes (kept for a replay) are charged all the same."""
-        parser = conn.parser
-        held = parser.buffered if parser.in_message else 0
-        more = held - conn.held
-        if more > 0:
-            if not self.memory.take(more):
-                if parser.head_held:
-                    return ParseError(503, "no room for more request heads (--max-request-memory)")
-                self.memory.charge(more)
-        elif more < 0:
-            self.memory.give_back(-more)
-        conn.held = held
-        return None
-
-    def _reject(self, conn: Conn, status: int) -> None:
-        try:
-            conn.sock.send(simple_response(status))
-        except OSError:
-            pass
-        self._close(conn, answered=True)
-
-    def _advance(self, conn: Conn, events: Sequence[Step]) -> bool:
-        """Handle parsed events in order; True when the connection was dispatched or closed."""
-        i = 0
-        n = len(events)
-        while i < n:
-            event = events[i]
-            i += 1
-            if type(event) is Request:
-                conn.request = event
-                conn.continued = False
-                if event.content_length or event.chunked:  # the body deadline runs from here
-                    conn.phase = _BODY
-                    conn.since = time.monotonic()
-                    conn.received = 0
-            elif type(event) is ParseError:  # after the responses to the requests before it
-                self._reject(conn, event.status)
-                return True
-            elif type(event) is Body:
-                if conn.body is None:
-                    length = conn.request.content_length if conn.request is not None else None
-                    conn.body = BodyBuffer(self.spool, self.spool_budget, length, self.memory)
+    def _sweep(self, now: float) -> None:
+        self.acceptor.resume(now, self.draining)
+        path = self.path
+        expiry = self.timeouts.expiry
+        drain_until = self.drain_until if self.draining else 0.0
+        write_stalled = self.timeouts.write_stalled
+        handshake_timeout = self.settings.handshake_timeout
+        for conn in [c for c in path.conns.values() if not c.busy]:
+            if conn.h2 is not None:
+                conn.h2.sweep(now, self.draining, drain_until)
+                continue
+            if conn.tls is not None and conn.tls.handshaking:
+                if now - conn.since > handshake_timeout:
+                    log_failure(conn.client, TimeoutError("handshake timeout"), True)
+                    path.close(conn)
+                elif self.draining and now >= drain_until:
+                    path.close(conn)
+                continue
+            writing = conn.writing
+            if writing is not None:
+                if write_stalled(conn.since, now):
+                    log_write_timeout(self.timeouts.write, conn.client, writing.request)
+                    path.close(conn)
+                continue
+            verdict = expiry(conn.phase, conn.since, now, drain_until, conn.received, conn.fresh)
+            if verdict is Expiry.NONE:
+                continue
+            if verdict is Expiry.REQUEST_TIMEOUT:
                 try:
-                    conn.body.write(event.data)
-                except ParseError as e:  # the spool: 413 or 503 (its cap), 507 (its disk is full)
-                    self._reject(conn, e.status)
-                    return True
-                conn.received += len(event.data)
-            else:
-                request = conn.request
-                conn.request = None
-                conn.phase = _IDLE
-                if request is None:  # pragma: no cover - parser contract
-                    continue
-                if conn.body is not None:
-                    try:
-                        stream = conn.body.finish()
-                    except ParseError as e:  # the spool's disk is full
-                        self._reject(conn, e.status)
-                        return True
-                    conn.body = None
-                else:
-                    stream = EMPTY_INPUT
-                if self.pool is not None:
-                    if request.websocket:
-                        self._refuse_websocket(conn, request)
-                        return True
-                    if self.health is not None and self.health.check(request):
-                        if self._health(conn, request):
-                            continue
-                        self._close(conn, answered=True)
-                        return True
-                    self._dispatch(conn, request, stream, events[i:])
-                    return True
-                keep = self._respond(conn, request, stream, events[i:])
-                if not keep:
-                    if keep is not None:
-                        self._close(conn, answered=True)
-                    return True  # closed, or writing: the rest waits until the response is out
-        # everything parsed so far is handled: wait for more bytes
-        request = conn.request
-        if request is not None:  # head in, body still coming (phase BODY since the head ended)
-            if request.expect_continue and not conn.continued:
-                conn.continued = True
-                try:
-                    conn.out.send(CONTINUE)
+                    conn.sock.send(simple_response(408))
                 except OSError:
-                    self._close(conn)
-                    return True
-        elif conn.parser.in_message:  # part of a head: the slowloris clock runs
-            if conn.phase is not _HEAD:
-                conn.phase = _HEAD
-                conn.since = time.monotonic()
-        else:
-            conn.phase = _IDLE
-            conn.since = time.monotonic()
-        return False
+                    pass
+            elif conn.has_input():
+                continue  # a request arrived while the loop was busy (threads == 1): serve it
+            path.close(conn, answered=True)  # (a request sent right now meets a FIN, not a reset)
+        path.lingering.sweep(now)
+        self.beside.sweep(now)
 
-    def _respond(
-        self, conn: Conn, request: Request, stream: InputStream, rest: Sequence[Step]
-    ) -> bool | None:
-        """Run the app for one request and write its response.
+    def _begin_drain(self) -> None:
+        """Stop accepting; give open connections a short grace to deliver one more request.
 
-        True to keep the connection, False to close it, None when the response now waits for the
-        client to read (threads == 1: see _on_writable; `rest` is handled after it).
+        Closing an idle keep-alive (or just-accepted) connection at once races with a client that
+        is sending on it right now: it would see a reset. Instead every request that arrives in
+        the grace period is served with "Connection: close", and what is still idle after it is
+        closed by the sweep.
         """
-        control = self.control
-        if request.websocket:
-            return self._refuse_websocket(conn, request)
-        if self.health is not None and self.health.check(request) and self.pool is None:
-            return self._health(conn, request)
-        started = time.perf_counter() if self.access_log is not None else 0.0
-        out = conn.out
-        token = out.token = control.request_started(request.method, request.path)
-        out.request = request
-        writing = False
-        outcome: Outcome | Streaming | None = None
-        serving = deadlines.current.set(token)  # refork.extend_deadline() finds its request
+        self.draining = True
+        self.drain_until = self.timeouts.drain_until(time.monotonic())
+        self.acceptor.unregister()
+        if self.control.server_draining:  # take what waits in the backlog, then let go of the listeners
+            for entry in self.acceptor.listeners.values():
+                self._accept(entry, batch=1 << 30)
+                entry[0].close()
+        self.path.drain()
+        self.beside.begin_drain(self.drain_until, self.control.server_draining)
+
+    def _safe_point(self) -> None:
+        """Single-threaded moment for the worker (it may fork); app threads are joined first."""
+        self.beside.before_safe_point()
+        pool = self.path.pool
+        if pool is not None:
+            pool.stop()
         try:
-            environ = conn.builder.build(request, stream, conn.client)
-            keep_alive = self.timeouts.keep_alive(self.draining or control.stopping)
-            app = self.app
-            if self.request_hooks is not None:
-                app = self.request_hooks.wrap_wsgi(app, request, environ)
-            outcome = self.start_wsgi(app, environ, request, out, keep_alive)
-            if type(outcome) is Streaming:
-                writing = True
-                self._start_writing(conn, Writing(outcome, request, environ, stream, token, started, rest))
-                return None
+            self.control.at_safe_point()
+        except SystemExit:  # the forked child unwinding: the client connections are the parent's
+            self.path.forked()
+            self.beside.forked()
+            raise
+        if pool is not None:
+            pool.start()
+            self.path.dispatch_parked()
+        self.beside.after_safe_point()
+
+    def answer_timed_out(self) -> None:
+        """The worker is aborted past --timeout (refork.deadlines.on_timeout): a 500 to each request
+        in an app thread whose response has not started (HTTP/1.1, and HTTP/2 on its stream)."""
+        for conn in list(self.path.conns.values()):
+            if conn.h2 is not None:
+                conn.h2.answer_timed_out()
+            elif conn.busy and not conn.closed and not timed_out.started(conn.out):
+                timed_out.answer(conn.out)
+        self.beside.answer_timed_out()
+
+    def _shutdown(self) -> None:
+        """Release what this loop owns. No epoll unregister: in a forked child it is shared."""
+        pool = self.path.pool
+        if pool is not None and self._app_idle():
+            pool.stop()  # idle threads: join them; busy ones (exit_now) are daemons
+        self.path.shutdown()
+        self.poller.close()
+        self.beside.shutdown()
+
+    # ---------------------------------------------------------------- an engine host's entry points
+
+    def connection(self, fd: int, client: Any, builder: EnvironBuilder) -> Conn:
+        """The loop's side of a connection an engine hands over (made once, not yet polled)."""
+        conn = self.path.conns.get(fd)
+        if conn is not None:  # made already for this response (an engine's response_exchange)
+            return conn
+        sock = socket.socket(fileno=fd)
+        sock.setblocking(False)
+        conn = self.acceptor.plain(sock, client, builder)
+        self.path.add(conn, polled=False)
+        return conn
+
+    def adopt(self, fd: int, client: Any, builder: EnvironBuilder, data: bytes, since: float, fresh: bool,
+              held: int) -> None:  # fmt: skip
+        """A connection an engine hands over with the bytes it has not consumed, and the bytes of
+        the worker's budget it charged for them (given back once they are read here)."""
+        path = self.path
+        conn = self.connection(fd, client, builder)
+        conn.since = since
+        conn.fresh = fresh
+        path.watch(conn)
+        try:
+            if data and path.h2c and (data[:1] == b"P" or not path.h1):  # what opens with the preface
+                conn.sniffed = b""
+                data = sniff(path, conn, data)
+            if data:
+                path.on_data(conn, data)
         finally:
-            deadlines.current.reset(serving)
-            if not writing:  # (the same as finished(), inline: this is the hot path)
-                answered = type(outcome) is tuple
-                if answered and self.access_log is not None:
-                    status, length, _ = outcome  # type: ignore[misc]
-                    log_access(self.access_log, request, environ.get("REMOTE_ADDR"), status, length,
-                               time.perf_counter() - started, environ, out.exchange.headers)  # fmt: skip
-                control.request_finished(token, outcome[0] if answered else 0)  # type: ignore[index]
-                if stream is not EMPTY_INPUT:
-                    stream.close()
-        return outcome[2]  # type: ignore[index]
-
-    def _start_writing(self, conn: Conn, writing: Writing) -> None:
-        """The response now waits for the client to read (threads == 1): see _on_writable."""
-        self.control.request_waiting(writing.token)  # the client's time now, not the app's
-        conn.writing = writing
-        conn.phase = _WRITING
-        conn.since = time.monotonic()
-        self.in_flight += 1  # no safe point (fork) while a response body is half pulled
-        self.poller.watch(conn.fd, conn.out.wants)  # OUT; TLS: IN when OpenSSL must read first
-        if conn.tls is not None:
-            conn.tls.polled = conn.out.wants
-
-    def _refuse_websocket(self, conn: Conn, request: Request) -> bool:
-        """A WebSocket handshake (see _WEBSOCKET_REFUSED): answered here, logged, then closed."""
-        response = simple_response(400, _WEBSOCKET_REFUSED)
-        try:
-            conn.sock.send(response)
-        except OSError:
-            pass
-        if self.access_log is not None:
-            remote = conn.client[0] if isinstance(conn.client, tuple) else None
-            log_access(self.access_log, request, remote, 400, len(_WEBSOCKET_REFUSED), 0.0)
-        if self.pool is not None:
-            self._close(conn, answered=True)
-        return False
-
-    def _health(self, conn: Conn, request: Request) -> bool:
-        """Answer a --health-path check on the loop thread (no app, no count, no access log);
-        True to keep the connection."""
-        control = self.control
-        kind = self.health.check(request) if self.health is not None else None
-        keep = request.keep_alive and self.timeouts.keep_alive(self.draining or control.stopping)
-        data = health_response(control.health(kind or "live"), request.method, keep)
-        try:
-            return conn.sock.send(data) == len(data) and keep
-        except OSError:
-            return False
+            path.memory.give_back(held)
 
     def finished(self, request: Request, environ: dict[str, Any], stream: InputStream, token: object,
-                  started: float, outcome: Outcome, ex: _Exchange) -> bool:  # fmt: skip
-        """A response is done: log it and account it (`ex`: its state); True to keep the connection.
-        The line first: gunicorn's post_request hook runs there, inside the request's --timeout."""
-        status, length, keep = outcome
-        if self.access_log is not None:
-            log_access(self.access_log, request, environ.get("REMOTE_ADDR"), status, length,
-                       time.perf_counter() - started, environ, ex.headers)  # fmt: skip
-        self.control.request_finished(token, status)
-        if stream is not EMPTY_INPUT:
-            stream.close()
-        return keep
+                 started: float, outcome: Outcome, ex: _Exchange) -> bool:  # fmt: skip
+        """A response of an engine's request is done (RequestPath.finished); True to keep it."""
+        return self.path.finished(request, environ, stream, token, started, outcome, ex)
 
-    def _on_writable(self, conn: Conn) -> None:
-        """The client read some of a waiting response: write on, and pull more of the body."""
-        writing = conn.writing
-        assert writing is not None
-        conn.since = time.monotonic()  # progress: the write timeout counts from here
+    def finish_handed(self, conn: Conn, ex: _Exchange, environ: dict[str, Any], request: Request, result: Any,
+                      exc: Exception | None, stream: InputStream, token: object, started: float | None,
+                      rest: bytes) -> None:  # fmt: skip
+        """Send a response an engine did not frame (refork.wsgi.continue_wsgi), then serve the
+        connection here: what the client pipelined behind it (`rest`) first."""
+        path = self.path
+        serving = deadlines.current.set(token)
         try:
-            if not conn.out.write_some():
-                if conn.tls is not None:
-                    self._tls_rewatch(conn)
-                return
-        except OSError:
-            self._close(conn)  # the client is gone
-            return
-        control = self.control
-        control.request_resumed(writing.token)
-        serving = deadlines.current.set(writing.token)
-        try:
-            outcome = writing.streaming.resume()
-        except Exception:
-            log.exception("Error serving a connection")
-            self._close(conn)
-            return
+            outcome = continue_wsgi(ex, environ, request, result, exc=exc)
         finally:
             deadlines.current.reset(serving)
-        if outcome is None:
-            control.request_waiting(writing.token)
-            if conn.tls is not None:
-                self._tls_rewatch(conn)
-            return
-        if not self._settle(conn, writing, outcome) or conn.closed:
-            self._close(conn, answered=True)
-            return
-        conn.phase = _IDLE
+        conn.phase = Phase.IDLE
         conn.since = time.monotonic()
-        self.poller.watch(conn.fd, _IN)
-        if conn.tls is not None:
-            conn.tls.polled = _IN
+        path.watch(conn)
+        began = started if started is not None else time.perf_counter()
+        if isinstance(outcome, Streaming):
+            steps = self._steps(conn, rest)
+            path.start_writing(conn, Writing(outcome, request, environ, stream, token, began, steps))
+            return
+        if not path.finished(request, environ, stream, token, began, outcome, ex) or conn.closed:
+            path.close(conn)
+        elif rest:
+            path.on_data(conn, rest)
+        else:
+            path.take_back(conn)
+
+    @staticmethod
+    def _steps(conn: Conn, data: bytes) -> Sequence[Step]:
+        """Parse pipelined bytes to answer after a response (a bad one: its error, answered then)."""
+        if not data:
+            return NO_EVENTS
         try:
-            if not self._advance(conn, writing.rest):  # pipelined requests behind this one
-                self.beside.take_back(conn)
-        except Exception:
-            log.exception("Error serving a connection")
-            self._close(conn)
-
-    def _tls_rewatch(self, conn: Conn) -> None:
-        """A blocked TLS write may wait for a read (OUT <-> IN): poll what it waits for."""
-        tconn = conn.tls
-        assert tconn is not None
-        if conn.out.wants != tconn.polled:
-            tconn.polled = conn.out.wants
-            self.poller.watch(conn.fd, tconn.polled)
-
-    def _settle(self, conn: Conn, writing: Writing, outcome: Outcome) -> bool:
-        """A waiting response is done (or abandoned): the request's bookkeeping; True to keep."""
-        conn.writing = None
-        conn.out.clear()
-        self.in_flight -= 1
-        return self.finished(writing.request, writing.environ, writing.stream, writing.token,
-                              writing.started, outcome, writing.streaming.ex)  # fmt: skip
+            return conn.parser.feed(data)
+        except ParseError as e:
+            return [*e.events, e]
 
 
 def serve_wsgi(listeners: list[socket.socket], app: Any, config: Config, control: WorkerControl,
                settings: ServingSettings) -> None:  # fmt: skip
     """Serve WSGI on these listeners until the control says stop (see WorkerControl)."""
-    PythonLoop(listeners, app, config, control, settings).run()
+    PythonLoop(listening(listeners, settings, PYTHON.builder), app, config, control, settings).run()

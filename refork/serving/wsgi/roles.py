@@ -1,7 +1,7 @@
 """What the WSGI loop's HTTP/2 parts need of their owners, as Protocols, so that no import points back up.
 
-The loop (:class:`refork.serving.wsgi.python_loop.PythonLoop`) owns each connection's HTTP/2
-session (:mod:`refork.serving.wsgi.http2`), which owns its streams
+The loop's request path (:class:`refork.serving.wsgi.request_path.RequestPath`) owns each
+connection's HTTP/2 session (:mod:`refork.serving.wsgi.http2`), which owns its streams
 (:mod:`refork.serving.wsgi.http2_stream`), and each calls back into its owner. The lower modules
 name their owner by these roles only (type-only imports included, no cycle), and the owner
 satisfies them structurally: mypy checks it where the owner hands itself down. The roles are
