@@ -355,7 +355,7 @@ class Session:
         self.loop.control.request_resumed(stream.token)
         if self.threaded:
             assert self.loop.pool is not None
-            self.loop.pool.submit((stream, None, None, None))  # (_pool_job: stream.run() goes on)
+            self.loop.pool.submit((stream, None, None, None))  # (AppHandoff._job: stream.run() goes on)
         else:
             self.ready.append(stream)
 
