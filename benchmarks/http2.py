@@ -6,7 +6,10 @@ Every server runs 2 workers on 127.0.0.1 and speaks h2c; h2load opens 64 connect
 within each round, the order alternates, and the median over rounds is reported. p99 comes from
 h2load's per-request log.
 
-    python benchmarks/http2.py [--python 3.11] [--duration 10] [--rounds 3] [--only refork-wsgi,granian-wsgi]
+    python benchmarks/http2.py [--python 3.11] [--duration 10] [--rounds 3] [--only refork-wsgi] [--tls]
+
+With --tls every server speaks h2 over TLS (ALPN) instead, with one self-signed certificate made
+for the run (openssl); gunicorn and hypercorn are left out there.
 
 refork is run from the checkout this script is in (PYTHONPATH), the peers from benchmarks/.venv-X.Y
 (benchmarks/setup.sh installs hypercorn and Debian's nghttp2-client for h2load). refork runs with
@@ -47,19 +50,31 @@ CLIENTS, STREAMS = 64, 10
 
 @dataclass
 class H2Server(Server):
-    """A Server that start() probes over h2c (granian --http 2 answers nothing else)."""
+    """A Server that start() probes over HTTP/2 (granian --http 2 answers nothing else)."""
+
+    scheme: str = "http"
 
     def status(self, path: str) -> int | None:
-        cmd = ["h2load", "-n", "1", "-c", "1", f"http://127.0.0.1:{self.port}{path}"]
+        cmd = ["h2load", "-n", "1", "-c", "1", f"{self.scheme}://127.0.0.1:{self.port}{path}"]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
         return 200 if re.search(r"status codes: 1 2xx", out) else None
 
 
-def servers(venv: Path, port: int) -> list[H2Server]:
+def certificate(where: Path) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 and its key (PKCS#8, as granian wants)."""
+    cert, key = where / "cert.pem", where / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)  # fmt: skip
+    return str(cert), str(key)
+
+
+def servers(venv: Path, port: int, tls: tuple[str, str] | None = None) -> list[H2Server]:
     bin_ = venv / "bin"
     bind = "127.0.0.1"
+    protocols = "h2,h1" if tls else "h2c,h1"
     refork = [str(bin_ / "python"), "-m", "refork", "-w", "2", "--chdir", str(APPS), "-b", f"{bind}:{{port}}",
-              "--http-protocols", "h2c,h1", "--refork-after", "off"]  # fmt: skip
+              "--http-protocols", protocols, "--refork-after", "off"]  # fmt: skip
     gunicorn = [str(bin_ / "gunicorn"), "-w", "2", "-b", f"{bind}:{{port}}", "--log-level", "warning",
                 "--http-protocols", "h2,h1", "--http2-cleartext", "prior-knowledge"]  # fmt: skip
     granian = [str(bin_ / "granian"), "--workers", "2", "--host", bind, "--port", "{port}", "--no-ws",
@@ -75,20 +90,27 @@ def servers(venv: Path, port: int) -> list[H2Server]:
         ("granian-asgi", "asgi", [*granian, "--interface", "asgi", "hello_asgi:app"]),
         ("hypercorn-asgi", "asgi", [*hypercorn, "-k", "uvloop", "hello_asgi:app"]),
     ]
+    if tls:
+        cert, key = tls
+        own = {"refork": ["--certfile", cert, "--keyfile", key],
+               "granian": ["--ssl-certificate", cert, "--ssl-keyfile", key]}  # fmt: skip
+        specs = [(name, iface, [*argv[:-1], *own[name.split("-")[0]], argv[-1]])
+                 for name, iface, argv in specs if name.split("-")[0] in own]  # fmt: skip
     mine = {"PYTHONPATH": str(ROOT)}  # refork from this checkout
     return [
         H2Server(name, iface, [a.replace("{port}", str(port + i)) for a in argv], port + i, APPS,
-                 env=mine if name.startswith("refork") else {})  # fmt: skip
+                 env=mine if name.startswith("refork") else {},
+                 scheme="https" if tls else "http")  # fmt: skip
         for i, (name, iface, argv) in enumerate(specs)
     ]
 
 
-def run_h2load(port: int, duration: float) -> dict:
-    """h2load over h2c against 127.0.0.1:port for `duration` seconds (after a 1 s warm-up): req/s,
-    p50/p99 ms from its per-request log, requests and failures."""
+def run_h2load(port: int, duration: float, scheme: str = "http") -> dict:
+    """h2load over h2c (or h2 over TLS) against 127.0.0.1:port for `duration` seconds (after a 1 s
+    warm-up): req/s, p50/p99 ms from its per-request log, requests and failures."""
     with tempfile.NamedTemporaryFile(prefix="h2load-", suffix=".log") as log:
         cmd = ["h2load", "-c", str(CLIENTS), "-m", str(STREAMS), "-t", "2", "-D", f"{duration:g}",
-               "--warm-up-time", "1", "--log-file", log.name, f"http://127.0.0.1:{port}/"]  # fmt: skip
+               "--warm-up-time", "1", "--log-file", log.name, f"{scheme}://127.0.0.1:{port}/"]  # fmt: skip
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60).stdout
         # the log: one line a request, "start (µs since the run began)\tstatus\tduration (µs)"
         times = sorted(int(line.split("\t")[2]) for line in Path(log.name).read_text().splitlines() if line)
@@ -112,11 +134,13 @@ def bench_one(server: H2Server, duration: float) -> dict:
     if error:
         server.stop()
         return {"error": error}
-    probe = run_h2load(server.port, 1)
-    if probe["protocol"] != "h2c" or not probe["requests"]:
+    probe = run_h2load(server.port, 1, server.scheme)
+    want = "h2" if server.scheme == "https" else "h2c"
+    if probe["protocol"] != want or not probe["requests"]:
         server.stop()
-        return {"error": f"no h2c answers (h2load: protocol {probe['protocol']}, {probe['errors']} errors)"}
-    return finish(server, run_h2load(server.port, duration))
+        got = f"protocol {probe['protocol']}, {probe['errors']} errors"
+        return {"error": f"no {want} answers (h2load: {got})"}
+    return finish(server, run_h2load(server.port, duration, server.scheme))
 
 
 def line(res: dict) -> str:
@@ -124,26 +148,30 @@ def line(res: dict) -> str:
 
 
 def main() -> None:
-    args = bench_parser(__doc__, duration=10.0, port=19600).parse_args()
+    parser = bench_parser(__doc__, duration=10.0, port=19600)
+    parser.add_argument("--tls", action="store_true", help="h2 over TLS (ALPN) instead of h2c")
+    args = parser.parse_args()
+    tls = certificate(Path(tempfile.mkdtemp(prefix="h2bench-"))) if args.tls else None
     if shutil.which("h2load") is None:
         raise SystemExit("h2load is missing: apt-get install nghttp2-client (benchmarks/setup.sh does)")
     venv, info = announce(args.python)
-    wanted = chosen([s.name for s in servers(venv, args.port)], args.only)
+    wanted = chosen([s.name for s in servers(venv, args.port, tls)], args.only)
     runs, failed = run_rounds(
         args.rounds,
-        lambda rnd: servers(venv, args.port + 20 * rnd),
+        lambda rnd: servers(venv, args.port + 20 * rnd, tls),
         wanted,
         lambda server: bench_one(server, args.duration),
         line,
     )
-    ifaces = {s.name: s.interface for s in servers(venv, 0)}
+    ifaces = {s.name: s.interface for s in servers(venv, 0, tls)}
 
     def medians(rs: list[dict]) -> dict:
         return {"rps": median([r["rps"] for r in rs]), "p99_ms": median([r["p99_ms"] for r in rs]),
                 "errors": sum(r["errors"] for r in rs)}  # fmt: skip
 
     summary = summarize(wanted, runs, failed, medians)
-    print(f"\nHTTP/2 (h2c), median of {args.rounds} rounds, {args.duration:g}s each, h2load -c {CLIENTS} "
+    kind = "h2 over TLS" if tls else "h2c"
+    print(f"\nHTTP/2 ({kind}), median of {args.rounds} rounds, {args.duration:g}s each, h2load -c {CLIENTS} "
           f"-m {STREAMS} -t 2, 2 workers, Python {info.get('python')}")
     rows = []
     best_peer = {"wsgi": "granian-wsgi", "asgi": "granian-asgi"}
@@ -161,7 +189,7 @@ def main() -> None:
     for mine, peer in pairs:
         if mine in summary and peer in summary:
             print(f"{mine} / {peer}: {fmt(rps_ratio(summary, mine, peer), '.2f', 'x')}")
-    path = write_results("http2", {
+    path = write_results("http2-tls" if tls else "http2", {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "versions": info, "duration": args.duration,
         "rounds": args.rounds, "clients": CLIENTS, "streams": STREAMS, "summary": summary, "runs": runs,
     })  # fmt: skip
