@@ -13,8 +13,11 @@ refork._native has the same interface (``MemoryBudget``), shared with the native
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
-__all__ = ["CHURN_TRIM", "MemoryBudget", "TRIM_AFTER"]
+from refork.http.events import ParseError
+
+__all__ = ["CHURN_TRIM", "Charged", "MemoryBudget", "TRIM_AFTER", "charge_parser"]
 
 # A flood that held this much, or passed this much through the buffers, and then let go is worth a
 # malloc_trim() (see MemoryBudget.ebbed): glibc keeps freed heap memory that is not at the top of
@@ -118,3 +121,27 @@ class MemoryBudget:
         self.peak = self.used
         self.churn = 0
         return True
+
+
+class Charged(Protocol):
+    """The worker's --max-request-memory as the loops hold it (Python's or the native one)."""
+
+    def take(self, n: int) -> bool: ...
+    def charge(self, n: int) -> None: ...
+    def give_back(self, n: int) -> None: ...
+
+
+def charge_parser(memory: Charged, before: int, now: int, head_held: int) -> ParseError | None:
+    """A connection's parser holds `now` bytes where it held `before`: the difference charged or
+    given back. A request head (`head_held`: its bytes, 0 when none) that does not fit is refused (503: the server is short of room now,
+    not the request too big), with nothing charged; other bytes (kept for a replay) are charged
+    all the same."""
+    more = now - before
+    if more > 0:
+        if not memory.take(more):
+            if head_held:
+                return ParseError(503, "no room for more request heads (--max-request-memory)")
+            memory.charge(more)
+    elif more < 0:
+        memory.give_back(-more)
+    return None

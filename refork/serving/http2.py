@@ -11,12 +11,13 @@ from __future__ import annotations
 from typing import Protocol
 
 from refork.config import Config
+from refork.http.budget import Charged
 from refork.http.h2 import PREFACE, ConnectionEnded, ErrorCodes, Http2Connection, Http2Limits
 from refork.http.response import reason_phrase
 from refork.serving.connection import Expiry, Phase, Timeouts
 
 __all__ = [
-    "LINGER", "Charged", "alpn_protocols", "answer_here", "charge_held", "end_if_body_overdue",
+    "LINGER", "alpn_protocols", "answer_here", "charge_held", "end_if_body_overdue",
     "http2_limits", "sniff_preface",
 ]  # fmt: skip
 
@@ -89,14 +90,6 @@ def end_if_body_overdue(h2: Http2Connection, stream: Receiving, now: float, time
     else:
         h2.reset(stream.sid, ErrorCodes.CANCEL)
     return True
-
-
-class Charged(Protocol):
-    """The worker's --max-request-memory as the loops hold it (Python's or the native one)."""
-
-    def take(self, n: int) -> bool: ...
-    def charge(self, n: int) -> None: ...
-    def give_back(self, n: int) -> None: ...
 
 
 def charge_held(h2: Http2Connection, memory: Charged, held: int) -> tuple[int, ConnectionEnded | None]:

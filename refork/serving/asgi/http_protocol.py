@@ -22,6 +22,7 @@ from refork.asgi import HttpCycle, build_scope
 from refork.asgi.scope import http_scope
 from refork.asgi.tls import tls_extension
 from refork.asgi.waiting import wake
+from refork.http.budget import charge_parser
 from refork.http.events import Body, Event, ParseError, Request
 from refork.http.response import simple_response
 from refork.serving.asgi.http2_protocol import HOLD_POLL, hand_over, wants_h2
@@ -176,17 +177,10 @@ class HttpProtocol(asyncio.Protocol):
         not fit is refused (503), other bytes (kept for a replay) are charged all the same."""
         parser = self.parser
         held = parser.buffered if parser.in_message and not self.closing else 0
-        more = held - self.held
-        memory = self.srv.request_memory
-        if more > 0:
-            if not memory.take(more):
-                if parser.head_held:
-                    return ParseError(503, "no room for more request heads (--max-request-memory)")
-                memory.charge(more)
-        elif more < 0:
-            memory.give_back(-more)
-        self.held = held
-        return None
+        refused = charge_parser(self.srv.request_memory, self.held, held, parser.head_held)
+        if refused is None:
+            self.held = held
+        return refused
 
     def handle(self, events: list[Event]) -> None:
         for event in events:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from refork.http.body import BodyBuffer, InputStream
-from refork.http.budget import MemoryBudget
+from refork.http.budget import MemoryBudget, charge_parser
 from refork.http.events import Event, ParseError, Request
 from refork.http.parser import Limits, RequestParser
 from refork.http.proxy_protocol import INCOMPLETE, ProxyHeader, ProxyPolicy
@@ -113,16 +113,10 @@ class Conn:
         too big), other bytes (kept for a replay) are charged all the same."""
         parser = self.parser
         held = parser.buffered if parser.in_message else 0
-        more = held - self.held
-        if more > 0:
-            if not memory.take(more):
-                if parser.head_held:
-                    return ParseError(503, "no room for more request heads (--max-request-memory)")
-                memory.charge(more)
-        elif more < 0:
-            memory.give_back(-more)
-        self.held = held
-        return None
+        refused = charge_parser(memory, self.held, held, parser.head_held)
+        if refused is None:
+            self.held = held
+        return refused
 
     def has_input(self) -> bool:
         """Bytes (or a FIN) wait to be read: the sweep spares a connection the loop has not
