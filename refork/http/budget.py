@@ -133,9 +133,9 @@ class Charged(Protocol):
 
 def charge_parser(memory: Charged, before: int, now: int, head_held: int) -> ParseError | None:
     """A connection's parser holds `now` bytes where it held `before`: the difference charged or
-    given back. A request head (`head_held`: its bytes, 0 when none) that does not fit is refused (503: the server is short of room now,
-    not the request too big), with nothing charged; other bytes (kept for a replay) are charged
-    all the same."""
+    given back. A request head (`head_held`: its bytes, 0 when none) that does not fit is refused
+    (503: the server is short of room now, not the request too big), with nothing charged; other
+    bytes (kept for a replay) are charged all the same."""
     more = now - before
     if more > 0:
         if not memory.take(more):
