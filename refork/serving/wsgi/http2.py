@@ -84,6 +84,7 @@ class Session:
         self.fresh = True  # no request yet (the header deadline)
         self.stalled_since = 0.0  # the socket took no bytes since (the write timeout)
         self.lingering_since = 0.0  # the write side is shut: what the client still sends is dropped
+        self.linger_due = False  # a lingering close waits for what is queued to go out
         self.released = 0  # body bytes apps took, for the loop thread to give back to the budget
         self.held = 0  # bytes h2 holds (a header block arriving), charged to --max-request-memory
 
@@ -122,7 +123,10 @@ class Session:
         if self.closed:
             return
         if self.sending or self.out:
-            self.loop._close(self.conn)  # (a full socket: nothing to save)
+            # what is queued goes first (closing now would reset the connection and lose it): the
+            # flush that sends the rest lingers then; a client that takes nothing meets the write
+            # timeout
+            self.linger_due = True
             return
         self.lingering_since = time.monotonic()
         if self.conn.tls is not None:
@@ -320,6 +324,9 @@ class Session:
         if mask != self.polled and self.conn.registered:
             self.polled = mask
             self.loop.poller.watch(self.conn.fd, mask)
+        if self.linger_due and not waiting:
+            self.linger_due = False
+            self.linger()
 
     def _send_queued(self) -> None:
         """(With the lock.) The streams' queued bytes, as far as their windows open now."""
