@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import gc
 import os
 import re
 import sys
@@ -319,4 +320,33 @@ class MallocTrimmer:
             return False
         self._last = now
         malloc_trim()
+        return True
+
+
+class FloodTrim:
+    """malloc_trim() when a flood is over (a budget fell to a quarter of its peak, or the
+    connections did), and once more when what it left has gone too: the first trim comes while the
+    last of the flood is still held (connections closing, their TLS buffers, a cycle only the GC
+    frees), and what is freed after it would otherwise stay with the worker until the next flood.
+    Sans-IO but for the trim: a loop calls :meth:`tick` once a tick."""
+
+    def __init__(self, trim: Callable[[], object] = malloc_trim) -> None:
+        self.trim = trim
+        self.owed: tuple[int, ...] | None = None  # what was held at the last tick, a trim owed
+
+    def tick(self, ebbed: bool, held: tuple[int, ...]) -> bool:
+        """`ebbed`: a flood ended since the last tick; `held`: what the worker holds now
+        (connections, buffered bytes). True when it trimmed: at the ebb, and at the first tick
+        after it on which nothing held fell any more (the GC's cycles collected first)."""
+        if ebbed:
+            self.owed = held
+        elif self.owed is None:
+            return False
+        elif any(now < before for now, before in zip(held, self.owed, strict=True)):
+            self.owed = held  # still going: not yet
+            return False
+        else:
+            self.owed = None
+            gc.collect()
+        self.trim()
         return True

@@ -14,6 +14,7 @@ from refork.config import ConfigError
 from refork.memory import allocator, profiling
 from refork.memory.allocator import (
     JEMALLOC_CONF,
+    FloodTrim,
     MallocTrimmer,
     find_jemalloc,
     loaded_allocator,
@@ -248,6 +249,20 @@ def test_trimmer_is_rate_limited(monkeypatch: pytest.MonkeyPatch) -> None:
     assert trimmer.maybe_trim(110.0)
     assert not trimmer.maybe_trim(111.0)
     assert len(calls) == 2
+
+
+def test_a_flood_is_trimmed_at_its_ebb_and_again_once_what_it_left_has_gone() -> None:
+    """The ebb's trim comes while the flood's last connections still go; one more trim follows at
+    the first tick on which nothing held fell any more, and none after it until the next flood."""
+    trims: list[int] = []
+    flood = FloodTrim(lambda: trims.append(1))
+    assert not flood.tick(False, (30, 1 << 20))  # the flood: no ebb yet
+    assert flood.tick(True, (7, 0)) and len(trims) == 1  # connections fell to a quarter
+    assert not flood.tick(False, (3, 0))  # still going
+    assert not flood.tick(False, (0, 0))
+    assert flood.tick(False, (0, 0)) and len(trims) == 2  # gone: trimmed once more
+    assert not flood.tick(False, (0, 0)) and not flood.tick(False, (5, 100))
+    assert len(trims) == 2
 
 
 def test_memray_missing_is_a_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 from refork.asgi import HttpCycle, Lifespan
 from refork.config import Config
 from refork.http.budget import MemoryBudget
-from refork.memory.allocator import malloc_trim
+from refork.memory.allocator import FloodTrim
 from refork.serving.asgi.http_protocol import HttpProtocol
 from refork.serving.asgi.proxied_listener import ProxiedListener
 from refork.serving.asgi.roles import Connection
@@ -118,6 +118,7 @@ class Server:
         self.websockets_until = 0.0  # a retirement's stop: open WebSockets are served on until then
         self.exiting = False
         self.connections_peak = 0  # the most connections at once since the last trim (see tick)
+        self.flood_trim = FloodTrim()
         self.safe_point_requested = False
         self.serving = False  # lifespan startup done and listening: safe points allowed
         self._drained: asyncio.Future[None] | None = None
@@ -191,8 +192,9 @@ class Server:
             conn.sweep(now, timeouts, drain_until)
         self.ws_memory.nudge()
         self.request_memory.nudge()
-        if self.ws_memory.ebbed() | self.request_memory.ebbed() | self._connections_ebbed():
-            malloc_trim()  # a flood of buffered bytes or of connections is over: give the freed heap back
+        # a flood of buffered bytes or of connections is over: give the freed heap back
+        ebbed = self.ws_memory.ebbed() | self.request_memory.ebbed() | self._connections_ebbed()
+        self.flood_trim.tick(ebbed, (len(self.connections), self.request_memory.used, self.ws_memory.used))
         if self.stopping:
             if self.websockets_until and self.control.server_draining:
                 self._close_websockets()  # the whole server stops now: 1001 within its grace

@@ -24,7 +24,7 @@ from refork.config import Config
 from refork.http.body import InputStream
 from refork.http.events import ParseError, Request
 from refork.http.response import simple_response
-from refork.memory.allocator import malloc_trim
+from refork.memory.allocator import FloodTrim
 from refork.serving.connection import TICK, Expiry, Phase, log_write_timeout
 from refork.serving.contract import WorkerControl
 from refork.serving.http2 import alpn_protocols
@@ -85,6 +85,7 @@ class PythonLoop:
             handoff.pool.start()
             deadlines.on_timeout(self.answer_timed_out)  # (one thread: refork.deadlines.TimedOut)
         next_tick = 0.0
+        flood_trim = FloodTrim()
         try:
             while True:
                 if control.exit_now:
@@ -123,8 +124,8 @@ class PythonLoop:
                     next_tick = now + (TICK / 4 if self.draining else TICK)
                     control.tick()
                     self._sweep(now)
-                    if path.memory.ebbed():  # a flood of buffered requests is over:
-                        malloc_trim()  # give its freed heap back
+                    # a flood of buffered requests is over: give its freed heap back
+                    flood_trim.tick(path.memory.ebbed(), (len(conns), path.memory.used))
         finally:
             self._shutdown()
 
