@@ -13,14 +13,11 @@ import socket
 import time
 from contextlib import ExitStack, closing
 
-import pytest
 from conftest import Server, read_to_end
 from h2.settings import SettingCodes
 from support import h2client
 from support.h2client import H2Client
-from support.request_paths import PATHS, connect, flags, http2, tls
-
-H2_PATHS = pytest.mark.parametrize("path", [path for path in PATHS if http2(path)])
+from support.request_paths import connect, flags, http2_paths, tls
 
 
 def serve(start_server, path: str, *args: str) -> Server:
@@ -28,7 +25,7 @@ def serve(start_server, path: str, *args: str) -> Server:
     return start_server(*chosen, *args, app=app, workers=1, defaults=True)
 
 
-@H2_PATHS
+@http2_paths
 def test_clients_that_never_open_their_window_cost_only_their_streams(start_server, path):
     """2 connections x 8 streams of a 1 MB response, their windows shut (the default 30 s write
     timeout): every other client is served meanwhile, on a worker of one process."""
@@ -63,7 +60,7 @@ def _closed_within(socks: list[socket.socket], seconds: float) -> int:
     return len(socks) - len(open_)
 
 
-@H2_PATHS
+@http2_paths
 def test_idle_http2_connections_are_closed(start_server, path):
     """Connections that open HTTP/2 and send no request are closed at --header-timeout, those
     whose last stream ended at --keepalive (as docs/http2.md says), on every HTTP/2 path."""

@@ -11,12 +11,10 @@ import time
 from contextlib import closing
 
 import h2.events
-import pytest
 from conftest import Server
 from support.h2client import H2Client
-from support.request_paths import PATHS, flags, http2, tls
+from support.request_paths import flags, http2_paths, tls
 
-H2_PATHS = pytest.mark.parametrize("path", [path for path in PATHS if http2(path)])
 ANY_STREAM = 2**31 - 1
 
 
@@ -42,7 +40,7 @@ def serve(start_server, path: str, *args: str) -> Server:
     return start_server(*chosen, *args, app=app, workers=1)
 
 
-@H2_PATHS
+@http2_paths
 def test_a_retiring_worker_answers_every_stream_sent_before_its_goaway(start_server, path):
     """One connection opens a stream every millisecond (at most 50 unanswered) until it reads a
     GOAWAY, as a client must (RFC 9113 6.8), while the worker retires at its 50th request: every

@@ -69,6 +69,9 @@ def http2(path: str) -> bool:
     return h2c or path in OVER_TLS
 
 
+http2_paths = pytest.mark.parametrize("path", [path for path in PATHS if http2(path)])
+
+
 def threads(path: str) -> int:
     """The app threads of a worker on this path (0: ASGI, whose requests hold no thread)."""
     interface, flags = PATHS[path]
