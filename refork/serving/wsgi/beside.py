@@ -67,7 +67,31 @@ class Beside(Protocol):
         """The loop has shut down: release what the engine owns."""
 
 
-class Alone:
+class NoAppWork:
+    """The hooks of :class:`Beside` as a side with no app threads or deadlines of its own answers
+    them; a side that has some overrides its own (the engines' sides: their sweep, their safe
+    point; the pool engine's app threads)."""
+
+    def app_idle(self) -> bool:
+        return True
+
+    def free_threads(self) -> int | None:
+        return None
+
+    def sweep(self, now: float) -> None:
+        pass
+
+    def before_safe_point(self) -> None:
+        pass
+
+    def after_safe_point(self) -> None:
+        pass
+
+    def answer_timed_out(self) -> None:
+        pass
+
+
+class Alone(NoAppWork):
     """:class:`Beside` for a Python loop that serves every connection itself (--wsgi-loop python)."""
 
     hands_back = False
@@ -82,31 +106,13 @@ class Alone:
     def hand_back(self, fd: int, client: Any, listener: int, since: float) -> None:
         raise AssertionError("no engine to hand a connection back to")  # (listener_for: None)
 
-    def app_idle(self) -> bool:
-        return True
-
-    def free_threads(self) -> int | None:
-        return None
-
     def drained(self) -> bool:
         return True
 
     def begin_drain(self, until: float, take_backlog: bool) -> None:
         pass
 
-    def sweep(self, now: float) -> None:
-        pass
-
-    def before_safe_point(self) -> None:
-        pass
-
-    def after_safe_point(self) -> None:
-        pass
-
     def forked(self) -> None:
-        pass
-
-    def answer_timed_out(self) -> None:
         pass
 
     def shutdown(self) -> None:

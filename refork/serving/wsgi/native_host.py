@@ -36,7 +36,7 @@ from refork.serving.poller import Poller
 from refork.serving.settings import ServingSettings
 from refork.serving.wsgi.accepting import Listeners, listening
 from refork.serving.wsgi.app_threads import AppThreads
-from refork.serving.wsgi.beside import Adopted, Beside
+from refork.serving.wsgi.beside import Adopted, Beside, NoAppWork
 from refork.serving.wsgi.conn import Conn
 from refork.serving.wsgi.native_parts import NATIVE, NativeEnvironBuilder
 from refork.serving.wsgi.python_loop import PythonLoop
@@ -167,7 +167,7 @@ class NativeHost:
         return [(fd, b.native) for fd, (_, b) in self.engine_listeners.items()]  # type: ignore[attr-defined]
 
 
-class NativeSide:
+class NativeSide(NoAppWork):
     """What serves beside the Python loop of an engine host (refork.serving.wsgi.beside.Beside):
     its engine. What both engines share; each host's subclass waits its own way (poll)."""
 
@@ -214,12 +214,6 @@ class NativeSide:
     def hand_back(self, fd: int, client: Any, listener: int, since: float) -> None:
         self.engine.adopt(fd, client, listener, since)
 
-    def app_idle(self) -> bool:
-        return True
-
-    def free_threads(self) -> int | None:
-        return None
-
     def drained(self) -> bool:
         return bool(self.engine.idle)
 
@@ -228,18 +222,6 @@ class NativeSide:
         self.engine.drain(until, take_backlog)
         for lsock, _ in self.listeners.values():
             lsock.close()
-
-    def sweep(self, now: float) -> None:
-        pass
-
-    def before_safe_point(self) -> None:
-        pass
-
-    def after_safe_point(self) -> None:
-        pass
-
-    def answer_timed_out(self) -> None:
-        pass
 
     def forked(self) -> None:
         self.engine.release_after_fork()  # the engine's connections are the parent's too
