@@ -1,6 +1,6 @@
 """RFC 9112 cases of issue 8, sent as exact bytes to a real server (the CLI, WSGI and ASGI).
 
-Each is tested byte by byte against the parser in test_http_parser.py; here the same bytes go
+Each is tested byte by byte against the parser in test_http_parser*.py; here the same bytes go
 over a socket, whole and in small sends (separate reads, most likely: the answer must not depend
 on it), to check what a client actually gets back.
 """
