@@ -15,6 +15,7 @@ import time
 
 import pytest
 from conftest import read_to_end
+from support.process_memory import rss_kib
 from support.waits import sender_blocked, wait_until
 
 APPS = {"wsgi": "apps.slow_clients:wsgi_app", "asgi": "apps.slow_clients:asgi_app"}
@@ -81,14 +82,6 @@ class Background(threading.Thread):
         self.join(timeout)
         assert not self.is_alive(), "the background client did not finish"
         return self.result
-
-
-def _rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 # 1. The worker deadline is time in the app --------------------------------------------------
@@ -197,7 +190,7 @@ def test_wsgi_single_thread_a_client_that_never_reads_blocks_nobody(start_server
 def test_a_never_read_50mb_response_is_not_held_in_memory(start_server, interface):
     server, pid = _start(start_server, interface)
     assert server.get(f"/big?{MB}")[0] == 200  # warm: the route's own allocations
-    before = _rss_kib(pid)  # nothing in flight
+    before = rss_kib(pid)  # nothing in flight
     with _connect(server.port, rcvbuf=4096) as stalled:
         stalled.sendall(b"GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
         assert _same_worker(server, pid)
@@ -206,5 +199,5 @@ def test_a_never_read_50mb_response_is_not_held_in_memory(start_server, interfac
             lambda: sender_blocked(stalled) and server.workers()[0]["busy"] == 0,
             what="the response parked on the client",
         )
-        grown = _rss_kib(pid) - before
+        grown = rss_kib(pid) - before
     assert grown < 20 * 1024, f"worker RSS grew by {grown} KiB for a response nobody reads"

@@ -14,6 +14,7 @@ import requests
 from apps import Reader, Server  # noqa: E402
 from apps.wsgi_apps import FILE_DATA  # noqa: E402
 from support.load import send_until_refused
+from support.process_memory import rss_kib
 
 # ------------------------------------------------------------------------------ over a socket
 
@@ -138,27 +139,19 @@ def test_large_body_over_a_socket(raw_app):
 CHUNKED_POST = b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
-def _rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 def test_endless_trailer_gets_431_and_the_worker_stays_small(validated):
     pid = validated.proc.pid
     warm = validated.connect()  # the first refusal's lazy imports and buffers are part of the baseline
     _, warmed = send_until_refused(warm, CHUNKED_POST + b"0\r\nX-T: ", b"A" * 65536, 1 << 20)
     warm.close()
     assert warmed.startswith(b"HTTP/1.1 431 "), warmed[:100]
-    before = _rss_kib(pid)
+    before = rss_kib(pid)
     sock = validated.connect()
     sent, answer = send_until_refused(sock, CHUNKED_POST + b"0\r\nX-T: ", b"A" * 65536, 20 << 20)
     sock.close()
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:100]
     assert sent < 20 << 20  # refused long before the 20 MB were sent
-    assert _rss_kib(pid) - before < 8 * 1024  # was: RSS grew with every trailer byte
+    assert rss_kib(pid) - before < 8 * 1024  # was: RSS grew with every trailer byte
     assert requests.get(validated.url("/")).text == "root"  # the worker is fine
 
 
