@@ -244,6 +244,23 @@ def start_server(tmp_path):
         server.stop()
 
 
+@pytest.fixture
+def serve():
+    """Start ASGI servers in subprocesses (tests/support/asgi_server.py); kill those left at the end."""
+    from support.asgi_server import Proc  # here, not at the top: that module imports this one
+
+    procs: list[Proc] = []
+
+    def start(spec: str = "apps.asgi_apps:app", **kw) -> Proc:
+        proc = Proc(spec, **kw)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+
+
 def pids_alive(pids) -> list[int]:
     alive = []
     for pid in pids:

@@ -1,4 +1,5 @@
-"""A raw WebSocket client (frames by hand) and the opcodes, for tests that need byte control."""
+"""A raw WebSocket client (frames by hand) and the opcodes, for tests that need byte control; for the
+others, the test app (APP), a server's ws:// URL and an open `websockets` client."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import os
 import socket
 import struct
 import time
+from typing import Any
+
+from websockets.sync.client import ClientConnection, connect
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 CONT, TEXT, BINARY, CLOSE, PING, PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
+APP = "apps.ws_apps:app"
 
 
 class RawWebSocket:
@@ -144,3 +149,13 @@ def _mask(payload: bytes, key: bytes) -> bytes:
 
 def close_code(payload: bytes) -> int | None:
     return struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else None
+
+
+def url(server: Any, path: str = "/echo") -> str:
+    return f"ws://127.0.0.1:{server.port}{path}"
+
+
+def open_client(server: Any) -> ClientConnection:
+    """A sync `websockets` client kept open across statements: entered as its context manager
+    (websockets 17 warns otherwise and offers legacy=True, which 16, the last for 3.10, lacks)."""
+    return connect(url(server), ping_interval=None).__enter__()
