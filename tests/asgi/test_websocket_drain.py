@@ -9,10 +9,10 @@ import time
 
 import pytest
 from conftest import pids_alive
+from support.websocket import APP
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-APP = "apps.ws_apps:app"
 loops = pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 
 

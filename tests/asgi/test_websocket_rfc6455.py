@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Server
-from support.websocket import BINARY, CLOSE, CONT, PING, PONG, TEXT, RawWebSocket
+from support.websocket import BINARY, CLOSE, CONT, PING, PONG, TEXT, RawWebSocket, url
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -306,10 +306,6 @@ def test_frames_sent_with_the_handshake_are_kept(server):
 
 
 # -- the same with the `websockets` library as the client ----------------------------------------
-
-
-def url(server: Server, path: str = "/echo") -> str:
-    return f"ws://127.0.0.1:{server.port}{path}"
 
 
 @pytest.mark.parametrize("compression", ["deflate", None])
