@@ -28,6 +28,8 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import socket
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -209,3 +211,41 @@ def release_after_fork(fds: Iterable[int]) -> None:
                     continue
     finally:
         os.close(null)
+
+
+def _local_key(sock: socket.socket) -> object:
+    """What a connection accepted from a listener shares with it: the port (a listener on a
+    wildcard address accepts on a specific one), or a Unix socket's path."""
+    name = sock.getsockname()
+    return (sock.family, name[1]) if sock.family in (socket.AF_INET, socket.AF_INET6) else (sock.family, name)
+
+
+def accepted_fds(listeners: Iterable[socket.socket]) -> list[int]:
+    """The fds of this process's connections accepted from `listeners`, found by what the kernel
+    says of every open fd (a stream socket, not listening, on a listener's port or path): the
+    ones a loop tracks and the ones it does not yet (asyncio accepts in one iteration and makes
+    the protocol in the next; a TLS connection is its own only after the handshake). A child
+    forked at a safe point releases them all (release_after_fork): one it kept would hold its
+    client's connection open after the parent closed it, the client waiting on it for ever."""
+    keys = {_local_key(lsock) for lsock in listeners}
+    fds = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                continue
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            if (
+                sock.type == socket.SOCK_STREAM
+                and not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+                and _local_key(sock) in keys
+            ):
+                fds.append(fd)
+        except OSError:
+            pass
+        finally:
+            sock.close()
+    return fds

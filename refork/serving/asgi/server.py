@@ -35,7 +35,7 @@ from refork.serving.asgi.proxied_listener import ProxiedListener
 from refork.serving.asgi.roles import Connection
 from refork.serving.asgi.tls_buffers import size_asyncio_tls_reads
 from refork.serving.asgi.websocket_protocol import WebSocketProtocol
-from refork.serving.connection import TICK, release_after_fork
+from refork.serving.connection import TICK, accepted_fds, release_after_fork
 from refork.serving.contract import WorkerControl
 from refork.serving.http2 import LINGER, alpn_protocols, http2_limits
 from refork.serving.settings import ServingSettings
@@ -466,7 +466,10 @@ def _abandon_after_fork(loop: asyncio.AbstractEventLoop, srv: Server) -> None:
 
 
 def _client_fds(srv: Server) -> list[int]:
+    """The client sockets a forked child must let go of: those of the connections, those waiting
+    for a PROXY header, and any other accepted from a listener (its protocol still to be made)."""
     fds = [fd for listener in srv.proxied for fd in listener.fds()]
+    fds += accepted_fds(srv.listeners)
     for conn in srv.connections:
         sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
         if sock is not None:
