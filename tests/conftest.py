@@ -188,7 +188,21 @@ class Server(LoggedProcess):
             except (OSError, ValueError, KeyError) as e:
                 last_error = e
             time.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what} (last error: {last_error}):\n{self.log()}")
+        raise AssertionError(
+            f"timed out waiting for {what} (last error: {last_error}); {self.processes()}:\n{self.log()}"
+        )
+
+    def processes(self) -> str:
+        """The processes as `refork status` last saw them, for a failure's message."""
+        try:
+            rows = self.status()["processes"]
+        except (OSError, ValueError, KeyError) as e:
+            return f"no status ({e})"
+        return "processes: " + ", ".join(
+            f"{p['role']} {p['pid']} gen {p['generation']} {p['state']}"
+            + (f" ({p['retiring']})" if p["retiring"] else "")
+            for p in rows
+        )
 
     def wait_ready(self, workers: int, timeout: float = 30.0) -> list[dict]:
         return self.wait_for(

@@ -7,15 +7,17 @@ a reload and a refork end its connections the same way (docs/http2.md).
 from __future__ import annotations
 
 import select
+import signal
 import time
 from contextlib import closing
 
 import h2.events
 from conftest import Server
-from support.h2client import H2Client
+from support.h2client import PREFACE, H2Client, connect
 from support.request_paths import flags, http2_paths, tls
 
 ANY_STREAM = 2**31 - 1
+GOAWAY = 0x7
 
 
 class GoawayWatcher(H2Client):
@@ -62,3 +64,45 @@ def test_a_retiring_worker_answers_every_stream_sent_before_its_goaway(start_ser
     assert unanswered == []
     assert {client.answers[sid][0] for sid in opened} == {200}
     assert client.goaways == [ANY_STREAM, max(opened)]
+
+
+def frame_types(sock, timeout: float) -> list[int]:
+    """The types of the frames read until the server closes the connection (or `timeout`)."""
+    data, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    types = []
+    while len(data) >= 9 and len(data) >= 9 + int.from_bytes(data[:3], "big"):
+        types.append(data[3])
+        data = data[9 + int.from_bytes(data[:3], "big") :]
+    return types
+
+
+@http2_paths
+def test_connections_that_have_not_spoken_http2_yet_when_the_worker_stops_let_it_stop(start_server, path):
+    """A client that has not sent its preface when the worker begins to drain (over TLS, ALPN
+    picked h2: HTTP/2 from the handshake on) is told GOAWAY once it does; one that never speaks is
+    let go at the drain's wait. The worker stops long before --graceful-timeout: otherwise it
+    would serve the first on, and hold its place for the second, until killed."""
+    server = serve(start_server, path, "--graceful-timeout", "60")
+    (worker,) = server.workers()
+    with (
+        closing(H2Client(server.port, timeout=10, tls=tls(path))) as settled,
+        closing(connect(server.port, 10, tls(path))) as late,
+        closing(connect(server.port, 10, tls(path))),  # (silent)
+    ):
+        settled.request("GET", "/")
+        server.signal(signal.SIGHUP)  # a new worker; this one drains: GOAWAY on its connections
+        settled.wait_closed()  # (its two GOAWAYs read: the drain began before the preface below)
+        assert settled.goaway == 1
+        late.sendall(PREFACE + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")  # and an empty SETTINGS
+        assert GOAWAY in frame_types(late, 10.0)
+        server.wait_for(lambda: worker["pid"] not in {w["pid"] for w in server.workers(None)}, timeout=10,
+                        what="the drained worker gone")  # fmt: skip

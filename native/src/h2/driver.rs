@@ -305,7 +305,12 @@ impl Core {
             let before = { let b = self.pipe.lock(); (b.output.len(), b.unread()) };
             match &mut self.state {
                 State::Handshaking(h) => match h.as_mut().poll(&mut cx) {
-                    Poll::Ready(Ok(conn)) => self.state = State::Open(Box::new(conn)),
+                    Poll::Ready(Ok(mut conn)) => {
+                        if self.draining_since.is_some() {
+                            conn.graceful_shutdown(); // (a drain begun during the handshake)
+                        }
+                        self.state = State::Open(Box::new(conn));
+                    }
                     Poll::Ready(Err(e)) => self.crate_error(&e),
                     Poll::Pending => {}
                 },

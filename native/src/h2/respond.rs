@@ -152,6 +152,8 @@ impl Core {
         } else if let Some(ping) = self.shutdown_ping {
             self.pipe.lock().input.extend_from_slice(&prefilter::frame(prefilter::PING, 1, 0, &ping));
             self.drive();
+        } else if matches!(self.state, State::Handshaking(_)) {
+            self.end(0, "no preface by the drain's wait"); // (a client that opened and never spoke)
         }
     }
 

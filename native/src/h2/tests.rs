@@ -114,6 +114,38 @@ fn graceful_goaway_in_two_steps_the_second_on_the_ping_ack_or_the_wait() {
 }
 
 #[test]
+fn a_drain_begun_before_the_client_s_preface_sends_the_goaway_once_it_arrives() {
+    // the worker stops while a just-accepted connection is mid-handshake: without the GOAWAY the
+    // client would keep the connection, and the draining worker would serve it until killed
+    let mut core = Core::new(limits(10));
+    core.start();
+    core.data_to_send();
+    core.goaway(0.0);
+    let mut hello = PREFACE.to_vec();
+    hello.extend(frame(SETTINGS, 0, 0, b""));
+    core.receive(&hello, 0.1);
+    let out = frames(&core.data_to_send());
+    let goaway = out.iter().find(|f| f.0 == GOAWAY).expect("a GOAWAY once the handshake is done");
+    assert_eq!(goaway.3[..4], ((1u32 << 31) - 1).to_be_bytes());
+    assert!(out.iter().any(|f| (f.0, f.1) == (PING, 0)));
+}
+
+#[test]
+fn a_client_still_silent_at_the_drain_s_wait_is_ended() {
+    // (TLS: ALPN picked h2 and the preface never came): the draining worker need not wait for it
+    let mut core = Core::new(limits(10));
+    core.start();
+    core.data_to_send();
+    core.goaway(0.0);
+    core.tick(0.5, 0.9);
+    assert!(!core.ended);
+    core.tick(1.0, 0.9);
+    assert!(core.ended);
+    let goaway = frames(&core.data_to_send()).into_iter().find(|f| f.0 == GOAWAY).unwrap();
+    assert_eq!(goaway.3, [0u8; 8]);
+}
+
+#[test]
 fn a_header_block_being_received_at_the_wait_gets_refork_s_final_goaway() {
     let mut core = connected(10);
     core.receive(&frame(HEADERS, 0x1, 1, &GET[..3]), 0.0); // no END_HEADERS: a slowloris
@@ -174,3 +206,4 @@ fn a_body_taken_before_the_client_acknowledges_the_settings_reopens_its_window_o
         frames(&core.data_to_send()).into_iter().filter(|f| f.0 == WINDOW_UPDATE && f.2 == 1).map(|f| (f.2, f.3)).collect();
     assert_eq!(updates, vec![(1, 27_563u32.to_be_bytes().to_vec())]);
 }
+

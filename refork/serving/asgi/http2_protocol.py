@@ -91,6 +91,8 @@ class Http2Protocol(asyncio.Protocol):
     def start(self, data: bytes) -> None:
         self.srv.control.http2_count("connections", 1)  # (connection_lost takes it back)
         self.h2.start()
+        if self.srv.stopping:  # (a connection that began to speak HTTP/2 during the drain)
+            self.stop()
         if data:
             self.data_received(data)
         else:
@@ -427,8 +429,8 @@ class Http2Protocol(asyncio.Protocol):
         if self.goaway_sent:
             self.h2.tick()  # (the final GOAWAY, if the PING's ACK is overdue)
             self.flush()
-            if self.h2.going_away and not self.streams:
-                self.close()
+            if self.h2.ended or (self.h2.going_away and not self.streams):
+                self.close()  # (ended: a client that never sent its preface, at the drain's wait)
                 return
         if self.streams:
             for stream in list(self.streams.values()):
