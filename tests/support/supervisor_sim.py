@@ -19,12 +19,15 @@ from refork.process.supervisor.events import (
     Boot,
     ChildExited,
     CloseListeners,
+    ConfigReread,
     CountHandshakes,
     Event,
     ForkMold,
     HandshakesCounted,
     Log,
     MoldForked,
+    ReloadRequested,
+    RereadConfig,
     Send,
     SlotReading,
     Tick,
@@ -138,3 +141,10 @@ def wait_status(code: int) -> int:
     status = code << 8
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == code
     return status
+
+
+def reload(sim: Sim, **changes: Any) -> list[Action]:
+    """HUP with a config re-read with `changes`; returns the ForkMold actions."""
+    assert of(sim.handle(ReloadRequested()), RereadConfig) == [RereadConfig()]
+    fresh = replace(sim.config, **changes)
+    return sim.handle(ConfigReread(fresh))
