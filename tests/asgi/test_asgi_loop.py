@@ -110,3 +110,45 @@ def test_safe_point_fork_child_unwinds_and_parent_keeps_serving(serve, loop):
     assert code == 0, err
     assert "SERVED 5" in out
     wait_until(lambda: process_state(child) in (None, "Z"), what="the child to follow its parent")
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_a_connection_accepted_in_the_iteration_that_stops_accepting_is_served(loop_name):
+    """The stop comes in the loop iteration that accepted a connection (its transport is made in
+    the next): the connection is still served, not refused by a closed server and left open."""
+    import asyncio
+    import select
+
+    import uvloop
+
+    from refork.serving.asgi.server import stop_accepting
+
+    loop = uvloop.new_event_loop() if loop_name == "uvloop" else asyncio.new_event_loop()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    made: list[asyncio.BaseTransport] = []
+
+    class Made(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            made.append(transport)
+
+    async def turns(n: int) -> None:
+        for _ in range(n):
+            await asyncio.sleep(0)
+
+    try:
+        server = loop.run_until_complete(loop.create_server(Made, sock=listener))
+        with socket.create_connection(listener.getsockname()) as client:
+            assert select.select([listener], [], [], 5)[0]  # waiting in the backlog
+            # a timer due now runs after the accept's callback in the same iteration (asyncio)
+            loop.call_at(loop.time(), stop_accepting, loop, [server], [listener])
+            loop.run_until_complete(turns(10))
+            assert len(made) == 1
+            made[0].close()
+            loop.run_until_complete(turns(2))
+            client.settimeout(5)
+            assert client.recv(1) == b""  # closed by the server: not held open unserved
+        assert not server.is_serving()
+    finally:
+        loop.close()
+        listener.close()

@@ -241,8 +241,7 @@ class Server:
         self.drain_until = self.timeouts.drain_until(now)
         if self.control.server_draining and self.serving:
             self._take_backlog()
-        for server in self.servers:
-            server.close()
+        stop_accepting(self.loop, self.servers, self.listeners)
         for listener in self.proxied:
             listener.close()
         grace = 0.0 if self.control.server_draining else self.control.websocket_grace
@@ -406,6 +405,23 @@ def serve_asgi(
     finally:
         if not forked:
             _close(loop, srv, main)
+
+
+def stop_accepting(loop: asyncio.AbstractEventLoop, servers: list[asyncio.AbstractServer],
+                   listeners: list[socket.socket]) -> None:  # fmt: skip
+    """Accept no more now; close the servers two loop iterations later. asyncio makes an accepted
+    connection's transport in a task of the next iteration, and a server closed by then refuses
+    it (an assertion asyncio swallows): that connection would be neither served nor closed, its
+    client waiting and a drain held (its protocol counts as arriving)."""
+    if servers:  # (each serves one of the listeners; uvloop's are no readers: its accepts are whole)
+        for sock in listeners:
+            loop.remove_reader(sock.fileno())
+
+    def close() -> None:
+        for server in servers:
+            server.close()
+
+    loop.call_soon(loop.call_soon, close)
 
 
 def _close(loop: asyncio.AbstractEventLoop, srv: Server, main: asyncio.Task[None]) -> None:
