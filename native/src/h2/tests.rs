@@ -206,4 +206,3 @@ fn a_body_taken_before_the_client_acknowledges_the_settings_reopens_its_window_o
         frames(&core.data_to_send()).into_iter().filter(|f| f.0 == WINDOW_UPDATE && f.2 == 1).map(|f| (f.2, f.3)).collect();
     assert_eq!(updates, vec![(1, 27_563u32.to_be_bytes().to_vec())]);
 }
-
